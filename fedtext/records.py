@@ -1,0 +1,170 @@
+"""Run records: ``<output-dir>/<run-id>/{config.json, rounds.jsonl, summary.json}``.
+
+The compare runner and the dashboard read nothing but these files, so every method
+shows up in comparisons without code changes there.
+
+* ``config.json``: the run-config, the resolved task, the machine, the start time.
+* ``rounds.jsonl``: one JSON object per round, appended and flushed as the round ends
+  (round 0 = the initial global model). Fields: see :data:`ROUND_FIELDS`.
+* ``summary.json``: written when the run ends, with ``status`` ``finished`` or
+  ``failed``; a run without it is still running (or was killed).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("fedtext")
+
+ROUND_FIELDS = (
+    "round",  # 0 = before training
+    "global_accuracy",  # server-side, on the global test split (None on rounds not evaluated)
+    "global_loss",
+    "client_accuracy",  # {partition_id: accuracy on its local test split}
+    "client_accuracy_mean",
+    "client_accuracy_std",
+    "num_clients",  # clients whose fit result was aggregated
+    "dropped",  # [{"client": id, "reason": "..."}]
+    "bytes_up",  # sum over clients of serialized fit uploads this round
+    "bytes_down",  # sum over clients of serialized fit downloads this round
+    "bytes_up_per_client",
+    "bytes_down_per_client",
+    "eval_bytes_down",  # global model sent for client-side evaluation (measurement only)
+    "model_queries",  # sequences the clients pushed through the backbone this round (fit + eval)
+    "server_queries",  # sequences the server evaluated this round
+    "client_peak_rss_mb",  # max over clients of the peak resident memory of their process
+    "train_loss",  # mean of the clients' reported local training losses
+    "round_time_s",
+    "wall_time_s",  # since the strategy started
+)
+
+
+def machine() -> dict[str, Any]:
+    """Where a run happened (README numbers quote it)."""
+    return {
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+    }
+
+
+class RunRecorder:
+    """Writes one run's records. Created by the ServerApp, fed by the strategy."""
+
+    def __init__(self, output_dir: str | Path, config: dict[str, Any], run_id: str | None = None) -> None:
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        name = config.get("run-name") or ""
+        base = run_id or "-".join(
+            x for x in (stamp, str(config.get("method")), Path(str(config.get("dataset"))).name,
+                        f"s{config.get('seed')}", name) if x
+        )
+        root = Path(output_dir).expanduser().resolve()
+        self.dir = root / base
+        i = 1
+        while self.dir.exists():  # two runs started in the same second
+            i += 1
+            self.dir = root / f"{base}-{i}"
+        self.dir.mkdir(parents=True)
+        self.run_id = self.dir.name
+        self.start = time.time()
+        self.rounds: list[dict[str, Any]] = []
+        self.config = config
+        _write_json(self.dir / "config.json", {
+            "run_id": self.run_id, "config": config, "machine": machine(),
+            "started": _dt.datetime.now().isoformat(timespec="seconds"),
+        })
+        log.info("fedtext: run records -> %s", self.dir)
+
+    def log_round(self, record: dict[str, Any]) -> None:
+        """Append one round and print the progress line."""
+        self.rounds.append(record)
+        with open(self.dir / "rounds.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+        log.info(progress_line(record, int(self.config.get("num-server-rounds", 0))))
+
+    def finish(self, status: str = "finished", error: str | None = None) -> dict[str, Any]:
+        """Write ``summary.json`` (idempotent: the first call wins)."""
+        path = self.dir / "summary.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        summary = summarize(self.rounds)
+        summary.update(
+            run_id=self.run_id, status=status, error=error,
+            method=self.config.get("method"), dataset=self.config.get("dataset"),
+            partition=self.config.get("partition"), seed=self.config.get("seed"),
+            wall_time_s=round(time.time() - self.start, 2),
+        )
+        _write_json(path, summary)
+        return summary
+
+
+def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Totals and best/final accuracy over a run's round records."""
+    accs = [(r["round"], r["global_accuracy"]) for r in rounds if r.get("global_accuracy") is not None]
+    trained = [r for r in rounds if r["round"] > 0]
+    rss = [r.get("client_peak_rss_mb") for r in rounds if r.get("client_peak_rss_mb")]
+    return {
+        "rounds_done": max((r["round"] for r in rounds), default=0),
+        "initial_accuracy": accs[0][1] if accs and accs[0][0] == 0 else None,
+        "final_accuracy": accs[-1][1] if accs else None,
+        "best_accuracy": max((a for _, a in accs), default=None),
+        "final_client_accuracy_mean": next(
+            (r["client_accuracy_mean"] for r in reversed(rounds) if r.get("client_accuracy_mean") is not None),
+            None,
+        ),
+        "total_bytes_up": sum(r.get("bytes_up", 0) for r in trained),
+        "total_bytes_down": sum(r.get("bytes_down", 0) for r in trained),
+        "mean_bytes_up_per_client": _mean([r["bytes_up_per_client"] for r in trained if r.get("num_clients")]),
+        "mean_bytes_down_per_client": _mean([r["bytes_down_per_client"] for r in trained if r.get("num_clients")]),
+        "total_model_queries": sum(r.get("model_queries", 0) for r in rounds),
+        "peak_client_rss_mb": max(rss) if rss else None,
+    }
+
+
+def progress_line(r: dict[str, Any], total: int) -> str:
+    """``round 3/10 | acc 0.812 loss 0.421 | clients 0.790 | up 0.5 KB down 0.5 KB | 12.3 s``."""
+    acc = "acc   -  " if r.get("global_accuracy") is None else f"acc {r['global_accuracy']:.3f}"
+    loss = "" if r.get("global_loss") is None else f" loss {r['global_loss']:.3f}"
+    cli = "" if r.get("client_accuracy_mean") is None else f" | clients {r['client_accuracy_mean']:.3f}"
+    kb = f" | up {r.get('bytes_up', 0) / 1024:.1f} KB down {r.get('bytes_down', 0) / 1024:.1f} KB"
+    drop = f" | dropped {len(r['dropped'])}" if r.get("dropped") else ""
+    return f"fedtext round {r['round']}/{total} | {acc}{loss}{cli}{kb}{drop} | {r.get('wall_time_s', 0):.1f} s"
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """Read one run directory; a truncated last line of rounds.jsonl is skipped."""
+    run_dir = Path(run_dir)
+    out: dict[str, Any] = {"dir": str(run_dir), "rounds": [], "malformed_lines": 0}
+    for name in ("config", "summary"):
+        p = run_dir / f"{name}.json"
+        try:
+            out[name] = json.loads(p.read_text()) if p.exists() else None
+        except json.JSONDecodeError:
+            out[name] = None
+    p = run_dir / "rounds.jsonl"
+    if p.exists():
+        for line in p.read_text().splitlines():
+            try:
+                out["rounds"].append(json.loads(line))
+            except json.JSONDecodeError:
+                out["malformed_lines"] += 1
+    return out

@@ -1,0 +1,15 @@
+"""Server side of every method: ``STRATEGIES[method]`` (explicit registry, tested).
+
+Each module holds one ``flwr`` Strategy subclass that cites its paper and states
+what its client must do. ``clients.CLIENTS`` has exactly the same keys.
+"""
+
+from strategies.bbt_fed import BBTFed
+from strategies.fedprompt import FedPrompt
+
+STRATEGIES = {
+    "fedprompt": FedPrompt,
+    "bbt-fed": BBTFed,
+}
+
+__all__ = ["STRATEGIES", "BBTFed", "FedPrompt"]
