@@ -1,0 +1,107 @@
+"""Backbone: batched multi-prompt scoring, shapes, query counting, projections, heads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedtext.backbone import Backbone, losses
+from fedtext.config import ConfigError
+from fedtext.prompts import bbt_space, project, projection
+from fedtext.tasks import TASKS
+
+
+def _prompts(backbone, p: int, t: int = 4, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.normal(0, backbone.embedding_std(), size=(p, t, backbone.dim)).astype(np.float32)
+
+
+def test_score_of_p_prompts_equals_p_separate_forwards(backbone, demo):
+    batch = backbone.encode(list(demo.test["text"][:6]), list(demo.test["label"][:6]))
+    prompts = _prompts(backbone, 5)
+    together = backbone.score(prompts, batch)
+    separate = torch.stack([backbone.score(prompts[i : i + 1], batch)[0] for i in range(5)])
+    assert together.shape == (5, 6, 2)
+    torch.testing.assert_close(together, separate, atol=1e-4, rtol=1e-4)
+    # and different prompts really give different logits (the prompt is used)
+    assert not torch.allclose(together[0], together[1])
+
+
+def test_score_matches_a_plain_forward_with_the_prompt_spliced_in(backbone, demo):
+    """Independent check of injection: build inputs_embeds by hand for one row."""
+    batch = backbone.encode([demo.test["text"][0]], [0])
+    prompt = _prompts(backbone, 1)[0]
+    ids = batch.input_ids[0]
+    emb = backbone.embeddings(ids)
+    x = torch.cat([emb[:1], torch.as_tensor(prompt), emb[1:]])[None]
+    with torch.inference_mode():
+        h = backbone.encoder(inputs_embeds=x).last_hidden_state[0].mean(0)
+        expected = 20.0 * torch.nn.functional.normalize(h, dim=0) @ backbone.label_vectors.T
+    torch.testing.assert_close(backbone.score(prompt[None], batch)[0, 0], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_query_counter_counts_sequences(backbone, demo):
+    batch = backbone.encode(list(demo.test["text"][:7]), [0] * 7)
+    before = backbone.queries
+    backbone.score(_prompts(backbone, 3), batch)
+    assert backbone.queries - before == 21
+    backbone.evaluate(_prompts(backbone, 1)[0], [batch, batch])
+    assert backbone.queries - before == 35
+
+
+def test_chunking_keeps_results(backbone, demo, monkeypatch):
+    import fedtext.backbone as bb
+
+    batch = backbone.encode(list(demo.test["text"][:4]), [0, 1, 0, 1])
+    prompts = _prompts(backbone, 6)
+    full = backbone.score(prompts, batch)
+    monkeypatch.setattr(bb, "MAX_TOKENS_PER_CHUNK", 1)  # one prompt per encoder call
+    torch.testing.assert_close(backbone.score(prompts, batch), full, atol=1e-5, rtol=1e-5)
+
+
+def test_losses_is_cross_entropy_per_prompt():
+    logits = torch.tensor([[[2.0, 0.0], [0.0, 2.0]], [[0.0, 0.0], [0.0, 0.0]]])
+    labels = torch.tensor([0, 1])
+    expected0 = -np.log(np.exp(2) / (np.exp(2) + 1))
+    np.testing.assert_allclose(losses(logits, labels).numpy(), [expected0, np.log(2)], rtol=1e-6)
+
+
+def test_projection_is_identical_for_the_same_seed(backbone):
+    a1 = projection(7, 40, 5, 0.05)
+    a2 = projection.__wrapped__(7, 40, 5, 0.05)  # rebuilt, not the cached object
+    np.testing.assert_array_equal(a1, a2)
+    assert not np.allclose(a1, projection.__wrapped__(8, 40, 5, 0.05))
+    assert abs(a2.std() - 0.05 / np.sqrt(5)) < 0.01
+    p0, a = bbt_space(backbone, 4, 10, seed=3)
+    assert p0.shape == (4, backbone.dim) and a.shape == (4 * backbone.dim, 10)
+    z = np.arange(10, dtype=np.float32)
+    np.testing.assert_allclose(project(p0, a, z), p0 + (a @ z).reshape(4, -1), rtol=1e-5, atol=1e-6)
+    assert project(p0, a, np.stack([z, z])).shape == (2, 4, backbone.dim)
+
+
+def test_tied_head_reads_mask_position(demo):
+    bb = Backbone("all-MiniLM-L6-v2", "tied", TASKS["sst2"], 32)
+    batch = bb.encode(list(demo.test["text"][:3]), [0, 1, 0])
+    assert (batch.input_ids[torch.arange(3), batch.mask_pos] == bb.tokenizer.mask_token_id).all()
+    assert bb.score(_prompts(bb, 2), batch).shape == (2, 3, 2)
+
+
+def test_truncation_keeps_the_mask_token():
+    bb = Backbone("all-MiniLM-L6-v2", "tied", TASKS["sst2"], 8)
+    batch = bb.encode(["word " * 200], [1])
+    assert batch.input_ids.shape[1] <= 8 + 8  # text capped at 8 tokens, template on top
+    assert bb.tokenizer.mask_token_id in batch.input_ids[0].tolist()
+
+
+def test_mlm_head_without_mlm_weights_is_a_clear_error():
+    with pytest.raises(ConfigError, match="head=mlm needs a checkpoint with a masked-LM head"):
+        Backbone("all-MiniLM-L6-v2", "mlm", TASKS["sst2"], 32)
+
+
+def test_unloadable_model_offline_is_one_clear_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ConfigError) as err:
+        Backbone("no-such-org/no-such-model-fedtext", "similarity", TASKS["sst2"], 32)
+    assert "cannot load model 'no-such-org/no-such-model-fedtext'" in str(err.value)
+    assert "\n" not in str(err.value)

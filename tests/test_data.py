@@ -1,0 +1,101 @@
+"""Data loading, partitions and few-shot sampling."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedtext.config import ConfigError, RunConfig
+from fedtext.data import client_data, load_local, make_demo, partition_train, sample_shots
+
+
+def test_demo_is_deterministic_multi_domain_and_labelled(demo):
+    again = make_demo()
+    pd.testing.assert_frame_equal(demo.train, again.train)
+    assert demo.domains == ["books", "electronics", "movies", "restaurants"]
+    assert len(demo.train) == 960 and len(demo.test) == 240
+    assert set(demo.train["label"]) == {0, 1}
+    assert demo.train.groupby("domain").size().min() >= 200
+
+
+@pytest.mark.parametrize("partition", ["iid", "dirichlet"])
+def test_partition_sizes_add_up(partition):
+    cfg = RunConfig(partition=partition, alpha=0.5, seed=1)
+    parts = [partition_train(cfg, i, 5) for i in range(5)]
+    assert sum(len(p) for p in parts) == 960
+    texts = pd.concat(parts)["text"]
+    assert texts.index.size == 960  # every row in exactly one partition
+
+
+def _label_concentration(alpha: float) -> float:
+    cfg = RunConfig(partition="dirichlet", alpha=alpha, seed=0)
+    parts = [partition_train(cfg, i, 4) for i in range(4)]
+    return float(np.mean([p["label"].value_counts(normalize=True).max() for p in parts]))
+
+
+def test_small_alpha_concentrates_labels():
+    skewed, balanced = _label_concentration(0.05), _label_concentration(100.0)
+    assert skewed > 0.85 > balanced
+    assert balanced < 0.65
+
+
+def test_domain_partition_gives_one_client_per_domain():
+    cfg = RunConfig(partition="domain")
+    domains = [set(partition_train(cfg, i, 4)["domain"]) for i in range(4)]
+    assert all(len(d) == 1 for d in domains)
+    assert set.union(*domains) == {"books", "electronics", "movies", "restaurants"}
+    with pytest.raises(ConfigError, match="one client per domain: 4 domains"):
+        partition_train(cfg, 0, 3)
+
+
+def test_few_shot_sampling_and_local_test_split():
+    cfg = RunConfig(shots_per_class=5, client_test_size=16)
+    data = client_data(cfg, 1, 4)
+    assert data.train["label"].value_counts().to_dict() == {0: 5, 1: 5}
+    assert len(data.test) == 16
+    assert len(data.train) + len(data.test) + len(data.unlabeled) == len(partition_train(cfg, 1, 4))
+    assert not set(data.train["text"]) & set(data.test["text"]) - set(data.unlabeled["text"])
+
+
+def test_rare_class_gets_what_it_has():
+    df = pd.DataFrame({"text": list("abcdefg"), "label": [0, 0, 0, 0, 0, 1, 1]})
+    picked = sample_shots(df, 3, np.random.default_rng(0))
+    assert sorted(df.iloc[picked]["label"]) == [0, 0, 0, 1, 1]
+
+
+def test_local_directory_formats_and_domains(tmp_path):
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    pd.DataFrame({"text": ["good", "bad"], "label": [1, 0]}).to_csv(flat / "train.csv", index=False)
+    pd.DataFrame({"text": ["fine"], "label": [1]}).to_json(flat / "dev.jsonl", orient="records", lines=True)
+    splits = load_local(flat)
+    assert list(splits.train["text"]) == ["good", "bad"] and list(splits.test["label"]) == [1]
+    nested = tmp_path / "nested"
+    for dom in ("a", "b"):
+        (nested / dom).mkdir(parents=True)
+        (nested / dom / "train.tsv").write_text("text\tlabel\nx \"quoted\"\t1\ny\t0\n")
+        (nested / dom / "test.tsv").write_text("text\tlabel\nz\t1\n")
+    splits = load_local(nested)
+    assert splits.domains == ["a", "b"] and len(splits.train) == 4
+    assert 'x "quoted"' in set(splits.train["text"])
+
+
+def test_local_directory_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no train"):
+        load_local(tmp_path)
+    pd.DataFrame({"sentence": ["x"], "label": [0]}).to_csv(tmp_path / "train.csv", index=False)
+    pd.DataFrame({"sentence": ["x"], "label": [0]}).to_csv(tmp_path / "test.csv", index=False)
+    with pytest.raises(ConfigError, match=r"missing column\(s\) \['text'\]"):
+        load_local(tmp_path)
+
+
+def test_hub_name_offline_is_one_clear_line(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    from fedtext.data import load_hub
+
+    with pytest.raises(ConfigError) as err:
+        load_hub("no-such-user/no-such-dataset-fedtext")
+    assert "cannot load dataset 'no-such-user/no-such-dataset-fedtext'" in str(err.value)
+    assert "\n" not in str(err.value)

@@ -1,0 +1,109 @@
+"""Server side on mock client results: FedAvg math, validation, bytes, records."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from flwr.common import Code, FitRes, Status
+
+from fedtext import comm
+from fedtext.config import RunConfig
+from fedtext.records import RunRecorder
+from fedtext.tasks import TASKS
+from strategies import BBTFed, FedPrompt
+
+D = 6  # intrinsic dim of the mock runs
+
+
+def fit_res(arrays, n, pid, **metrics):
+    return (
+        SimpleNamespace(cid=str(pid)),
+        FitRes(Status(Code.OK, ""), comm.encode(arrays), n, {"partition_id": pid, "train_loss": 0.5, **metrics}),
+    )
+
+
+@pytest.fixture()
+def bbt(backbone, tmp_path):
+    cfg = RunConfig(method="bbt-fed", intrinsic_dim=D, prompt_length=2, max_length=64, output_dir=str(tmp_path))
+    recorder = RunRecorder(tmp_path, cfg.to_run_config())
+    strat = BBTFed(cfg, TASKS["demo"], evaluator=None, recorder=recorder)
+    strat.global_arrays = strat.initial_arrays()
+    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    return strat
+
+
+def test_fedavg_of_z_is_example_weighted(bbt):
+    z1, z2 = np.arange(D, dtype=np.float32), np.ones(D, np.float32) * 4
+    params, _ = bbt.aggregate_fit(1, [fit_res([z1], 1, 0), fit_res([z2], 3, 1)], [])
+    expected = (1 * z1 + 3 * z2) / 4  # hand-computed weighted mean
+    np.testing.assert_allclose(comm.decode(params)[0], expected, rtol=1e-6)
+    np.testing.assert_allclose(bbt.global_arrays[0], expected, rtol=1e-6)
+
+
+def test_bad_uploads_are_dropped_and_the_round_goes_on(bbt, caplog):
+    good = np.full(D, 2.0, np.float32)
+    nan = good.copy()
+    nan[0] = np.nan
+    results = [
+        fit_res([good], 2, 0),
+        fit_res([nan], 2, 1),
+        fit_res([np.zeros(D + 1, np.float32)], 2, 2),
+        fit_res([good.astype(np.float64)], 2, 3),
+        fit_res([good], 0, 4),
+    ]
+    with caplog.at_level("WARNING", logger="fedtext"):
+        params, _ = bbt.aggregate_fit(1, results, [RuntimeError("client crashed")])
+    np.testing.assert_allclose(comm.decode(params)[0], good)
+    reasons = {d["client"]: d["reason"] for d in bbt._round["dropped"]}
+    assert "non-finite" in reasons["1"] and "shape (7,)" in reasons["2"]
+    assert "dtype float64" in reasons["3"] and "num_examples=0" in reasons["4"]
+    assert "client crashed" in reasons["?"]
+    assert bbt._round["num_clients"] == 1
+    assert "dropped client 1" in caplog.text
+
+
+def test_all_bad_keeps_the_global_model(bbt):
+    params, _ = bbt.aggregate_fit(1, [fit_res([np.full(D, np.nan, np.float32)], 2, 0)], [])
+    assert params is None
+    np.testing.assert_array_equal(bbt.global_arrays[0], np.zeros(D, np.float32))
+
+
+def test_bounded_z_out_of_range_is_dropped(backbone, tmp_path):
+    cfg = RunConfig(method="bbt-fed", intrinsic_dim=D, prompt_length=2, max_length=64, bound=1.0)
+    strat = BBTFed(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    params, _ = strat.aggregate_fit(1, [fit_res([np.full(D, 3.0, np.float32)], 2, 0)], [])
+    assert params is None and "above 1.0" in strat._round["dropped"][0]["reason"]
+
+
+def test_bytes_are_recorded_per_round_and_written(bbt, tmp_path):
+    z = np.zeros(D, np.float32)
+    bbt.aggregate_fit(1, [fit_res([z], 1, 0), fit_res([z], 1, 1)], [])
+    bbt._write_round()
+    record = json.loads((bbt.recorder.dir / "rounds.jsonl").read_text().splitlines()[-1])
+    assert record["bytes_up"] == 2 * (D * 4 + comm.NPY_HEADER_BYTES)
+    assert record["bytes_up_per_client"] == D * 4 + 128
+    assert record["num_clients"] == 2 and record["round"] == 1
+
+
+def test_fedprompt_averages_prompts(backbone):
+    cfg = RunConfig(method="fedprompt", prompt_length=2, max_length=64)
+    strat = FedPrompt(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    assert strat.global_arrays[0].shape == (2, backbone.dim)
+    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    a, b = np.zeros((2, backbone.dim), np.float32), np.ones((2, backbone.dim), np.float32)
+    params, _ = strat.aggregate_fit(1, [fit_res([a], 1, 0), fit_res([b], 1, 1)], [])
+    np.testing.assert_allclose(comm.decode(params)[0], 0.5)
+    np.testing.assert_array_equal(strat.prompt_of([b]), b)
+
+
+def test_clients_per_round_sampling(backbone):
+    cfg = RunConfig(method="fedprompt", clients_per_round=3, max_length=64)
+    strat = FedPrompt(cfg, TASKS["demo"])
+    assert strat.num_fit_clients(10) == (3, 1)
+    assert FedPrompt(RunConfig(max_length=64), TASKS["demo"]).num_fit_clients(10) == (10, 1)
