@@ -164,7 +164,7 @@ class Backbone:
             self.prefix_ids: list[int] = []
             self.suffix_ids: list[int] = []
             descriptions = self.encode(list(self.task.descriptions), [0] * self.task.num_classes)
-            with torch.inference_mode():
+            with torch.no_grad():  # not inference_mode: fedprompt back-propagates through them
                 hidden = self.encoder(
                     input_ids=descriptions.input_ids, attention_mask=descriptions.attention_mask
                 ).last_hidden_state

@@ -17,6 +17,7 @@ can be checkpointed.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -192,7 +193,7 @@ class FedTextStrategy(FedAvg):
             else:
                 self._drop(server_round, res.metrics.get("partition_id", proxy.cid), reason)
         for failure in failures:
-            self._drop(server_round, "?", f"client failed: {failure!r}"[:200])
+            self._drop(server_round, "?", f"client failed: {failure_reason(failure)}")
         return valid
 
     def _drop(self, server_round: int, client: Any, reason: str) -> None:
@@ -275,6 +276,13 @@ class FedTextStrategy(FedAvg):
             self.recorder.log_round(record)
             if record["round"] == self.cfg.num_server_rounds:
                 self.recorder.finish("finished")
+
+
+def failure_reason(failure: Any) -> str:
+    """The last ``SomethingError: ...`` line of a client failure, without ANSI colours."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(failure[1] if isinstance(failure, tuple) else failure))
+    lines = [ln.strip() for ln in re.split(r"\\n|\n", text) if re.search(r"\w(Error|Exception)\b:?", ln)]
+    return (lines[-1] if lines else text or type(failure).__name__)[:300]
 
 
 def _mean(xs: list[float]) -> float | None:

@@ -1,0 +1,91 @@
+"""Run records -> pandas tables (used by the compare runner; no browser needed).
+
+Reads only ``<runs>/**/{config,summary}.json`` and ``rounds.jsonl`` as written by
+:mod:`fedtext.records`, so every method appears without changes here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from fedtext.records import load_run, summarize
+
+COLUMNS = {
+    "final_accuracy": "final acc",
+    "best_accuracy": "best acc",
+    "initial_accuracy": "round-0 acc",
+    "final_client_accuracy_mean": "client acc",
+    "kb_up_per_client_round": "KB up / client-round",
+    "kb_down_per_client_round": "KB down / client-round",
+    "mb_up": "MB up (total)",
+    "mb_down": "MB down (total)",
+    "model_queries": "model queries",
+    "peak_client_rss_mb": "peak client MB",
+    "wall_time_s": "wall s",
+}
+
+
+def load_runs(root: str | Path) -> pd.DataFrame:
+    """One row per run directory under ``root`` (any depth); unfinished runs included."""
+    rows = []
+    for cfg_path in sorted(Path(root).rglob("config.json")):
+        run = load_run(cfg_path.parent)
+        if run["config"] is None:
+            continue
+        cfg = run["config"].get("config", {})
+        summary = run["summary"] or {**summarize(run["rounds"]), "status": "running"}
+        rows.append(
+            {
+                "run_id": run["config"].get("run_id", cfg_path.parent.name),
+                "method": cfg.get("method"),
+                "dataset": Path(str(cfg.get("dataset"))).name,
+                "partition": cfg.get("partition"),
+                "alpha": cfg.get("alpha"),
+                "seed": cfg.get("seed"),
+                "status": summary.get("status"),
+                "rounds_done": summary.get("rounds_done"),
+                "initial_accuracy": summary.get("initial_accuracy"),
+                "final_accuracy": summary.get("final_accuracy"),
+                "best_accuracy": summary.get("best_accuracy"),
+                "final_client_accuracy_mean": summary.get("final_client_accuracy_mean"),
+                "kb_up_per_client_round": (summary.get("mean_bytes_up_per_client") or 0) / 1024,
+                "kb_down_per_client_round": (summary.get("mean_bytes_down_per_client") or 0) / 1024,
+                "mb_up": summary.get("total_bytes_up", 0) / 2**20,
+                "mb_down": summary.get("total_bytes_down", 0) / 2**20,
+                "model_queries": summary.get("total_model_queries"),
+                "peak_client_rss_mb": summary.get("peak_client_rss_mb"),
+                "wall_time_s": summary.get("wall_time_s"),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def compare_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± std over seeds per (method, dataset, partition), formatted as strings."""
+    groups = runs.groupby(["method", "dataset", "partition"], sort=False)
+    out = []
+    for (method, dataset, partition), g in groups:
+        row = {"method": method, "dataset": dataset, "partition": partition, "seeds": len(g)}
+        for col, name in COLUMNS.items():
+            vals = pd.to_numeric(g[col], errors="coerce").dropna()
+            row[name] = _fmt(vals, col)
+        out.append(row)
+    return pd.DataFrame(out)
+
+
+def _fmt(vals: pd.Series, col: str) -> str:
+    if vals.empty:
+        return "-"
+    digits = 3 if "accuracy" in col else (0 if col in ("model_queries", "peak_client_rss_mb", "wall_time_s") else 2)
+    mean = f"{vals.mean():,.{digits}f}"
+    return mean if len(vals) == 1 else f"{mean} ± {vals.std(ddof=1):,.{digits}f}"
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    """A GitHub markdown table (no extra dependency)."""
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,103 @@
+"""Each method end to end through Flower's simulation engine (Ray), and ``flwr run .``.
+
+Sized for CI on 2 cores: tiny prompts, few shots, 2 rounds, 2 clients.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedtext.comm import NPY_HEADER_BYTES
+from fedtext.records import ROUND_FIELDS
+
+from .conftest import REPO
+
+TINY = "num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 local-steps=2"
+PER_METHOD = {
+    "fedprompt": ("batch-size=8", 4 * 384 * 4 + NPY_HEADER_BYTES),  # T*D float32
+    "bbt-fed": ("popsize=4 intrinsic-dim=20", 20 * 4 + NPY_HEADER_BYTES),  # d float32
+}
+
+
+def _env() -> dict[str, str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _only_run(root: Path) -> Path:
+    runs = [p.parent for p in root.rglob("config.json")]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(PER_METHOD))
+def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
+    extra, bytes_per_client = PER_METHOD[method]
+    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", "2", "--run-config",
+           f"method={method} {TINY} {extra} output-dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = _only_run(tmp_path)
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [0, 1, 2]
+    for r in rounds:
+        assert set(ROUND_FIELDS) <= set(r)
+    for r in rounds[1:]:
+        assert r["num_clients"] == 2 and r["dropped"] == []
+        assert r["bytes_up_per_client"] == bytes_per_client == r["bytes_down_per_client"]
+        assert r["bytes_up"] == 2 * bytes_per_client
+        assert 0.0 <= r["global_accuracy"] <= 1.0
+        assert set(r["client_accuracy"]) == {"0", "1"}
+        assert r["model_queries"] > 0 and r["client_peak_rss_mb"] > 100
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["rounds_done"] == 2
+    assert json.loads((run / "config.json").read_text())["config"]["method"] == method
+    assert "fedtext round 2/2" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_compare_runner_writes_one_table(tmp_path):
+    exp = tmp_path / "exp.toml"
+    exp.write_text(
+        'methods = ["fedprompt", "bbt-fed"]\nseeds = [0]\nnum-supernodes = 2\n[run-config]\n'
+        + "\n".join(f"{k} = {v}" for k, v in (kv.split("=") for kv in TINY.split()))
+        + '\nnum-server-rounds = 1\n[method.bbt-fed]\npopsize = 4\nintrinsic-dim = 20\n'
+    )
+    proc = subprocess.run([sys.executable, "-m", "simulations.compare", str(exp), "--out", str(tmp_path / "out")],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| fedprompt | demo | iid | 1 |" in table and "| bbt-fed | demo | iid | 1 |" in table
+    csv = (tmp_path / "out" / "table.csv").read_text().splitlines()
+    assert len(csv) == 3 and "KB up / client-round" in csv[0]
+
+
+def test_compare_runner_rejects_a_bad_experiment(tmp_path):
+    exp = tmp_path / "bad.toml"
+    exp.write_text('methods = ["fedsgd"]\n')
+    proc = subprocess.run([sys.executable, "-m", "simulations.compare", str(exp)], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "unknown method 'fedsgd'" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flwr", path=str(Path(sys.executable).parent)) is None, reason="flwr CLI not installed")
+def test_flwr_run_on_demo_defaults_completes(tmp_path):
+    """README's first command, shortened to one round: ``flwr run . --stream``."""
+    cmd = [str(Path(sys.executable).parent / "flwr"), "run", ".", "--stream",
+           "--run-config", f"num-server-rounds=1 output-dir='{tmp_path}'"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "fedtext round 1/1" in out
+    summary = json.loads((_only_run(tmp_path) / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["final_accuracy"] is not None
