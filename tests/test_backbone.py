@@ -105,3 +105,10 @@ def test_unloadable_model_offline_is_one_clear_line(monkeypatch):
         Backbone("no-such-org/no-such-model-fedtext", "similarity", TASKS["sst2"], 32)
     assert "cannot load model 'no-such-org/no-such-model-fedtext'" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_bench_script_prints_both_rates():
+    from simulations.bench_score import bench
+
+    plain, scored = bench(p=2, b=4, t=2, repeats=1)
+    assert plain > 0 and scored > 0

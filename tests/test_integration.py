@@ -67,10 +67,11 @@ def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
 @pytest.mark.slow
 def test_compare_runner_writes_one_table(tmp_path):
     exp = tmp_path / "exp.toml"
+    shared = {**dict(kv.split("=") for kv in TINY.split()), "num-server-rounds": "1"}
     exp.write_text(
         'methods = ["fedprompt", "bbt-fed"]\nseeds = [0]\nnum-supernodes = 2\n[run-config]\n'
-        + "\n".join(f"{k} = {v}" for k, v in (kv.split("=") for kv in TINY.split()))
-        + '\nnum-server-rounds = 1\n[method.bbt-fed]\npopsize = 4\nintrinsic-dim = 20\n'
+        + "\n".join(f"{k} = {v}" for k, v in shared.items())
+        + '\n[method.bbt-fed]\npopsize = 4\nintrinsic-dim = 20\n'
     )
     proc = subprocess.run([sys.executable, "-m", "simulations.compare", str(exp), "--out", str(tmp_path / "out")],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
