@@ -22,7 +22,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -99,12 +99,17 @@ class Backbone:
     max_length
         Tokens kept per text (the template and prompt come on top).
     trainable
-        ``"none"`` (frozen, prompt methods), ``"all"`` (full fine-tuning). Later
-        methods (FeS) set finer patterns on ``self.encoder`` directly.
+        ``"none"`` (frozen, prompt methods), ``"all"`` (full fine-tuning) or a
+        predicate on parameter names (partial training); see :meth:`set_trainable`.
     """
 
     def __init__(
-        self, model: str, head: str, task: Task, max_length: int = 128, trainable: str = "none"
+        self,
+        model: str,
+        head: str,
+        task: Task,
+        max_length: int = 128,
+        trainable: str | Callable[[str], bool] = "none",
     ) -> None:
         from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
@@ -147,12 +152,26 @@ class Backbone:
         self._prepare_head()
 
     # ------------------------------------------------------------------ set-up
-    def set_trainable(self, trainable: str) -> None:
-        """Freeze (``none``) or unfreeze (``all``) the encoder weights."""
-        if trainable not in ("none", "all"):
-            raise ValueError(f"trainable must be 'none' or 'all', got {trainable!r}")
-        for p in (self.mlm or self.encoder).parameters():
-            p.requires_grad_(trainable == "all")
+    def set_trainable(self, trainable: str | Callable[[str], bool]) -> None:
+        """Choose which encoder weights train.
+
+        ``"none"``: frozen (prompt methods); ``"all"``: full fine-tuning (``fedavg``,
+        FedDRS); or a predicate on parameter names for partial training, e.g. FeS's
+        depth/capacity co-planning ``lambda n: "layer.5." in n or n.endswith(".bias")``.
+        Frozen weights never get gradients, so back-propagation stores nothing for them.
+        """
+        if callable(trainable):
+            wants = trainable
+        elif trainable in ("none", "all"):
+            wants = lambda _name: trainable == "all"  # noqa: E731
+        else:
+            raise ValueError(f"trainable must be 'none', 'all' or a predicate, got {trainable!r}")
+        for name, p in (self.mlm or self.encoder).named_parameters():
+            p.requires_grad_(bool(wants(name)))
+
+    def trainable_parameters(self) -> list[torch.nn.Parameter]:
+        """Encoder weights that currently receive gradients."""
+        return [p for p in (self.mlm or self.encoder).parameters() if p.requires_grad]
 
     def _prepare_head(self) -> None:
         tok = self.tokenizer

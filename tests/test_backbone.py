@@ -112,3 +112,17 @@ def test_bench_script_prints_both_rates():
 
     plain, scored = bench(p=2, b=4, t=2, repeats=1)
     assert plain > 0 and scored > 0
+
+
+def test_trainable_modes_frozen_partial_full():
+    bb = Backbone("all-MiniLM-L6-v2", "similarity", TASKS["demo"], 32)
+    assert bb.trainable_parameters() == []
+    total = sum(1 for _ in bb.encoder.parameters())
+    bb.set_trainable(lambda name: "layer.5." in name or name.endswith(".bias"))
+    names = [n for n, p in bb.encoder.named_parameters() if p.requires_grad]
+    assert names and all("layer.5." in n or n.endswith(".bias") for n in names)
+    assert any(n.startswith("encoder.layer.0.") and n.endswith(".bias") for n in names)
+    bb.set_trainable("all")
+    assert len(bb.trainable_parameters()) == total
+    with pytest.raises(ValueError, match="trainable must be"):
+        bb.set_trainable("some")
