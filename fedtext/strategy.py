@@ -36,6 +36,8 @@ from fedtext.tasks import Task
 
 log = logging.getLogger("fedtext")
 
+CONNECT_TIMEOUT_S = 60  # how long round 0 waits for clients-per-round clients to connect
+
 
 class Evaluator:
     """Server-side evaluation of a global prompt on the (sub-sampled) test split."""
@@ -120,15 +122,24 @@ class FedTextStrategy(FedAvg):
 
     # ---------------------------------------------------------- Flower hooks
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        """Check clients-per-round against the connected clients, then send round-0 arrays."""
-        self.cfg.check_num_clients(client_manager.num_available())
+        """Check clients-per-round against the connected clients, then send round-0 arrays.
+
+        SuperNodes may still be connecting (real devices, or the simulation engine
+        registering its nodes), so wait up to ``CONNECT_TIMEOUT_S`` for enough of them.
+        """
+        if self.cfg.clients_per_round:
+            client_manager.wait_for(self.cfg.clients_per_round, timeout=CONNECT_TIMEOUT_S)
+            self.cfg.check_num_clients(client_manager.num_available())
         self.global_arrays = [np.asarray(a) for a in self.initial_arrays()]
         return comm.encode(self.global_arrays)
 
     def num_fit_clients(self, num_available_clients: int) -> tuple[int, int]:
-        """``clients-per-round`` of the connected clients (0 = all of them)."""
+        """``clients-per-round`` of the connected clients (0 = all of them).
+
+        Returns (sample size, clients to wait for before sampling).
+        """
         n = self.cfg.clients_per_round or num_available_clients
-        return min(n, num_available_clients), 1
+        return min(n, num_available_clients), max(1, self.cfg.clients_per_round)
 
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager

@@ -105,5 +105,22 @@ def test_fedprompt_averages_prompts(backbone):
 def test_clients_per_round_sampling(backbone):
     cfg = RunConfig(method="fedprompt", clients_per_round=3, max_length=64)
     strat = FedPrompt(cfg, TASKS["demo"])
-    assert strat.num_fit_clients(10) == (3, 1)
+    assert strat.num_fit_clients(10) == (3, 3)  # sample 3, and wait for 3 to be connected
     assert FedPrompt(RunConfig(max_length=64), TASKS["demo"]).num_fit_clients(10) == (10, 1)
+
+
+def test_too_few_connected_clients_is_a_config_error(backbone, monkeypatch):
+    import fedtext.strategy as fs
+    from flwr.server import SimpleClientManager
+
+    from fedtext.config import ConfigError
+
+    monkeypatch.setattr(fs, "CONNECT_TIMEOUT_S", 0.1)
+    manager = SimpleClientManager()
+    for cid in ("a", "b"):
+        manager.register(SimpleNamespace(cid=cid))
+    strat = FedPrompt(RunConfig(method="fedprompt", clients_per_round=3, max_length=64), TASKS["demo"])
+    with pytest.raises(ConfigError, match="clients-per-round=3 exceeds the 2 connected clients"):
+        strat.initialize_parameters(manager)
+    ok = FedPrompt(RunConfig(method="fedprompt", clients_per_round=2, max_length=64), TASKS["demo"])
+    assert ok.initialize_parameters(manager) is not None
