@@ -66,9 +66,11 @@ def run_one(overrides: dict[str, Any], num_supernodes: int, log_path: Path) -> i
     pairs = " ".join(f"{k}={_quote(v)}" for k, v in overrides.items())
     cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(num_supernodes), "--run-config", pairs]
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines as they happen
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         for line in proc.stdout:  # progress lines to the console, everything to the log
             log.write(line)
+            log.flush()
             if "fedtext round" in line or "configuration error" in line or "Error" in line:
                 print("   ", line.split("fedtext ", 1)[-1].rstrip(), flush=True)
         return proc.wait()
