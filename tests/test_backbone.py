@@ -126,3 +126,29 @@ def test_trainable_modes_frozen_partial_full():
     assert len(bb.trainable_parameters()) == total
     with pytest.raises(ValueError, match="trainable must be"):
         bb.set_trainable("some")
+
+
+def test_mlm_head_on_a_local_mlm_checkpoint(tmp_path):
+    """A tiny random BERT-MLM saved locally: loads by path, scores through its MLM head."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from fedtext.backbone import resolve_model_path
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1,
+                     num_attention_heads=2, intermediate_size=64)
+    torch.manual_seed(0)
+    BertForMaskedLM(cfg).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    bb = Backbone(str(tmp_path), "mlm", TASKS["ag_news"], 32)  # template puts [MASK] first
+    batch = bb.encode(["stocks fell sharply", "the team won the cup again"], [2, 1])
+    prompts = np.random.default_rng(0).normal(size=(3, 2, 32)).astype(np.float32)
+    logits = bb.score(prompts, batch)
+    assert logits.shape == (3, 2, 4)
+    # hand-computed: full MLM logits at [MASK], restricted to the verbalizer tokens
+    ids = batch.input_ids[1]
+    emb = bb.embeddings(ids)
+    x = torch.cat([emb[:1], torch.as_tensor(prompts[2]), emb[1:]])[None]
+    with torch.inference_mode():
+        full = bb.mlm(inputs_embeds=x).logits[0, int(batch.mask_pos[1]) + 2]
+    torch.testing.assert_close(logits[2, 1], full[bb.verbalizer_ids], atol=1e-4, rtol=1e-4)
