@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import cma
 import numpy as np
 from flwr.common import NDArrays, Scalar
 
 from fedtext.backbone import losses
+from fedtext.blackbox import WhitenedCMA
 from fedtext.client import FedTextClient, client_seed
 from fedtext.prompts import bbt_space, project
 
@@ -16,8 +16,9 @@ class BBTFedClient(FedTextClient):
 
     Every population of ``popsize`` candidate prompts ``p0 + A z_i`` is scored in one
     batched forward over the client's shots; the fitness is the mean cross-entropy.
-    The upload is the search mean after the last ``tell`` (the distribution's centre,
-    which is what averaging across clients is meant to combine).
+    ``bbt-fed-average=z`` (BBT-Fed): start at N(z, sigma0^2 I), upload the final search
+    mean. ``z-sigma-C`` (FedBPT Fig. 2's contrast): start at the downloaded (z, sigma, C)
+    and upload the final (z, sigma, C), which the server averages.
     """
 
     def __init__(self, *args, **kwargs) -> None:
@@ -27,24 +28,23 @@ class BBTFedClient(FedTextClient):
 
     def train(self, arrays: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, float]:
         cfg = self.cfg
-        opts = {
-            "popsize": cfg.popsize,
-            "seed": client_seed(cfg, self.partition_id, int(config.get("server_round", 0))),
-            "verbose": -9,
-        }
-        if cfg.bound:
-            opts["bounds"] = [-cfg.bound, cfg.bound]
-        es = cma.CMAEvolutionStrategy(np.asarray(arrays[0], dtype=np.float64), cfg.sigma0, opts)
+        full = cfg.bbt_fed_average == "z-sigma-C"
+        es = WhitenedCMA(
+            mean=arrays[0],
+            sigma=float(arrays[1][0]) if full else cfg.sigma0,
+            cov=np.asarray(arrays[2], dtype=np.float64) if full else None,
+            popsize=cfg.popsize,
+            seed=client_seed(cfg, self.partition_id, int(config.get("server_round", 0))),
+            bound=cfg.bound,
+        )
         labels = self.train_batch.labels
         for _ in range(cfg.local_steps):
-            candidates = np.asarray(es.ask())  # [popsize, d]
-            fitness = losses(self.backbone.score(project(self.p0, self.A, candidates), self.train_batch), labels)
-            es.tell(list(candidates), fitness.tolist())
-        z = np.asarray(es.mean, dtype=np.float32)
-        if cfg.bound:
-            z = np.clip(z, -cfg.bound, cfg.bound)
+            candidates = es.ask()  # [popsize, d]
+            es.tell(losses(self.backbone.score(project(self.p0, self.A, candidates), self.train_batch), labels))
+        z = es.mean.astype(np.float32)
         final = float(losses(self.backbone.score(self.prompt_of([z])[None], self.train_batch), labels)[0])
-        return [z], len(self.train_batch), final
+        upload = [z, np.array([es.sigma], np.float32), es.cov.astype(np.float32)] if full else [z]
+        return upload, len(self.train_batch), final
 
     def prompt_of(self, arrays: NDArrays) -> np.ndarray:
         return project(self.p0, self.A, arrays[0])

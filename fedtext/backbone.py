@@ -252,8 +252,8 @@ class Backbone:
         """Standard deviation of the entries of e(V) (scale for random projections)."""
         return float(self.embeddings.weight.detach().float().std())
 
-    def natural_token_ids(self) -> np.ndarray:
-        """Ids of ordinary word tokens (no specials, no ``[unused]``, alphabetic)."""
+    @functools.cached_property
+    def _natural_ids(self) -> np.ndarray:
         special = set(self.tokenizer.all_special_ids)
         vocab = self.tokenizer.convert_ids_to_tokens(list(range(self.embeddings.weight.shape[0])))
         ok = [
@@ -262,6 +262,28 @@ class Backbone:
             if i not in special and t.lstrip("Ġ▁#").isalpha() and not t.startswith("[")
         ]
         return np.array(ok, dtype=np.int64)
+
+    def natural_token_ids(self) -> np.ndarray:
+        """Ids of ordinary word tokens (no specials, no ``[unused]``, alphabetic)."""
+        return self._natural_ids
+
+    def perturb(self, batch: EncodedBatch, keep_rate: float, rng: np.random.Generator) -> EncodedBatch:
+        """``X * M + X_hat * (1 - M)`` on the text tokens (FedBPT Alg. 1 lines 12-16).
+
+        Each text token is kept with probability ``keep_rate`` (the mask M) and
+        otherwise replaced by a random natural token (X_hat). [CLS], [SEP], padding
+        and the template (with its [MASK]) are never touched. ``keep_rate=1`` returns
+        the batch unchanged.
+        """
+        if keep_rate >= 1:
+            return batch
+        ids = batch.input_ids
+        pos = torch.arange(ids.shape[1])
+        end = batch.attention_mask.sum(1, keepdim=True) - 1 - len(self.suffix_ids)  # first suffix/[SEP] slot
+        text = (pos >= 1 + len(self.prefix_ids)) & (pos < end)
+        drop = torch.as_tensor(rng.random(ids.shape) >= keep_rate) & text
+        random_ids = torch.as_tensor(rng.choice(self._natural_ids, size=ids.shape))
+        return EncodedBatch(torch.where(drop, random_ids, ids), batch.attention_mask, batch.labels, batch.mask_pos)
 
     def initial_prompt(self, length: int, seed: int) -> np.ndarray:
         """p0: embeddings of ``length`` natural tokens drawn with ``seed`` (``[T, D]``).

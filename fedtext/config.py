@@ -23,6 +23,8 @@ from typing import Any
 
 PARTITIONS = ("iid", "dirichlet", "domain")
 HEADS = ("similarity", "tied", "mlm")
+BBT_FED_AVERAGES = ("z", "z-sigma-C")
+FEDBPT_DOWNLOADS = ("full", "compact")
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 
@@ -64,6 +66,10 @@ class RunConfig:
     popsize: int = 10
     sigma0: float = 1.0
     bound: float = 0.0
+    bbt_fed_average: str = "z"
+    # fedbpt
+    keep_rate: float = 0.9
+    fedbpt_download: str = "full"
 
     # ------------------------------------------------------------------ parsing
     @classmethod
@@ -143,6 +149,13 @@ class RunConfig:
             raise ConfigError(f"sigma0 must be > 0, got {self.sigma0}")
         if self.popsize < 2:
             raise ConfigError(f"popsize must be >= 2 (CMA-ES needs a population), got {self.popsize}")
+        if not 0 < self.keep_rate <= 1:
+            raise ConfigError(f"keep-rate must be in (0, 1], got {self.keep_rate}")
+        choices = {"bbt-fed-average": (self.bbt_fed_average, BBT_FED_AVERAGES),
+                   "fedbpt-download": (self.fedbpt_download, FEDBPT_DOWNLOADS)}
+        for key, (value, allowed) in choices.items():
+            if value not in allowed:
+                raise ConfigError(f"unknown {key} '{value}'; choose one of: {', '.join(allowed)}")
         if self.partition not in PARTITIONS:
             raise ConfigError(
                 f"unknown partition '{self.partition}'; choose one of: {', '.join(PARTITIONS)}"

@@ -41,6 +41,7 @@ ROUND_FIELDS = (
     "server_queries",  # sequences the server evaluated this round
     "client_peak_rss_mb",  # max over clients of the peak resident memory of their process
     "train_loss",  # mean of the clients' reported local training losses
+    "method_metrics",  # scalars a method reports from aggregation (e.g. FedBPT's sigma')
     "round_time_s",
     "wall_time_s",  # since the strategy started
 )

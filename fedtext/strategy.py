@@ -112,6 +112,10 @@ class FedTextStrategy(FedAvg):
             comm.ArraySpec(f"array{i}", tuple(a.shape), str(a.dtype)) for i, a in enumerate(self.global_arrays)
         ]
 
+    def check_upload(self, arrays: list[np.ndarray]) -> str | None:
+        """Method-specific checks after :meth:`upload_specs` passed (e.g. sigma > 0)."""
+        return None
+
     def prompt_of(self, arrays: list[np.ndarray]) -> np.ndarray:
         """The ``[T, D]`` prompt that global ``arrays`` stand for (subclasses must override)."""
         raise NotImplementedError
@@ -171,6 +175,7 @@ class FedTextStrategy(FedAvg):
             log.warning("round %d: no valid client result; global model unchanged", server_round)
             return None, {}
         parameters, metrics = self.aggregate(server_round, valid)
+        self._round["method_metrics"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         if parameters is not None:
             self.global_arrays = comm.decode(parameters)
         return parameters, metrics
@@ -196,7 +201,8 @@ class FedTextStrategy(FedAvg):
                 reason = f"num_examples={res.num_examples}"
             else:
                 try:
-                    reason = comm.check_arrays(comm.decode(res.parameters), specs)
+                    arrays = comm.decode(res.parameters)
+                    reason = comm.check_arrays(arrays, specs) or self.check_upload(arrays)
                 except Exception as exc:  # noqa: BLE001 - undecodable payload
                     reason = f"cannot decode upload: {type(exc).__name__}"
             if reason is None:
@@ -280,6 +286,7 @@ class FedTextStrategy(FedAvg):
             "server_queries": r.get("server_queries", 0),
             "client_peak_rss_mb": max(rss) if rss else None,
             "train_loss": r.get("train_loss"),
+            "method_metrics": r.get("method_metrics", {}),
             "round_time_s": round(time.time() - r["t"], 3),
             "wall_time_s": round(time.time() - self._t0, 3),
         }

@@ -4,12 +4,14 @@ Each module holds one ``flwr`` Strategy subclass that cites its paper and states
 what its client must do. ``clients.CLIENTS`` has exactly the same keys.
 """
 
+from strategies.fedbpt import FedBPT
 from strategies.bbt_fed import BBTFed
 from strategies.fedprompt import FedPrompt
 
 STRATEGIES = {
     "fedprompt": FedPrompt,
+    "fedbpt": FedBPT,
     "bbt-fed": BBTFed,
 }
 
-__all__ = ["STRATEGIES", "BBTFed", "FedPrompt"]
+__all__ = ["FedBPT", "STRATEGIES", "BBTFed", "FedPrompt"]

@@ -14,6 +14,10 @@ The server averages the uploaded z weighted by examples (FedAvg's ``aggregate_fi
 
 Bytes per client-round, each way: ``d * 4 + 128`` (d=100: 528 B), where 128 is the
 NPY header per array (:data:`fedtext.comm.NPY_HEADER_BYTES`).
+
+``bbt-fed-average=z-sigma-C`` is the contrast of FedBPT's Figure 2: clients also upload
+their final step size sigma and covariance C and the server averages all three
+(example-weighted, like z) and sends them back; each way ``4 (d + 1 + d^2) + 3*128`` B.
 """
 
 from __future__ import annotations
@@ -34,12 +38,19 @@ class BBTFed(FedTextStrategy):
         self.p0, self.A = bbt_space(self.backbone, cfg.prompt_length, cfg.intrinsic_dim, cfg.seed)
 
     def initial_arrays(self) -> list[np.ndarray]:
-        """z0 = 0, i.e. the round-0 prompt is p0."""
-        return [np.zeros(self.cfg.intrinsic_dim, dtype=np.float32)]
+        """z0 = 0 (the round-0 prompt is p0); with ``z-sigma-C`` also sigma0 and C = I."""
+        d = self.cfg.intrinsic_dim
+        z = np.zeros(d, dtype=np.float32)
+        if self.cfg.bbt_fed_average == "z":
+            return [z]
+        return [z, np.array([self.cfg.sigma0], np.float32), np.eye(d, dtype=np.float32)]
 
     def upload_specs(self) -> list[comm.ArraySpec]:
-        bound = self.cfg.bound or None
-        return [comm.ArraySpec("z", (self.cfg.intrinsic_dim,), "float32", low=-bound if bound else None, high=bound)]
+        d, bound = self.cfg.intrinsic_dim, self.cfg.bound or None
+        specs = [comm.ArraySpec("z", (d,), "float32", low=-bound if bound else None, high=bound)]
+        if self.cfg.bbt_fed_average == "z-sigma-C":
+            specs += [comm.ArraySpec("sigma", (1,), "float32", low=1e-12), comm.ArraySpec("C", (d, d), "float32")]
+        return specs
 
     def prompt_of(self, arrays: list[np.ndarray]) -> np.ndarray:
         return project(self.p0, self.A, arrays[0])

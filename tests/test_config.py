@@ -37,7 +37,7 @@ def test_every_pyproject_key_has_a_comment():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedprompt"),
+        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedbpt, fedprompt"),
         ({"task": "imdb"}, "unknown task 'imdb'"),
         ({"partition": "pathological"}, "unknown partition 'pathological'; choose one of: iid, dirichlet, domain"),
         ({"head": "linear"}, "unknown head 'linear'"),

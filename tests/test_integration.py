@@ -20,9 +20,11 @@ from fedtext.records import ROUND_FIELDS
 from .conftest import REPO
 
 TINY = "num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 local-steps=2"
-PER_METHOD = {
-    "fedprompt": ("batch-size=8", 4 * 384 * 4 + NPY_HEADER_BYTES),  # T*D float32
-    "bbt-fed": ("popsize=4 intrinsic-dim=20", 20 * 4 + NPY_HEADER_BYTES),  # d float32
+PER_METHOD = {  # extra run-config, clients, bytes up and down per client-round
+    "fedprompt": ("batch-size=8", 2, 4 * 384 * 4 + NPY_HEADER_BYTES, None),  # T*D float32 each way
+    "bbt-fed": ("popsize=4 intrinsic-dim=20", 2, 20 * 4 + NPY_HEADER_BYTES, None),  # d float32 each way
+    # up: [z | sigma_1..I | F] = 4 (d + I + 1); down: z, sigma, C = 4 (d + 1 + d^2) + 3 headers
+    "fedbpt": ("popsize=4 intrinsic-dim=20", 3, 4 * (20 + 2 + 1) + NPY_HEADER_BYTES, 4 * (20 + 1 + 400) + 3 * 128),
 }
 
 
@@ -41,8 +43,9 @@ def _only_run(root: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("method", sorted(PER_METHOD))
 def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
-    extra, bytes_per_client = PER_METHOD[method]
-    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", "2", "--run-config",
+    extra, clients, up, down = PER_METHOD[method]
+    down = down or up
+    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(clients), "--run-config",
            f"method={method} {TINY} {extra} output-dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -52,11 +55,11 @@ def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
     for r in rounds:
         assert set(ROUND_FIELDS) <= set(r)
     for r in rounds[1:]:
-        assert r["num_clients"] == 2 and r["dropped"] == []
-        assert r["bytes_up_per_client"] == bytes_per_client == r["bytes_down_per_client"]
-        assert r["bytes_up"] == 2 * bytes_per_client
+        assert r["num_clients"] == clients and r["dropped"] == []
+        assert r["bytes_up_per_client"] == up and r["bytes_down_per_client"] == down
+        assert r["bytes_up"] == clients * up
         assert 0.0 <= r["global_accuracy"] <= 1.0
-        assert set(r["client_accuracy"]) == {"0", "1"}
+        assert set(r["client_accuracy"]) == {str(i) for i in range(clients)}
         assert r["model_queries"] > 0 and r["client_peak_rss_mb"] > 100
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["rounds_done"] == 2

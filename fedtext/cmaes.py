@@ -1,0 +1,141 @@
+"""The server-level CMA-ES step of FedBPT, written out (Algorithm 2, eqs. (4)-(13)).
+
+FedBPT's server treats the clients' uploaded means ``z^k_{t+1}`` as one population
+"sampled" around ``z_t`` and runs one CMA-ES update on it. The step size that
+produced that population is intractable (each client took I local steps), so the
+update uses the corrected step size ``sigma'_t`` of eq. (12)/(13) in its place.
+
+The update is the standard CMA-ES of Hansen (2016, "The CMA Evolution Strategy: A
+Tutorial"), which Algorithm 2 abbreviates, with the equal recombination weights
+``w_i = 1/mu`` that eq. (5) prescribes (so mu_eff = mu):
+
+    y_i      = (z_i - z_t) / sigma'                                  i = 1..mu (best first)
+    <y>      = sum_i y_i / mu            -> z_{t+1} = z_t + sigma' <y>            eq. (5)
+    p_sigma <- (1-c_s) p_sigma + sqrt(c_s (2-c_s) mu) C^{-1/2} <y>                eq. (6)
+    h_sigma  = 1[ |p_sigma| / sqrt(1-(1-c_s)^(2(g+1))) < (1.4 + 2/(n+1)) E|N(0,I)| ]
+    p_c     <- (1-c_c) p_c + h_sigma sqrt(c_c (2-c_c) mu) <y>
+    C       <- (1 - c_1 - c_mu + c_h) C + c_1 p_c p_c^T + c_mu sum_i y_i y_i^T / mu
+               with c_h = (1-h_sigma) c_1 c_c (2-c_c)          (Alg. 2 line 6's c_s term)
+    sigma   <- sigma' exp((c_s/d_s) (|p_sigma| / E|N(0,I)| - 1))
+
+Algorithm 2 line 5 prints ``sigma exp(|p_sigma|/E|N| - 1)``; we keep the tutorial's
+damping ``c_s/d_s`` that the paper's CMA-ES reference uses (without it sigma would
+change by a factor e per unit of path-length deviation).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class CMAState:
+    """Global search distribution N(mean, sigma^2 C) and CMA-ES evolution paths."""
+
+    mean: np.ndarray  # z_t, [n]
+    sigma: float  # sigma_t
+    C: np.ndarray  # C_t, [n, n]
+    p_sigma: np.ndarray  # [n]
+    p_c: np.ndarray  # [n]
+    generation: int = 0
+
+    @classmethod
+    def initial(cls, n: int, sigma0: float, mean: np.ndarray | None = None) -> "CMAState":
+        z = np.zeros(n) if mean is None else np.asarray(mean, dtype=np.float64)
+        return cls(z, float(sigma0), np.eye(n), np.zeros(n), np.zeros(n), 0)
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The state as plain arrays (checkpointing)."""
+        return {
+            "mean": self.mean, "sigma": np.array([self.sigma]), "C": self.C,
+            "p_sigma": self.p_sigma, "p_c": self.p_c, "generation": np.array([self.generation]),
+        }
+
+
+@dataclass(frozen=True)
+class CMAConstants:
+    """Learning rates of CMA-ES for dimension n and mu equal weights (Hansen 2016, Table 1)."""
+
+    n: int
+    mu: int
+    c_sigma: float
+    d_sigma: float
+    c_c: float
+    c_1: float
+    c_mu: float
+    chi_n: float  # E|N(0, I)|
+
+    @classmethod
+    def for_population(cls, n: int, mu: int) -> "CMAConstants":
+        mu_eff = float(mu)  # equal weights 1/mu
+        c_sigma = (mu_eff + 2) / (n + mu_eff + 5)
+        d_sigma = 1 + 2 * max(0.0, np.sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma
+        c_c = (4 + mu_eff / n) / (n + 4 + 2 * mu_eff / n)
+        c_1 = 2 / ((n + 1.3) ** 2 + mu_eff)
+        c_mu = min(1 - c_1, 2 * (mu_eff - 2 + 1 / mu_eff) / ((n + 2) ** 2 + mu_eff))
+        chi_n = np.sqrt(n) * (1 - 1 / (4 * n) + 1 / (21 * n**2))
+        return cls(n, mu, c_sigma, d_sigma, c_c, c_1, max(0.0, c_mu), float(chi_n))
+
+
+def inv_sqrt(C: np.ndarray) -> np.ndarray:
+    """C^{-1/2} of a symmetric positive definite matrix (eigen-decomposition)."""
+    vals, vecs = np.linalg.eigh((C + C.T) / 2)
+    return (vecs / np.sqrt(np.maximum(vals, 1e-20))) @ vecs.T
+
+
+def corrected_sigma(
+    local_sigmas: Sequence[np.ndarray], losses: Sequence[float], popsizes: Sequence[int]
+) -> float:
+    """sigma'_t of FedBPT eq. (12) over the best mu = floor(|S_t|/2) clients.
+
+    ``sigma'^2 = sum_{k in S'} sum_j (sigma^k_{t,j})^2 / (mu * mu_l,k)`` with the local
+    rank ``mu_l,k = lambda_k / 2``. With equal ``lambda_k`` and even ``|S_t|`` this is
+    eq. (4)/(13), ``2 sqrt(sum sum sigma^2 / (|S_t| lambda_k))``; unequal populations are
+    handled per client, as the derivation of eq. (11) allows.
+    """
+    if not (len(local_sigmas) == len(losses) == len(popsizes)) or not losses:
+        raise ValueError("need one sigma list, loss and popsize per client")
+    if any(lam < 2 for lam in popsizes):
+        raise ValueError("every local population must have lambda_k >= 2")
+    mu = max(1, len(losses) // 2)
+    best = np.argsort(np.asarray(losses), kind="stable")[:mu]
+    total = sum(float(np.sum(np.square(local_sigmas[k]))) / (popsizes[k] / 2) for k in best)
+    return float(np.sqrt(total / mu))
+
+
+def server_step(state: CMAState, solutions: np.ndarray, losses: Sequence[float], sigma_prime: float) -> CMAState:
+    """One CMA-ES update of the global distribution (FedBPT Algorithm 2 with sigma').
+
+    Parameters
+    ----------
+    state
+        z_t, sigma_t, C_t and the evolution paths.
+    solutions
+        Uploaded client means ``[|S_t|, n]``.
+    losses
+        Their local losses ``F^k(z^k_{t+1})`` (lower is better).
+    sigma_prime
+        The corrected step size of eq. (12) that replaces sigma_t in the update.
+    """
+    solutions = np.asarray(solutions, dtype=np.float64)
+    n = state.mean.shape[0]
+    mu = max(1, len(solutions) // 2)
+    k = CMAConstants.for_population(n, mu)
+    order = np.argsort(np.asarray(losses), kind="stable")[:mu]  # Alg. 2 line 1
+    y = (solutions[order] - state.mean) / sigma_prime  # [mu, n]
+    y_w = y.mean(0)
+    mean = state.mean + sigma_prime * y_w  # eq. (5): mean of the best mu
+    p_sigma = (1 - k.c_sigma) * state.p_sigma + np.sqrt(k.c_sigma * (2 - k.c_sigma) * mu) * (
+        inv_sqrt(state.C) @ y_w
+    )  # eq. (6)
+    g = state.generation + 1
+    norm = np.linalg.norm(p_sigma)
+    h_sigma = float(norm / np.sqrt(1 - (1 - k.c_sigma) ** (2 * g)) < (1.4 + 2 / (n + 1)) * k.chi_n)
+    p_c = (1 - k.c_c) * state.p_c + h_sigma * np.sqrt(k.c_c * (2 - k.c_c) * mu) * y_w
+    c_h = (1 - h_sigma) * k.c_1 * k.c_c * (2 - k.c_c)
+    C = (1 - k.c_1 - k.c_mu + c_h) * state.C + k.c_1 * np.outer(p_c, p_c) + k.c_mu * (y.T @ y) / mu
+    sigma = sigma_prime * float(np.exp((k.c_sigma / k.d_sigma) * (norm / k.chi_n - 1)))
+    return replace(state, mean=mean, sigma=sigma, C=(C + C.T) / 2, p_sigma=p_sigma, p_c=p_c, generation=g)

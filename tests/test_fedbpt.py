@@ -1,0 +1,204 @@
+"""FedBPT: sigma' (eq. 4/12/13), the server CMA-ES step (Alg. 2), client, validation, bytes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from flwr.common import Code, FitRes, Status
+
+from clients import CLIENTS
+from fedtext import comm
+from fedtext.cmaes import CMAConstants, CMAState, corrected_sigma, server_step
+from fedtext.config import RunConfig
+from fedtext.data import client_data
+from fedtext.tasks import TASKS
+from strategies import STRATEGIES, BBTFed, FedBPT
+
+
+# --------------------------------------------------------------------------- sigma'
+def test_sigma_prime_eq4_hand_computed():
+    sigmas = [np.array([1.0, 1.0]), np.array([0.5, 0.5]), np.array([2.0, 2.0]), np.array([1.0, 0.0])]
+    losses = [0.3, 0.1, 0.4, 0.2]  # best half: clients 1 and 3
+    # eq. (4): 2 sqrt((0.25 + 0.25 + 1 + 0) / (|S|=4 * lambda=4)) = 2 sqrt(1.5/16)
+    assert corrected_sigma(sigmas, losses, [4, 4, 4, 4]) == pytest.approx(2 * np.sqrt(1.5 / 16))
+    assert corrected_sigma(sigmas, losses, [4, 4, 4, 4]) == pytest.approx(0.6123724357)
+
+
+def test_sigma_prime_unequal_populations_and_odd_clients():
+    sigmas = [np.array([1.0, 1.0]), np.array([0.5, 0.5]), np.array([2.0, 2.0]), np.array([1.0, 0.0])]
+    losses = [0.3, 0.1, 0.4, 0.2]
+    # eq. (12) per client: sigma'^2 = (0.5/(4/2) + 1/(8/2)) / mu=2 = (0.25 + 0.25)/2
+    assert corrected_sigma(sigmas, losses, [4, 4, 4, 8]) == pytest.approx(0.5)
+    # |S| = 3 -> mu = 1 (the best client only): sqrt(0.5 / (1 * 4/2))
+    assert corrected_sigma(sigmas[:3], losses[:3], [4, 4, 4]) == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="lambda_k >= 2"):
+        corrected_sigma(sigmas, losses, [4, 1, 4, 4])
+    with pytest.raises(ValueError, match="one sigma list"):
+        corrected_sigma(sigmas, losses[:3], [4, 4, 4, 4])
+
+
+# ------------------------------------------------------------------ server step
+def test_constants_for_n2_mu2_by_hand():
+    k = CMAConstants.for_population(2, 2)
+    assert k.c_sigma == pytest.approx(4 / 9)
+    assert k.d_sigma == pytest.approx(13 / 9)
+    assert k.c_c == pytest.approx(5 / 8)
+    assert k.c_1 == pytest.approx(2 / 12.89)
+    assert k.c_mu == pytest.approx(1 / 18)
+    assert k.chi_n == pytest.approx(np.sqrt(2) * (1 - 1 / 8 + 1 / 84))
+
+
+def test_server_step_equals_hand_written_algorithm2():
+    """n=2, four clients, sigma'=0.5 from C=I, zero paths: every line of Alg. 2 by hand."""
+    z = np.array([[1.0, 0.0], [0.0, 1.0], [3.0, 3.0], [-1.0, 2.0]])
+    losses = [0.2, 0.1, 0.9, 0.5]
+    state = CMAState.initial(2, sigma0=1.0)
+    new = server_step(state, z, losses, sigma_prime=0.5)
+    # line 1-2: best mu=2 are clients 1 (0.1) and 0 (0.2); z' = mean = (0.5, 0.5)
+    np.testing.assert_allclose(new.mean, [0.5, 0.5])
+    # y_i = (z_i - 0)/0.5 -> (0,2), (2,0); <y> = (1,1)
+    c_s, d_s, c_c, c_1, c_mu = 4 / 9, 13 / 9, 5 / 8, 2 / 12.89, 1 / 18
+    chi = np.sqrt(2) * (1 - 1 / 8 + 1 / 84)
+    # line 3 (eq. 6): p_sigma = sqrt(c_s (2 - c_s) * 2) * C^-1/2 <y>, C = I
+    p_sigma = np.sqrt(c_s * (2 - c_s) * 2) * np.array([1.0, 1.0])
+    np.testing.assert_allclose(new.p_sigma, p_sigma)
+    # h_sigma: |p_sigma| / sqrt(1 - (1-c_s)^2) = 1.8856/0.8315 = 2.268 < (1.4 + 2/3) * chi = 2.592 -> 1
+    assert np.linalg.norm(p_sigma) / np.sqrt(1 - (1 - c_s) ** 2) < (1.4 + 2 / 3) * chi
+    p_c = np.sqrt(c_c * (2 - c_c) * 2) * np.array([1.0, 1.0])
+    np.testing.assert_allclose(new.p_c, p_c)
+    # line 6: C' = (1 - c1 - cmu) I + c1 p_c p_c^T + cmu/2 ((0,2)(0,2)^T + (2,0)(2,0)^T)
+    rank_mu = (np.outer([0, 2], [0, 2]) + np.outer([2, 0], [2, 0])) / 2
+    C = (1 - c_1 - c_mu) * np.eye(2) + c_1 * np.outer(p_c, p_c) + c_mu * rank_mu
+    np.testing.assert_allclose(new.C, C)
+    # line 5: sigma = sigma' exp(c_s/d_s (|p_sigma|/chi - 1))
+    assert new.sigma == pytest.approx(0.5 * np.exp(c_s / d_s * (np.linalg.norm(p_sigma) / chi - 1)))
+    assert new.generation == 1
+
+
+def test_server_step_uses_c_inverse_sqrt_and_paths():
+    """Second step from a non-trivial state: C^{-1/2} and path decay enter eq. (6)."""
+    C = np.array([[4.0, 0.0], [0.0, 1.0]])
+    state = CMAState(np.zeros(2), 1.0, C, np.array([0.3, -0.1]), np.array([0.2, 0.2]), generation=1)
+    new = server_step(state, np.array([[2.0, 0.0], [2.0, 0.0]]), [0.0, 1.0], sigma_prime=1.0)
+    # mu = 1: <y> = (2, 0); C^-1/2 <y> = (1, 0)
+    c_s = (1 + 2) / (2 + 1 + 5)
+    expected = (1 - c_s) * np.array([0.3, -0.1]) + np.sqrt(c_s * (2 - c_s) * 1) * np.array([1.0, 0.0])
+    np.testing.assert_allclose(new.p_sigma, expected)
+    np.testing.assert_allclose(new.mean, [2.0, 0.0])
+
+
+# --------------------------------------------------------------------- strategy
+D, STEPS = 6, 3
+
+
+def fit_res(vec, pid, n=4):
+    return (SimpleNamespace(cid=str(pid)),
+            FitRes(Status(Code.OK, ""), comm.encode([np.asarray(vec, np.float32)]), n, {"partition_id": pid}))
+
+
+@pytest.fixture()
+def fedbpt(backbone):
+    cfg = RunConfig(method="fedbpt", intrinsic_dim=D, local_steps=STEPS, popsize=4, prompt_length=2, max_length=64)
+    strat = FedBPT(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    return strat
+
+
+def upload(z, sigmas, loss):
+    return np.concatenate([z, sigmas, [loss]])
+
+
+def test_strategy_round_matches_cmaes_functions(fedbpt):
+    rng = np.random.default_rng(0)
+    zs = rng.normal(size=(4, D))
+    sig = [np.full(STEPS, 0.8), np.full(STEPS, 0.6), np.full(STEPS, 1.0), np.full(STEPS, 0.7)]
+    losses = [0.4, 0.2, 0.9, 0.3]
+    res = [fit_res(upload(zs[k], sig[k], losses[k]), k) for k in range(4)]
+    params, metrics = fedbpt.aggregate_fit(1, res, [])
+    zs32 = zs.astype(np.float32).astype(np.float64)
+    sp = corrected_sigma([s.astype(np.float32) for s in sig], losses, [4] * 4)
+    expected = server_step(CMAState.initial(D, 1.0), zs32, losses, sp)
+    assert metrics["sigma_prime"] == pytest.approx(sp, rel=1e-6)
+    z, sigma, C = comm.decode(params)
+    np.testing.assert_allclose(z, expected.mean, rtol=1e-5)
+    np.testing.assert_allclose(z, (zs32[1] + zs32[3]) / 2, rtol=1e-5)  # eq. (5): best half
+    assert sigma[0] == pytest.approx(expected.sigma, rel=1e-5)
+    np.testing.assert_allclose(C, expected.C, rtol=1e-5)
+
+
+def test_bad_uploads_dropped_round_completes(fedbpt):
+    good = upload(np.ones(D), np.full(STEPS, 0.5), 0.3)
+    nan = good.copy()
+    nan[2] = np.nan
+    neg = upload(np.ones(D), np.array([0.5, -0.1, 0.5]), 0.3)
+    res = [fit_res(good, 0), fit_res(good * 2 + 0, 1), fit_res(nan, 2), fit_res(good[:-1], 3), fit_res(neg, 4)]
+    params, _ = fedbpt.aggregate_fit(1, res, [])
+    assert params is not None and fedbpt._round["num_clients"] == 2
+    reasons = {d["client"]: d["reason"] for d in fedbpt._round["dropped"]}
+    assert "non-finite" in reasons["2"] and "shape" in reasons["3"] and "step sizes must be > 0" in reasons["4"]
+
+
+def test_download_modes_and_bytes(fedbpt, backbone):
+    full = comm.payload_bytes(comm.encode(fedbpt.download()))
+    assert full == 4 * (D + 1 + D * D) + 3 * comm.NPY_HEADER_BYTES
+    compact = FedBPT(fedbpt.cfg.replace(fedbpt_download="compact"), TASKS["demo"])
+    assert comm.payload_bytes(comm.encode(compact.download())) == 4 * (D + 1) + 2 * comm.NPY_HEADER_BYTES
+    up = comm.encode([upload(np.ones(D), np.ones(STEPS), 0.1).astype(np.float32)])
+    assert comm.payload_bytes(up) == 4 * (D + STEPS + 1) + comm.NPY_HEADER_BYTES
+
+
+# ----------------------------------------------------------------------- client
+@pytest.mark.parametrize("download", ["full", "compact"])
+def test_client_returns_finite_correctly_shaped_upload(download, backbone):
+    cfg = RunConfig(method="fedbpt", intrinsic_dim=20, local_steps=2, popsize=4, prompt_length=4,
+                    max_length=48, shots_per_class=4, client_test_size=8, fedbpt_download=download)
+    strat = FedBPT(cfg, TASKS["demo"])
+    client = CLIENTS["fedbpt"](cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    (up,), n, metrics = client.fit(strat.initial_arrays(), {"server_round": 1})
+    assert up.shape == (20 + 2 + 1,) and up.dtype == np.float32 and np.isfinite(up).all()
+    assert up[20] == pytest.approx(cfg.sigma0)  # sigma_{t,1} = the downloaded sigma_t
+    assert (up[20:22] > 0).all() and n == 8
+    assert up[-1] == pytest.approx(metrics["train_loss"])
+    np.testing.assert_allclose(strat.prompt_of([up[:20]]), client.prompt_of([up]), rtol=1e-6)
+
+
+def test_perturbation_keeps_about_rp_of_text_tokens(backbone, demo):
+    texts = list(demo.train["text"][:64])
+    batch = backbone.encode(texts, [0] * 64)
+    rng = np.random.default_rng(0)
+    out = backbone.perturb(batch, 0.8, rng)
+    att = batch.attention_mask.bool()
+    text = att.clone()
+    text[:, 0] = False
+    text[torch.arange(64), att.sum(1) - 1] = False  # [SEP]
+    kept = (out.input_ids == batch.input_ids)[text].float().mean().item()
+    assert 0.76 < kept < 0.84
+    assert torch.equal(out.input_ids[~text], batch.input_ids[~text])  # CLS, SEP, padding untouched
+    assert backbone.perturb(batch, 1.0, rng) is batch
+
+
+# ------------------------------------------------------------ bbt-fed Figure 2
+def test_bbt_fed_average_z_sigma_C(backbone):
+    cfg = RunConfig(method="bbt-fed", bbt_fed_average="z-sigma-C", intrinsic_dim=20, local_steps=2, popsize=4,
+                    prompt_length=4, max_length=48, shots_per_class=4, client_test_size=8)
+    strat = BBTFed(cfg, TASKS["demo"])
+    init = strat.initial_arrays()
+    assert [a.shape for a in init] == [(20,), (1,), (20, 20)]
+    client = CLIENTS["bbt-fed"](cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    up, n, _ = client.fit(init, {"server_round": 1})
+    assert comm.check_arrays(up, strat.upload_specs()) is None
+    assert np.allclose(up[2], up[2].T, atol=1e-5) and np.linalg.eigvalsh(up[2]).min() > 0
+    strat.global_arrays = init
+    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    other = [up[0] * 0, up[1] * 3, np.eye(20, dtype=np.float32)]
+    params, _ = strat.aggregate_fit(1, [fit_res_arrays(up, 0, n), fit_res_arrays(other, 1, n)], [])
+    for got, a, b in zip(comm.decode(params), up, other):
+        np.testing.assert_allclose(got, (a + b) / 2, rtol=1e-5, atol=1e-6)
+
+
+def fit_res_arrays(arrays, pid, n):
+    return (SimpleNamespace(cid=str(pid)), FitRes(Status(Code.OK, ""), comm.encode(arrays), n, {"partition_id": pid}))
