@@ -64,7 +64,7 @@ def check_arrays(arrays: Sequence[np.ndarray], specs: Sequence[ArraySpec]) -> st
     """Return why ``arrays`` violate ``specs`` (count, shape, dtype, finite, range), or None."""
     if len(arrays) != len(specs):
         return f"expected {len(specs)} arrays ({', '.join(s.name for s in specs)}), got {len(arrays)}"
-    for a, s in zip(arrays, specs):
+    for a, s in zip(arrays, specs, strict=True):
         if s.dtype is not None and a.dtype != np.dtype(s.dtype):
             return f"{s.name}: dtype {a.dtype}, expected {s.dtype}"
         if s.shape is not None and tuple(a.shape) != tuple(s.shape):

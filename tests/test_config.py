@@ -70,7 +70,9 @@ def test_clients_per_round_above_connected_clients():
 def test_values_are_coerced_and_frozen():
     cfg = parse(alpha=1, seed=3)
     assert isinstance(cfg.alpha, float) and cfg.seed == 3
-    with pytest.raises(Exception):
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.seed = 4  # type: ignore[misc]
 
 

@@ -15,7 +15,7 @@ from fedtext.cmaes import CMAConstants, CMAState, corrected_sigma, server_step
 from fedtext.config import RunConfig
 from fedtext.data import client_data
 from fedtext.tasks import TASKS
-from strategies import STRATEGIES, BBTFed, FedBPT
+from strategies import BBTFed, FedBPT
 
 
 # --------------------------------------------------------------------------- sigma'
@@ -196,7 +196,7 @@ def test_bbt_fed_average_z_sigma_C(backbone):
     strat._round = {"round": 1, "t": 0.0, "dropped": []}
     other = [up[0] * 0, up[1] * 3, np.eye(20, dtype=np.float32)]
     params, _ = strat.aggregate_fit(1, [fit_res_arrays(up, 0, n), fit_res_arrays(other, 1, n)], [])
-    for got, a, b in zip(comm.decode(params), up, other):
+    for got, a, b in zip(comm.decode(params), up, other, strict=True):
         np.testing.assert_allclose(got, (a + b) / 2, rtol=1e-5, atol=1e-6)
 
 
