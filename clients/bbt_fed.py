@@ -5,13 +5,11 @@ from __future__ import annotations
 import numpy as np
 from flwr.common import NDArrays, Scalar
 
-from fedtext.backbone import losses
 from fedtext.blackbox import WhitenedCMA
-from fedtext.client import FedTextClient, client_seed
-from fedtext.prompts import bbt_space, project
+from fedtext.client import SubspaceClient, client_seed
 
 
-class BBTFedClient(FedTextClient):
+class BBTFedClient(SubspaceClient):
     """BBT (Sun et al. 2022) from the downloaded z: ``local-steps`` CMA-ES iterations.
 
     Every population of ``popsize`` candidate prompts ``p0 + A z_i`` is scored in one
@@ -20,11 +18,6 @@ class BBTFedClient(FedTextClient):
     mean. ``z-sigma-C`` (FedBPT Fig. 2's contrast): start at the downloaded (z, sigma, C)
     and upload the final (z, sigma, C), which the server averages.
     """
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.cfg
-        self.p0, self.A = bbt_space(self.backbone, cfg.prompt_length, cfg.intrinsic_dim, cfg.seed)
 
     def train(self, arrays: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, float]:
         cfg = self.cfg
@@ -37,14 +30,9 @@ class BBTFedClient(FedTextClient):
             seed=client_seed(cfg, self.partition_id, int(config.get("server_round", 0))),
             bound=cfg.bound,
         )
-        labels = self.train_batch.labels
         for _ in range(cfg.local_steps):
-            candidates = es.ask()  # [popsize, d]
-            es.tell(losses(self.backbone.score(project(self.p0, self.A, candidates), self.train_batch), labels))
+            es.tell(self.fitness(es.ask()))  # popsize candidates, one batched forward
         z = es.mean.astype(np.float32)
-        final = float(losses(self.backbone.score(self.prompt_of([z])[None], self.train_batch), labels)[0])
+        final = float(self.fitness(z[None])[0])
         upload = [z, np.array([es.sigma], np.float32), es.cov.astype(np.float32)] if full else [z]
         return upload, len(self.train_batch), final
-
-    def prompt_of(self, arrays: NDArrays) -> np.ndarray:
-        return project(self.p0, self.A, arrays[0])

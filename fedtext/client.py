@@ -22,9 +22,10 @@ import numpy as np
 from flwr.client import NumPyClient
 from flwr.common import NDArrays, Scalar
 
-from fedtext.backbone import Backbone, EncodedBatch, get_backbone
+from fedtext.backbone import Backbone, EncodedBatch, get_backbone, losses
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
+from fedtext.prompts import bbt_space, project
 from fedtext.tasks import Task
 
 
@@ -99,3 +100,26 @@ class FedTextClient(NumPyClient):
             "queries": self.backbone.queries - q0,
             "peak_rss_mb": peak_rss_mb(),
         }
+
+
+class SubspaceClient(FedTextClient):
+    """Base of black-box clients whose prompt is ``p0 + A z`` (bbt-fed, fedbpt).
+
+    p0 and A come from :func:`fedtext.prompts.bbt_space`, rebuilt from the run seed
+    exactly as the server does; only z (the first ``intrinsic-dim`` values of the
+    first array) ever travels.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.cfg
+        self.p0, self.A = bbt_space(self.backbone, cfg.prompt_length, cfg.intrinsic_dim, cfg.seed)
+
+    def prompt_of(self, arrays: NDArrays) -> np.ndarray:
+        return project(self.p0, self.A, np.asarray(arrays[0], dtype=np.float32)[: self.cfg.intrinsic_dim])
+
+    def fitness(self, candidates: np.ndarray, batch: EncodedBatch | None = None) -> np.ndarray:
+        """Mean cross-entropy of each candidate z ``[P, d]`` on ``batch`` (default: the shots),
+        all P prompts in one batched forward."""
+        batch = self.train_batch if batch is None else batch
+        return losses(self.backbone.score(project(self.p0, self.A, candidates), batch), batch.labels).numpy()

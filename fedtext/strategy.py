@@ -31,6 +31,7 @@ from fedtext import comm
 from fedtext.backbone import Backbone, get_backbone
 from fedtext.config import RunConfig
 from fedtext.data import server_test
+from fedtext.prompts import bbt_space, project
 from fedtext.records import RunRecorder
 from fedtext.tasks import Task
 
@@ -294,6 +295,22 @@ class FedTextStrategy(FedAvg):
             self.recorder.log_round(record)
             if record["round"] == self.cfg.num_server_rounds:
                 self.recorder.finish("finished")
+
+
+class SubspaceStrategy(FedTextStrategy):
+    """Base of strategies whose global prompt is ``p0 + A z`` (bbt-fed, fedbpt).
+
+    Rebuilds p0 and A from the run seed (:func:`fedtext.prompts.bbt_space`), exactly
+    as the clients do; z is the first ``intrinsic-dim`` values of the first global array.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        cfg = self.cfg
+        self.p0, self.A = bbt_space(self.backbone, cfg.prompt_length, cfg.intrinsic_dim, cfg.seed)
+
+    def prompt_of(self, arrays: list[np.ndarray]) -> np.ndarray:
+        return project(self.p0, self.A, arrays[0][: self.cfg.intrinsic_dim])
 
 
 def failure_reason(failure: Any) -> str:

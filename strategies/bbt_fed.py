@@ -25,17 +25,12 @@ from __future__ import annotations
 import numpy as np
 
 from fedtext import comm
-from fedtext.prompts import bbt_space, project
-from fedtext.strategy import FedTextStrategy
+from fedtext.strategy import SubspaceStrategy
 
 
-class BBTFed(FedTextStrategy):
+class BBTFed(SubspaceStrategy):
     """FedAvg of BBT's z; evaluates ``p0 + A z`` on the server."""
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.cfg
-        self.p0, self.A = bbt_space(self.backbone, cfg.prompt_length, cfg.intrinsic_dim, cfg.seed)
 
     def initial_arrays(self) -> list[np.ndarray]:
         """z0 = 0 (the round-0 prompt is p0); with ``z-sigma-C`` also sigma0 and C = I."""
@@ -52,5 +47,3 @@ class BBTFed(FedTextStrategy):
             specs += [comm.ArraySpec("sigma", (1,), "float32", low=1e-12), comm.ArraySpec("C", (d, d), "float32")]
         return specs
 
-    def prompt_of(self, arrays: list[np.ndarray]) -> np.ndarray:
-        return project(self.p0, self.A, arrays[0])

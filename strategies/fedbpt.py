@@ -35,18 +35,15 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedtext import comm
 from fedtext.cmaes import CMAState, corrected_sigma, server_step
-from fedtext.prompts import bbt_space, project
-from fedtext.strategy import FedTextStrategy
+from fedtext.strategy import SubspaceStrategy
 
 
-class FedBPT(FedTextStrategy):
+class FedBPT(SubspaceStrategy):
     """Server-level CMA-ES over the clients' local CMA-ES means (FedBPT Alg. 2)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        cfg = self.cfg
-        self.p0, self.A = bbt_space(self.backbone, cfg.prompt_length, cfg.intrinsic_dim, cfg.seed)
-        self.cma = CMAState.initial(cfg.intrinsic_dim, cfg.sigma0)
+        self.cma = CMAState.initial(self.cfg.intrinsic_dim, self.cfg.sigma0)
 
     def download(self) -> list[np.ndarray]:
         """What Algorithm 1 sends: (z_t, sigma_t, C_t), or (z_t, sigma_t) in compact mode."""
@@ -69,8 +66,6 @@ class FedBPT(FedTextStrategy):
             return f"local step sizes must be > 0, got min {sigmas.min():.3g}"
         return None
 
-    def prompt_of(self, arrays: list[np.ndarray]) -> np.ndarray:
-        return project(self.p0, self.A, arrays[0])
 
     def aggregate(
         self, server_round: int, results: list[tuple[ClientProxy, FitRes]]
