@@ -105,3 +105,23 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path):
     assert "fedtext round 1/1" in out
     summary = json.loads((_only_run(tmp_path) / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["final_accuracy"] is not None
+
+
+@pytest.mark.slow
+def test_nan_and_wrong_shape_clients_are_dropped_through_flower(tmp_path):
+    """fedbpt, 3 clients, 2 rounds: clients 0 (NaN) and 1 (wrong shape) are dropped
+    with a logged reason in every round; the rounds complete on client 2 alone."""
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "fault_injection.py"), str(tmp_path)],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    run = _only_run(tmp_path)
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [0, 1, 2]
+    for r in rounds[1:]:
+        assert r["num_clients"] == 1
+        reasons = {d["client"]: d["reason"] for d in r["dropped"]}
+        assert "non-finite" in reasons["0"] and "shape (20,), expected (23,)" in reasons["1"]
+        assert r["global_accuracy"] is not None
+    assert "dropped client 0" in out and "dropped client 1" in out
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"

@@ -1,0 +1,53 @@
+"""Run fedbpt through Flower's simulation engine with two faulty clients (test helper).
+
+    python tests/fault_injection.py OUTPUT_DIR
+
+Client 0 uploads NaNs, client 1 an array of the wrong shape, client 2 is honest. The
+faulty classes live in ``__main__`` so that Ray ships them to its workers by value.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+from flwr.client import ClientApp
+from flwr.simulation import run_simulation
+
+from fedtext.client_app import make_client
+from fedtext.server_app import make_server_app
+
+OVERRIDES = {
+    "method": "fedbpt", "num-server-rounds": 2, "shots-per-class": 4, "client-test-size": 8,
+    "eval-size": 40, "prompt-length": 4, "max-length": 48, "local-steps": 2, "popsize": 4,
+    "intrinsic-dim": 20,
+}
+
+
+def faulty(client, partition_id: int):
+    """Wrap a client's train so that it returns a broken upload."""
+    honest = client.numpy_client.train
+
+    def train(arrays, config):
+        (up,), n, loss = honest(arrays, config)
+        bad = np.full_like(up, np.nan) if partition_id == 0 else up[:-3]
+        return [bad], n, loss
+
+    client.numpy_client.train = train
+    return client
+
+
+def client_fn(context):
+    client = make_client({**context.run_config, **OVERRIDES}, context.node_config)
+    pid = int(context.node_config["partition-id"])
+    return faulty(client, pid) if pid < 2 else client
+
+
+if __name__ == "__main__":
+    run_simulation(
+        server_app=make_server_app({**OVERRIDES, "output-dir": sys.argv[1]}),
+        client_app=ClientApp(client_fn=client_fn),
+        num_supernodes=3,
+        backend_config={"client_resources": {"num_cpus": 2, "num_gpus": 0.0},
+                        "init_args": {"num_cpus": 2, "include_dashboard": False}},
+    )
