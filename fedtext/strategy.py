@@ -248,6 +248,8 @@ class FedTextStrategy(FedAvg):
         results: list[tuple[ClientProxy, EvaluateRes]],
         failures: list[Any],
     ) -> tuple[float | None, dict[str, Scalar]]:
+        # A client too small for a local test split reports 0 examples: not an accuracy of 0.
+        results = [(p, r) for p, r in results if r.num_examples > 0]
         accs = {str(r.metrics.get("partition_id", p.cid)): float(r.metrics["accuracy"]) for p, r in results}
         self._round.update(
             client_accuracy=accs,
@@ -257,6 +259,8 @@ class FedTextStrategy(FedAvg):
             eval_rss=[float(r.metrics.get("peak_rss_mb", 0)) for _, r in results],
         )
         self._write_round()
+        if not results:
+            return None, {}
         return super().aggregate_evaluate(server_round, results, failures)
 
     # ------------------------------------------------------------- recording

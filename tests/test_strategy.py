@@ -124,3 +124,18 @@ def test_too_few_connected_clients_is_a_config_error(backbone, monkeypatch):
         strat.initialize_parameters(manager)
     ok = FedPrompt(RunConfig(method="fedprompt", clients_per_round=2, max_length=64), TASKS["demo"])
     assert ok.initialize_parameters(manager) is not None
+
+
+def test_clients_without_local_test_data_do_not_count_as_zero_accuracy(bbt):
+    from flwr.common import EvaluateRes
+
+    def eval_res(pid, n, acc):
+        return (SimpleNamespace(cid=str(pid)),
+                EvaluateRes(Status(Code.OK, ""), 0.5, n, {"partition_id": pid, "accuracy": acc}))
+
+    bbt._round = {"round": 1, "t": 0.0, "dropped": []}
+    bbt.aggregate_evaluate(1, [eval_res(0, 8, 0.75), eval_res(1, 0, 0.0), eval_res(2, 8, 0.25)], [])
+    record = json.loads((bbt.recorder.dir / "rounds.jsonl").read_text().splitlines()[-1])
+    assert record["client_accuracy"] == {"0": 0.75, "2": 0.25} and record["client_accuracy_mean"] == 0.5
+    bbt._round = {"round": 2, "t": 0.0, "dropped": []}
+    assert bbt.aggregate_evaluate(2, [eval_res(1, 0, 0.0)], []) == (None, {})  # no division by zero
