@@ -151,17 +151,15 @@ class RunConfig:
             raise ConfigError(f"popsize must be >= 2 (CMA-ES needs a population), got {self.popsize}")
         if not 0 < self.keep_rate <= 1:
             raise ConfigError(f"keep-rate must be in (0, 1], got {self.keep_rate}")
-        choices = {"bbt-fed-average": (self.bbt_fed_average, BBT_FED_AVERAGES),
-                   "fedbpt-download": (self.fedbpt_download, FEDBPT_DOWNLOADS)}
+        choices = {
+            "partition": (self.partition, PARTITIONS),
+            "head": (self.head, HEADS),
+            "bbt-fed-average": (self.bbt_fed_average, BBT_FED_AVERAGES),
+            "fedbpt-download": (self.fedbpt_download, FEDBPT_DOWNLOADS),
+        }
         for key, (value, allowed) in choices.items():
             if value not in allowed:
                 raise ConfigError(f"unknown {key} '{value}'; choose one of: {', '.join(allowed)}")
-        if self.partition not in PARTITIONS:
-            raise ConfigError(
-                f"unknown partition '{self.partition}'; choose one of: {', '.join(PARTITIONS)}"
-            )
-        if self.head not in HEADS:
-            raise ConfigError(f"unknown head '{self.head}'; choose one of: {', '.join(HEADS)}")
         # Imported here: tasks is a leaf module, config must stay importable alone.
         from fedtext.tasks import TASKS
 
