@@ -10,8 +10,8 @@ comparable. A method subclasses it and overrides the smallest hooks:
 * ``aggregate_fit`` math -- by default FedAvg's example-weighted mean (``super()``).
 
 Server state between rounds is explicit: the global arrays (``self.global_arrays``)
-plus whatever a subclass keeps in ``self.state``; both are plain numpy arrays so they
-can be checkpointed.
+plus what a subclass reports from :meth:`state_arrays`; both are plain numpy arrays so
+they can be checkpointed.
 """
 
 from __future__ import annotations
@@ -95,7 +95,6 @@ class FedTextStrategy(FedAvg):
             cfg.model, cfg.head, task.name, cfg.max_length
         )
         self.global_arrays: list[np.ndarray] = []
-        self.state: dict[str, np.ndarray] = {}
         self._t0 = time.time()
         self._round: dict[str, Any] = {}
 
@@ -120,6 +119,10 @@ class FedTextStrategy(FedAvg):
     def prompt_of(self, arrays: list[np.ndarray]) -> np.ndarray:
         """The ``[T, D]`` prompt that global ``arrays`` stand for (subclasses must override)."""
         raise NotImplementedError
+
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """Server state beyond the global arrays (checkpointing); none by default."""
+        return {}
 
     def fit_config(self, server_round: int) -> dict[str, Scalar]:
         """Config sent with every fit instruction; subclasses may add keys."""

@@ -50,8 +50,7 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
     from strategies import STRATEGIES
 
     cfg = RunConfig.from_run_config(overrides, STRATEGIES)  # fail before Ray starts
-    if cfg.clients_per_round > num_supernodes:
-        cfg.check_num_clients(num_supernodes)
+    cfg.check_num_clients(num_supernodes)
     run_simulation(
         server_app=make_server_app(overrides),
         client_app=make_client_app(overrides),

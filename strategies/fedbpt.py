@@ -45,6 +45,10 @@ class FedBPT(SubspaceStrategy):
         super().__init__(*args, **kwargs)
         self.cma = CMAState.initial(self.cfg.intrinsic_dim, self.cfg.sigma0)
 
+    def state_arrays(self) -> dict[str, np.ndarray]:
+        """The global CMA-ES state (z, sigma, C, p_sigma, p_c, generation)."""
+        return self.cma.arrays()
+
     def download(self) -> list[np.ndarray]:
         """What Algorithm 1 sends: (z_t, sigma_t, C_t), or (z_t, sigma_t) in compact mode."""
         arrays = [self.cma.mean.astype(np.float32), np.array([self.cma.sigma], np.float32)]
@@ -78,5 +82,4 @@ class FedBPT(SubspaceStrategy):
         losses = [float(u[-1]) for u in uploads]
         sigma_prime = corrected_sigma(sigmas, losses, [self.cfg.popsize] * len(uploads))
         self.cma = server_step(self.cma, z, losses, sigma_prime)
-        self.state = self.cma.arrays()
         return comm.encode(self.download()), {"sigma_prime": sigma_prime, "sigma": self.cma.sigma}

@@ -202,3 +202,10 @@ def test_bbt_fed_average_z_sigma_C(backbone):
 
 def fit_res_arrays(arrays, pid, n):
     return (SimpleNamespace(cid=str(pid)), FitRes(Status(Code.OK, ""), comm.encode(arrays), n, {"partition_id": pid}))
+
+
+def test_state_arrays_expose_the_global_cma_state(fedbpt):
+    state = fedbpt.state_arrays()
+    assert set(state) == {"mean", "sigma", "C", "p_sigma", "p_c", "generation"}
+    np.testing.assert_array_equal(state["C"], np.eye(D))
+    assert BBTFed(fedbpt.cfg.replace(method="bbt-fed"), TASKS["demo"]).state_arrays() == {}
