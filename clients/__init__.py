@@ -1,13 +1,15 @@
 """Client side of every method: ``CLIENTS[method]``, the same keys as ``STRATEGIES``."""
 
-from clients.fedbpt import FedBPTClient
 from clients.bbt_fed import BBTFedClient
+from clients.fedbpt import FedBPTClient
+from clients.feddls import FedDLSClient
 from clients.fedprompt import FedPromptClient
 
 CLIENTS = {
     "fedprompt": FedPromptClient,
     "fedbpt": FedBPTClient,
+    "feddls": FedDLSClient,
     "bbt-fed": BBTFedClient,
 }
 
-__all__ = ["FedBPTClient", "CLIENTS", "BBTFedClient", "FedPromptClient"]
+__all__ = ["FedDLSClient", "FedBPTClient", "CLIENTS", "BBTFedClient", "FedPromptClient"]

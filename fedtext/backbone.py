@@ -379,9 +379,9 @@ def losses(logits: Tensor, labels: Tensor) -> Tensor:
 @functools.lru_cache(maxsize=2)
 def get_backbone(model: str, head: str, task_name: str, max_length: int) -> Backbone:
     """One frozen backbone per process (a Ray actor hosts many simulated clients)."""
-    from fedtext.tasks import TASKS
-
     from transformers.utils import logging as hf_logging
+
+    from fedtext.tasks import TASKS
 
     hf_logging.disable_progress_bar()  # no weight-loading bars in every client process
     hf_logging.set_verbosity_error()

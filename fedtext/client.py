@@ -5,7 +5,16 @@
 * :meth:`train` -- local training from the downloaded arrays; returns the arrays to
   upload, the number of examples used and the local training loss;
 * :meth:`prompt_of` -- the ``[T, D]`` prompt that downloaded arrays stand for (used
-  by :meth:`evaluate` on the client's local test split).
+  by :meth:`evaluate` on the client's local test split); a method whose downloads
+  are incremental overrides :meth:`eval_prompt` instead.
+
+Personalization (FedDLS §4.3 end, App. B), the same for every method: on the last
+round, when ``post-tune-steps > 0``, :meth:`evaluate` first post-tunes the global
+prompt p' with BBT on the client's own shots -- CMA-ES on z in ``p = p' + A z`` with
+step size ``post-tune-sigma`` (0.1), no communication -- and reports the accuracy of
+both p' (``accuracy``) and the post-tuned prompt (``post_accuracy``). The paper
+post-tunes its gradient baselines with gradient descent; we post-tune every method
+the same way so that the comparison isolates what federated training produced.
 
 ``fit``/``evaluate`` wrap those with the telemetry every run records: model queries
 (sequences pushed through the backbone), the peak resident memory of the client's
@@ -19,13 +28,15 @@ import resource
 import time
 
 import numpy as np
+from flwr.app import RecordDict
 from flwr.client import NumPyClient
 from flwr.common import NDArrays, Scalar
 
 from fedtext.backbone import Backbone, EncodedBatch, get_backbone, losses
+from fedtext.blackbox import WhitenedCMA
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
-from fedtext.prompts import bbt_space, project
+from fedtext.prompts import bbt_space, project, projection
 from fedtext.tasks import Task
 
 
@@ -55,10 +66,24 @@ class FedTextClient(NumPyClient):
         This client's labelled shots, local test split and unlabelled rest.
     backbone
         The frozen backbone (shared by all clients hosted in the same process).
+    state
+        The node's ``context.state``: what this client keeps between rounds (Flower
+        builds a fresh client object for every message).
     """
 
-    def __init__(self, cfg: RunConfig, task: Task, data: ClientData, backbone: Backbone | None = None) -> None:
+    POST_TUNE_ROUND = 1_000_000  # seeds post-tuning apart from every training round
+
+    def __init__(
+        self,
+        cfg: RunConfig,
+        task: Task,
+        data: ClientData,
+        backbone: Backbone | None = None,
+        state: RecordDict | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.state = state if state is not None else RecordDict()
+        self.fit_metrics: dict[str, Scalar] = {}  # extra metrics a method's train() reports
         self.task = task
         self.data = data
         self.partition_id = data.partition_id
@@ -77,7 +102,39 @@ class FedTextClient(NumPyClient):
         """The ``[T, D]`` prompt that downloaded ``arrays`` stand for."""
         raise NotImplementedError
 
+    def eval_prompt(self, arrays: NDArrays, config: dict[str, Scalar]) -> np.ndarray:
+        """The global prompt to evaluate (default :meth:`prompt_of`)."""
+        return self.prompt_of(arrays)
+
+    @property
+    def domain(self) -> str:
+        """This client's domain when its data has exactly one, else ``""``."""
+        domains = set(self.data.train["domain"]) | set(self.data.test["domain"])
+        return next(iter(domains)) if len(domains) == 1 else ""
+
+    def post_tune(self, prompt: np.ndarray) -> np.ndarray:
+        """BBT post-tuning of p' (App. B): ``post-tune-steps`` CMA-ES iterations on z in
+        ``p' + A z`` from z = 0 with sigma = ``post-tune-sigma``; returns ``p' + A z_mean``.
+
+        A is BBT's fixed projection for this run (:func:`fedtext.prompts.projection`);
+        ``popsize`` candidates per iteration, scored in one batched forward.
+        """
+        cfg = self.cfg
+        a = projection(cfg.seed, prompt.size, cfg.intrinsic_dim, self.backbone.embedding_std())
+        es = WhitenedCMA(
+            mean=np.zeros(cfg.intrinsic_dim), sigma=cfg.post_tune_sigma, cov=None, popsize=cfg.popsize,
+            seed=client_seed(cfg, self.partition_id, self.POST_TUNE_ROUND),
+        )
+        for _ in range(cfg.post_tune_steps):
+            candidates = project(prompt, a, es.ask())
+            es.tell(losses(self.backbone.score(candidates, self.train_batch), self.train_batch.labels).numpy())
+        return project(prompt, a, es.mean)
+
     # ---------------------------------------------------------- Flower hooks
+    def get_properties(self, config: dict[str, Scalar]) -> dict[str, Scalar]:
+        """Who this client is: the server samples participants by these (seeded)."""
+        return {"partition_id": self.partition_id, "domain": self.domain}
+
     def fit(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, dict[str, Scalar]]:
         t0, q0 = time.time(), self.backbone.queries
         arrays, n, loss = self.train(parameters, config)
@@ -87,19 +144,20 @@ class FedTextClient(NumPyClient):
             "queries": self.backbone.queries - q0,
             "peak_rss_mb": peak_rss_mb(),
             "fit_time_s": time.time() - t0,
+            **self.fit_metrics,
         }
 
     def evaluate(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[float, int, dict[str, Scalar]]:
         q0 = self.backbone.queries
         if not self.test_batches:
             return 0.0, 0, {"partition_id": self.partition_id, "accuracy": 0.0, "queries": 0}
-        loss, acc = self.backbone.evaluate(self.prompt_of(parameters), self.test_batches)
-        return loss, len(self.data.test), {
-            "partition_id": self.partition_id,
-            "accuracy": acc,
-            "queries": self.backbone.queries - q0,
-            "peak_rss_mb": peak_rss_mb(),
-        }
+        prompt = self.eval_prompt(parameters, config)
+        loss, acc = self.backbone.evaluate(prompt, self.test_batches)
+        metrics: dict[str, Scalar] = {"partition_id": self.partition_id, "accuracy": acc}
+        if int(config.get("final", 0)) and self.cfg.post_tune_steps > 0 and len(self.train_batch):
+            loss, metrics["post_accuracy"] = self.backbone.evaluate(self.post_tune(prompt), self.test_batches)
+        metrics.update(queries=self.backbone.queries - q0, peak_rss_mb=peak_rss_mb())
+        return loss, len(self.data.test), metrics
 
 
 class SubspaceClient(FedTextClient):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from flwr.app import RecordDict
 from flwr.client import Client, ClientApp
 from flwr.common import Context
 
@@ -19,8 +20,11 @@ from fedtext.data import client_data
 from fedtext.tasks import resolve_task
 
 
-def make_client(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -> Client:
-    """Build this node's client from the run-config and its node config."""
+def make_client(
+    run_config: Mapping[str, Any], node_config: Mapping[str, Any], state: RecordDict | None = None
+) -> Client:
+    """Build this node's client from the run-config, its node config and its state
+    (``context.state``, which persists on the node between rounds)."""
     cfg = RunConfig.from_run_config(run_config, known_methods=CLIENTS)
     try:
         partition_id = int(node_config["partition-id"])
@@ -32,14 +36,14 @@ def make_client(run_config: Mapping[str, Any], node_config: Mapping[str, Any]) -
         ) from None
     task = resolve_task(cfg.task, cfg.dataset)
     data = client_data(cfg, partition_id, num_partitions)
-    return CLIENTS[cfg.method](cfg, task, data).to_client()
+    return CLIENTS[cfg.method](cfg, task, data, state=state).to_client()
 
 
 def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
     """A ClientApp whose run-config is Flower's, updated with ``overrides``."""
 
     def client_fn(context: Context) -> Client:
-        return make_client({**context.run_config, **(overrides or {})}, context.node_config)
+        return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state)
 
     return ClientApp(client_fn=client_fn)
 

@@ -25,6 +25,7 @@ PARTITIONS = ("iid", "dirichlet", "domain")
 HEADS = ("similarity", "tied", "mlm")
 BBT_FED_AVERAGES = ("z", "z-sigma-C")
 FEDBPT_DOWNLOADS = ("full", "compact")
+COMPRESSIONS = ("lasso", "full", "pca", "quant")
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 
 
@@ -70,6 +71,19 @@ class RunConfig:
     # fedbpt
     keep_rate: float = 0.9
     fedbpt_download: str = "full"
+    # feddls
+    dls_candidates: int = 5
+    dls_steps: int = 40
+    compression: str = "lasso"
+    phi: int = 5
+    lasso_alpha: float = 0.2
+    lasso_screen: int = 100
+    pca_components: int = 10
+    quant_bits: int = 3
+    # personalization and participant / non-participant evaluation (every method)
+    post_tune_steps: int = 0
+    post_tune_sigma: float = 0.1
+    holdout: str = ""
 
     # ------------------------------------------------------------------ parsing
     @classmethod
@@ -127,6 +141,11 @@ class RunConfig:
             "eval-every": self.eval_every,
             "batch-size": self.batch_size,
             "intrinsic-dim": self.intrinsic_dim,
+            "dls-candidates": self.dls_candidates,
+            "dls-steps": self.dls_steps,
+            "phi": self.phi,
+            "lasso-screen": self.lasso_screen,
+            "pca-components": self.pca_components,
         }
         for key, value in positive.items():
             if value < 1:
@@ -137,6 +156,8 @@ class RunConfig:
             "client-test-size": self.client_test_size,
             "eval-size": self.eval_size,
             "bound": self.bound,
+            "lasso-alpha": self.lasso_alpha,
+            "post-tune-steps": self.post_tune_steps,
         }
         for key, value in non_negative.items():
             if value < 0:
@@ -149,6 +170,12 @@ class RunConfig:
             raise ConfigError(f"sigma0 must be > 0, got {self.sigma0}")
         if self.popsize < 2:
             raise ConfigError(f"popsize must be >= 2 (CMA-ES needs a population), got {self.popsize}")
+        if not self.post_tune_sigma > 0:
+            raise ConfigError(f"post-tune-sigma must be > 0, got {self.post_tune_sigma}")
+        if not 2 <= self.quant_bits <= 8:
+            raise ConfigError(f"quant-bits must be in 2..8, got {self.quant_bits}")
+        if self.lasso_screen < self.phi:
+            raise ConfigError(f"lasso-screen ({self.lasso_screen}) must be >= phi ({self.phi}): Alg. 2 keeps L = [screen, phi]")
         if not 0 < self.keep_rate <= 1:
             raise ConfigError(f"keep-rate must be in (0, 1], got {self.keep_rate}")
         choices = {
@@ -156,6 +183,7 @@ class RunConfig:
             "head": (self.head, HEADS),
             "bbt-fed-average": (self.bbt_fed_average, BBT_FED_AVERAGES),
             "fedbpt-download": (self.fedbpt_download, FEDBPT_DOWNLOADS),
+            "compression": (self.compression, COMPRESSIONS),
         }
         for key, (value, allowed) in choices.items():
             if value not in allowed:
@@ -182,6 +210,16 @@ class RunConfig:
                 f"clients-per-round={self.clients_per_round} exceeds the {num_clients} "
                 "connected clients (set num-supernodes or lower clients-per-round)"
             )
+
+    @property
+    def holdout_set(self) -> frozenset[str]:
+        """Non-participant clients named by ``holdout`` (partition ids or domain names)."""
+        return frozenset(x.strip() for x in self.holdout.split(",") if x.strip())
+
+    def is_participant(self, partition_id: int | str, domain: str | None = None) -> bool:
+        """False for a client ``holdout`` names by partition id or by its (single) domain."""
+        held = self.holdout_set
+        return str(partition_id) not in held and (domain is None or domain not in held)
 
     @property
     def dataset_path(self) -> Path | None:

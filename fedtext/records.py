@@ -30,6 +30,8 @@ ROUND_FIELDS = (
     "client_accuracy",  # {partition_id: accuracy on its local test split}
     "client_accuracy_mean",
     "client_accuracy_std",
+    "client_post_accuracy",  # {partition_id: accuracy after post-tuning} (last round, post-tune-steps > 0)
+    "participants",  # partition ids that may train (the rest are non-participants, FedDLS §5.1)
     "num_clients",  # clients whose fit result was aggregated
     "dropped",  # [{"client": id, "reason": "..."}]
     "bytes_up",  # sum over clients of serialized fit uploads this round
@@ -122,6 +124,7 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
             (r["client_accuracy_mean"] for r in reversed(rounds) if r.get("client_accuracy_mean") is not None),
             None,
         ),
+        **participant_accuracy(rounds),
         "total_bytes_up": sum(r.get("bytes_up", 0) for r in trained),
         "total_bytes_down": sum(r.get("bytes_down", 0) for r in trained),
         "mean_bytes_up_per_client": _mean([r["bytes_up_per_client"] for r in trained if r.get("num_clients")]),
@@ -131,11 +134,37 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def participant_accuracy(rounds: list[dict[str, Any]]) -> dict[str, float | None]:
+    """P and NP accuracy (FedDLS §5.1) from the last round with client evaluations.
+
+    ``p_accuracy`` / ``np_accuracy``: mean over participant / non-participant clients of
+    the accuracy after post-tuning (the global prompt's when there was none);
+    ``*_global``: of the global prompt itself.
+    """
+    last = next((r for r in reversed(rounds) if r.get("client_accuracy")), None)
+    out: dict[str, float | None] = {"p_accuracy": None, "np_accuracy": None,
+                                    "p_accuracy_global": None, "np_accuracy_global": None}
+    if last is None:
+        return out
+    pre = last["client_accuracy"]
+    post = last.get("client_post_accuracy") or pre
+    parts = set(last.get("participants") or pre)
+    for prefix, accs in (("", post), ("_global", pre)):
+        out[f"p_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k in parts])
+        out[f"np_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k not in parts])
+    return out
+
+
 def progress_line(r: dict[str, Any], total: int) -> str:
     """``round 3/10 | acc 0.812 loss 0.421 | clients 0.790 | up 0.5 KB down 0.5 KB | 12.3 s``."""
     acc = "acc   -  " if r.get("global_accuracy") is None else f"acc {r['global_accuracy']:.3f}"
     loss = "" if r.get("global_loss") is None else f" loss {r['global_loss']:.3f}"
     cli = "" if r.get("client_accuracy_mean") is None else f" | clients {r['client_accuracy_mean']:.3f}"
+    if r.get("client_post_accuracy"):
+        pa = participant_accuracy([r])
+        cli += f" | post-tuned P {pa['p_accuracy']:.3f}" + (
+            "" if pa["np_accuracy"] is None else f" NP {pa['np_accuracy']:.3f}"
+        )
     kb = f" | up {r.get('bytes_up', 0) / 1024:.1f} KB down {r.get('bytes_down', 0) / 1024:.1f} KB"
     drop = f" | dropped {len(r['dropped'])}" if r.get("dropped") else ""
     return f"fedtext round {r['round']}/{total} | {acc}{loss}{cli}{kb}{drop} | {r.get('wall_time_s', 0):.1f} s"

@@ -68,6 +68,14 @@ def build(cfg: RunConfig) -> tuple[RecordingServer, ServerConfig]:
             f"dataset has labels up to {splits.num_classes - 1} but task '{task.name}' has "
             f"{task.num_classes} classes"
         )
+    for name in sorted(cfg.holdout_set - {x for x in cfg.holdout_set if x.isdigit()}):
+        if name not in splits.domains:
+            raise ConfigError(
+                f"holdout '{name}' is neither a partition id nor a domain of the dataset "
+                f"(domains: {', '.join(splits.domains)})"
+            )
+        if cfg.partition != "domain":
+            raise ConfigError(f"holdout by domain name ('{name}') needs partition=domain")
     evaluator = Evaluator(cfg, task)
     recorder = RunRecorder(cfg.output_dir, {**cfg.to_run_config(), "resolved-task": task.name})
     log.info(

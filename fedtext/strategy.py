@@ -7,7 +7,17 @@ comparable. A method subclasses it and overrides the smallest hooks:
 * :meth:`upload_specs` -- what a client's upload must look like (shape, dtype, range);
   anything else is dropped with a logged reason and the round goes on;
 * :meth:`prompt_of` -- the ``[T, D]`` prompt that global arrays stand for (server eval);
-* ``aggregate_fit`` math -- by default FedAvg's example-weighted mean (``super()``).
+* :meth:`aggregate` -- the math on validated uploads; by default FedAvg's
+  example-weighted mean (``super().aggregate_fit``);
+* :meth:`download` -- what one client is sent (default: the global arrays; FedDLS
+  sends each client the compressed updates it has not seen yet).
+
+Client sampling is seeded and reproducible: once per client the server asks for its
+properties (partition id, domain), keeps the clients that ``holdout`` does not name
+(the participants), and draws ``clients-per-round`` of them with
+``default_rng([seed, round])``. Non-participants never train; they evaluate the
+global model (and post-tune it on the last round) like everyone else, which gives
+the P/NP accuracies of FedDLS §5.1.
 
 Server state between rounds is explicit: the global arrays (``self.global_arrays``)
 plus what a subclass reports from :meth:`state_arrays`; both are plain numpy arrays so
@@ -22,14 +32,14 @@ import time
 from typing import Any
 
 import numpy as np
-from flwr.common import EvaluateRes, FitIns, FitRes, Parameters, Scalar
+from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, GetPropertiesIns, Parameters, Scalar
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
 from fedtext import comm
 from fedtext.backbone import Backbone, get_backbone
-from fedtext.config import RunConfig
+from fedtext.config import ConfigError, RunConfig
 from fedtext.data import server_test
 from fedtext.prompts import bbt_space, project
 from fedtext.records import RunRecorder
@@ -38,6 +48,7 @@ from fedtext.tasks import Task
 log = logging.getLogger("fedtext")
 
 CONNECT_TIMEOUT_S = 60  # how long round 0 waits for clients-per-round clients to connect
+PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message loads the backbone (seconds)
 
 
 class Evaluator:
@@ -95,6 +106,7 @@ class FedTextStrategy(FedAvg):
             cfg.model, cfg.head, task.name, cfg.max_length
         )
         self.global_arrays: list[np.ndarray] = []
+        self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
         self._t0 = time.time()
         self._round: dict[str, Any] = {}
 
@@ -128,6 +140,53 @@ class FedTextStrategy(FedAvg):
         """Config sent with every fit instruction; subclasses may add keys."""
         return {"server_round": server_round}
 
+    def download(
+        self, server_round: int, proxy: ClientProxy, parameters: Parameters, purpose: str
+    ) -> tuple[Parameters, dict[str, Scalar]]:
+        """What ``proxy`` is sent for ``purpose`` ("fit" or "evaluate"): the payload and
+        extra config keys. Default: the global arrays, nothing extra."""
+        return parameters, {}
+
+    # -------------------------------------------------------- client sampling
+    def info(self, proxy: ClientProxy) -> dict[str, Any]:
+        """A client's partition id, domain and participation (asked once, then cached)."""
+        if proxy.cid not in self.client_info:
+            props: dict[str, Any] = {}
+            try:
+                props = dict(proxy.get_properties(GetPropertiesIns({}), PROPERTIES_TIMEOUT_S, None).properties)
+            except Exception as exc:  # noqa: BLE001 - a client without properties still trains
+                log.warning("client %s did not report properties (%s); treated as a participant", proxy.cid, exc)
+            pid = props.get("partition_id", proxy.cid)
+            domain = props.get("domain") or None
+            self.client_info[proxy.cid] = {
+                "partition_id": str(pid),
+                "domain": domain,
+                "participant": self.cfg.is_participant(pid, domain),
+                "order": (0, int(pid)) if isinstance(pid, int) else (1, str(pid)),
+            }
+        return self.client_info[proxy.cid]
+
+    def clients(self, client_manager: ClientManager, participants_only: bool) -> list[ClientProxy]:
+        """Connected clients (or only the participants) in partition-id order."""
+        found = [p for p in client_manager.all().values() if not participants_only or self.info(p)["participant"]]
+        return sorted(found, key=lambda p: self.info(p)["order"])
+
+    def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
+        """``clients-per-round`` participants drawn with ``default_rng([seed, round])``."""
+        client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=CONNECT_TIMEOUT_S)
+        participants = self.clients(client_manager, participants_only=True)
+        if not participants:
+            raise ConfigError(f"holdout='{self.cfg.holdout}' leaves no participant client to train")
+        n = self.cfg.clients_per_round or len(participants)
+        if n > len(participants):
+            raise ConfigError(
+                f"clients-per-round={n} exceeds the {len(participants)} participant clients "
+                f"({len(client_manager.all())} connected, holdout='{self.cfg.holdout}')"
+            )
+        rng = np.random.default_rng([self.cfg.seed, server_round, 0x5A3])
+        picked = np.sort(rng.choice(len(participants), size=n, replace=False))
+        return [participants[i] for i in picked]
+
     # ---------------------------------------------------------- Flower hooks
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
         """Check clients-per-round against the connected clients, then send round-0 arrays.
@@ -141,19 +200,15 @@ class FedTextStrategy(FedAvg):
         self.global_arrays = [np.asarray(a) for a in self.initial_arrays()]
         return comm.encode(self.global_arrays)
 
-    def num_fit_clients(self, num_available_clients: int) -> tuple[int, int]:
-        """``clients-per-round`` of the connected clients (0 = all of them).
-
-        Returns (sample size, clients to wait for before sampling).
-        """
-        n = self.cfg.clients_per_round or num_available_clients
-        return min(n, num_available_clients), max(1, self.cfg.clients_per_round)
-
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
+        """Seeded sample of participants, each sent :meth:`download` and :meth:`fit_config`."""
         self._round = {"round": server_round, "t": time.time(), "dropped": []}
-        instructions = super().configure_fit(server_round, parameters, client_manager)
+        instructions = []
+        for proxy in self.sample_clients(server_round, client_manager):
+            payload, extra = self.download(server_round, proxy, parameters, "fit")
+            instructions.append((proxy, FitIns(payload, {**self.fit_config(server_round), **extra})))
         down = [comm.payload_bytes(ins.parameters) for _, ins in instructions]
         self._round.update(bytes_down=sum(down), bytes_down_per_client=_mean(down))
         return instructions
@@ -237,11 +292,18 @@ class FedTextStrategy(FedAvg):
         return loss, {"accuracy": acc}
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
-        """Every client evaluates the global model on its local test split, on eval rounds."""
+        """On eval rounds every client (participant or not) tests the global model on its
+        local test split; on the last round it first post-tunes it (``post-tune-steps``)."""
         if not self._is_eval_round(server_round) or self.cfg.client_test_size == 0:
             self._write_round()
             return []
-        instructions = super().configure_evaluate(server_round, parameters, client_manager)
+        final = int(server_round == self.cfg.num_server_rounds)
+        instructions = []
+        for proxy in self.clients(client_manager, participants_only=False):
+            payload, extra = self.download(server_round, proxy, parameters, "evaluate")
+            config = {"server_round": server_round, "final": final,
+                      "participant": int(self.info(proxy)["participant"]), **extra}
+            instructions.append((proxy, EvaluateIns(payload, config)))
         self._round["eval_bytes_down"] = sum(comm.payload_bytes(ins.parameters) for _, ins in instructions)
         return instructions
 
@@ -254,8 +316,16 @@ class FedTextStrategy(FedAvg):
         # A client too small for a local test split reports 0 examples: not an accuracy of 0.
         results = [(p, r) for p, r in results if r.num_examples > 0]
         accs = {str(r.metrics.get("partition_id", p.cid)): float(r.metrics["accuracy"]) for p, r in results}
+        post = {
+            str(r.metrics.get("partition_id", p.cid)): float(r.metrics["post_accuracy"])
+            for p, r in results if "post_accuracy" in r.metrics
+        }
         self._round.update(
             client_accuracy=accs,
+            client_post_accuracy=post,
+            participants=sorted(
+                str(r.metrics.get("partition_id", p.cid)) for p, r in results if self.info(p)["participant"]
+            ),
             client_accuracy_mean=_mean(list(accs.values())),
             client_accuracy_std=float(np.std(list(accs.values()))) if accs else None,
             eval_queries=sum(int(r.metrics.get("queries", 0)) for _, r in results),
@@ -283,6 +353,8 @@ class FedTextStrategy(FedAvg):
             "client_accuracy": r.get("client_accuracy", {}),
             "client_accuracy_mean": r.get("client_accuracy_mean"),
             "client_accuracy_std": r.get("client_accuracy_std"),
+            "client_post_accuracy": r.get("client_post_accuracy", {}),
+            "participants": r.get("participants"),
             "num_clients": r.get("num_clients", 0),
             "dropped": r.get("dropped", []),
             "bytes_up": r.get("bytes_up", 0),

@@ -13,6 +13,17 @@ An experiment file holds overrides only (everything else is pyproject's default)
     [method.bbt-fed]                        # overrides for one method only
     local-steps = 4
 
+A label in ``methods`` that is not a registered method is a *variant*: its table
+``[method.<label>]`` must say which method it runs (``method = "feddls"``) and holds
+the variant's overrides; the run's ``run-name`` is the label and the table has one
+row per label (e.g. ``feddls-phi3``, ``feddls-phi5``, ``feddls-full``).
+
+``holdouts = ["books", "dvd", ...]`` runs every (method, seed) once per entry with
+``holdout`` set to it: the group cross-validation of FedDLS §5.1, where each run's
+held-out clients never train and give the NP accuracy. With ``rotate-holdouts = true``
+the i-th seed runs only with the i-th holdout (cyclically): one run per seed, each
+group held out in turn, at 1/len(holdouts) of the cost.
+
 Every run goes through Flower's simulation engine in a fresh process
 (:mod:`simulations.simulate`) and writes its records under ``<out>/runs/``; the table
 (markdown and CSV: final and best accuracy, KB up/down per client-round, total MB,
@@ -40,22 +51,40 @@ from simulations.tables import compare_table, load_runs, to_markdown
 
 def load_experiment(path: Path) -> dict[str, Any]:
     exp = tomllib.loads(path.read_text())
-    unknown = set(exp) - {"methods", "seeds", "num-supernodes", "run-config", "method", "description"}
+    known = {"methods", "seeds", "holdouts", "rotate-holdouts", "num-supernodes", "run-config", "method", "description"}
+    unknown = set(exp) - known
     if unknown:
         raise ConfigError(f"{path}: unknown experiment keys {sorted(unknown)}")
     return exp
 
 
 def plan(exp: dict[str, Any], seeds: list[int] | None) -> list[dict[str, Any]]:
-    """One run-config override dict per (method, seed), validated before anything runs."""
+    """One run-config override dict per (method or variant, seed, holdout), validated
+    before anything runs."""
     from strategies import STRATEGIES
 
+    labels = exp.get("methods", [])
+    for label in labels:
+        if label not in STRATEGIES and "method" not in exp.get("method", {}).get(label, {}):
+            raise ConfigError(
+                f"unknown method '{label}' (choose one of: {', '.join(sorted(STRATEGIES))}); a variant "
+                f'label needs [method.{label}] with method = "<one of them>"'
+            )
+    holdouts = exp.get("holdouts", [None])
     runs = []
-    for method in exp.get("methods", []):
-        for seed in seeds if seeds is not None else exp.get("seeds", [0]):
-            ov = {**exp.get("run-config", {}), **exp.get("method", {}).get(method, {}), "method": method, "seed": seed}
-            RunConfig.from_run_config(ov, STRATEGIES)
-            runs.append(ov)
+    # seed-major: an interrupted sweep still has every method for the seeds it finished
+    for i, seed in enumerate(seeds if seeds is not None else exp.get("seeds", [0])):
+        for holdout in [holdouts[i % len(holdouts)]] if exp.get("rotate-holdouts") else holdouts:
+            for label in labels:
+                own = exp.get("method", {}).get(label, {})
+                method = own.get("method", label)
+                ov = {**exp.get("run-config", {}), **own, "method": method, "seed": seed}
+                if label != method:
+                    ov["run-name"] = label
+                if holdout is not None:
+                    ov["holdout"] = str(holdout)
+                RunConfig.from_run_config(ov, STRATEGIES)
+                runs.append(ov)
     if not runs:
         raise ConfigError("experiment lists no methods")
     return runs
@@ -105,9 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     if not args.table_only:
         for i, ov in enumerate(runs, 1):
             ov = {**ov, "output-dir": str(runs_dir.resolve())}
-            print(f"[{i}/{len(runs)}] {ov['method']} seed={ov['seed']} ({n} clients)", flush=True)
+            label = ov.get("run-name") or ov["method"]
+            held = f" holdout={ov['holdout']}" if ov.get("holdout") else ""
+            print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({n} clients)", flush=True)
             t0 = time.time()
-            rc = run_one(ov, n, out / f"{ov['method']}-s{ov['seed']}.log")
+            suffix = f"-{ov['holdout']}" if ov.get("holdout") else ""
+            rc = run_one(ov, n, out / f"{label}-s{ov['seed']}{suffix}.log")
             failed += rc != 0
             print(f"    done in {time.time() - t0:.0f} s (exit {rc})", flush=True)
     table = compare_table(load_runs(runs_dir))

@@ -17,6 +17,8 @@ COLUMNS = {
     "best_accuracy": "best acc",
     "initial_accuracy": "round-0 acc",
     "final_client_accuracy_mean": "client acc",
+    "p_accuracy": "P acc",
+    "np_accuracy": "NP acc",
     "kb_up_per_client_round": "KB up / client-round",
     "kb_down_per_client_round": "KB down / client-round",
     "mb_up": "MB up (total)",
@@ -40,6 +42,8 @@ def load_runs(root: str | Path) -> pd.DataFrame:
             {
                 "run_id": run["config"].get("run_id", cfg_path.parent.name),
                 "method": cfg.get("method"),
+                "variant": cfg.get("run-name") or cfg.get("method"),
+                "holdout": cfg.get("holdout") or "",
                 "dataset": Path(str(cfg.get("dataset"))).name,
                 "partition": cfg.get("partition"),
                 "alpha": cfg.get("alpha"),
@@ -50,6 +54,8 @@ def load_runs(root: str | Path) -> pd.DataFrame:
                 "final_accuracy": summary.get("final_accuracy"),
                 "best_accuracy": summary.get("best_accuracy"),
                 "final_client_accuracy_mean": summary.get("final_client_accuracy_mean"),
+                "p_accuracy": summary.get("p_accuracy"),
+                "np_accuracy": summary.get("np_accuracy"),
                 "kb_up_per_client_round": (summary.get("mean_bytes_up_per_client") or 0) / 1024,
                 "kb_down_per_client_round": (summary.get("mean_bytes_down_per_client") or 0) / 1024,
                 "mb_up": summary.get("total_bytes_up", 0) / 2**20,
@@ -63,16 +69,24 @@ def load_runs(root: str | Path) -> pd.DataFrame:
 
 
 def compare_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Mean ± std over seeds per (method, dataset, partition), formatted as strings."""
-    groups = runs.groupby(["method", "dataset", "partition"], sort=False)
+    """Mean ± std over runs per (variant, dataset, partition), formatted as strings.
+
+    ``variant`` is the run's ``run-name`` (the compare runner sets it to the experiment's
+    label, e.g. ``feddls-phi3``) or else its method; runs of one variant differ in seed
+    and, for P/NP experiments, in the held-out clients. Columns without any value in
+    the table (e.g. NP accuracy when nothing was held out) are left out.
+    """
+    groups = runs.groupby(["variant", "dataset", "partition"], sort=False)
     out = []
-    for (method, dataset, partition), g in groups:
-        row = {"method": method, "dataset": dataset, "partition": partition, "seeds": len(g)}
+    for (variant, dataset, partition), g in groups:
+        row = {"method": variant, "dataset": dataset, "partition": partition, "runs": len(g)}
         for col, name in COLUMNS.items():
             vals = pd.to_numeric(g[col], errors="coerce").dropna()
             row[name] = _fmt(vals, col)
         out.append(row)
-    return pd.DataFrame(out)
+    table = pd.DataFrame(out)
+    empty = [c for c in table.columns if (table[c] == "-").all()]
+    return table.drop(columns=empty)
 
 
 def _fmt(vals: pd.Series, col: str) -> str:

@@ -37,7 +37,7 @@ def test_every_pyproject_key_has_a_comment():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedbpt, fedprompt"),
+        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedbpt, feddls, fedprompt"),
         ({"task": "imdb"}, "unknown task 'imdb'"),
         ({"partition": "pathological"}, "unknown partition 'pathological'; choose one of: iid, dirichlet, domain"),
         ({"head": "linear"}, "unknown head 'linear'"),
@@ -51,6 +51,12 @@ def test_every_pyproject_key_has_a_comment():
         ({"num_server_rounds": "ten"}, "num-server-rounds must be int, got 'ten'"),
         ({"num_server_rounds": 2.5}, "num-server-rounds must be int, got 2.5"),
         ({"num_rounds": 3}, "unknown run-config key 'num-rounds'"),
+        ({"compression": "zip"}, "unknown compression 'zip'; choose one of: lasso, full, pca, quant"),
+        ({"phi": 0}, "phi must be >= 1, got 0"),
+        ({"phi": 8, "lasso_screen": 5}, "lasso-screen (5) must be >= phi (8)"),
+        ({"quant_bits": 1}, "quant-bits must be in 2..8"),
+        ({"post_tune_sigma": 0}, "post-tune-sigma must be > 0"),
+        ({"dls_steps": 0}, "dls-steps must be >= 1"),
     ],
 )
 def test_bad_values_raise_one_clear_line(overrides, message):

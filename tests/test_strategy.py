@@ -102,17 +102,49 @@ def test_fedprompt_averages_prompts(backbone):
     np.testing.assert_array_equal(strat.prompt_of([b]), b)
 
 
-def test_clients_per_round_sampling(backbone):
+class _Proxy(SimpleNamespace):
+    """A connected client that reports its partition id and domain."""
+
+    def get_properties(self, ins, timeout, group_id):
+        return SimpleNamespace(properties={"partition_id": self.pid, "domain": self.domain})
+
+
+def _manager(n, domains=None):
+    from flwr.server import SimpleClientManager
+
+    manager = SimpleClientManager()
+    for pid in range(n):  # node ids in an order unrelated to partition ids
+        manager.register(_Proxy(cid=f"node{(7 * pid) % n}-{pid}", pid=pid, domain=(domains or {}).get(pid, "")))
+    return manager
+
+
+def test_clients_per_round_sampling_is_seeded_and_skips_holdouts(backbone):
     cfg = RunConfig(method="fedprompt", clients_per_round=3, max_length=64)
-    strat = FedPrompt(cfg, TASKS["demo"])
-    assert strat.num_fit_clients(10) == (3, 3)  # sample 3, and wait for 3 to be connected
-    assert FedPrompt(RunConfig(max_length=64), TASKS["demo"]).num_fit_clients(10) == (10, 1)
+    picks = [[p.pid for p in FedPrompt(cfg, TASKS["demo"]).sample_clients(r, _manager(10))] for r in (1, 2)]
+    again = [[p.pid for p in FedPrompt(cfg, TASKS["demo"]).sample_clients(r, _manager(10))] for r in (1, 2)]
+    assert picks == again and picks[0] != picks[1] and all(len(p) == 3 == len(set(p)) for p in picks)
+    # 0 = every participant; holdout by partition id or by domain name
+    held = FedPrompt(RunConfig(method="fedprompt", max_length=64, holdout="1,dvd"), TASKS["demo"])
+    manager = _manager(4, {0: "books", 1: "kitchen", 2: "dvd", 3: "electronics"})
+    assert [p.pid for p in held.sample_clients(1, manager)] == [0, 3]
+    assert [p.pid for p in held.clients(manager, participants_only=False)] == [0, 1, 2, 3]
+
+
+def test_holding_out_every_client_is_a_config_error(backbone):
+    from fedtext.config import ConfigError
+
+    strat = FedPrompt(RunConfig(method="fedprompt", max_length=64, holdout="0,1"), TASKS["demo"])
+    with pytest.raises(ConfigError, match="leaves no participant"):
+        strat.sample_clients(1, _manager(2))
+    strat = FedPrompt(RunConfig(method="fedprompt", max_length=64, clients_per_round=2, holdout="0"), TASKS["demo"])
+    with pytest.raises(ConfigError, match="clients-per-round=2 exceeds the 1 participant clients"):
+        strat.sample_clients(1, _manager(2))
 
 
 def test_too_few_connected_clients_is_a_config_error(backbone, monkeypatch):
-    import fedtext.strategy as fs
     from flwr.server import SimpleClientManager
 
+    import fedtext.strategy as fs
     from fedtext.config import ConfigError
 
     monkeypatch.setattr(fs, "CONNECT_TIMEOUT_S", 0.1)

@@ -1,0 +1,332 @@
+"""FedDLS: token-id codec, candidate sets (eq. 7), local search (Alg. 3), download codecs
+(eqs. 8-11, App. E), server validation, bytes, client/server agreement, P/NP records."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from flwr.app import RecordDict
+from flwr.common import Code, FitRes, Status
+
+from clients import CLIENTS
+from clients.feddls import local_search, nearest_tokens
+from fedtext import comm
+from fedtext.compression import (
+    SENTINEL,
+    FullCodec,
+    LassoCodec,
+    PCACodec,
+    QuantCodec,
+    check_upload,
+    encode_upload,
+    rebuild_prompt,
+)
+from fedtext.config import RunConfig
+from fedtext.data import client_data
+from fedtext.records import participant_accuracy
+from fedtext.tasks import TASKS
+from strategies import FedDLS
+
+# ------------------------------------------------------------------ upload codec
+TOY = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [2.0, 0.1]], np.float32)
+
+
+def test_upload_codec_round_trip_with_sentinel():
+    up = encode_upload(np.array([-1, 4, 0, -1]))
+    assert up.dtype == np.uint16 and up.tolist() == [SENTINEL, 4, 0, SENTINEL]
+    p_prev = np.full((4, 2), 7.0, np.float32)
+    p = rebuild_prompt(up, p_prev, TOY)
+    np.testing.assert_array_equal(p, np.array([[7, 7], [2.0, 0.1], [1, 0], [7, 7]], np.float32))
+    with pytest.raises(ValueError, match="does not fit"):
+        encode_upload(np.array([SENTINEL]))
+
+
+def test_upload_range_checks():
+    allowed = np.array([0, 1, 2, 4])
+    assert check_upload(np.array([SENTINEL, 4, 0], np.uint16), allowed) is None
+    assert "outside the candidate vocabulary (e.g. 3)" in check_upload(np.array([3, 1], np.uint16), allowed)
+    assert "e.g. 40000" in check_upload(np.array([40000], np.uint16), allowed)
+
+
+# ------------------------------------------------------------- eq. (7) and Alg. 3
+def test_candidates_are_the_k_nearest_by_cosine_hand_computed():
+    unit = TOY / np.linalg.norm(TOY, axis=1, keepdims=True)
+    ids = np.arange(len(TOY))
+    # vec (1, 0.2): cosines 0.981 (id 0), 0.196 (1), 0.832 (2), -0.981 (3), 0.9988 (4)
+    assert nearest_tokens(np.array([1.0, 0.2]), unit, ids, TOY, 3).tolist() == [4, 0, 2]
+    # the token already at t (id 0 itself) is not a candidate: keeping it is free
+    assert nearest_tokens(TOY[0], unit, ids, TOY, 2).tolist() == [4, 2]
+    # only the allowed ids are searched
+    assert nearest_tokens(np.array([1.0, 0.2]), unit[[1, 2, 3]], ids[[1, 2, 3]], TOY, 2).tolist() == [2, 1]
+
+
+def test_local_search_never_increases_the_loss_and_reports_changes():
+    target = np.array([[2.0, 0.1], [0.0, 1.0], [-1.0, 0.0]], np.float32)  # reachable: ids 4, 1, 3
+
+    def loss_of(prompts):
+        return ((prompts - target) ** 2).sum(axis=(1, 2))
+
+    unit = TOY / np.linalg.norm(TOY, axis=1, keepdims=True)
+    ids = np.arange(len(TOY))
+    start = np.array([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]], np.float32)
+    res = local_search(start, loss_of, lambda v: nearest_tokens(v, unit, ids, TOY, 2), TOY, 30,
+                       np.random.default_rng(0))
+    assert all(b <= a for a, b in zip(res.losses, res.losses[1:], strict=False))
+    assert res.losses[-1] < res.losses[0]
+    changed = res.token_ids >= 0
+    np.testing.assert_array_equal(res.prompt[changed], TOY[res.token_ids[changed]])
+    np.testing.assert_array_equal(res.prompt[~changed], start[~changed])
+    assert res.losses[-1] == pytest.approx(float(loss_of(res.prompt[None])[0]))
+
+
+def test_client_local_search_on_the_backbone_is_non_increasing(backbone):
+    cfg = RunConfig(method="feddls", prompt_length=4, max_length=64, shots_per_class=4, dls_steps=4)
+    client = CLIENTS["feddls"](cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
+    p = backbone.initial_prompt(4, 0)
+    unit = client.vocab[backbone.natural_token_ids()]
+    unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
+    q0 = backbone.queries
+    res = local_search(p, client.loss_of, lambda v: nearest_tokens(v, unit, backbone.natural_token_ids(),
+                                                                   client.vocab, 3), client.vocab, 4,
+                       np.random.default_rng(1))
+    assert all(b <= a + 1e-7 for a, b in zip(res.losses, res.losses[1:], strict=False))
+    n = len(client.train_batch)
+    assert backbone.queries - q0 == n * (1 + 4 * 3)  # current loss once, then K=3 per step
+
+
+# --------------------------------------------------------------- download codecs
+@pytest.fixture(scope="module")
+def vocab(backbone):
+    return backbone.vocab_embeddings()
+
+
+def _aggregate_like(vocab, rng, t=6, clients=4):
+    """A realistic p, p'_{-1}: p'_{-1} natural tokens, p the mean of clients' token swaps."""
+    prev = vocab[rng.choice(np.arange(2000, 20000), size=t)]
+    ps = []
+    for _ in range(clients):
+        p = prev.copy()
+        rows = rng.choice(t, size=t // 2, replace=False)
+        p[rows] = vocab[rng.choice(np.arange(2000, 20000), size=len(rows))]
+        ps.append(p)
+    return np.mean(ps, axis=0), prev
+
+
+def test_lasso_alpha_maps_to_sklearn_and_recovers_a_sparse_residual(vocab):
+    a, b, c = 2345, 7654, 12000
+    r = 0.5 * vocab[a] + 0.25 * vocab[b] - 0.5 * vocab[c]
+    codec = LassoCodec(vocab, phi=3, alpha=0.2, screen=100)
+    ids, x = codec.compress(r)
+    assert sorted(ids.tolist()) == sorted([a, b, c])
+    got = dict(zip(ids.tolist(), x.tolist(), strict=True))
+    assert got[a] == pytest.approx(0.5, abs=1e-4) and got[b] == pytest.approx(0.25, abs=1e-4)
+    assert got[c] == pytest.approx(-0.5, abs=1e-4)
+
+
+def test_lasso_error_falls_with_phi_and_keeps_exactly_phi(vocab):
+    p, prev = _aggregate_like(vocab, np.random.default_rng(0))
+    errors = []
+    for phi in (1, 3, 5, 10):
+        codec = LassoCodec(vocab, phi=phi, alpha=0.2, screen=100)
+        ids, w = codec.encode(p, prev)
+        assert ids.shape == w.shape == (len(p), phi) and ids.dtype == np.uint16 and w.dtype == np.float16
+        assert all(len(set(row)) == phi for row in ids.tolist())  # Phi distinct tokens per position
+        errors.append(float(np.linalg.norm(codec.decode([ids, w], prev) - p)))
+    assert errors == sorted(errors, reverse=True) and errors[-1] < 0.5 * errors[0], errors
+
+
+def test_lasso_unchanged_positions_cost_nothing_in_error(vocab):
+    prev = vocab[[3000, 4000]]
+    codec = LassoCodec(vocab, phi=5, alpha=0.2, screen=100)
+    update = codec.encode(prev.copy(), prev)
+    np.testing.assert_array_equal(codec.decode(update, prev), prev)
+
+
+def test_absolute_codecs_hand_computed(vocab):
+    # quant, b=3: k=3 levels per side; beta = max|p| = 1; codes round(x * 3)
+    q = QuantCodec(3)
+    p = np.array([[1.0, -0.5, 0.2, 0.0]], np.float32)
+    packed, beta = q.encode(p, p)
+    assert packed.dtype == np.uint8 and packed.shape == (math.ceil(4 * 3 / 8),) and beta.tolist() == [1.0]
+    np.testing.assert_allclose(q.decode([packed, beta], p), [[1.0, -2 / 3, 1 / 3, 0.0]], atol=1e-6)
+    # pca with n = D reconstructs exactly (up to float16 coefficients); n small loses detail
+    x = vocab[[100, 5000, 9000]]
+    full = PCACodec(vocab, vocab.shape[1])
+    np.testing.assert_allclose(full.decode(full.encode(x, x), x), x, atol=2e-3)
+    small = PCACodec(vocab, 10)
+    assert np.linalg.norm(small.decode(small.encode(x, x), x) - x) > 10 * np.linalg.norm(
+        full.decode(full.encode(x, x), x) - x)
+    f = FullCodec()
+    np.testing.assert_array_equal(f.decode(f.encode(x, x), x), x.astype(np.float16).astype(np.float32))
+
+
+@pytest.mark.parametrize(
+    "compression, extra, per_update",
+    [
+        ("lasso", {"phi": 5}, lambda t, d: 4 * 5 * t + 2 * comm.NPY_HEADER_BYTES),
+        ("lasso", {"phi": 3}, lambda t, d: 4 * 3 * t + 2 * comm.NPY_HEADER_BYTES),
+        ("full", {}, lambda t, d: 2 * t * d + comm.NPY_HEADER_BYTES),
+        ("pca", {"pca_components": 10}, lambda t, d: 2 * 10 * t + comm.NPY_HEADER_BYTES),
+        ("quant", {"quant_bits": 3}, lambda t, d: math.ceil(t * d * 3 / 8) + 2 * t + 2 * comm.NPY_HEADER_BYTES),
+    ],
+)
+def test_server_and_client_rebuild_bit_identical_prompts_and_bytes(backbone, compression, extra, per_update):
+    """Two rounds of the real strategy and client objects, without Flower's transport."""
+    t, d = 5, backbone.dim
+    cfg = RunConfig(method="feddls", prompt_length=t, max_length=64, shots_per_class=4, dls_steps=3,
+                    dls_candidates=3, compression=compression, **extra)
+    strat = FedDLS(cfg, TASKS["demo"])
+    strat.initialize_parameters(SimpleNamespace(wait_for=lambda *a, **k: True, num_available=lambda: 2))
+    states = {pid: RecordDict() for pid in (0, 1)}
+    proxies = {pid: SimpleNamespace(cid=f"node{pid}") for pid in (0, 1)}
+    params = comm.encode(strat.global_arrays)
+    for rnd in (1, 2):
+        results = []
+        for pid in (0, 1):
+            payload, extra_cfg = strat.download(rnd, proxies[pid], params, "fit")
+            expected = 0 if rnd == 1 else per_update(t, d)  # round 1: p'_0 comes from the seed
+            assert comm.payload_bytes(payload) == expected
+            client = CLIENTS["feddls"](cfg, TASKS["demo"], client_data(cfg, pid, 2), backbone, state=states[pid])
+            arrays, n, metrics = client.fit(comm.decode(payload), {"server_round": rnd, **extra_cfg})
+            assert comm.payload_bytes(comm.encode(arrays)) == 2 * t + comm.NPY_HEADER_BYTES  # uint16 per position
+            _, stored = client.stored()
+            np.testing.assert_array_equal(stored, strat.global_arrays[0])  # bit-identical p'
+            results.append((proxies[pid], FitRes(Status(Code.OK, ""), comm.encode(arrays), n, metrics)))
+        strat._round = {"round": rnd, "t": 0.0, "dropped": []}
+        params, _ = strat.aggregate_fit(rnd, results, [])
+        assert strat._round["num_clients"] == 2 and strat._round["dropped"] == []
+    # a non-participant that never trained rebuilds the same p' from what it is sent
+    payload, extra_cfg = strat.download(3, SimpleNamespace(cid="never-trained"), params, "evaluate")
+    newcomer = CLIENTS["feddls"](cfg, TASKS["demo"], client_data(cfg, 1, 2), backbone, state=RecordDict())
+    np.testing.assert_array_equal(newcomer.eval_prompt(comm.decode(payload), extra_cfg), strat.global_arrays[0])
+    updates_sent = 2 if compression == "lasso" else 1  # residuals accumulate; absolute codecs send the latest
+    assert comm.payload_bytes(payload) == updates_sent * per_update(t, d)
+
+
+def _upload(pid, ids):
+    return (SimpleNamespace(cid=f"node{pid}"),
+            FitRes(Status(Code.OK, ""), comm.encode([np.asarray(ids, np.uint16)]), 8,
+                   {"partition_id": pid, "dls_version": 0}))
+
+
+def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog):
+    cfg = RunConfig(method="feddls", prompt_length=3, max_length=64, compression="full")
+    strat = FedDLS(cfg, TASKS["demo"])
+    strat.global_arrays = [strat.initial_arrays()[0]]
+    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    vocab, prev = strat.vocab, strat.global_arrays[0]
+    nat = backbone.natural_token_ids()
+    a, b = int(nat[100]), int(nat[200])
+    special = int(backbone.tokenizer.cls_token_id)
+    good = [_upload(0, [a, SENTINEL, SENTINEL]), _upload(1, [b, b, SENTINEL])]
+    bad = [_upload(2, [len(vocab) + 5, SENTINEL, SENTINEL]), _upload(3, [special, SENTINEL, SENTINEL]),
+           (SimpleNamespace(cid="node4"), FitRes(Status(Code.OK, ""), comm.encode([np.zeros(3, np.int32)]), 8, {}))]
+    params, metrics = strat.aggregate_fit(1, good + bad, [])
+    assert [d["reason"].split(":")[0] for d in strat._round["dropped"]] == [
+        "1 token ids outside the candidate vocabulary (e.g. 30527)",
+        "1 token ids outside the candidate vocabulary (e.g. 101)",
+        "ids",
+    ]
+    expected = np.stack([(vocab[a] + vocab[b]) / 2, (prev[1] + vocab[b]) / 2, prev[2]])  # eq. (5), uniform
+    np.testing.assert_allclose(comm.decode(params)[0], expected.astype(np.float16).astype(np.float32))
+    assert metrics["positions_changed"] == 1.5
+
+
+# ------------------------------------------------------------------ P/NP records
+def test_participant_and_non_participant_accuracy_hand_computed():
+    rounds = [
+        {"round": 1, "client_accuracy": {"0": 0.5, "1": 0.7, "2": 0.9}},
+        {"round": 2, "client_accuracy": {"0": 0.6, "1": 0.8, "2": 0.4},
+         "client_post_accuracy": {"0": 0.7, "1": 0.9, "2": 0.5}, "participants": ["0", "1"]},
+        {"round": 3},  # a round without client evaluation does not hide the last one
+    ]
+    out = participant_accuracy(rounds)
+    assert out["p_accuracy"] == pytest.approx(0.8) and out["np_accuracy"] == pytest.approx(0.5)
+    assert out["p_accuracy_global"] == pytest.approx(0.7) and out["np_accuracy_global"] == pytest.approx(0.4)
+    only_p = participant_accuracy(rounds[:1])
+    assert only_p["p_accuracy"] == pytest.approx(0.7) and only_p["np_accuracy"] is None
+
+
+def test_post_tuning_is_seeded_and_stays_near_the_global_prompt(backbone):
+    cfg = RunConfig(method="feddls", prompt_length=4, max_length=64, shots_per_class=4, post_tune_steps=2,
+                    popsize=4, intrinsic_dim=10)
+    client = CLIENTS["feddls"](cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
+    p = backbone.initial_prompt(4, 0)
+    q0 = backbone.queries
+    a, b = client.post_tune(p), client.post_tune(p)
+    np.testing.assert_array_equal(a, b)
+    assert backbone.queries - q0 == 2 * 2 * 4 * len(client.train_batch)  # 2 runs x 2 iters x popsize 4
+    assert 0 < np.linalg.norm(a - p) < 0.5 * np.linalg.norm(p)
+
+
+# ------------------------------------------------------- through Flower, and P/NP sweeps
+@pytest.mark.slow
+def test_feddls_two_rounds_three_clients_with_a_non_participant_through_flower(tmp_path):
+    """2 rounds x 3 clients via Flower's simulation engine; client 2 is held out (NP)."""
+    import json
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+    from .test_integration import TINY, _env, _only_run
+
+    t, phi = 4, 5
+    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
+           f"method=feddls {TINY} dls-steps=2 dls-candidates=3 post-tune-steps=1 popsize=3 intrinsic-dim=10 "
+           f"holdout=2 output-dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = _only_run(tmp_path)
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    up = 2 * t + comm.NPY_HEADER_BYTES
+    update = 4 * phi * t + 2 * comm.NPY_HEADER_BYTES
+    assert [r["round"] for r in rounds] == [0, 1, 2]
+    for r, down in zip(rounds[1:], (0, update), strict=True):  # round 1: p'_0 comes from the seed
+        assert r["num_clients"] == 2 and r["dropped"] == []  # the non-participant never trains
+        assert r["bytes_up_per_client"] == up and r["bytes_down_per_client"] == down
+        assert set(r["client_accuracy"]) == {"0", "1", "2"} and r["participants"] == ["0", "1"]
+    # last round: participants need 1 update, the non-participant both
+    assert rounds[2]["eval_bytes_down"] == 2 * update + 2 * update
+    assert set(rounds[2]["client_post_accuracy"]) == {"0", "1", "2"}
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished"
+    assert summary["p_accuracy"] is not None and summary["np_accuracy"] is not None
+    assert "post-tuned P" in proc.stdout + proc.stderr
+
+
+def test_compare_plan_variants_and_rotating_holdouts(tmp_path):
+    from fedtext.config import ConfigError
+    from simulations.compare import plan
+
+    exp = {"methods": ["feddls-phi3", "bbt-fed"], "seeds": [0, 1, 2], "holdouts": ["books", "dvd"],
+           "rotate-holdouts": True, "run-config": {"dls-steps": 3},
+           "method": {"feddls-phi3": {"method": "feddls", "phi": 3}}}
+    runs = plan(exp, None)
+    assert [(r["method"], r.get("run-name"), r["seed"], r["holdout"]) for r in runs] == [
+        ("feddls", "feddls-phi3", 0, "books"), ("bbt-fed", None, 0, "books"),
+        ("feddls", "feddls-phi3", 1, "dvd"), ("bbt-fed", None, 1, "dvd"),
+        ("feddls", "feddls-phi3", 2, "books"), ("bbt-fed", None, 2, "books"),
+    ]
+    assert runs[0]["phi"] == 3 and "phi" not in runs[1] and runs[1]["dls-steps"] == 3
+    assert len(plan({**exp, "rotate-holdouts": False}, [0])) == 4  # every holdout per seed
+    with pytest.raises(ConfigError, match="unknown method 'feddls-x' .* a variant label needs \\[method.feddls-x\\]"):
+        plan({"methods": ["feddls-x"]}, None)
+
+
+def test_holdout_names_are_checked_before_training(tmp_path):
+    from fedtext.config import ConfigError
+    from fedtext.server_app import build
+
+    for domain in ("books", "dvd"):
+        (tmp_path / domain).mkdir()
+        for split in ("train", "test"):
+            (tmp_path / domain / f"{split}.tsv").write_text("text\tlabel\ngood\t1\nbad\t0\n")
+    base = {"method": "feddls", "dataset": str(tmp_path), "task": "amazon", "output_dir": str(tmp_path / "runs")}
+    with pytest.raises(ConfigError, match="holdout 'toys' is neither a partition id nor a domain .*books, dvd"):
+        build(RunConfig(partition="domain", holdout="toys", **base))
+    with pytest.raises(ConfigError, match="holdout by domain name \\('dvd'\\) needs partition=domain"):
+        build(RunConfig(partition="iid", holdout="dvd", **base))
+    assert not (tmp_path / "runs").exists()  # nothing started
