@@ -49,7 +49,7 @@ class FedBPT(SubspaceStrategy):
         """The global CMA-ES state (z, sigma, C, p_sigma, p_c, generation)."""
         return self.cma.arrays()
 
-    def download(self) -> list[np.ndarray]:
+    def global_state(self) -> list[np.ndarray]:
         """What Algorithm 1 sends: (z_t, sigma_t, C_t), or (z_t, sigma_t) in compact mode."""
         arrays = [self.cma.mean.astype(np.float32), np.array([self.cma.sigma], np.float32)]
         if self.cfg.fedbpt_download == "full":
@@ -57,7 +57,7 @@ class FedBPT(SubspaceStrategy):
         return arrays
 
     def initial_arrays(self) -> list[np.ndarray]:
-        return self.download()
+        return self.global_state()
 
     def upload_specs(self) -> list[comm.ArraySpec]:
         d, i = self.cfg.intrinsic_dim, self.cfg.local_steps
@@ -82,4 +82,4 @@ class FedBPT(SubspaceStrategy):
         losses = [float(u[-1]) for u in uploads]
         sigma_prime = corrected_sigma(sigmas, losses, [self.cfg.popsize] * len(uploads))
         self.cma = server_step(self.cma, z, losses, sigma_prime)
-        return comm.encode(self.download()), {"sigma_prime": sigma_prime, "sigma": self.cma.sigma}
+        return comm.encode(self.global_state()), {"sigma_prime": sigma_prime, "sigma": self.cma.sigma}

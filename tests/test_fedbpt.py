@@ -143,10 +143,10 @@ def test_bad_uploads_dropped_round_completes(fedbpt):
 
 
 def test_download_modes_and_bytes(fedbpt, backbone):
-    full = comm.payload_bytes(comm.encode(fedbpt.download()))
+    full = comm.payload_bytes(comm.encode(fedbpt.global_state()))
     assert full == 4 * (D + 1 + D * D) + 3 * comm.NPY_HEADER_BYTES
     compact = FedBPT(fedbpt.cfg.replace(fedbpt_download="compact"), TASKS["demo"])
-    assert comm.payload_bytes(comm.encode(compact.download())) == 4 * (D + 1) + 2 * comm.NPY_HEADER_BYTES
+    assert comm.payload_bytes(comm.encode(compact.global_state())) == 4 * (D + 1) + 2 * comm.NPY_HEADER_BYTES
     up = comm.encode([upload(np.ones(D), np.ones(STEPS), 0.1).astype(np.float32)])
     assert comm.payload_bytes(up) == 4 * (D + STEPS + 1) + comm.NPY_HEADER_BYTES
 
