@@ -126,7 +126,7 @@ class LassoCodec(Codec):
 
         index = np.arange(len(self.vocab))
         for keep in (self.screen, self.phi):
-            if keep >= len(index) and keep != self.phi:
+            if keep >= len(index):  # nothing to select (a screen wider than the vocabulary)
                 continue
             x_t = self.vocab[index].T.astype(np.float64)  # [D, |I|]
             lasso = Lasso(alpha=self.alpha / (2 * x_t.shape[0]), fit_intercept=False, max_iter=2000)

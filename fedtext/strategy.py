@@ -301,8 +301,7 @@ class FedTextStrategy(FedAvg):
         instructions = []
         for proxy in self.clients(client_manager, participants_only=False):
             payload, extra = self.download(server_round, proxy, parameters, "evaluate")
-            config = {"server_round": server_round, "final": final,
-                      "participant": int(self.info(proxy)["participant"]), **extra}
+            config = {"server_round": server_round, "final": final, **extra}
             instructions.append((proxy, EvaluateIns(payload, config)))
         self._round["eval_bytes_down"] = sum(comm.payload_bytes(ins.parameters) for _, ins in instructions)
         return instructions
