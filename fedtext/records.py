@@ -181,20 +181,30 @@ def _write_json(path: Path, obj: Any) -> None:
 
 
 def load_run(run_dir: str | Path) -> dict[str, Any]:
-    """Read one run directory; a truncated last line of rounds.jsonl is skipped."""
+    """Read one run directory, tolerating half-written or malformed files.
+
+    A ``config.json`` / ``summary.json`` that is not a JSON object reads as ``None``; a
+    line of ``rounds.jsonl`` that is not a JSON object with an integer ``round`` (e.g. a
+    truncated last line) is skipped and counted in ``malformed_lines``.
+    """
     run_dir = Path(run_dir)
     out: dict[str, Any] = {"dir": str(run_dir), "rounds": [], "malformed_lines": 0}
     for name in ("config", "summary"):
         p = run_dir / f"{name}.json"
         try:
-            out[name] = json.loads(p.read_text()) if p.exists() else None
-        except json.JSONDecodeError:
-            out[name] = None
+            obj = json.loads(p.read_text()) if p.exists() else None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            obj = None
+        out[name] = obj if isinstance(obj, dict) else None
     p = run_dir / "rounds.jsonl"
     if p.exists():
-        for line in p.read_text().splitlines():
+        for line in p.read_text(errors="replace").splitlines():
             try:
-                out["rounds"].append(json.loads(line))
+                record = json.loads(line)
             except json.JSONDecodeError:
+                record = None
+            if isinstance(record, dict) and isinstance(record.get("round"), int):
+                out["rounds"].append(record)
+            else:
                 out["malformed_lines"] += 1
     return out

@@ -27,6 +27,13 @@ def _run_dirs(root: Path) -> list[Path]:
     return sorted({p.parent for name in names for p in root.rglob(name)})
 
 
+def _config(run: dict) -> dict | None:
+    """The run-config of a loaded run, or None when config.json is missing or malformed."""
+    file = run["config"]
+    cfg = file.get("config") if isinstance(file, dict) else None
+    return cfg if isinstance(cfg, dict) else None
+
+
 def runs_table(root: str | Path) -> pd.DataFrame:
     """One row per run directory: what the run list shows (status running/finished/failed/malformed)."""
     rows = []
@@ -36,9 +43,9 @@ def runs_table(root: str | Path) -> pd.DataFrame:
         except OSError as exc:  # unreadable: still listed
             rows.append({"run_id": run_dir.name, "status": "malformed", "note": str(exc)[:120]})
             continue
-        cfg = (run["config"] or {}).get("config", {}) if isinstance(run["config"], dict) else {}
+        cfg = _config(run) or {}
         notes = []
-        if run["config"] is None:
+        if _config(run) is None:
             notes.append("config.json missing or malformed")
         if run["malformed_lines"]:
             notes.append(f"{run['malformed_lines']} malformed line(s) in rounds.jsonl")
@@ -46,9 +53,7 @@ def runs_table(root: str | Path) -> pd.DataFrame:
             summary = run["summary"] or {**summarize(run["rounds"]), "status": "running"}
         except (KeyError, TypeError, ValueError) as exc:
             summary, notes = {"status": "malformed"}, [*notes, f"rounds unreadable ({type(exc).__name__})"]
-        status = summary.get("status", "running")
-        if run["config"] is None:
-            status = "malformed"
+        status = summary.get("status", "running") if _config(run) is not None else "malformed"
         rows.append({
             "run_id": run_dir.name,
             "method": cfg.get("run-name") or cfg.get("method"),
@@ -77,10 +82,10 @@ def round_series(root: str | Path, run_ids: list[str] | None = None) -> pd.DataF
         if run_ids is not None and run_dir.name not in run_ids:
             continue
         run = load_run(run_dir)
-        rounds = [r for r in run["rounds"] if isinstance(r, dict) and isinstance(r.get("round"), int)]
+        rounds = run["rounds"]
         if not rounds:
             continue
-        cfg = (run["config"] or {}).get("config", {})
+        cfg = _config(run) or {}
         label = f"{cfg.get('run-name') or cfg.get('method', '?')} s{cfg.get('seed', '?')}"
         if cfg.get("holdout"):
             label += f" -{cfg['holdout']}"

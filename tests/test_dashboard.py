@@ -51,6 +51,10 @@ def runs(tmp_path) -> Path:
     bad = root / "r4-broken"
     bad.mkdir()
     (bad / "config.json").write_text("{not json")
+    odd = root / "r5-odd"
+    odd.mkdir()
+    (odd / "config.json").write_text("[1, 2]")  # valid JSON, not a record
+    (odd / "rounds.jsonl").write_text('{"round": "x"}\n')
     return root
 
 
@@ -62,6 +66,7 @@ def test_runs_table_statuses_and_truncated_records(runs):
     assert df.loc["r3-bbt-fed", "status"] == "running" and df.loc["r3-bbt-fed", "rounds_done"] == 1
     assert "1 malformed line(s)" in df.loc["r3-bbt-fed", "note"]
     assert df.loc["r4-broken", "status"] == "malformed" and "config.json" in df.loc["r4-broken", "note"]
+    assert df.loc["r5-odd", "status"] == "malformed"
 
 
 def test_round_series_accumulates_bytes_and_queries(runs):
