@@ -11,7 +11,7 @@ from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
 from fedtext import comm
-from fedtext.backbone import Backbone, losses
+from fedtext.backbone import Backbone
 from fedtext.client import FedTextClient, client_seed
 from fedtext.compression import codec_for, encode_upload
 
@@ -140,10 +140,6 @@ class FedDLSClient(FedTextClient):
         return self.global_prompt(arrays, config)[1]  # evaluation does not advance the state
 
     # ---------------------------------------------------------------- training
-    def loss_of(self, prompts: np.ndarray) -> np.ndarray:
-        """Mean cross-entropy on the shots of each of ``[P, T, D]`` prompts (one forward)."""
-        return losses(self.backbone.score(prompts, self.train_batch), self.train_batch.labels).numpy()
-
     def train(self, arrays: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, float]:
         cfg = self.cfg
         version, p = self.global_prompt(arrays, config)
@@ -151,7 +147,7 @@ class FedDLSClient(FedTextClient):
         unit, ids = _unit_natural_vocab(self.backbone), self.backbone.natural_token_ids()
         result = local_search(
             p,
-            self.loss_of,
+            self.prompt_losses,
             lambda vec: nearest_tokens(vec, unit, ids, self.vocab, cfg.dls_candidates),
             self.vocab,
             cfg.dls_steps,

@@ -112,6 +112,12 @@ class FedTextClient(NumPyClient):
         domains = set(self.data.train["domain"]) | set(self.data.test["domain"])
         return next(iter(domains)) if len(domains) == 1 else ""
 
+    def prompt_losses(self, prompts: np.ndarray, batch: EncodedBatch | None = None) -> np.ndarray:
+        """Mean cross-entropy of each of ``[P, T, D]`` prompts on ``batch`` (default: the
+        shots), all P prompts in one batched forward."""
+        batch = self.train_batch if batch is None else batch
+        return losses(self.backbone.score(prompts, batch), batch.labels).numpy()
+
     def post_tune(self, prompt: np.ndarray) -> np.ndarray:
         """BBT post-tuning of p' (App. B): ``post-tune-steps`` CMA-ES iterations on z in
         ``p' + A z`` from z = 0 with sigma = ``post-tune-sigma``; returns ``p' + A z_mean``.
@@ -126,8 +132,7 @@ class FedTextClient(NumPyClient):
             seed=client_seed(cfg, self.partition_id, self.POST_TUNE_ROUND),
         )
         for _ in range(cfg.post_tune_steps):
-            candidates = project(prompt, a, es.ask())
-            es.tell(losses(self.backbone.score(candidates, self.train_batch), self.train_batch.labels).numpy())
+            es.tell(self.prompt_losses(project(prompt, a, es.ask())))
         return project(prompt, a, es.mean)
 
     # ---------------------------------------------------------- Flower hooks
@@ -179,5 +184,4 @@ class SubspaceClient(FedTextClient):
     def fitness(self, candidates: np.ndarray, batch: EncodedBatch | None = None) -> np.ndarray:
         """Mean cross-entropy of each candidate z ``[P, d]`` on ``batch`` (default: the shots),
         all P prompts in one batched forward."""
-        batch = self.train_batch if batch is None else batch
-        return losses(self.backbone.score(project(self.p0, self.A, candidates), batch), batch.labels).numpy()
+        return self.prompt_losses(project(self.p0, self.A, candidates), batch)

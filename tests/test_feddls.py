@@ -89,7 +89,7 @@ def test_client_local_search_on_the_backbone_is_non_increasing(backbone):
     unit = client.vocab[backbone.natural_token_ids()]
     unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
     q0 = backbone.queries
-    res = local_search(p, client.loss_of, lambda v: nearest_tokens(v, unit, backbone.natural_token_ids(),
+    res = local_search(p, client.prompt_losses, lambda v: nearest_tokens(v, unit, backbone.natural_token_ids(),
                                                                    client.vocab, 3), client.vocab, 4,
                        np.random.default_rng(1))
     assert all(b <= a + 1e-7 for a, b in zip(res.losses, res.losses[1:], strict=False))
