@@ -1,15 +1,10 @@
-"""Client side of every method: ``CLIENTS[method]``, the same keys as ``STRATEGIES``."""
+"""Client side of every method: one ``NumPyClient`` per module; ``fedtext.registry.METHODS``
+pairs each with its strategy and config."""
 
 from clients.bbt_fed import BBTFedClient
+from clients.fedavg import FedAvgClient
 from clients.fedbpt import FedBPTClient
 from clients.feddls import FedDLSClient
 from clients.fedprompt import FedPromptClient
 
-CLIENTS = {
-    "fedprompt": FedPromptClient,
-    "fedbpt": FedBPTClient,
-    "feddls": FedDLSClient,
-    "bbt-fed": BBTFedClient,
-}
-
-__all__ = ["FedDLSClient", "FedBPTClient", "CLIENTS", "BBTFedClient", "FedPromptClient"]
+__all__ = ["BBTFedClient", "FedAvgClient", "FedBPTClient", "FedDLSClient", "FedPromptClient"]

@@ -16,28 +16,35 @@ class FedBPTClient(SubspaceClient):
     (whitened coordinates), so the step sizes it reports are the sigma^k_{t,j} of eq. (9).
     Local rank-mu: mu_l = lambda_k/2 equal weights (``CMA_recombination_weights``).
     Every iteration draws new token masks and random tokens (Alg. 1 lines 12-16;
-    ``keep-rate`` = r_p, 1 turns it off); all lambda_k candidates of an iteration see
-    the same perturbed batch, scored in one batched forward.
+    ``fedbpt.keep-rate`` = r_p, 1 turns it off); all lambda_k candidates of an iteration
+    see the same perturbed batch, scored in one batched forward.
+
+    Iterations: Alg. 1 loops ``j = 1..I-1`` after sampling with sigma_{t,1}, i.e. I
+    search distributions; the paper's eq. (9)-(13) sum sigma^k_{t,j} over j = 1..I. We
+    run I = ``fedbpt.local-steps`` ask/tell iterations and report the I step sizes each
+    sampled with (sigma_{t,1} = the downloaded sigma_t, then the I-1 that CMA-ES adapted),
+    which is that same set of I distributions; the uploaded mean is the one after the
+    I-th update.
     """
 
     def train(self, arrays: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, float]:
-        cfg = self.cfg
-        seed = client_seed(cfg, self.partition_id, int(config.get("server_round", 0)))
+        mc = self.mcfg
+        seed = client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0)))
         es = WhitenedCMA(
             mean=arrays[0],
             sigma=float(arrays[1][0]),
             cov=np.asarray(arrays[2], dtype=np.float64) if len(arrays) > 2 else None,  # compact: C = I
-            popsize=cfg.popsize,
+            popsize=mc.popsize,
             seed=seed,
             equal_weights=True,  # local rank-mu, mu_l = lambda_k / 2
         )
         rng = np.random.default_rng(seed)
         sigmas = []
-        for _ in range(cfg.local_steps):
+        for _ in range(mc.local_steps):
             sigmas.append(es.sigma)  # sigma^k_{t,j}: the step size this iteration samples with
-            batch = self.backbone.perturb(self.train_batch, cfg.keep_rate, rng)
+            batch = self.backbone.perturb(self.train_batch, mc.keep_rate, rng)
             es.tell(self.fitness(es.ask(), batch))  # lambda candidates, one batched forward
         z = es.mean
         final = float(self.fitness(z[None])[0])  # F^k(z^k_{t+1}) on the unperturbed shots
-        return [np.concatenate([z, sigmas, [final]]).astype(np.float32)], len(self.train_batch), final
+        return [self.model.pack_upload(z, sigmas, final)], len(self.train_batch), final
 

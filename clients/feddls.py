@@ -99,7 +99,7 @@ class FedDLSClient(FedTextClient):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.vocab = self.backbone.vocab_embeddings()
-        self.codec = codec_for(self.cfg, self.backbone)
+        self.codec = codec_for(self.mcfg, self.backbone)
 
     # ------------------------------------------------------------ p' and state
     def stored(self) -> tuple[int, np.ndarray]:
@@ -107,14 +107,14 @@ class FedDLSClient(FedTextClient):
         if self.STATE_KEY in self.state:
             rec = self.state[self.STATE_KEY]
             return int(rec["version"]), np.frombuffer(rec["prompt"], np.float32).reshape(rec["shape"]).copy()
-        return 0, self.backbone.initial_prompt(self.cfg.prompt_length, self.cfg.seed)
+        return 0, self.model.initial_arrays()[0]  # p'_0, exactly as the server makes it
 
     def store(self, version: int, prompt: np.ndarray) -> None:
         self.state[self.STATE_KEY] = ConfigRecord(
             {"version": version, "prompt": prompt.astype(np.float32).tobytes(), "shape": list(prompt.shape)}
         )
 
-    def global_prompt(self, arrays: NDArrays, config: dict[str, Scalar]) -> tuple[int, np.ndarray]:
+    def synced_prompt(self, arrays: NDArrays, config: dict[str, Scalar]) -> tuple[int, np.ndarray]:
         """Apply the downloaded updates ``dls_from + 1 .. dls_to`` to the stored p' (eq. 11)."""
         version, p = self.stored()
         start, to = int(config.get("dls_from", 0)), int(config.get("dls_to", 0))
@@ -136,22 +136,24 @@ class FedDLSClient(FedTextClient):
                 p = self.codec.decode(update, p)
         return max(version, to), p
 
-    def eval_prompt(self, arrays: NDArrays, config: dict[str, Scalar]) -> np.ndarray:
-        return self.global_prompt(arrays, config)[1]  # evaluation does not advance the state
+    def global_arrays(self, arrays: NDArrays, config: dict[str, Scalar]) -> NDArrays:
+        """[p'] rebuilt from the stored p' and the downloaded updates (evaluation does not
+        advance the stored state)."""
+        return [self.synced_prompt(arrays, config)[1]]
 
     # ---------------------------------------------------------------- training
     def train(self, arrays: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, float]:
-        cfg = self.cfg
-        version, p = self.global_prompt(arrays, config)
+        mc = self.mcfg
+        version, p = self.synced_prompt(arrays, config)
         self.store(version, p)
         unit, ids = _unit_natural_vocab(self.backbone), self.backbone.natural_token_ids()
         result = local_search(
             p,
             self.prompt_losses,
-            lambda vec: nearest_tokens(vec, unit, ids, self.vocab, cfg.dls_candidates),
+            lambda vec: nearest_tokens(vec, unit, ids, self.vocab, mc.candidates),
             self.vocab,
-            cfg.dls_steps,
-            np.random.default_rng(client_seed(cfg, self.partition_id, int(config.get("server_round", 0)))),
+            mc.steps,
+            np.random.default_rng(client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0)))),
         )
         self.fit_metrics = {"dls_version": version}  # the server sends the next round's updates from here
         return [encode_upload(result.token_ids)], len(self.train_batch), result.losses[-1]

@@ -11,14 +11,28 @@ e(It was [MASK])]). Heads turn the encoder output into class logits:
   output layer, so it works for any encoder.
 * ``mlm``: the checkpoint's masked-LM head at ``[MASK]``, restricted to the verbalizer
   tokens (RoBERTa/BERT MLM checkpoints only).
+* ``linear``: a trainable ``Linear(D, C)`` on ``mean_pool(H)`` (``head.weight``,
+  ``head.bias``), for methods that fine-tune (``fedavg``, FedDRS, FeS).
 
 ``Backbone.score(prompts[P,T,D], batch) -> logits[P,B,C]`` evaluates P candidate
 prompts in one batched forward (CMA-ES populations, search candidates) and counts
-model queries (one query = one sequence through the encoder).
+model queries (one query = one sequence through the encoder). Prompts may also be
+per input (``[P,B,T,D]``, FedDPG's generated prompts) or absent (``None``: no prompt,
+fine-tuning methods).
+
+Weights. :func:`get_backbone` loads one *frozen* backbone per process (a Ray actor
+hosts many simulated clients, so it must never change). A method that trains
+weights asks for :meth:`Backbone.trainable_copy`: a backbone whose trainable tensors
+are its own deep copies while the frozen ones stay shared with the process backbone
+(no second copy of what nobody trains). Whatever a client trains lives in its copy
+and is visible to no other client. The similarity head's label vectors are encoded
+by the encoder itself, so a backbone that trains recomputes them at every forward and
+one whose weights are loaded (:meth:`Backbone.load_trainable`) recomputes them once.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import os
@@ -141,15 +155,26 @@ class Backbone:
         self.head = head
         self.task = task
         self.max_length = max_length
-        self.queries = 0  # sequences forwarded through the encoder, ever
+        self.counter = QueryCounter()  # shared with trainable copies
         self.encoder.eval()
         if self.mlm is not None:
             self.mlm.eval()
-        self.set_trainable(trainable)
         self.embeddings = self.encoder.get_input_embeddings()  # e(.): [V, D]
         self.dim = int(self.embeddings.weight.shape[1])
+        # Placeholder weights: a method that uses this head loads its own (seeded) ones.
+        self.linear = torch.nn.Linear(self.dim, task.num_classes) if head == "linear" else None
+        if self.linear is not None:
+            torch.nn.init.zeros_(self.linear.weight)
+            torch.nn.init.zeros_(self.linear.bias)
+        self.set_trainable(trainable)
         self._token_cache: dict[str, list[int]] = {}
+        self._label_cache: Tensor | None = None
         self._prepare_head()
+
+    @property
+    def queries(self) -> int:
+        """Sequences forwarded through the encoder by this backbone and its copies, ever."""
+        return self.counter.n
 
     # ------------------------------------------------------------------ set-up
     def set_trainable(self, trainable: str | Callable[[str], bool]) -> None:
@@ -160,18 +185,65 @@ class Backbone:
         depth/capacity co-planning ``lambda n: "layer.5." in n or n.endswith(".bias")``.
         Frozen weights never get gradients, so back-propagation stores nothing for them.
         """
-        if callable(trainable):
-            wants = trainable
-        elif trainable in ("none", "all"):
-            wants = lambda _name: trainable == "all"  # noqa: E731
-        else:
-            raise ValueError(f"trainable must be 'none', 'all' or a predicate, got {trainable!r}")
-        for name, p in (self.mlm or self.encoder).named_parameters():
+        wants = _predicate(trainable)
+        for name, p in self.named_parameters():
             p.requires_grad_(bool(wants(name)))
+        self.training = any(p.requires_grad for _, p in self.named_parameters())
+
+    def named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """Every weight by name: the encoder's (or MLM's), then ``head.weight``/``head.bias``
+        of the ``linear`` head."""
+        named = list((self.mlm or self.encoder).named_parameters())
+        if self.linear is not None:
+            named += [(f"head.{n}", p) for n, p in self.linear.named_parameters()]
+        return named
 
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
-        """Encoder weights that currently receive gradients."""
-        return [p for p in (self.mlm or self.encoder).parameters() if p.requires_grad]
+        """Weights that currently receive gradients."""
+        return [p for _, p in self.named_parameters() if p.requires_grad]
+
+    def named_trainable(self) -> list[tuple[str, torch.nn.Parameter]]:
+        """``(name, weight)`` of the trainable weights, in a fixed order (the wire order)."""
+        return [(n, p) for n, p in self.named_parameters() if p.requires_grad]
+
+    def trainable_copy(self, trainable: str | Callable[[str], bool]) -> "Backbone":
+        """A backbone that trains the weights ``trainable`` names, on its own copies.
+
+        The weights it does not train are shared with ``self`` (the process-wide
+        frozen backbone) by reference; the ones it trains are deep copies, so
+        nothing trained here reaches ``self`` or another copy. Tokenizer, caches and
+        the query counter are shared.
+        """
+        wants = _predicate(trainable)
+        root = self.mlm or self.encoder
+        memo = {id(p): p for n, p in root.named_parameters() if not wants(n)}
+        new = copy.copy(self)
+        new_root = copy.deepcopy(root, memo)
+        if self.mlm is not None:
+            new.mlm, new.encoder = new_root, new_root.base_model
+        else:
+            new.encoder = new_root
+        new.embeddings = new.encoder.get_input_embeddings()
+        new.linear = copy.deepcopy(self.linear)
+        new._label_cache = None
+        new.set_trainable(wants)
+        return new
+
+    def trainable_arrays(self) -> list[np.ndarray]:
+        """The trainable weights as float32 arrays, in :meth:`named_trainable` order."""
+        return [p.detach().numpy().astype(np.float32, copy=True) for _, p in self.named_trainable()]
+
+    def load_trainable(self, arrays: Sequence[np.ndarray]) -> None:
+        """Overwrite the trainable weights (in :meth:`named_trainable` order) with ``arrays``."""
+        named = self.named_trainable()
+        if len(arrays) != len(named):
+            raise ValueError(f"expected {len(named)} trainable arrays, got {len(arrays)}")
+        with torch.no_grad():
+            for (name, p), a in zip(named, arrays, strict=True):
+                if tuple(a.shape) != tuple(p.shape):
+                    raise ValueError(f"{name}: shape {tuple(a.shape)}, expected {tuple(p.shape)}")
+                p.copy_(torch.as_tensor(np.asarray(a), dtype=p.dtype))
+        self._label_cache = None  # the encoder changed: the label vectors must be re-encoded
 
     def _prepare_head(self) -> None:
         tok = self.tokenizer
@@ -179,17 +251,9 @@ class Backbone:
         if self.cls_id is None:  # RoBERTa-style tokenizers name them bos/eos
             self.cls_id, self.sep_id = tok.bos_token_id, tok.eos_token_id
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-        if self.head == "similarity":
+        if self.head in ("similarity", "linear"):
             self.prefix_ids: list[int] = []
             self.suffix_ids: list[int] = []
-            descriptions = self.encode(list(self.task.descriptions), [0] * self.task.num_classes)
-            with torch.no_grad():  # not inference_mode: fedprompt back-propagates through them
-                hidden = self.encoder(
-                    input_ids=descriptions.input_ids, attention_mask=descriptions.attention_mask
-                ).last_hidden_state
-                self.label_vectors = torch.nn.functional.normalize(
-                    _mean_pool(hidden, descriptions.attention_mask), dim=-1
-                )  # [C, D]
             return
         if tok.mask_token_id is None:
             raise ConfigError(f"head={self.head} needs a tokenizer with a mask token; '{self.name}' has none")
@@ -201,6 +265,26 @@ class Backbone:
         if len(set(ids)) != len(ids):
             raise ConfigError(f"verbalizer words {self.task.verbalizer} share a first token")
         self.verbalizer_ids = torch.tensor(ids, dtype=torch.long)
+
+    @property
+    def label_vectors(self) -> Tensor:
+        """``u_c``: the unit-norm pooled encodings of the label descriptions ``[C, D]``.
+
+        Encoded by this backbone's encoder: once for a frozen one (cached, without
+        gradients; not inference_mode, fedprompt back-propagates through them), at
+        every call for one that trains (gradients flow into the encoder through them).
+        """
+        if self._label_cache is not None and not self.training:
+            return self._label_cache
+        descriptions = self.encode(list(self.task.descriptions), [0] * self.task.num_classes)
+        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+            hidden = self.encoder(
+                input_ids=descriptions.input_ids, attention_mask=descriptions.attention_mask
+            ).last_hidden_state
+            vectors = torch.nn.functional.normalize(_mean_pool(hidden, descriptions.attention_mask), dim=-1)
+        if not self.training:
+            self._label_cache = vectors
+        return vectors
 
     # -------------------------------------------------------------- tokenizing
     def _tokens(self, text: str) -> list[int]:
@@ -229,7 +313,7 @@ class Backbone:
             ids[i, : len(r)] = torch.tensor(r)
             att[i, : len(r)] = 1
         mask_pos = None
-        if self.head != "similarity":
+        if self.head not in ("similarity", "linear"):
             mask_pos = (ids == self.tokenizer.mask_token_id).float().argmax(dim=1)
         return EncodedBatch(ids, att, torch.as_tensor(np.asarray(labels), dtype=torch.long), mask_pos)
 
@@ -295,15 +379,24 @@ class Backbone:
         return self.vocab_embeddings()[ids].copy()
 
     # ----------------------------------------------------------------- forward
-    def _logits(self, prompts: Tensor, batch: EncodedBatch) -> Tensor:
-        """Logits ``[P, B, C]`` of P prompts ``[P, T, D]`` on one batch (one encoder call)."""
-        p, t, d = prompts.shape
+    def _logits(self, prompts: Tensor | None, batch: EncodedBatch) -> Tensor:
+        """Logits ``[P, B, C]`` on one batch in one encoder call.
+
+        ``prompts``: ``[P, T, D]`` (each prompt for every input), ``[P, B, T, D]`` (a
+        prompt per input) or ``None`` (no prompt, P = 1).
+        """
         b, l = batch.input_ids.shape
         tok = self.embeddings(batch.input_ids)  # [B, L, D]
+        d = tok.shape[-1]
+        if prompts is None:
+            prompts = tok.new_zeros(1, b, 0, d)
+        elif prompts.ndim == 3:
+            prompts = prompts[:, None].expand(prompts.shape[0], b, *prompts.shape[1:])
+        p, t = prompts.shape[0], prompts.shape[2]
         x = torch.cat(
             [
                 tok[:, :1].expand(p, b, 1, d),
-                prompts[:, None].expand(p, b, t, d).to(tok.dtype),
+                prompts.to(tok.dtype),
                 tok[:, 1:].expand(p, b, l - 1, d),
             ],
             dim=2,
@@ -311,10 +404,12 @@ class Backbone:
         att = torch.cat([torch.ones(b, t, dtype=batch.attention_mask.dtype), batch.attention_mask], dim=1)
         att = att.repeat(p, 1)  # [P*B, T+L]
         hidden = self.encoder(inputs_embeds=x, attention_mask=att).last_hidden_state
-        self.queries += p * b
+        self.counter.n += p * b
         if self.head == "similarity":
             pooled = torch.nn.functional.normalize(_mean_pool(hidden, att), dim=-1)
             logits = SIMILARITY_SCALE * pooled @ self.label_vectors.T
+        elif self.head == "linear":
+            logits = self.linear(_mean_pool(hidden, att))
         else:
             pos = (batch.mask_pos + t).repeat(p)  # [P*B]
             h_mask = hidden[torch.arange(p * b), pos]  # [P*B, D]
@@ -332,35 +427,67 @@ class Backbone:
         lm = self.mlm.lm_head  # RoBERTa: dense -> gelu -> layer_norm
         return lm.layer_norm(torch.nn.functional.gelu(lm.dense(h)))
 
-    def score(self, prompts: Tensor | np.ndarray, batch: EncodedBatch) -> Tensor:
+    def score(self, prompts: Tensor | np.ndarray | None, batch: EncodedBatch) -> Tensor:
         """Logits ``[P, B, C]`` of P candidate prompts, without gradients.
 
-        Candidates are stacked into the batch dimension so that the whole population
-        goes through the encoder in as few calls as possible (chunks of at most
-        ``MAX_TOKENS_PER_CHUNK`` tokens keep activation memory bounded).
+        ``prompts``: ``[P, T, D]``, per-input ``[P, B, T, D]``, or ``None`` (no prompt,
+        P = 1). Candidates are stacked into the batch dimension so that the whole
+        population goes through the encoder in as few calls as possible (chunks of at
+        most ``MAX_TOKENS_PER_CHUNK`` tokens keep activation memory bounded).
         """
+        if prompts is None:
+            with torch.inference_mode():
+                return self._logits(None, batch)
         prompts = torch.as_tensor(np.asarray(prompts, dtype=np.float32))
-        if prompts.ndim != 3 or prompts.shape[2] != self.dim:
-            raise ValueError(f"prompts must be [P, T, {self.dim}], got {tuple(prompts.shape)}")
-        per_prompt = len(batch) * (batch.input_ids.shape[1] + prompts.shape[1])
+        if prompts.ndim not in (3, 4) or prompts.shape[-1] != self.dim or (
+            prompts.ndim == 4 and prompts.shape[1] != len(batch)
+        ):
+            raise ValueError(f"prompts must be [P, T, {self.dim}] or [P, {len(batch)}, T, {self.dim}], "
+                             f"got {tuple(prompts.shape)}")
+        per_prompt = len(batch) * (batch.input_ids.shape[1] + prompts.shape[-2])
         chunk = max(1, MAX_TOKENS_PER_CHUNK // per_prompt)
         with torch.inference_mode():
             return torch.cat([self._logits(prompts[i : i + chunk], batch) for i in range(0, len(prompts), chunk)])
 
-    def forward(self, prompt: Tensor, batch: EncodedBatch) -> Tensor:
-        """Logits ``[B, C]`` of one prompt ``[T, D]`` with autograd (fedprompt)."""
-        return self._logits(prompt[None], batch)[0]
+    def forward(self, prompt: Tensor | None, batch: EncodedBatch) -> Tensor:
+        """Logits ``[B, C]`` with autograd, for a prompt ``[T, D]``, per-input prompts
+        ``[B, T, D]`` or ``None`` (fine-tuning)."""
+        return self._logits(None if prompt is None else prompt[None], batch)[0]
 
     # -------------------------------------------------------------- evaluation
-    def evaluate(self, prompt: np.ndarray, batches: Sequence[EncodedBatch]) -> tuple[float, float]:
-        """Mean cross-entropy and accuracy of one prompt over pre-encoded batches."""
+    def evaluate(self, prompt: PromptSource, batches: Sequence[EncodedBatch]) -> tuple[float, float]:
+        """Mean cross-entropy and accuracy over pre-encoded batches.
+
+        ``prompt``: one ``[T, D]`` prompt for every input, ``None`` (no prompt), or a
+        function of the batch returning ``[T, D]`` or per-input ``[B, T, D]`` prompts.
+        """
         loss, correct, n = 0.0, 0, 0
         for batch in batches:
-            logits = self.score(prompt[None], batch)[0]
+            p = prompt(batch) if callable(prompt) else prompt
+            logits = self.score(None if p is None else np.asarray(p)[None], batch)[0]
             loss += float(torch.nn.functional.cross_entropy(logits, batch.labels, reduction="sum"))
             correct += int((logits.argmax(-1) == batch.labels).sum())
             n += len(batch)
         return loss / max(n, 1), correct / max(n, 1)
+
+
+class QueryCounter:
+    """Sequences pushed through an encoder (shared by a backbone and its trainable copies)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+
+PromptSource = np.ndarray | None | Callable[[EncodedBatch], np.ndarray]
+
+
+def _predicate(trainable: str | Callable[[str], bool]) -> Callable[[str], bool]:
+    """``"none"`` / ``"all"`` / a predicate on weight names -> a predicate."""
+    if callable(trainable):
+        return trainable
+    if trainable in ("none", "all"):
+        return lambda _name: trainable == "all"
+    raise ValueError(f"trainable must be 'none', 'all' or a predicate, got {trainable!r}")
 
 
 def _mean_pool(hidden: Tensor, att: Tensor) -> Tensor:
@@ -378,7 +505,10 @@ def losses(logits: Tensor, labels: Tensor) -> Tensor:
 
 @functools.lru_cache(maxsize=2)
 def get_backbone(model: str, head: str, task_name: str, max_length: int) -> Backbone:
-    """One frozen backbone per process (a Ray actor hosts many simulated clients)."""
+    """One frozen backbone per process (a Ray actor hosts many simulated clients).
+
+    Never train it: ask it for a :meth:`Backbone.trainable_copy`.
+    """
     from transformers.utils import logging as hf_logging
 
     from fedtext.tasks import TASKS

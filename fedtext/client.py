@@ -1,20 +1,23 @@
 """What every fedtext client shares: its data, the frozen backbone, evaluation, telemetry.
 
-``FedTextClient`` is a ``NumPyClient``. A method subclasses it and implements
+``FedTextClient`` is a ``NumPyClient``. It builds the method's
+:class:`fedtext.model.Model` (``self.model``, the same class its strategy builds), so
+the client evaluates exactly as the server does. A method subclasses it and implements
 
 * :meth:`train` -- local training from the downloaded arrays; returns the arrays to
-  upload, the number of examples used and the local training loss;
-* :meth:`prompt_of` -- the ``[T, D]`` prompt that downloaded arrays stand for (used
-  by :meth:`evaluate` on the client's local test split); a method whose downloads
-  are incremental overrides :meth:`eval_prompt` instead.
+  upload (in ``model.upload_specs()`` order), the number of examples used and the
+  local training loss;
+* :meth:`global_arrays` -- only when a download is not the global arrays themselves
+  (FedDLS's compressed, incremental updates): how to rebuild them.
 
-Personalization (FedDLS §4.3 end, App. B), the same for every method: on the last
-round, when ``post-tune-steps > 0``, :meth:`evaluate` first post-tunes the global
+Personalization (FedDLS §4.3 end, App. B), the same for every prompt method: on the
+last round, when ``post-tune-steps > 0``, :meth:`evaluate` first post-tunes the global
 prompt p' with BBT on the client's own shots -- CMA-ES on z in ``p = p' + A z`` with
-step size ``post-tune-sigma`` (0.1), no communication -- and reports the accuracy of
-both p' (``accuracy``) and the post-tuned prompt (``post_accuracy``). The paper
-post-tunes its gradient baselines with gradient descent; we post-tune every method
-the same way so that the comparison isolates what federated training produced.
+step size ``post-tune-sigma`` (0.1), population ``post-tune-popsize`` and
+``d = post-tune-dim``, no communication -- and reports the accuracy of both p'
+(``accuracy``) and the post-tuned prompt (``post_accuracy``). The paper post-tunes its
+gradient baselines with gradient descent; we post-tune every method the same way so
+that the comparison isolates what federated training produced.
 
 ``fit``/``evaluate`` wrap those with the telemetry every run records: model queries
 (sequences pushed through the backbone), the peak resident memory of the client's
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Iterator
 
 import numpy as np
 from flwr.app import RecordDict
@@ -36,7 +40,8 @@ from fedtext.backbone import Backbone, EncodedBatch, get_backbone, losses
 from fedtext.blackbox import WhitenedCMA
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
-from fedtext.prompts import bbt_space, project, projection
+from fedtext.model import Model, SubspaceModel
+from fedtext.prompts import project, projection
 from fedtext.tasks import Task
 
 
@@ -53,19 +58,32 @@ def client_seed(cfg: RunConfig, partition_id: int, server_round: int) -> int:
     return int(np.random.SeedSequence([cfg.seed, partition_id, server_round]).generate_state(1)[0] % (2**31 - 2)) + 1
 
 
+def minibatches(batch: EncodedBatch, size: int, steps: int, rng: np.random.Generator) -> Iterator[EncodedBatch]:
+    """``steps`` mini-batches of ``size`` rows drawn without replacement, reshuffled
+    after every pass over ``batch`` (the gradient methods' sampler)."""
+    n = len(batch)
+    order, pos = rng.permutation(n), 0
+    for _ in range(steps):
+        if pos >= n:
+            order, pos = rng.permutation(n), 0
+        yield batch.take(order[pos : pos + size])
+        pos += size
+
+
 class FedTextClient(NumPyClient):
     """Base NumPyClient of every fedtext method.
 
     Parameters
     ----------
     cfg
-        The validated run configuration.
+        The validated run configuration (``cfg.method_config`` is the method's own).
     task
         The resolved task.
     data
         This client's labelled shots, local test split and unlabelled rest.
     backbone
-        The frozen backbone (shared by all clients hosted in the same process).
+        The frozen backbone (shared by all clients hosted in the same process; a
+        method that trains weights trains its model's own copy).
     state
         The node's ``context.state``: what this client keeps between rounds (Flower
         builds a fresh client object for every message).
@@ -82,12 +100,14 @@ class FedTextClient(NumPyClient):
         state: RecordDict | None = None,
     ) -> None:
         self.cfg = cfg
+        self.mcfg = cfg.method_config
         self.state = state if state is not None else RecordDict()
         self.fit_metrics: dict[str, Scalar] = {}  # extra metrics a method's train() reports
         self.task = task
         self.data = data
         self.partition_id = data.partition_id
-        self.backbone = backbone or get_backbone(cfg.model, cfg.head, task.name, cfg.max_length)
+        self.backbone = backbone or get_backbone(cfg.model, cfg.resolved_head, task.name, cfg.max_length)
+        self.model: Model = self.mcfg.model_class(cfg, self.backbone)
         self.train_batch: EncodedBatch = self.backbone.encode(list(data.train["text"]), list(data.train["label"]))
         self.test_batches = (
             self.backbone.batches(list(data.test["text"]), list(data.test["label"])) if len(data.test) else []
@@ -98,13 +118,9 @@ class FedTextClient(NumPyClient):
         """Local training: (arrays to upload, examples used, local training loss)."""
         raise NotImplementedError
 
-    def prompt_of(self, arrays: NDArrays) -> np.ndarray:
-        """The ``[T, D]`` prompt that downloaded ``arrays`` stand for."""
-        raise NotImplementedError
-
-    def eval_prompt(self, arrays: NDArrays, config: dict[str, Scalar]) -> np.ndarray:
-        """The global prompt to evaluate (default :meth:`prompt_of`)."""
-        return self.prompt_of(arrays)
+    def global_arrays(self, arrays: NDArrays, config: dict[str, Scalar]) -> NDArrays:
+        """The global arrays a download stands for (default: the download itself)."""
+        return arrays
 
     @property
     def domain(self) -> str:
@@ -122,13 +138,14 @@ class FedTextClient(NumPyClient):
         """BBT post-tuning of p' (App. B): ``post-tune-steps`` CMA-ES iterations on z in
         ``p' + A z`` from z = 0 with sigma = ``post-tune-sigma``; returns ``p' + A z_mean``.
 
-        A is BBT's fixed projection for this run (:func:`fedtext.prompts.projection`);
-        ``popsize`` candidates per iteration, scored in one batched forward.
+        A is BBT's fixed projection for this run (:func:`fedtext.prompts.projection`,
+        ``post-tune-dim`` columns); ``post-tune-popsize`` candidates per iteration,
+        scored in one batched forward.
         """
         cfg = self.cfg
-        a = projection(cfg.seed, prompt.size, cfg.intrinsic_dim, self.backbone.embedding_std())
+        a = projection(cfg.seed, prompt.size, cfg.post_tune_dim, self.backbone.embedding_std())
         es = WhitenedCMA(
-            mean=np.zeros(cfg.intrinsic_dim), sigma=cfg.post_tune_sigma, cov=None, popsize=cfg.popsize,
+            mean=np.zeros(cfg.post_tune_dim), sigma=cfg.post_tune_sigma, cov=None, popsize=cfg.post_tune_popsize,
             seed=client_seed(cfg, self.partition_id, self.POST_TUNE_ROUND),
         )
         for _ in range(cfg.post_tune_steps):
@@ -156,11 +173,12 @@ class FedTextClient(NumPyClient):
         q0 = self.backbone.queries
         if not self.test_batches:
             return 0.0, 0, {"partition_id": self.partition_id, "accuracy": 0.0, "queries": 0}
-        prompt = self.eval_prompt(parameters, config)
-        loss, acc = self.backbone.evaluate(prompt, self.test_batches)
+        arrays = self.global_arrays(parameters, config)
+        loss, acc = self.model.evaluate(arrays, self.test_batches)
         metrics: dict[str, Scalar] = {"partition_id": self.partition_id, "accuracy": acc}
         if int(config.get("final", 0)) and self.cfg.post_tune_steps > 0 and len(self.train_batch):
-            loss, metrics["post_accuracy"] = self.backbone.evaluate(self.post_tune(prompt), self.test_batches)
+            tuned = self.post_tune(self.model.prompt(arrays))
+            loss, metrics["post_accuracy"] = self.backbone.evaluate(tuned, self.test_batches)
         metrics.update(queries=self.backbone.queries - q0, peak_rss_mb=peak_rss_mb())
         return loss, len(self.data.test), metrics
 
@@ -168,20 +186,13 @@ class FedTextClient(NumPyClient):
 class SubspaceClient(FedTextClient):
     """Base of black-box clients whose prompt is ``p0 + A z`` (bbt-fed, fedbpt).
 
-    p0 and A come from :func:`fedtext.prompts.bbt_space`, rebuilt from the run seed
-    exactly as the server does; only z (the first ``intrinsic-dim`` values of the
-    first array) ever travels.
+    ``self.model`` is a :class:`fedtext.model.SubspaceModel` (p0 and A rebuilt from the
+    run seed exactly as the server does); only z ever travels.
     """
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.cfg
-        self.p0, self.A = bbt_space(self.backbone, cfg.prompt_length, cfg.intrinsic_dim, cfg.seed)
-
-    def prompt_of(self, arrays: NDArrays) -> np.ndarray:
-        return project(self.p0, self.A, np.asarray(arrays[0], dtype=np.float32)[: self.cfg.intrinsic_dim])
+    model: SubspaceModel
 
     def fitness(self, candidates: np.ndarray, batch: EncodedBatch | None = None) -> np.ndarray:
         """Mean cross-entropy of each candidate z ``[P, d]`` on ``batch`` (default: the shots),
         all P prompts in one batched forward."""
-        return self.prompt_losses(project(self.p0, self.A, candidates), batch)
+        return self.prompt_losses(self.model.project(candidates), batch)

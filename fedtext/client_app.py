@@ -1,4 +1,4 @@
-"""ClientApp: client_fn -> CLIENTS[method](...).to_client().
+"""ClientApp: client_fn -> METHODS[method].client(...).to_client().
 
 The node's ``partition-id`` and ``num-partitions`` come from Flower's node config:
 the simulation engine injects them; on a real device pass them with
@@ -14,9 +14,9 @@ from flwr.app import RecordDict
 from flwr.client import Client, ClientApp
 from flwr.common import Context
 
-from clients import CLIENTS
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import client_data
+from fedtext.registry import METHODS
 from fedtext.tasks import resolve_task
 
 
@@ -25,7 +25,7 @@ def make_client(
 ) -> Client:
     """Build this node's client from the run-config, its node config and its state
     (``context.state``, which persists on the node between rounds)."""
-    cfg = RunConfig.from_run_config(run_config, known_methods=CLIENTS)
+    cfg = RunConfig.from_run_config(run_config, METHODS)
     try:
         partition_id = int(node_config["partition-id"])
         num_partitions = int(node_config["num-partitions"])
@@ -36,7 +36,7 @@ def make_client(
         ) from None
     task = resolve_task(cfg.task, cfg.dataset)
     data = client_data(cfg, partition_id, num_partitions)
-    return CLIENTS[cfg.method](cfg, task, data, state=state).to_client()
+    return METHODS[cfg.method].client(cfg, task, data, state=state).to_client()
 
 
 def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:

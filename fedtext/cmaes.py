@@ -18,9 +18,10 @@ Tutorial"), which Algorithm 2 abbreviates, with the equal recombination weights
                with c_h = (1-h_sigma) c_1 c_c (2-c_c)          (Alg. 2 line 6's c_s term)
     sigma   <- sigma' exp((c_s/d_s) (|p_sigma| / E|N(0,I)| - 1))
 
-Algorithm 2 line 5 prints ``sigma exp(|p_sigma|/E|N| - 1)``; we keep the tutorial's
-damping ``c_s/d_s`` that the paper's CMA-ES reference uses (without it sigma would
-change by a factor e per unit of path-length deviation).
+Algorithm 2 line 5 prints ``sigma <- sigma' exp(|p_sigma|/E|N| - 1)``. The default
+(``fedbpt.sigma-update=damped``) keeps the tutorial's damping ``c_s/d_s`` that the
+paper's CMA-ES reference uses (without it sigma changes by a factor e per unit of
+path-length deviation); ``printed`` runs the line as printed.
 """
 
 from __future__ import annotations
@@ -106,7 +107,16 @@ def corrected_sigma(
     return float(np.sqrt(total / mu))
 
 
-def server_step(state: CMAState, solutions: np.ndarray, losses: Sequence[float], sigma_prime: float) -> CMAState:
+SIGMA_UPDATES = ("damped", "printed")
+
+
+def server_step(
+    state: CMAState,
+    solutions: np.ndarray,
+    losses: Sequence[float],
+    sigma_prime: float,
+    sigma_update: str = "damped",
+) -> CMAState:
     """One CMA-ES update of the global distribution (FedBPT Algorithm 2 with sigma').
 
     Parameters
@@ -119,7 +129,12 @@ def server_step(state: CMAState, solutions: np.ndarray, losses: Sequence[float],
         Their local losses ``F^k(z^k_{t+1})`` (lower is better).
     sigma_prime
         The corrected step size of eq. (12) that replaces sigma_t in the update.
+    sigma_update
+        ``damped``: ``sigma' exp((c_s/d_s)(|p_sigma|/E|N| - 1))`` (CMA-ES tutorial);
+        ``printed``: ``sigma' exp(|p_sigma|/E|N| - 1)`` (Alg. 2 line 5 as printed).
     """
+    if sigma_update not in SIGMA_UPDATES:
+        raise ValueError(f"sigma_update must be one of {SIGMA_UPDATES}, got {sigma_update!r}")
     solutions = np.asarray(solutions, dtype=np.float64)
     n = state.mean.shape[0]
     mu = max(1, len(solutions) // 2)
@@ -137,5 +152,6 @@ def server_step(state: CMAState, solutions: np.ndarray, losses: Sequence[float],
     p_c = (1 - k.c_c) * state.p_c + h_sigma * np.sqrt(k.c_c * (2 - k.c_c) * mu) * y_w
     c_h = (1 - h_sigma) * k.c_1 * k.c_c * (2 - k.c_c)
     C = (1 - k.c_1 - k.c_mu + c_h) * state.C + k.c_1 * np.outer(p_c, p_c) + k.c_mu * (y.T @ y) / mu
-    sigma = sigma_prime * float(np.exp((k.c_sigma / k.d_sigma) * (norm / k.chi_n - 1)))
+    damping = k.c_sigma / k.d_sigma if sigma_update == "damped" else 1.0
+    sigma = sigma_prime * float(np.exp(damping * (norm / k.chi_n - 1)))
     return replace(state, mean=mean, sigma=sigma, C=(C + C.T) / 2, p_sigma=p_sigma, p_c=p_c, generation=g)

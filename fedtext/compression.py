@@ -30,12 +30,15 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from fedtext.comm import ArraySpec
-from fedtext.config import ConfigError, RunConfig
+from fedtext.config import ConfigError
+
+if TYPE_CHECKING:
+    from fedtext.methods.feddls import FedDLSConfig
 
 SENTINEL = 65535  # uint16 "position unchanged" (§4.2 uses |V|+1; any id >= |V| works)
 
@@ -227,15 +230,15 @@ class QuantCodec(Codec):
 def _principal_components(vocab: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(mean ``[D]``, top-n principal components ``[n, D]``) of e(V)."""
     if n > vocab.shape[1]:
-        raise ConfigError(f"pca-components={n} exceeds the embedding dimension {vocab.shape[1]}")
+        raise ConfigError(f"feddls.pca-components={n} exceeds the embedding dimension {vocab.shape[1]}")
     v = vocab.astype(np.float64)
     mu = v.mean(0)
     _, _, vt = np.linalg.svd(v - mu, full_matrices=False)
     return mu.astype(np.float32), vt[:n].astype(np.float32)
 
 
-def make_codec(cfg: RunConfig, vocab: np.ndarray) -> Codec:
-    """The download codec that ``compression`` names (same on server and clients)."""
+def make_codec(cfg: "FedDLSConfig", vocab: np.ndarray) -> Codec:
+    """The download codec that ``feddls.compression`` names (same on server and clients)."""
     if len(vocab) >= SENTINEL:
         raise ConfigError(f"feddls sends uint16 token ids: vocabulary of {len(vocab)} does not fit below {SENTINEL}")
     builders = {
@@ -248,7 +251,7 @@ def make_codec(cfg: RunConfig, vocab: np.ndarray) -> Codec:
 
 
 @functools.lru_cache(maxsize=4)
-def codec_for(cfg: RunConfig, backbone) -> Codec:
+def codec_for(cfg: "FedDLSConfig", backbone) -> Codec:
     """:func:`make_codec` on ``backbone``'s e(V), once per process (simulated clients are
     rebuilt for every message; the PCA's SVD of e(V) takes about a second)."""
     return make_codec(cfg, backbone.vocab_embeddings())

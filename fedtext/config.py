@@ -1,10 +1,23 @@
 """Run configuration: read once from Flower's run-config, validated, frozen.
 
-Every key lives in ``[tool.flwr.app.config]`` of ``pyproject.toml`` in kebab-case
-with a default and a one-line comment; this module maps it to a frozen dataclass
-with snake_case fields and rejects bad values with one clear line each, before any
-training starts (``RunConfig.from_run_config`` is called first thing in the
-ServerApp and the ClientApp).
+Two levels, both in ``pyproject.toml`` in kebab-case with a default and a one-line
+comment:
+
+* ``[tool.flwr.app.config]``: the keys every method shares (data, rounds, seed, ...),
+  read into :class:`RunConfig`;
+* ``[tool.flwr.app.config.<method>]``: each method's own keys, read into that method's
+  frozen :class:`MethodConfig` subclass (``RunConfig.method_config``). Flower flattens
+  nested tables to dotted keys, so on the command line they are
+  ``--run-config "method='feddls' feddls.phi=3"``.
+
+Rules (checked once, before any training; every error is one line):
+
+* a key that is neither shared nor ``<method>.<field>`` is rejected with the key it
+  probably means (``phi=3`` -> "did you mean feddls.phi?");
+* a key of *another* method set away from its default is rejected too: it would be
+  silently ignored (pyproject lists every method's defaults, so only changed values
+  can tell a user's intent);
+* every value is coerced to its field's type and range-checked by the dataclass.
 
 Paths (``dataset`` when it is a directory, ``output-dir``) are resolved against
 the current working directory of the process that reads them. Under ``flwr run``
@@ -15,29 +28,98 @@ project directory); the resolved absolute paths are logged at start.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 PARTITIONS = ("iid", "dirichlet", "domain")
-HEADS = ("similarity", "tied", "mlm")
-BBT_FED_AVERAGES = ("z", "z-sigma-C")
-FEDBPT_DOWNLOADS = ("full", "compact")
-COMPRESSIONS = ("lasso", "full", "pca", "quant")
+HEADS = ("similarity", "tied", "mlm", "linear")
+PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# Keys that were shared before the per-method configs, and where they went.
+RENAMED = {
+    "bbt-fed-average": "bbt-fed.average",
+    "fedbpt-download": "fedbpt.download",
+    "dls-candidates": "feddls.candidates",
+    "dls-steps": "feddls.steps",
+}
 
 
 class ConfigError(ValueError):
     """A run-config value is invalid. The message is one line a user can act on."""
 
 
+def kebab(name: str) -> str:
+    """Dataclass field name -> run-config key (``post_tune_steps`` -> ``post-tune-steps``)."""
+    return name.replace("_", "-")
+
+
+def check_choice(key: str, value: str, allowed: tuple[str, ...]) -> None:
+    """Raise one line unless ``value`` is one of ``allowed``."""
+    if value not in allowed:
+        raise ConfigError(f"unknown {key} '{value}'; choose one of: {', '.join(allowed)}")
+
+
+def check_range(key: str, value: float, low: float | None = None, high: float | None = None,
+                low_open: bool = False) -> None:
+    """Raise one line unless ``low <= value <= high`` (``low < value`` with ``low_open``)."""
+    if low is not None and (value <= low if low_open else value < low):
+        raise ConfigError(f"{key} must be {'>' if low_open else '>='} {low}, got {value}")
+    if high is not None and value > high:
+        raise ConfigError(f"{key} must be <= {high}, got {value}")
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Base of every method's own configuration (``[tool.flwr.app.config.<method>]``).
+
+    A subclass is a frozen dataclass whose fields are the method's keys (snake_case
+    here, kebab-case in pyproject), each with a default; it validates itself in
+    ``__post_init__`` with :func:`check_range` / :func:`check_choice`, using its
+    dotted key names (:meth:`key`) in messages.
+
+    ``model_class`` names the method's :class:`fedtext.model.Model`: the one object
+    that both its strategy and its client build (global arrays, upload format,
+    evaluation). ``default_head`` is the head ``head=auto`` resolves to and
+    ``heads`` the heads the method can use.
+    """
+
+    name: ClassVar[str] = ""
+    model_class: ClassVar[type] = object
+    default_head: ClassVar[str] = "similarity"
+    heads: ClassVar[tuple[str, ...]] = PROMPT_HEADS
+
+    @classmethod
+    def key(cls, field_name: str) -> str:
+        """The dotted run-config key of a field (``phi`` -> ``feddls.phi``)."""
+        return f"{cls.name}.{kebab(field_name)}"
+
+    @classmethod
+    def keys(cls) -> dict[str, dataclasses.Field]:
+        """Dotted run-config key -> dataclass field."""
+        return {cls.key(f.name): f for f in fields(cls)}
+
+    def to_run_config(self) -> dict[str, Any]:
+        """Dotted kebab-case keys and values (what Flower's flattened run-config holds)."""
+        return {self.key(k): v for k, v in dataclasses.asdict(self).items()}
+
+
+class MethodEntry(Protocol):
+    """What the config needs of a registry entry (``fedtext.registry.Method``)."""
+
+    config: type[MethodConfig]
+
+
 @dataclass(frozen=True)
 class RunConfig:
-    """All run-config keys of fedtext (see ``pyproject.toml`` for the comments).
+    """The run-config keys every method shares (see ``pyproject.toml`` for comments),
+    plus ``method_config``: the chosen method's own validated config.
 
-    Build it with :meth:`from_run_config`; constructing it directly also validates.
+    Build it with :meth:`from_run_config`; constructing it directly also validates
+    (and fills ``method_config`` with the method's defaults only when given one).
     """
 
     method: str = "bbt-fed"
@@ -51,143 +133,101 @@ class RunConfig:
     client_test_size: int = 32
     eval_size: int = 200
     model: str = DEFAULT_MODEL
-    head: str = "similarity"
+    head: str = "auto"
     prompt_length: int = 8
     max_length: int = 128
     seed: int = 0
-    local_steps: int = 4
     eval_every: int = 1
     output_dir: str = "runs"
     run_name: str = ""
-    # fedprompt
-    lr: float = 0.01
-    batch_size: int = 16
-    # bbt-fed
-    intrinsic_dim: int = 100
-    popsize: int = 10
-    sigma0: float = 1.0
-    bound: float = 0.0
-    bbt_fed_average: str = "z"
-    # fedbpt
-    keep_rate: float = 0.9
-    fedbpt_download: str = "full"
-    # feddls
-    dls_candidates: int = 5
-    dls_steps: int = 40
-    compression: str = "lasso"
-    phi: int = 5
-    lasso_alpha: float = 0.2
-    lasso_screen: int = 100
-    pca_components: int = 10
-    quant_bits: int = 3
     # personalization and participant / non-participant evaluation (every method)
     post_tune_steps: int = 0
     post_tune_sigma: float = 0.1
+    post_tune_popsize: int = 10
+    post_tune_dim: int = 100
     holdout: str = ""
+    method_config: MethodConfig | None = None
 
     # ------------------------------------------------------------------ parsing
     @classmethod
-    def from_run_config(
-        cls,
-        run_config: Mapping[str, Any],
-        known_methods: Iterable[str] | None = None,
-    ) -> "RunConfig":
-        """Parse Flower's run-config (kebab-case keys) and validate.
+    def shared_keys(cls) -> dict[str, dataclasses.Field]:
+        """Run-config key -> field, for the shared keys."""
+        return {kebab(f.name): f for f in fields(cls) if f.name != "method_config"}
+
+    @classmethod
+    def from_run_config(cls, run_config: Mapping[str, Any], methods: Mapping[str, MethodEntry]) -> "RunConfig":
+        """Parse Flower's flattened run-config (kebab-case, dotted method keys) and validate.
 
         Parameters
         ----------
         run_config
-            ``context.run_config``. Unknown keys are rejected so that a typo such as
-            ``num-rounds=5`` is not silently ignored.
-        known_methods
-            Valid values of ``method`` (the keys of ``strategies.STRATEGIES``); the
-            core package does not import the method registries itself.
+            ``context.run_config`` (possibly with overrides). Unknown keys are rejected,
+            so that a typo such as ``num-rounds=5`` is not silently ignored.
+        methods
+            The method registry (``fedtext.registry.METHODS``): valid ``method`` values
+            and their config classes. The core modules do not import it themselves.
         """
-        by_key = {f.name.replace("_", "-"): f for f in fields(cls)}
+        shared = cls.shared_keys()
+        method_keys = {k: (name, f) for name, m in methods.items() for k, f in m.config.keys().items()}
+        method = str(run_config.get("method", cls.method))
+        if method not in methods:
+            raise ConfigError(f"unknown method '{method}'; choose one of: {', '.join(sorted(methods))}")
+        mcls = methods[method].config
         kwargs: dict[str, Any] = {}
+        own: dict[str, Any] = {}
         for key, raw in run_config.items():
-            if key not in by_key:
-                raise ConfigError(
-                    f"unknown run-config key '{key}'; valid keys: {', '.join(sorted(by_key))}"
-                )
-            f = by_key[key]
-            kwargs[f.name] = _coerce(key, raw, f.type)
-        cfg = cls(**kwargs)
-        if known_methods is not None:
-            cfg.check_method(known_methods)
-        return cfg
-
-    def check_method(self, known_methods: Iterable[str]) -> None:
-        """Raise ``ConfigError`` unless ``method`` is one of ``known_methods``."""
-        known = sorted(known_methods)
-        if self.method not in known:
-            raise ConfigError(f"unknown method '{self.method}'; choose one of: {', '.join(known)}")
+            if key in shared:
+                kwargs[shared[key].name] = _coerce(key, raw, shared[key].type)
+            elif key in method_keys:
+                owner, f = method_keys[key]
+                value = _coerce(key, raw, f.type)
+                if owner == method:
+                    own[f.name] = value
+                elif value != f.default:
+                    raise ConfigError(
+                        f"'{key}={raw}' is a key of method {owner}, but method={method} would ignore it "
+                        f"(set method={owner}, or drop the key)"
+                    )
+            else:
+                raise ConfigError(f"unknown run-config key '{key}'; " + _suggest(key, method, methods, shared))
+        return cls(**kwargs, method_config=mcls(**own))
 
     def to_run_config(self) -> dict[str, Any]:
-        """The kebab-case mapping Flower uses (inverse of :meth:`from_run_config`)."""
-        return {k.replace("_", "-"): v for k, v in dataclasses.asdict(self).items()}
+        """The flattened kebab-case mapping Flower uses (shared and the method's keys)."""
+        out = {kebab(f.name): getattr(self, f.name) for f in fields(self) if f.name != "method_config"}
+        if self.method_config is not None:
+            out.update(self.method_config.to_run_config())
+        return out
 
     def replace(self, **changes: Any) -> "RunConfig":
-        """A validated copy with some fields changed."""
+        """A validated copy with some shared fields changed."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def resolved_head(self) -> str:
+        """``head``, with ``auto`` resolved to the method's default head."""
+        if self.head != "auto":
+            return self.head
+        return self.method_config.default_head if self.method_config is not None else "similarity"
 
     # --------------------------------------------------------------- validation
     def __post_init__(self) -> None:
-        positive = {
-            "num-server-rounds": self.num_server_rounds,
-            "prompt-length": self.prompt_length,
-            "max-length": self.max_length,
-            "local-steps": self.local_steps,
-            "eval-every": self.eval_every,
-            "batch-size": self.batch_size,
-            "intrinsic-dim": self.intrinsic_dim,
-            "dls-candidates": self.dls_candidates,
-            "dls-steps": self.dls_steps,
-            "phi": self.phi,
-            "lasso-screen": self.lasso_screen,
-            "pca-components": self.pca_components,
-        }
-        for key, value in positive.items():
-            if value < 1:
-                raise ConfigError(f"{key} must be >= 1, got {value}")
-        non_negative = {
-            "clients-per-round": self.clients_per_round,
-            "shots-per-class": self.shots_per_class,
-            "client-test-size": self.client_test_size,
-            "eval-size": self.eval_size,
-            "bound": self.bound,
-            "lasso-alpha": self.lasso_alpha,
-            "post-tune-steps": self.post_tune_steps,
-        }
-        for key, value in non_negative.items():
-            if value < 0:
-                raise ConfigError(f"{key} must be >= 0, got {value}")
-        if not self.alpha > 0:
-            raise ConfigError(f"alpha must be > 0, got {self.alpha}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
-        if not self.sigma0 > 0:
-            raise ConfigError(f"sigma0 must be > 0, got {self.sigma0}")
-        if self.popsize < 2:
-            raise ConfigError(f"popsize must be >= 2 (CMA-ES needs a population), got {self.popsize}")
-        if not self.post_tune_sigma > 0:
-            raise ConfigError(f"post-tune-sigma must be > 0, got {self.post_tune_sigma}")
-        if not 2 <= self.quant_bits <= 8:
-            raise ConfigError(f"quant-bits must be in 2..8, got {self.quant_bits}")
-        if self.lasso_screen < self.phi:
-            raise ConfigError(f"lasso-screen ({self.lasso_screen}) must be >= phi ({self.phi}): Alg. 2 keeps L = [screen, phi]")
-        if not 0 < self.keep_rate <= 1:
-            raise ConfigError(f"keep-rate must be in (0, 1], got {self.keep_rate}")
-        choices = {
-            "partition": (self.partition, PARTITIONS),
-            "head": (self.head, HEADS),
-            "bbt-fed-average": (self.bbt_fed_average, BBT_FED_AVERAGES),
-            "fedbpt-download": (self.fedbpt_download, FEDBPT_DOWNLOADS),
-            "compression": (self.compression, COMPRESSIONS),
-        }
-        for key, (value, allowed) in choices.items():
-            if value not in allowed:
-                raise ConfigError(f"unknown {key} '{value}'; choose one of: {', '.join(allowed)}")
+        for key in ("num-server-rounds", "prompt-length", "max-length", "eval-every", "post-tune-dim"):
+            check_range(key, getattr(self, key.replace("-", "_")), 1)
+        for key in ("clients-per-round", "shots-per-class", "client-test-size", "eval-size", "post-tune-steps"):
+            check_range(key, getattr(self, key.replace("-", "_")), 0)
+        check_range("alpha", self.alpha, 0, low_open=True)
+        check_range("post-tune-sigma", self.post_tune_sigma, 0, low_open=True)
+        if self.post_tune_popsize < 2:
+            raise ConfigError(f"post-tune-popsize must be >= 2 (CMA-ES needs a population), got {self.post_tune_popsize}")
+        check_choice("partition", self.partition, PARTITIONS)
+        check_choice("head", self.head, ("auto", *HEADS))
+        mc = self.method_config
+        if mc is not None and self.head != "auto" and self.head not in mc.heads:
+            raise ConfigError(
+                f"head={self.head} does not fit method {self.method}; it takes {', '.join(mc.heads)} "
+                f"(head=auto picks {mc.default_head})"
+            )
         # Imported here: tasks is a leaf module, config must stay importable alone.
         from fedtext.tasks import TASKS
 
@@ -229,6 +269,27 @@ class RunConfig:
         return None
 
 
+def _suggest(key: str, method: str, methods: Mapping[str, MethodEntry], shared: Mapping[str, Any]) -> str:
+    """'did you mean X?' for a key that is not valid for ``method``.
+
+    A bare key that some method owns (``phi``) maps to ``<that method>.phi``, the
+    running method's first; otherwise the closest valid key by spelling.
+    """
+    if key in RENAMED:
+        return f"did you mean {RENAMED[key]}?"
+    bare = key.split(".", 1)[-1]
+    owners = [m for m, entry in methods.items() if entry.config.key(bare.replace("-", "_")) in entry.config.keys()]
+    owners.sort(key=lambda m: m != method)
+    if owners:
+        return f"did you mean {owners[0]}.{bare}?"
+    valid = [*shared, *methods[method].config.keys()]
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if close:
+        return f"did you mean {close[0]}?"
+    own = ", ".join(methods[method].config.keys()) or "none"
+    return f"method {method} takes: {own} (shared keys: see pyproject.toml)"
+
+
 def looks_like_path(dataset: str) -> bool:
     """A dataset value names a directory if it contains a path separator or exists."""
     if dataset == "demo":
@@ -249,6 +310,8 @@ def _coerce(key: str, raw: Any, type_name: Any) -> Any:
                 raise ValueError
             return float(raw)
         if type_name == "str":
+            if isinstance(raw, (dict, list)):
+                raise ValueError
             return str(raw)
     except (TypeError, ValueError):
         raise ConfigError(f"{key} must be {type_name}, got {raw!r}") from None

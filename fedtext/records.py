@@ -18,6 +18,7 @@ import logging
 import os
 import platform
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,72 @@ ROUND_FIELDS = (
     "round_time_s",
     "wall_time_s",  # since the strategy started
 )
+
+
+@dataclass
+class RoundRecord:
+    """What the strategy's hooks learn about one round, written as one ``rounds.jsonl`` line.
+
+    ``configure_fit`` fills the download bytes, ``aggregate_fit`` the upload bytes,
+    clients, drops and queries, ``evaluate`` the global accuracy, ``aggregate_evaluate``
+    the client accuracies; :meth:`to_json` gives exactly :data:`ROUND_FIELDS`.
+    """
+
+    round: int
+    started: float = field(default_factory=time.time)
+    global_accuracy: float | None = None
+    global_loss: float | None = None
+    client_accuracy: dict[str, float] = field(default_factory=dict)
+    client_accuracy_mean: float | None = None
+    client_accuracy_std: float | None = None
+    client_post_accuracy: dict[str, float] = field(default_factory=dict)
+    participants: list[str] | None = None
+    num_clients: int = 0
+    dropped: list[dict[str, str]] = field(default_factory=list)
+    bytes_up: int = 0
+    bytes_down: int = 0
+    bytes_up_per_client: float | None = None
+    bytes_down_per_client: float | None = None
+    eval_bytes_down: int = 0
+    fit_queries: int = 0
+    eval_queries: int = 0
+    server_queries: int = 0
+    client_rss_mb: list[float] = field(default_factory=list)
+    train_loss: float | None = None
+    method_metrics: dict[str, float] = field(default_factory=dict)
+    written: bool = False
+
+    def drop(self, client: Any, reason: str) -> None:
+        """Note a client result the server did not use, and why."""
+        self.dropped.append({"client": str(client), "reason": reason})
+
+    def to_json(self, run_start: float) -> dict[str, Any]:
+        """The ``rounds.jsonl`` object (keys = :data:`ROUND_FIELDS`, in that order)."""
+        now = time.time()
+        return {
+            "round": self.round,
+            "global_accuracy": self.global_accuracy,
+            "global_loss": self.global_loss,
+            "client_accuracy": self.client_accuracy,
+            "client_accuracy_mean": self.client_accuracy_mean,
+            "client_accuracy_std": self.client_accuracy_std,
+            "client_post_accuracy": self.client_post_accuracy,
+            "participants": self.participants,
+            "num_clients": self.num_clients,
+            "dropped": self.dropped,
+            "bytes_up": self.bytes_up,
+            "bytes_down": self.bytes_down,
+            "bytes_up_per_client": self.bytes_up_per_client,
+            "bytes_down_per_client": self.bytes_down_per_client,
+            "eval_bytes_down": self.eval_bytes_down,
+            "model_queries": self.fit_queries + self.eval_queries,
+            "server_queries": self.server_queries,
+            "client_peak_rss_mb": max(self.client_rss_mb) if self.client_rss_mb else None,
+            "train_loss": self.train_loss,
+            "method_metrics": self.method_metrics,
+            "round_time_s": round(now - self.started, 3),
+            "wall_time_s": round(now - run_start, 3),
+        }
 
 
 def machine() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""ServerApp: run-config -> RunConfig (validated once) -> STRATEGIES[method].
+"""ServerApp: run-config -> RunConfig (validated once) -> METHODS[method].strategy.
 
 Everything that can be wrong with a run (method, numbers, data path, model, task,
 partition vs. number of clients) is checked here, before the first round, and
@@ -17,10 +17,11 @@ from flwr.server import Server, ServerApp, ServerAppComponents, ServerConfig, Si
 
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import load_splits
+from fedtext.model import PromptModel
 from fedtext.records import RunRecorder
+from fedtext.registry import METHODS
 from fedtext.strategy import Evaluator
 from fedtext.tasks import resolve_task
-from strategies import STRATEGIES
 
 log = logging.getLogger("fedtext")
 
@@ -68,6 +69,8 @@ def build(cfg: RunConfig) -> tuple[RecordingServer, ServerConfig]:
             f"dataset has labels up to {splits.num_classes - 1} but task '{task.name}' has "
             f"{task.num_classes} classes"
         )
+    if cfg.post_tune_steps and not issubclass(cfg.method_config.model_class, PromptModel):
+        raise ConfigError(f"post-tune-steps tunes a prompt; method {cfg.method} has none (set post-tune-steps=0)")
     for name in sorted(cfg.holdout_set - {x for x in cfg.holdout_set if x.isdigit()}):
         if name not in splits.domains:
             raise ConfigError(
@@ -81,9 +84,9 @@ def build(cfg: RunConfig) -> tuple[RecordingServer, ServerConfig]:
     log.info(
         "fedtext: method=%s dataset=%s (%d train / %d test, server evaluates %d) task=%s model=%s head=%s",
         cfg.method, cfg.dataset_path or cfg.dataset, len(splits.train), len(splits.test),
-        evaluator.num_examples, task.name, cfg.model, cfg.head,
+        evaluator.num_examples, task.name, cfg.model, cfg.resolved_head,
     )
-    strategy = STRATEGIES[cfg.method](cfg, task, evaluator, recorder)
+    strategy = METHODS[cfg.method].strategy(cfg, task, evaluator, recorder)
     server = RecordingServer(recorder=recorder, client_manager=SimpleClientManager(), strategy=strategy)
     return server, ServerConfig(num_rounds=cfg.num_server_rounds)
 
@@ -99,7 +102,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
     def server_fn(context: Context) -> ServerAppComponents:
         setup_logging()
         try:
-            cfg = RunConfig.from_run_config({**context.run_config, **(overrides or {})}, STRATEGIES)
+            cfg = RunConfig.from_run_config({**context.run_config, **(overrides or {})}, METHODS)
             server, config = build(cfg)
         except ConfigError as exc:
             log.error("fedtext: configuration error: %s", exc)

@@ -1,16 +1,20 @@
 """What every fedtext strategy shares: sampling, validation, bytes, evaluation, records.
 
 ``FedTextStrategy`` is Flower's ``FedAvg`` plus the bookkeeping that makes methods
-comparable. A method subclasses it and overrides the smallest hooks:
+comparable. The method's :class:`fedtext.model.Model` (``self.model``, the same class
+its client builds) says what the global arrays and uploads are and how to evaluate
+them; a method's strategy overrides the smallest hooks:
 
-* :meth:`initial_arrays` -- the global state's arrays at round 0;
-* :meth:`upload_specs` -- what a client's upload must look like (shape, dtype, range);
-  anything else is dropped with a logged reason and the round goes on;
-* :meth:`prompt_of` -- the ``[T, D]`` prompt that global arrays stand for (server eval);
-* :meth:`aggregate` -- the math on validated uploads; by default FedAvg's
-  example-weighted mean (``super().aggregate_fit``);
+* :meth:`aggregate` -- the math on validated, decoded uploads
+  (:class:`Upload`: arrays by name); default FedAvg's example-weighted mean;
 * :meth:`download` -- what one client is sent (default: the global arrays; FedDLS
-  sends each client the compressed updates it has not seen yet).
+  sends each client the compressed updates it has not seen yet);
+* :meth:`fit_config` -- extra keys of the fit instruction;
+* :meth:`state_arrays` -- server state beyond the global arrays (checkpointing).
+
+Every upload is decoded once, checked against ``model.upload_specs()`` (count, shape,
+dtype, finite, range) and ``model.check_upload``, and dropped with a logged reason
+when it fails; the round goes on with the rest.
 
 Client sampling is seeded and reproducible: once per client the server asks for its
 properties (partition id, domain), keeps the clients that ``holdout`` does not name
@@ -21,7 +25,8 @@ the P/NP accuracies of FedDLS §5.1.
 
 Server state between rounds is explicit: the global arrays (``self.global_arrays``)
 plus what a subclass reports from :meth:`state_arrays`; both are plain numpy arrays so
-they can be checkpointed.
+they can be checkpointed. What a round learns goes into ``self.record``
+(:class:`fedtext.records.RoundRecord`), written when the round ends.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import dataclass
+from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -38,11 +45,11 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
 from fedtext import comm
-from fedtext.backbone import Backbone, get_backbone
+from fedtext.backbone import Backbone, EncodedBatch, get_backbone
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import server_test
-from fedtext.prompts import bbt_space, project
-from fedtext.records import RunRecorder
+from fedtext.model import Model
+from fedtext.records import RoundRecord, RunRecorder
 from fedtext.tasks import Task
 
 log = logging.getLogger("fedtext")
@@ -52,19 +59,37 @@ PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message loads the backb
 
 
 class Evaluator:
-    """Server-side evaluation of a global prompt on the (sub-sampled) test split."""
+    """The server's test split (``eval-size`` examples, seeded), encoded once."""
 
     def __init__(self, cfg: RunConfig, task: Task) -> None:
-        self.backbone: Backbone = get_backbone(cfg.model, cfg.head, task.name, cfg.max_length)
+        self.backbone: Backbone = get_backbone(cfg.model, cfg.resolved_head, task.name, cfg.max_length)
         test = server_test(cfg)
         self.num_examples = len(test)
-        self.batches = self.backbone.batches(list(test["text"]), list(test["label"]))
+        self.batches: list[EncodedBatch] = self.backbone.batches(list(test["text"]), list(test["label"]))
 
-    def __call__(self, prompt: np.ndarray) -> tuple[float, float, int]:
-        """(mean cross-entropy, accuracy, model queries used)."""
+    def __call__(self, model: Model, arrays: list[np.ndarray]) -> tuple[float, float, int]:
+        """(mean cross-entropy, accuracy, model queries used) of ``model.evaluate``."""
         before = self.backbone.queries
-        loss, acc = self.backbone.evaluate(prompt, self.batches)
+        loss, acc = model.evaluate(arrays, self.batches)
         return loss, acc, self.backbone.queries - before
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One client's fit result, decoded once and validated.
+
+    ``arrays`` maps the names of ``model.upload_specs()`` to the arrays, in spec order.
+    """
+
+    proxy: ClientProxy
+    partition_id: str
+    num_examples: int
+    arrays: dict[str, np.ndarray]
+    metrics: dict[str, Scalar]
+
+    def array_list(self) -> list[np.ndarray]:
+        """The arrays in upload-spec order."""
+        return list(self.arrays.values())
 
 
 class FedTextStrategy(FedAvg):
@@ -73,11 +98,11 @@ class FedTextStrategy(FedAvg):
     Parameters
     ----------
     cfg
-        The validated run configuration.
+        The validated run configuration (``cfg.method_config`` is the method's own).
     task
         The resolved task.
     evaluator
-        Server-side evaluator of global prompts (``None``: no server evaluation).
+        The server's test split (``None``: no server evaluation).
     recorder
         Where round records go (``None``: nothing is written, e.g. in unit tests).
     """
@@ -99,38 +124,26 @@ class FedTextStrategy(FedAvg):
             on_fit_config_fn=self.fit_config,
         )
         self.cfg = cfg
+        self.mcfg = cfg.method_config
         self.task = task
         self.evaluator = evaluator
         self.recorder = recorder
         self.backbone = evaluator.backbone if evaluator else get_backbone(
-            cfg.model, cfg.head, task.name, cfg.max_length
+            cfg.model, cfg.resolved_head, task.name, cfg.max_length
         )
+        self.model: Model = self.mcfg.model_class(cfg, self.backbone)
         self.global_arrays: list[np.ndarray] = []
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
+        self.record = RoundRecord(round=0)
         self._t0 = time.time()
-        self._round: dict[str, Any] = {}
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(method={self.cfg.method})"
 
     # ------------------------------------------------------------------ hooks
     def initial_arrays(self) -> list[np.ndarray]:
-        """Global arrays at round 0 (subclasses must override)."""
-        raise NotImplementedError
-
-    def upload_specs(self) -> list[comm.ArraySpec]:
-        """Specs a client upload must meet; default: same shapes and dtypes as the global arrays."""
-        return [
-            comm.ArraySpec(f"array{i}", tuple(a.shape), str(a.dtype)) for i, a in enumerate(self.global_arrays)
-        ]
-
-    def check_upload(self, arrays: list[np.ndarray]) -> str | None:
-        """Method-specific checks after :meth:`upload_specs` passed (e.g. sigma > 0)."""
-        return None
-
-    def prompt_of(self, arrays: list[np.ndarray]) -> np.ndarray:
-        """The ``[T, D]`` prompt that global ``arrays`` stand for (subclasses must override)."""
-        raise NotImplementedError
+        """Global arrays at round 0 (default: the model's)."""
+        return self.model.initial_arrays()
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         """Server state beyond the global arrays (checkpointing); none by default."""
@@ -140,12 +153,21 @@ class FedTextStrategy(FedAvg):
         """Config sent with every fit instruction; subclasses may add keys."""
         return {"server_round": server_round}
 
-    def download(
-        self, server_round: int, proxy: ClientProxy, parameters: Parameters, purpose: str
-    ) -> tuple[Parameters, dict[str, Scalar]]:
-        """What ``proxy`` is sent for ``purpose`` ("fit" or "evaluate"): the payload and
+    def download(self, server_round: int, proxy: ClientProxy, purpose: str) -> tuple[list[np.ndarray], dict[str, Scalar]]:
+        """What ``proxy`` is sent for ``purpose`` ("fit" or "evaluate"): the arrays and
         extra config keys. Default: the global arrays, nothing extra."""
-        return parameters, {}
+        return self.global_arrays, {}
+
+    def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray] | None, dict[str, Scalar]]:
+        """The method's aggregation of validated uploads: new global arrays (``None``:
+        keep them) and scalar metrics for the round record. Default: FedAvg."""
+        return weighted_mean([u.array_list() for u in uploads], [u.num_examples for u in uploads]), {}
+
+    # ------------------------------------------------------------ round state
+    def begin_round(self, server_round: int) -> RoundRecord:
+        """Start the record of ``server_round`` (its timer starts now)."""
+        self.record = RoundRecord(round=server_round)
+        return self.record
 
     # -------------------------------------------------------- client sampling
     def info(self, proxy: ClientProxy) -> dict[str, Any]:
@@ -204,13 +226,13 @@ class FedTextStrategy(FedAvg):
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
         """Seeded sample of participants, each sent :meth:`download` and :meth:`fit_config`."""
-        self._round = {"round": server_round, "t": time.time(), "dropped": []}
+        record = self.begin_round(server_round)
         instructions = []
         for proxy in self.sample_clients(server_round, client_manager):
-            payload, extra = self.download(server_round, proxy, parameters, "fit")
-            instructions.append((proxy, FitIns(payload, {**self.fit_config(server_round), **extra})))
+            arrays, extra = self.download(server_round, proxy, "fit")
+            instructions.append((proxy, FitIns(comm.encode(arrays), {**self.fit_config(server_round), **extra})))
         down = [comm.payload_bytes(ins.parameters) for _, ins in instructions]
-        self._round.update(bytes_down=sum(down), bytes_down_per_client=_mean(down))
+        record.bytes_down, record.bytes_down_per_client = sum(down), _mean(down)
         return instructions
 
     def aggregate_fit(
@@ -219,91 +241,83 @@ class FedTextStrategy(FedAvg):
         results: list[tuple[ClientProxy, FitRes]],
         failures: list[tuple[ClientProxy, FitRes] | BaseException],
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
-        """Validate every upload, account bytes, then aggregate the valid ones."""
-        valid = self.validate_results(server_round, results, failures)
+        """Validate every upload, account bytes, then :meth:`aggregate` the valid ones."""
+        uploads = self.validate(results, failures)
         up = [comm.payload_bytes(res.parameters) for _, res in results]
-        self._round.update(
-            bytes_up=sum(up),
-            bytes_up_per_client=_mean(up),
-            num_clients=len(valid),
-            fit_queries=sum(int(r.metrics.get("queries", 0)) for _, r in results),
-            fit_rss=[float(r.metrics.get("peak_rss_mb", 0)) for _, r in results],
-            train_loss=_mean([float(r.metrics["train_loss"]) for _, r in valid if "train_loss" in r.metrics]),
-        )
-        if not valid:
+        r = self.record
+        r.bytes_up, r.bytes_up_per_client, r.num_clients = sum(up), _mean(up), len(uploads)
+        r.fit_queries = sum(int(res.metrics.get("queries", 0)) for _, res in results)
+        r.client_rss_mb += [float(res.metrics.get("peak_rss_mb", 0)) for _, res in results]
+        r.train_loss = _mean([float(u.metrics["train_loss"]) for u in uploads if "train_loss" in u.metrics])
+        if not uploads:
             log.warning("round %d: no valid client result; global model unchanged", server_round)
             return None, {}
-        parameters, metrics = self.aggregate(server_round, valid)
-        self._round["method_metrics"] = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-        if parameters is not None:
-            self.global_arrays = comm.decode(parameters)
-        return parameters, metrics
+        arrays, metrics = self.aggregate(server_round, uploads)
+        r.method_metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        if arrays is None:
+            return None, metrics
+        self.global_arrays = [np.asarray(a) for a in arrays]
+        return comm.encode(self.global_arrays), metrics
 
-    def aggregate(
-        self, server_round: int, results: list[tuple[ClientProxy, FitRes]]
-    ) -> tuple[Parameters | None, dict[str, Scalar]]:
-        """The method's aggregation of validated results; default FedAvg (example-weighted)."""
-        return super().aggregate_fit(server_round, results, [])
-
-    def validate_results(
-        self,
-        server_round: int,
-        results: list[tuple[ClientProxy, FitRes]],
-        failures: list[Any],
-    ) -> list[tuple[ClientProxy, FitRes]]:
-        """Keep results whose arrays meet :meth:`upload_specs`; log why others are dropped."""
-        specs = self.upload_specs()
-        valid = []
+    def validate(self, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]) -> list[Upload]:
+        """Decode every result once; keep those meeting the model's upload specs and
+        checks, note the others (and every failure) in the round record with a reason."""
+        specs = self.model.upload_specs()
+        uploads = []
         for proxy, res in results:
-            reason = None
+            pid = str(res.metrics.get("partition_id", proxy.cid))
+            reason, arrays = None, []
             if res.num_examples <= 0:
                 reason = f"num_examples={res.num_examples}"
             else:
                 try:
                     arrays = comm.decode(res.parameters)
-                    reason = comm.check_arrays(arrays, specs) or self.check_upload(arrays)
+                    reason = comm.check_arrays(arrays, specs)
+                    if reason is None:
+                        named = {s.name: a for s, a in zip(specs, arrays, strict=True)}
+                        reason = self.model.check_upload(named)
                 except Exception as exc:  # noqa: BLE001 - undecodable payload
                     reason = f"cannot decode upload: {type(exc).__name__}"
             if reason is None:
-                valid.append((proxy, res))
+                uploads.append(Upload(proxy, pid, res.num_examples, named, dict(res.metrics)))
             else:
-                self._drop(server_round, res.metrics.get("partition_id", proxy.cid), reason)
+                self._drop(pid, reason)
         for failure in failures:
-            self._drop(server_round, "?", f"client failed: {failure_reason(failure)}")
-        return valid
+            self._drop("?", f"client failed: {failure_reason(failure)}")
+        return uploads
 
-    def _drop(self, server_round: int, client: Any, reason: str) -> None:
-        log.warning("round %d: dropped client %s: %s", server_round, client, reason)
-        self._round.setdefault("dropped", []).append({"client": str(client), "reason": reason})
+    def _drop(self, client: Any, reason: str) -> None:
+        log.warning("round %d: dropped client %s: %s", self.record.round, client, reason)
+        self.record.drop(client, reason)
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
-        """Server-side evaluation of the global prompt on eval rounds (and round 0)."""
+        """Server-side evaluation of the global model on eval rounds (and round 0)."""
         if server_round == 0:
-            self.global_arrays = comm.decode(parameters)
-            self._round = {"round": 0, "t": time.time(), "dropped": []}
+            self.begin_round(0)
         if self.evaluator is None or not self._is_eval_round(server_round):
             if server_round == 0:
-                self._write_round()
+                self.write_round()
             return None
-        loss, acc, queries = self.evaluator(self.prompt_of(comm.decode(parameters)))
-        self._round.update(global_loss=loss, global_accuracy=acc, server_queries=queries)
+        loss, acc, queries = self.evaluator(self.model, self.global_arrays)
+        r = self.record
+        r.global_loss, r.global_accuracy, r.server_queries = loss, acc, queries
         if server_round == 0:
-            self._write_round()
+            self.write_round()
         return loss, {"accuracy": acc}
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
         """On eval rounds every client (participant or not) tests the global model on its
         local test split; on the last round it first post-tunes it (``post-tune-steps``)."""
         if not self._is_eval_round(server_round) or self.cfg.client_test_size == 0:
-            self._write_round()
+            self.write_round()
             return []
         final = int(server_round == self.cfg.num_server_rounds)
         instructions = []
         for proxy in self.clients(client_manager, participants_only=False):
-            payload, extra = self.download(server_round, proxy, parameters, "evaluate")
+            arrays, extra = self.download(server_round, proxy, "evaluate")
             config = {"server_round": server_round, "final": final, **extra}
-            instructions.append((proxy, EvaluateIns(payload, config)))
-        self._round["eval_bytes_down"] = sum(comm.payload_bytes(ins.parameters) for _, ins in instructions)
+            instructions.append((proxy, EvaluateIns(comm.encode(arrays), config)))
+        self.record.eval_bytes_down = sum(comm.payload_bytes(ins.parameters) for _, ins in instructions)
         return instructions
 
     def aggregate_evaluate(
@@ -314,23 +328,22 @@ class FedTextStrategy(FedAvg):
     ) -> tuple[float | None, dict[str, Scalar]]:
         # A client too small for a local test split reports 0 examples: not an accuracy of 0.
         results = [(p, r) for p, r in results if r.num_examples > 0]
-        accs = {str(r.metrics.get("partition_id", p.cid)): float(r.metrics["accuracy"]) for p, r in results}
-        post = {
-            str(r.metrics.get("partition_id", p.cid)): float(r.metrics["post_accuracy"])
-            for p, r in results if "post_accuracy" in r.metrics
+
+        def pid(p: ClientProxy, res: EvaluateRes) -> str:
+            return str(res.metrics.get("partition_id", p.cid))
+
+        accs = {pid(p, r): float(r.metrics["accuracy"]) for p, r in results}
+        rec = self.record
+        rec.client_accuracy = accs
+        rec.client_post_accuracy = {
+            pid(p, r): float(r.metrics["post_accuracy"]) for p, r in results if "post_accuracy" in r.metrics
         }
-        self._round.update(
-            client_accuracy=accs,
-            client_post_accuracy=post,
-            participants=sorted(
-                str(r.metrics.get("partition_id", p.cid)) for p, r in results if self.info(p)["participant"]
-            ),
-            client_accuracy_mean=_mean(list(accs.values())),
-            client_accuracy_std=float(np.std(list(accs.values()))) if accs else None,
-            eval_queries=sum(int(r.metrics.get("queries", 0)) for _, r in results),
-            eval_rss=[float(r.metrics.get("peak_rss_mb", 0)) for _, r in results],
-        )
-        self._write_round()
+        rec.participants = sorted(pid(p, r) for p, r in results if self.info(p)["participant"])
+        rec.client_accuracy_mean = _mean(list(accs.values()))
+        rec.client_accuracy_std = float(np.std(list(accs.values()))) if accs else None
+        rec.eval_queries = sum(int(r.metrics.get("queries", 0)) for _, r in results)
+        rec.client_rss_mb += [float(r.metrics.get("peak_rss_mb", 0)) for _, r in results]
+        self.write_round()
         if not results:
             return None, {}
         return super().aggregate_evaluate(server_round, results, failures)
@@ -339,56 +352,39 @@ class FedTextStrategy(FedAvg):
     def _is_eval_round(self, server_round: int) -> bool:
         return server_round % self.cfg.eval_every == 0 or server_round == self.cfg.num_server_rounds
 
-    def _write_round(self) -> None:
-        r = self._round
-        if not r or "written" in r:
+    def write_round(self) -> None:
+        """Write the current round's record (once) and, after the last round, the summary."""
+        if self.record.written:
             return
-        r["written"] = True
-        rss = r.get("fit_rss", []) + r.get("eval_rss", [])
-        record = {
-            "round": r["round"],
-            "global_accuracy": r.get("global_accuracy"),
-            "global_loss": r.get("global_loss"),
-            "client_accuracy": r.get("client_accuracy", {}),
-            "client_accuracy_mean": r.get("client_accuracy_mean"),
-            "client_accuracy_std": r.get("client_accuracy_std"),
-            "client_post_accuracy": r.get("client_post_accuracy", {}),
-            "participants": r.get("participants"),
-            "num_clients": r.get("num_clients", 0),
-            "dropped": r.get("dropped", []),
-            "bytes_up": r.get("bytes_up", 0),
-            "bytes_down": r.get("bytes_down", 0),
-            "bytes_up_per_client": r.get("bytes_up_per_client"),
-            "bytes_down_per_client": r.get("bytes_down_per_client"),
-            "eval_bytes_down": r.get("eval_bytes_down", 0),
-            "model_queries": r.get("fit_queries", 0) + r.get("eval_queries", 0),
-            "server_queries": r.get("server_queries", 0),
-            "client_peak_rss_mb": max(rss) if rss else None,
-            "train_loss": r.get("train_loss"),
-            "method_metrics": r.get("method_metrics", {}),
-            "round_time_s": round(time.time() - r["t"], 3),
-            "wall_time_s": round(time.time() - self._t0, 3),
-        }
+        self.record.written = True
         if self.recorder is not None:
-            self.recorder.log_round(record)
-            if record["round"] == self.cfg.num_server_rounds:
+            self.recorder.log_round(self.record.to_json(self._t0))
+            if self.record.round == self.cfg.num_server_rounds:
                 self.recorder.finish("finished")
 
 
-class SubspaceStrategy(FedTextStrategy):
-    """Base of strategies whose global prompt is ``p0 + A z`` (bbt-fed, fedbpt).
+def weighted_mean(arrays: list[list[np.ndarray]], weights: list[int]) -> list[np.ndarray]:
+    """FedAvg's example-weighted mean of each array across clients.
 
-    Rebuilds p0 and A from the run seed (:func:`fedtext.prompts.bbt_space`), exactly
-    as the clients do; z is the first ``intrinsic-dim`` values of the first global array.
+    The float operations are those of Flower's ``aggregate_inplace`` (what
+    ``FedAvg.aggregate_fit`` runs): scale each client's arrays by ``n_k / n`` in their
+    own dtype, then add in arrival order, so results match Flower's bit for bit.
     """
+    total = sum(weights)
+    scale = np.asarray([w / total for w in weights])
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        cfg = self.cfg
-        self.p0, self.A = bbt_space(self.backbone, cfg.prompt_length, cfg.intrinsic_dim, cfg.seed)
+    def scaled(x: np.ndarray, s: np.float64) -> np.ndarray:
+        x = np.array(x, copy=True)
+        return np.multiply(x, s, out=x) if np.can_cast(s, x.dtype, casting="same_kind") else np.multiply(
+            x, np.array(s, x.dtype), out=x)
 
-    def prompt_of(self, arrays: list[np.ndarray]) -> np.ndarray:
-        return project(self.p0, self.A, arrays[0][: self.cfg.intrinsic_dim])
+    def add(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.add(x, y, out=x)
+
+    out = [scaled(x, scale[0]) for x in arrays[0]]
+    for k, client in enumerate(arrays[1:], start=1):
+        out = [reduce(add, pair) for pair in zip(out, (scaled(x, scale[k]) for x in client), strict=True)]
+    return out
 
 
 def failure_reason(failure: Any) -> str:

@@ -3,15 +3,18 @@
     python -m simulations.compare simulations/experiments/demo_baselines.toml
     python -m simulations.compare simulations/experiments/sst2_baselines.toml --seeds 0 1 2
 
-An experiment file holds overrides only (everything else is pyproject's default):
+An experiment file holds overrides only (everything else is pyproject's default),
+with the run-config's own keys (shared ones, and ``<method>.<key>`` for a method's):
 
     methods = ["fedprompt", "bbt-fed"]      # what to compare
     seeds = [0, 1, 2]                       # one run per method and seed
     num-supernodes = 10                     # simulated clients
-    [run-config]                            # overrides shared by every method
+    [run-config]                            # overrides of every run
     dataset = "../shared/data/sst2"
-    [method.bbt-fed]                        # overrides for one method only
-    local-steps = 4
+    bbt-fed.local-steps = 4                 # a method's key: used by that method's runs only
+    fedprompt.local-steps = 4
+    [method.bbt-fed]                        # overrides of one label's runs only
+    bbt-fed.popsize = 8
 
 A label in ``methods`` that is not a registered method is a *variant*: its table
 ``[method.<label>]`` must say which method it runs (``method = "feddls"``) and holds
@@ -58,16 +61,36 @@ def load_experiment(path: Path) -> dict[str, Any]:
     return exp
 
 
+def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """TOML's nested tables of dotted keys -> Flower's flat ``a.b`` keys."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def for_method(overrides: dict[str, Any], method: str) -> dict[str, Any]:
+    """The overrides a ``method`` run takes: shared keys and its own ``<method>.*``, not
+    the keys meant for the other methods of the experiment."""
+    from fedtext.registry import METHODS
+
+    return {k: v for k, v in overrides.items() if "." not in k or k.split(".", 1)[0] not in METHODS
+            or k.split(".", 1)[0] == method}
+
+
 def plan(exp: dict[str, Any], seeds: list[int] | None) -> list[dict[str, Any]]:
     """One run-config override dict per (method or variant, seed, holdout), validated
     before anything runs."""
-    from strategies import STRATEGIES
+    from fedtext.registry import METHODS
 
     labels = exp.get("methods", [])
     for label in labels:
-        if label not in STRATEGIES and "method" not in exp.get("method", {}).get(label, {}):
+        if label not in METHODS and "method" not in exp.get("method", {}).get(label, {}):
             raise ConfigError(
-                f"unknown method '{label}' (choose one of: {', '.join(sorted(STRATEGIES))}); a variant "
+                f"unknown method '{label}' (choose one of: {', '.join(sorted(METHODS))}); a variant "
                 f'label needs [method.{label}] with method = "<one of them>"'
             )
     holdouts = exp.get("holdouts", [None])
@@ -76,14 +99,14 @@ def plan(exp: dict[str, Any], seeds: list[int] | None) -> list[dict[str, Any]]:
     for i, seed in enumerate(seeds if seeds is not None else exp.get("seeds", [0])):
         for holdout in [holdouts[i % len(holdouts)]] if exp.get("rotate-holdouts") else holdouts:
             for label in labels:
-                own = exp.get("method", {}).get(label, {})
+                own = flatten(exp.get("method", {}).get(label, {}))
                 method = own.get("method", label)
-                ov = {**exp.get("run-config", {}), **own, "method": method, "seed": seed}
+                ov = {**for_method(flatten(exp.get("run-config", {})), method), **own, "method": method, "seed": seed}
                 if label != method:
                     ov["run-name"] = label
                 if holdout is not None:
                     ov["holdout"] = str(holdout)
-                RunConfig.from_run_config(ov, STRATEGIES)
+                RunConfig.from_run_config(ov, METHODS)
                 runs.append(ov)
     if not runs:
         raise ConfigError("experiment lists no methods")

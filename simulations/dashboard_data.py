@@ -8,6 +8,7 @@ that could be read) and never raises.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -16,9 +17,29 @@ import pandas as pd
 from fedtext.records import load_run, summarize
 
 RUN_COLUMNS = [
-    "run_id", "method", "dataset", "partition", "seed", "holdout", "status", "rounds_done",
+    "run_id", "method", "dataset", "partition", "seed", "holdout", "options", "status", "rounds_done",
     "final_accuracy", "best_accuracy", "p_accuracy", "np_accuracy", "mb_up", "mb_down", "note",
 ]
+
+
+@functools.lru_cache(maxsize=1)
+def _method_defaults() -> dict[str, dict]:
+    """Each method's own keys and defaults (``{"feddls": {"feddls.phi": 5, ...}}``)."""
+    from fedtext.registry import METHODS
+
+    return {name: m.config().to_run_config() for name, m in METHODS.items()}
+
+
+def method_options(cfg: dict) -> str:
+    """The run's own method keys that differ from their defaults, ``phi=3 steps=10``
+    (what tells two variants of one method apart)."""
+    method = str(cfg.get("method"))
+    defaults = _method_defaults().get(method, {})
+    prefix = f"{method}."
+    return " ".join(
+        f"{k[len(prefix):]}={v}" for k, v in cfg.items()
+        if k.startswith(prefix) and (k not in defaults or defaults[k] != v)
+    )
 
 
 def _run_dirs(root: Path) -> list[Path]:
@@ -61,6 +82,7 @@ def runs_table(root: str | Path) -> pd.DataFrame:
             "partition": cfg.get("partition"),
             "seed": cfg.get("seed"),
             "holdout": cfg.get("holdout") or "",
+            "options": method_options(cfg),
             "status": status,
             "rounds_done": summary.get("rounds_done"),
             "final_accuracy": summary.get("final_accuracy"),

@@ -1,7 +1,7 @@
 """Run one fedtext simulation in Flower's Ray engine, without a SuperLink.
 
     python -m simulations.simulate --num-supernodes 10 \
-        --run-config "method=bbt-fed dataset=../shared/data/sst2 partition=dirichlet"
+        --run-config "method=bbt-fed dataset=../shared/data/sst2 partition=dirichlet bbt-fed.popsize=8"
 
 The same ServerApp/ClientApp as ``flwr run .``, driven by ``flwr.simulation.run_simulation``
 (which passes an empty run-config, so the overrides are handed to the app factories).
@@ -46,10 +46,10 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
     from flwr.simulation import run_simulation
 
     from fedtext.client_app import make_client_app
+    from fedtext.registry import METHODS
     from fedtext.server_app import make_server_app
-    from strategies import STRATEGIES
 
-    cfg = RunConfig.from_run_config(overrides, STRATEGIES)  # fail before Ray starts
+    cfg = RunConfig.from_run_config(overrides, METHODS)  # fail before Ray starts
     cfg.check_num_clients(num_supernodes)
     run_simulation(
         server_app=make_server_app(overrides),

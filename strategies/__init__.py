@@ -1,19 +1,11 @@
-"""Server side of every method: ``STRATEGIES[method]`` (explicit registry, tested).
-
-Each module holds one ``flwr`` Strategy subclass that cites its paper and states
-what its client must do. ``clients.CLIENTS`` has exactly the same keys.
-"""
+"""Server side of every method: one Flower Strategy per module, each citing its paper and
+stating what its client must do; ``fedtext.registry.METHODS`` pairs each with its client
+and config."""
 
 from strategies.bbt_fed import BBTFed
+from strategies.fedavg import FedAvgStrategy
 from strategies.fedbpt import FedBPT
 from strategies.feddls import FedDLS
 from strategies.fedprompt import FedPrompt
 
-STRATEGIES = {
-    "fedprompt": FedPrompt,
-    "fedbpt": FedBPT,
-    "feddls": FedDLS,
-    "bbt-fed": BBTFed,
-}
-
-__all__ = ["FedDLS", "FedBPT", "STRATEGIES", "BBTFed", "FedPrompt"]
+__all__ = ["BBTFed", "FedAvgStrategy", "FedBPT", "FedDLS", "FedPrompt"]

@@ -2,7 +2,8 @@
 
 Paper: "Personalized Federated Learning for Text Classification with Gradient-Free
 Prompt Tuning" (../shared/papers/000_332a35b1d96e4ed4.txt; §4, Algorithms 1-3,
-eqs. 5-11, App. A-E).
+eqs. 5-11, App. A-E). Config and model (p', the token-id upload and its checks):
+:mod:`fedtext.methods.feddls`.
 
 The global prompt p' (``[T, D]``) starts as the embeddings of T natural vocabulary
 tokens drawn with the run seed (Alg. 1, "initialize p with natural token
@@ -10,7 +11,7 @@ embeddings"); server and clients both derive it, so round 1 downloads nothing.
 
 Client must (:class:`clients.feddls.FedDLSClient`): rebuild p' from the p'_{-1} it
 keeps in ``context.state`` plus the updates it is sent (config ``dls_from``/``dls_to``
-name their versions), run ``dls-steps`` steps of discrete local search (Alg. 3,
+name their versions), run ``feddls.steps`` steps of discrete local search (Alg. 3,
 eqs. 6-7) on its shots, and upload one ``uint16`` per position -- the chosen token
 id or :data:`fedtext.compression.SENTINEL` -- reporting ``dls_version`` (the p'
 version it holds) in its metrics.
@@ -18,7 +19,7 @@ version it holds) in its metrics.
 Server, per round: drop uploads whose ids are neither the sentinel nor natural-token
 ids; rebuild each p_i (``e(id)`` where changed, p'^t elsewhere); average them with
 uniform weights (eq. 5: "we adopt FedAvg ... and assume uniform weighting"); compress
-with the ``compression`` codec (eqs. 8-11 or App. E) and make the new p' with the
+with the ``feddls.compression`` codec (eqs. 8-11 or App. E) and make the new p' with the
 same ``decode`` the clients run.
 
 Download bytes per client-round (``lasso``, a client that took part last round):
@@ -33,12 +34,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from flwr.common import FitRes, Parameters, Scalar
+from flwr.common import Scalar
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext import comm
-from fedtext.compression import SENTINEL, check_upload, codec_for, rebuild_prompt
-from fedtext.strategy import FedTextStrategy
+from fedtext.compression import SENTINEL, codec_for, rebuild_prompt
+from fedtext.strategy import FedTextStrategy, Upload
 
 
 class FedDLS(FedTextStrategy):
@@ -52,8 +53,7 @@ class FedDLS(FedTextStrategy):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.vocab = self.backbone.vocab_embeddings()
-        self.allowed = self.backbone.natural_token_ids()
-        self.codec = codec_for(self.cfg, self.backbone)
+        self.codec = codec_for(self.mcfg, self.backbone)
         self.updates: list[list[np.ndarray]] = []
         self.synced: dict[str, int] = {}
 
@@ -62,47 +62,30 @@ class FedDLS(FedTextStrategy):
         """Number of compressed updates made so far (= rounds aggregated)."""
         return len(self.updates)
 
-    def initial_arrays(self) -> list[np.ndarray]:
-        return [self.backbone.initial_prompt(self.cfg.prompt_length, self.cfg.seed)]
-
-    def upload_specs(self) -> list[comm.ArraySpec]:
-        return [comm.ArraySpec("ids", (self.cfg.prompt_length,), "uint16")]
-
-    def check_upload(self, arrays: list[np.ndarray]) -> str | None:
-        return check_upload(arrays[0], self.allowed)
-
-    def prompt_of(self, arrays: list[np.ndarray]) -> np.ndarray:
-        return arrays[0]
-
     def state_arrays(self) -> dict[str, np.ndarray]:
         return {f"update{k + 1}_{i}": a for k, u in enumerate(self.updates) for i, a in enumerate(u)}
 
-    def download(
-        self, server_round: int, proxy: ClientProxy, parameters: Parameters, purpose: str
-    ) -> tuple[Parameters, dict[str, Scalar]]:
+    def download(self, server_round: int, proxy: ClientProxy, purpose: str) -> tuple[list[np.ndarray], dict[str, Scalar]]:
         """The updates ``proxy`` has not received (incremental codec) or the latest one."""
         have = self.synced.get(proxy.cid, 0)
         if self.codec.incremental:
             pending = self.updates[have:]
         else:
             pending = self.updates[-1:] if have < self.version else []
-        payload = comm.encode([a for update in pending for a in update])
-        return payload, {"dls_from": self.version - len(pending), "dls_to": self.version}
+        return [a for update in pending for a in update], {"dls_from": self.version - len(pending), "dls_to": self.version}
 
-    def aggregate(
-        self, server_round: int, results: list[tuple[ClientProxy, FitRes]]
-    ) -> tuple[Parameters | None, dict[str, Scalar]]:
+    def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray], dict[str, Scalar]]:
         p_prev = self.global_arrays[0]
-        uploads = [comm.decode(res.parameters)[0] for _, res in results]
-        p = np.mean([rebuild_prompt(ids, p_prev, self.vocab) for ids in uploads], axis=0)  # eq. (5)
+        ids = [u.arrays["ids"] for u in uploads]
+        p = np.mean([rebuild_prompt(i, p_prev, self.vocab) for i in ids], axis=0)  # eq. (5)
         update = self.codec.encode(p, p_prev)
         p_new = self.codec.decode(update, p_prev)  # exactly what every client will rebuild
         self.updates.append(update)
-        for proxy, res in results:
-            self.synced[proxy.cid] = int(res.metrics.get("dls_version", self.synced.get(proxy.cid, 0)))
+        for u in uploads:
+            self.synced[u.proxy.cid] = int(u.metrics.get("dls_version", self.synced.get(u.proxy.cid, 0)))
         residual = float(np.linalg.norm(p - p_prev))
-        return comm.encode([p_new]), {
-            "positions_changed": float(np.mean([(ids != SENTINEL).sum() for ids in uploads])),
+        return [p_new], {
+            "positions_changed": float(np.mean([(i != SENTINEL).sum() for i in ids])),
             "compression_rel_error": float(np.linalg.norm(p_new - p) / residual) if residual else 0.0,
             "update_bytes": comm.expected_bytes(update),
         }

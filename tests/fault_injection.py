@@ -19,8 +19,8 @@ from fedtext.server_app import make_server_app
 
 OVERRIDES = {
     "method": "fedbpt", "num-server-rounds": 2, "shots-per-class": 4, "client-test-size": 8,
-    "eval-size": 40, "prompt-length": 4, "max-length": 48, "local-steps": 2, "popsize": 4,
-    "intrinsic-dim": 20,
+    "eval-size": 40, "prompt-length": 4, "max-length": 48, "fedbpt.local-steps": 2, "fedbpt.popsize": 4,
+    "fedbpt.intrinsic-dim": 20,
 }
 
 

@@ -152,3 +152,77 @@ def test_mlm_head_on_a_local_mlm_checkpoint(tmp_path):
     with torch.inference_mode():
         full = bb.mlm(inputs_embeds=x).logits[0, int(batch.mask_pos[1]) + 2]
     torch.testing.assert_close(logits[2, 1], full[bb.verbalizer_ids], atol=1e-4, rtol=1e-4)
+
+
+# ------------------------------------------------- per-input prompts, trainable copies
+def test_per_input_prompts_equal_one_prompt_per_row(backbone, demo):
+    """``[P, B, T, D]``: row b gets its own prompt, as if scored alone with it."""
+    batch = backbone.encode(list(demo.test["text"][:3]), [0, 1, 0])
+    per_row = _prompts(backbone, 3)  # one [T, D] prompt per input
+    together = backbone.score(per_row[None], batch)[0]  # [B, C]
+    for b in range(3):
+        alone = backbone.score(per_row[b : b + 1], batch.take([b]))[0, 0]
+        torch.testing.assert_close(together[b], alone, atol=1e-4, rtol=1e-4)
+    with pytest.raises(ValueError, match="prompts must be"):
+        backbone.score(_prompts(backbone, 2)[None], batch)  # 2 prompts for 3 inputs
+    # evaluate() takes a per-batch prompt function too (FedDPG's generator)
+    loss, acc = backbone.evaluate(lambda bt: per_row[: len(bt)], [batch])
+    expected = torch.nn.functional.cross_entropy(together, batch.labels).item()
+    assert loss == pytest.approx(expected, rel=1e-5) and 0 <= acc <= 1
+
+
+def test_no_prompt_forward_equals_score(backbone, demo):
+    batch = backbone.encode(list(demo.test["text"][:4]), [0, 1, 0, 1])
+    with torch.no_grad():
+        torch.testing.assert_close(backbone.forward(None, batch), backbone.score(None, batch)[0])
+
+
+def test_trainable_copy_shares_frozen_weights_and_owns_trained_ones(backbone):
+    base = dict(backbone.named_parameters())
+    before = {n: p.detach().clone() for n, p in base.items()}
+    copy = backbone.trainable_copy(lambda name: "layer.5." in name)
+    own = dict(copy.named_parameters())
+    for name, p in own.items():
+        if "layer.5." in name:
+            assert p is not base[name] and p.requires_grad and torch.equal(p, base[name])
+        else:
+            assert p is base[name] and not p.requires_grad  # one copy of the frozen weights per process
+    with torch.no_grad():
+        for _, p in copy.named_trainable():
+            p.add_(1.0)
+    for name, p in base.items():
+        assert torch.equal(p, before[name]), name  # the process backbone never changes
+    assert not backbone.trainable_parameters() and copy.counter is backbone.counter
+
+
+def test_label_vectors_follow_the_encoder_that_made_them(backbone, demo):
+    copy = backbone.trainable_copy("all")
+    arrays = copy.trainable_arrays()
+    torch.testing.assert_close(copy.label_vectors.detach(), backbone.label_vectors)
+    assert copy.label_vectors.requires_grad  # a training encoder: recomputed, with gradients
+    copy.load_trainable([a * 1.05 if a.ndim == 2 else a for a in arrays])  # another encoder
+    with torch.no_grad():
+        moved = copy.label_vectors
+    assert not torch.allclose(moved, backbone.label_vectors, atol=1e-3)
+    frozen = backbone.trainable_copy("none")  # nothing trains: encoded once, cached
+    assert frozen.label_vectors is frozen.label_vectors
+
+
+def test_linear_head_is_a_trainable_layer_on_mean_pooled_features(demo):
+    from fedtext.backbone import get_backbone
+
+    bb = get_backbone("all-MiniLM-L6-v2", "linear", "demo", 48).trainable_copy("all")
+    names = [n for n, _ in bb.named_trainable()]
+    assert names[-2:] == ["head.weight", "head.bias"]
+    arrays = bb.trainable_arrays()
+    rng = np.random.default_rng(0)
+    arrays[-2] = rng.normal(size=arrays[-2].shape).astype(np.float32)
+    arrays[-1] = np.array([0.5, -0.5], np.float32)
+    bb.load_trainable(arrays)
+    batch = bb.encode(list(demo.test["text"][:2]), [0, 1])
+    with torch.no_grad():
+        hidden = bb.encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+        w = batch.attention_mask.unsqueeze(-1).float()
+        pooled = (hidden * w).sum(1) / w.sum(1)
+        expected = pooled @ torch.as_tensor(arrays[-2]).T + torch.as_tensor(arrays[-1])
+    torch.testing.assert_close(bb.score(None, batch)[0], expected, atol=1e-4, rtol=1e-4)

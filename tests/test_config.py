@@ -6,57 +6,84 @@ import tomllib
 
 import pytest
 
-from clients import CLIENTS
 from fedtext.config import ConfigError, RunConfig
-from strategies import STRATEGIES
+from fedtext.model import Model
+from fedtext.registry import METHODS, make_config
+from simulations.compare import flatten
 
 from .conftest import REPO
 
 
+def pyproject_config() -> dict:
+    return flatten(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"])
+
+
 def parse(**overrides):
-    return RunConfig.from_run_config({k.replace("_", "-"): v for k, v in overrides.items()}, STRATEGIES)
+    return RunConfig.from_run_config({k.replace("_", "-"): v for k, v in overrides.items()}, METHODS)
 
 
-def test_registries_have_the_same_keys():
-    assert set(STRATEGIES) == set(CLIENTS)
-    assert {"fedprompt", "bbt-fed"} <= set(STRATEGIES)
+def test_one_registry_names_each_method_once():
+    assert set(METHODS) == {"fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg"}
+    for name, m in METHODS.items():
+        assert m.config.name == name  # the config's dotted keys use the registry name
+        assert issubclass(m.config.model_class, Model)
+        assert m.strategy.__module__ == m.client.__module__.replace("clients.", "strategies.")
 
 
-def test_pyproject_lists_every_key_with_the_dataclass_default():
-    app_cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
-    assert app_cfg == RunConfig().to_run_config()
-    assert RunConfig.from_run_config(app_cfg, STRATEGIES) == RunConfig()
+def test_pyproject_lists_every_key_with_the_dataclass_defaults():
+    flat = pyproject_config()
+    expected = {k: v for k, v in RunConfig().to_run_config().items()}
+    for m in METHODS.values():
+        expected.update(m.config().to_run_config())
+    assert flat == expected
+    for name in METHODS:  # every method parses from pyproject's defaults alone
+        cfg = RunConfig.from_run_config({**flat, "method": name}, METHODS)
+        assert cfg.method_config == METHODS[name].config()
 
 
 def test_every_pyproject_key_has_a_comment():
-    lines = (REPO / "pyproject.toml").read_text().split("[tool.flwr.app.config]")[1].split("[tool.flwr.federations]")[0]
-    keys = [ln for ln in lines.splitlines() if "=" in ln and not ln.lstrip().startswith("#")]
-    assert keys and all("#" in ln for ln in keys)
+    lines = (REPO / "pyproject.toml").read_text().split("\n[tool.flwr.app.config]\n")[1].split("CONFIGURATION MIGRATION")[0]
+    keys = [ln for ln in lines.splitlines() if "=" in ln and not ln.lstrip().startswith(("#", "["))]
+    assert len(keys) == len(pyproject_config()) and all("#" in ln for ln in keys)
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedbpt, feddls, fedprompt"),
+        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedavg, fedbpt, feddls, fedprompt"),
         ({"task": "imdb"}, "unknown task 'imdb'"),
         ({"partition": "pathological"}, "unknown partition 'pathological'; choose one of: iid, dirichlet, domain"),
-        ({"head": "linear"}, "unknown head 'linear'"),
+        ({"head": "softmax"}, "unknown head 'softmax'"),
+        ({"head": "linear", "method": "fedprompt"}, "head=linear does not fit method fedprompt"),
         ({"num_server_rounds": 0}, "num-server-rounds must be >= 1, got 0"),
         ({"alpha": 0.0}, "alpha must be > 0, got 0.0"),
         ({"alpha": -1}, "alpha must be > 0"),
         ({"clients_per_round": -2}, "clients-per-round must be >= 0"),
-        ({"popsize": 1}, "popsize must be >= 2"),
+        ({"method": "bbt-fed", "bbt-fed.popsize": 1}, "bbt-fed.popsize must be >= 2"),
+        ({"post_tune_popsize": 1}, "post-tune-popsize must be >= 2"),
         ({"eval_every": 0}, "eval-every must be >= 1"),
         ({"dataset": "./no/such/dir"}, "dataset path './no/such/dir' does not exist"),
         ({"num_server_rounds": "ten"}, "num-server-rounds must be int, got 'ten'"),
         ({"num_server_rounds": 2.5}, "num-server-rounds must be int, got 2.5"),
-        ({"num_rounds": 3}, "unknown run-config key 'num-rounds'"),
-        ({"compression": "zip"}, "unknown compression 'zip'; choose one of: lasso, full, pca, quant"),
-        ({"phi": 0}, "phi must be >= 1, got 0"),
-        ({"phi": 8, "lasso_screen": 5}, "lasso-screen (5) must be >= phi (8)"),
-        ({"quant_bits": 1}, "quant-bits must be in 2..8"),
+        ({"num_rounds": 3}, "unknown run-config key 'num-rounds'; did you mean num-server-rounds?"),
+        ({"method": "feddls", "phi": 3}, "unknown run-config key 'phi'; did you mean feddls.phi?"),
+        ({"method": "fedbpt", "popsize": 3}, "unknown run-config key 'popsize'; did you mean fedbpt.popsize?"),
+        ({"method": "bbt-fed", "popsize": 3}, "did you mean bbt-fed.popsize?"),
+        ({"method": "feddls", "dls-steps": 3}, "unknown run-config key 'dls-steps'; did you mean feddls.steps?"),
+        ({"method": "feddls", "feddls.phii": 3}, "unknown run-config key 'feddls.phii'; did you mean feddls.phi?"),
+        ({"method": "fedbpt", "feddls.phi": 3},
+         "'feddls.phi=3' is a key of method feddls, but method=fedbpt would ignore it (set method=feddls"),
+        ({"method": "feddls", "feddls.compression": "zip"},
+         "unknown feddls.compression 'zip'; choose one of: lasso, full, pca, quant"),
+        ({"method": "feddls", "feddls.phi": 0}, "feddls.phi must be >= 1, got 0"),
+        ({"method": "feddls", "feddls.phi": 8, "feddls.lasso-screen": 5},
+         "feddls.lasso-screen (5) must be >= feddls.phi (8)"),
+        ({"method": "feddls", "feddls.quant-bits": 1}, "feddls.quant-bits must be >= 2"),
         ({"post_tune_sigma": 0}, "post-tune-sigma must be > 0"),
-        ({"dls_steps": 0}, "dls-steps must be >= 1"),
+        ({"method": "feddls", "feddls.steps": 0}, "feddls.steps must be >= 1"),
+        ({"method": "fedbpt", "fedbpt.sigma-update": "loud"}, "unknown fedbpt.sigma-update 'loud'; choose one of: damped, printed"),
+        ({"method": "fedbpt", "fedbpt.keep-rate": 0}, "fedbpt.keep-rate must be > 0"),
+        ({"method": "fedavg", "fedavg.lr": 0}, "fedavg.lr must be > 0"),
     ],
 )
 def test_bad_values_raise_one_clear_line(overrides, message):
@@ -64,6 +91,12 @@ def test_bad_values_raise_one_clear_line(overrides, message):
         parse(**overrides)
     assert message in str(err.value)
     assert "\n" not in str(err.value)
+
+
+def test_a_key_of_another_method_at_its_default_is_fine():
+    """pyproject carries every method's defaults, so Flower's run-config always has them."""
+    cfg = parse(method="fedbpt", **{"feddls.phi": 5, "fedbpt.popsize": 6})
+    assert cfg.method_config.popsize == 6 and not hasattr(cfg.method_config, "phi")
 
 
 def test_clients_per_round_above_connected_clients():
@@ -74,12 +107,23 @@ def test_clients_per_round_above_connected_clients():
 
 
 def test_values_are_coerced_and_frozen():
-    cfg = parse(alpha=1, seed=3)
-    assert isinstance(cfg.alpha, float) and cfg.seed == 3
+    cfg = parse(alpha=1, seed=3, method="fedprompt", **{"fedprompt.lr": 1})
+    assert isinstance(cfg.alpha, float) and cfg.seed == 3 and isinstance(cfg.method_config.lr, float)
     import dataclasses
 
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.seed = 4  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.method_config.lr = 4  # type: ignore[misc]
+
+
+def test_make_config_routes_fields_and_round_trips():
+    cfg = make_config("feddls", prompt_length=4, phi=3)
+    assert cfg.prompt_length == 4 and cfg.method_config.phi == 3
+    flat = cfg.to_run_config()
+    assert flat["feddls.phi"] == 3 and flat["prompt-length"] == 4
+    assert RunConfig.from_run_config(flat, METHODS) == cfg
+    assert make_config("fedavg").resolved_head == "linear" and make_config("fedbpt").resolved_head == "similarity"
 
 
 def test_unknown_task_for_unnamed_dataset(tmp_path):

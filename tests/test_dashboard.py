@@ -26,10 +26,10 @@ def _round(i, acc, up=528, down=528, clients=None):
 
 
 def write_run(root: Path, run_id: str, method: str, seed: int, rounds: list[dict], finished: bool = True,
-              tail: str = "") -> Path:
+              tail: str = "", **options) -> Path:
     d = root / run_id
     d.mkdir(parents=True)
-    cfg = {"method": method, "seed": seed, "dataset": "demo", "partition": "iid", "num-server-rounds": 2}
+    cfg = {"method": method, "seed": seed, "dataset": "demo", "partition": "iid", "num-server-rounds": 2, **options}
     (d / "config.json").write_text(json.dumps({"run_id": run_id, "config": cfg}))
     (d / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds) + tail)
     if finished:
@@ -44,7 +44,8 @@ def runs(tmp_path) -> Path:
     root = tmp_path / "runs"
     write_run(root, "r1-fedprompt", "fedprompt", 0,
               [_round(0, 0.5), _round(1, 0.6, 1000, 1000, {"0": 0.5, "1": 0.7}), _round(2, 0.7, 1000, 1000)])
-    write_run(root, "r2-bbt-fed", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.55), _round(2, 0.65)])
+    write_run(root, "r2-bbt-fed", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.55), _round(2, 0.65)],
+              **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 1.0, "fedbpt.popsize": 6})
     # still running, its last line cut in the middle of a write
     write_run(root, "r3-bbt-fed", "bbt-fed", 1, [_round(0, 0.5), _round(1, 0.52)], finished=False,
               tail='{"round": 2, "global_acc')
@@ -67,6 +68,8 @@ def test_runs_table_statuses_and_truncated_records(runs):
     assert "1 malformed line(s)" in df.loc["r3-bbt-fed", "note"]
     assert df.loc["r4-broken", "status"] == "malformed" and "config.json" in df.loc["r4-broken", "note"]
     assert df.loc["r5-odd", "status"] == "malformed"
+    # a run's own method keys that differ from their defaults (not the defaults, not other methods')
+    assert df.loc["r2-bbt-fed", "options"] == "popsize=4" and df.loc["r1-fedprompt", "options"] == ""
 
 
 def test_round_series_accumulates_bytes_and_queries(runs):

@@ -9,10 +9,9 @@ import pytest
 import torch
 from flwr.common import Code, FitRes, Status
 
-from clients import CLIENTS
 from fedtext import comm
 from fedtext.cmaes import CMAConstants, CMAState, corrected_sigma, server_step
-from fedtext.config import RunConfig
+from fedtext.registry import METHODS, make_config
 from fedtext.data import client_data
 from fedtext.tasks import TASKS
 from strategies import BBTFed, FedBPT
@@ -101,10 +100,10 @@ def fit_res(vec, pid, n=4):
 
 @pytest.fixture()
 def fedbpt(backbone):
-    cfg = RunConfig(method="fedbpt", intrinsic_dim=D, local_steps=STEPS, popsize=4, prompt_length=2, max_length=64)
+    cfg = make_config("fedbpt", intrinsic_dim=D, local_steps=STEPS, popsize=4, prompt_length=2, max_length=64)
     strat = FedBPT(cfg, TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    strat.begin_round(1)
     return strat
 
 
@@ -137,15 +136,16 @@ def test_bad_uploads_dropped_round_completes(fedbpt):
     neg = upload(np.ones(D), np.array([0.5, -0.1, 0.5]), 0.3)
     res = [fit_res(good, 0), fit_res(good * 2 + 0, 1), fit_res(nan, 2), fit_res(good[:-1], 3), fit_res(neg, 4)]
     params, _ = fedbpt.aggregate_fit(1, res, [])
-    assert params is not None and fedbpt._round["num_clients"] == 2
-    reasons = {d["client"]: d["reason"] for d in fedbpt._round["dropped"]}
+    assert params is not None and fedbpt.record.num_clients == 2
+    reasons = {d["client"]: d["reason"] for d in fedbpt.record.dropped}
     assert "non-finite" in reasons["2"] and "shape" in reasons["3"] and "step sizes must be > 0" in reasons["4"]
 
 
 def test_download_modes_and_bytes(fedbpt, backbone):
     full = comm.payload_bytes(comm.encode(fedbpt.global_state()))
     assert full == 4 * (D + 1 + D * D) + 3 * comm.NPY_HEADER_BYTES
-    compact = FedBPT(fedbpt.cfg.replace(fedbpt_download="compact"), TASKS["demo"])
+    compact = FedBPT(make_config("fedbpt", intrinsic_dim=D, local_steps=STEPS, download="compact", max_length=64),
+                     TASKS["demo"])
     assert comm.payload_bytes(comm.encode(compact.global_state())) == 4 * (D + 1) + 2 * comm.NPY_HEADER_BYTES
     up = comm.encode([upload(np.ones(D), np.ones(STEPS), 0.1).astype(np.float32)])
     assert comm.payload_bytes(up) == 4 * (D + STEPS + 1) + comm.NPY_HEADER_BYTES
@@ -154,16 +154,91 @@ def test_download_modes_and_bytes(fedbpt, backbone):
 # ----------------------------------------------------------------------- client
 @pytest.mark.parametrize("download", ["full", "compact"])
 def test_client_returns_finite_correctly_shaped_upload(download, backbone):
-    cfg = RunConfig(method="fedbpt", intrinsic_dim=20, local_steps=2, popsize=4, prompt_length=4,
-                    max_length=48, shots_per_class=4, client_test_size=8, fedbpt_download=download)
+    cfg = make_config("fedbpt", intrinsic_dim=20, local_steps=2, popsize=4, prompt_length=4,
+                      max_length=48, shots_per_class=4, client_test_size=8, download=download)
     strat = FedBPT(cfg, TASKS["demo"])
-    client = CLIENTS["fedbpt"](cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    client = METHODS["fedbpt"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
     (up,), n, metrics = client.fit(strat.initial_arrays(), {"server_round": 1})
     assert up.shape == (20 + 2 + 1,) and up.dtype == np.float32 and np.isfinite(up).all()
-    assert up[20] == pytest.approx(cfg.sigma0)  # sigma_{t,1} = the downloaded sigma_t
+    assert up[20] == pytest.approx(cfg.method_config.sigma0)  # sigma_{t,1} = the downloaded sigma_t
     assert (up[20:22] > 0).all() and n == 8
     assert up[-1] == pytest.approx(metrics["train_loss"])
-    np.testing.assert_allclose(strat.prompt_of([up[:20]]), client.prompt_of([up]), rtol=1e-6)
+    unpacked = strat.model.unpack_upload({"z|sigmas|loss": up})  # the server reads what the client packed
+    np.testing.assert_array_equal(unpacked.z, up[:20].astype(np.float64))
+    assert unpacked.loss == pytest.approx(metrics["train_loss"]) and len(unpacked.sigmas) == 2
+
+
+def _recording_client(cfg, calls):
+    """A FedBPT client whose fitness is cheap (|z|^2) and records (candidates, batch ids)."""
+    client = METHODS["fedbpt"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+
+    def fitness(candidates, batch=None):
+        calls.append((np.array(candidates), None if batch is None else batch.input_ids.clone()))
+        return np.sum(np.square(candidates), axis=1)
+
+    client.fitness = fitness
+    return client
+
+
+def test_client_search_starts_from_a_non_identity_C(backbone):
+    """Alg. 1 line 2: the first local population is drawn from N(z_t, sigma_t^2 C_t), so
+    the sample covariance of its candidates over sigma_t^2 approaches C_t."""
+    d, lam, sigma = 3, 20_000, 0.5
+    cfg = make_config("fedbpt", intrinsic_dim=d, local_steps=1, popsize=lam, prompt_length=2, max_length=48,
+                      shots_per_class=2, client_test_size=4)
+    C = np.array([[2.0, 0.6, 0.0], [0.6, 1.0, -0.3], [0.0, -0.3, 0.5]], np.float32)
+    z = np.array([1.0, -2.0, 0.5], np.float32)
+    calls = []
+    _recording_client(cfg, calls).train([z, np.array([sigma], np.float32), C], {"server_round": 1})
+    first = calls[0][0]
+    assert first.shape == (lam, d)
+    np.testing.assert_allclose(first.mean(0), z, atol=0.02)
+    np.testing.assert_allclose(np.cov(first.T) / sigma**2, C, atol=0.05)  # not the identity
+    assert abs(np.cov(first.T)[0, 1] / sigma**2 - 0.6) < 0.05
+
+
+def test_input_masks_change_at_every_local_iteration(backbone):
+    """Alg. 1 lines 12-16: new masks M and random tokens X_hat at every local iteration."""
+    cfg = make_config("fedbpt", intrinsic_dim=4, local_steps=4, popsize=4, keep_rate=0.5, prompt_length=2,
+                      max_length=48, shots_per_class=4, client_test_size=4)
+    calls = []
+    client = _recording_client(cfg, calls)
+    client.train(client.model.initial_arrays(), {"server_round": 1})
+    perturbed = [ids for _, ids in calls[:4]]  # the 4 iterations; the 5th call is the final, unperturbed loss
+    assert len(calls) == 5 and calls[4][1] is None
+    original = client.train_batch.input_ids
+    for i, ids in enumerate(perturbed):
+        assert not torch.equal(ids, original), i
+        for other in perturbed[i + 1:]:
+            assert not torch.equal(ids, other)
+
+
+def test_printed_sigma_update_is_alg2_line5_without_damping():
+    """sigma <- sigma' exp(|p_sigma|/E|N| - 1) (printed) vs sigma' exp((c_s/d_s)(...)) (damped)."""
+    state = CMAState.initial(2, 1.0)
+    sols, losses, sp = np.array([[1.0, 0.0], [0.0, 3.0]]), [0.1, 0.2], 0.8
+    damped = server_step(state, sols, losses, sp, "damped")
+    printed = server_step(state, sols, losses, sp, "printed")
+    k = CMAConstants.for_population(2, 1)
+    norm = np.linalg.norm(damped.p_sigma)
+    assert printed.sigma == pytest.approx(sp * np.exp(norm / k.chi_n - 1), rel=1e-12)
+    assert damped.sigma == pytest.approx(sp * np.exp(k.c_sigma / k.d_sigma * (norm / k.chi_n - 1)), rel=1e-12)
+    np.testing.assert_array_equal(printed.mean, damped.mean)  # only sigma differs
+    np.testing.assert_array_equal(printed.C, damped.C)
+    with pytest.raises(ValueError, match="sigma_update"):
+        server_step(state, sols, losses, sp, "loud")
+
+
+def test_strategy_passes_the_sigma_update_option(backbone):
+    strat = FedBPT(make_config("fedbpt", intrinsic_dim=D, local_steps=STEPS, popsize=4, sigma_update="printed",
+                               max_length=64), TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat.begin_round(1)
+    res = [fit_res(upload(np.full(D, k), np.full(STEPS, 0.5), 0.1 * k), k) for k in range(2)]
+    _, metrics = strat.aggregate_fit(1, res, [])
+    expected = server_step(CMAState.initial(D, 1.0), np.stack([np.zeros(D), np.ones(D)]), [0.0, 0.1],
+                           metrics["sigma_prime"], "printed")
+    assert metrics["sigma"] == pytest.approx(expected.sigma, rel=1e-9)
 
 
 def test_perturbation_keeps_about_rp_of_text_tokens(backbone, demo):
@@ -183,17 +258,18 @@ def test_perturbation_keeps_about_rp_of_text_tokens(backbone, demo):
 
 # ------------------------------------------------------------ bbt-fed Figure 2
 def test_bbt_fed_average_z_sigma_C(backbone):
-    cfg = RunConfig(method="bbt-fed", bbt_fed_average="z-sigma-C", intrinsic_dim=20, local_steps=2, popsize=4,
-                    prompt_length=4, max_length=48, shots_per_class=4, client_test_size=8)
+    cfg = make_config("bbt-fed", average="z-sigma-C", intrinsic_dim=20, local_steps=2, popsize=4,
+                      prompt_length=4, max_length=48, shots_per_class=4, client_test_size=8)
     strat = BBTFed(cfg, TASKS["demo"])
     init = strat.initial_arrays()
     assert [a.shape for a in init] == [(20,), (1,), (20, 20)]
-    client = CLIENTS["bbt-fed"](cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    client = METHODS["bbt-fed"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
     up, n, _ = client.fit(init, {"server_round": 1})
-    assert comm.check_arrays(up, strat.upload_specs()) is None
+    assert comm.check_arrays(up, strat.model.upload_specs()) is None
+    assert [s.name for s in strat.model.upload_specs()] == ["z", "sigma", "C"]
     assert np.allclose(up[2], up[2].T, atol=1e-5) and np.linalg.eigvalsh(up[2]).min() > 0
     strat.global_arrays = init
-    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    strat.begin_round(1)
     other = [up[0] * 0, up[1] * 3, np.eye(20, dtype=np.float32)]
     params, _ = strat.aggregate_fit(1, [fit_res_arrays(up, 0, n), fit_res_arrays(other, 1, n)], [])
     for got, a, b in zip(comm.decode(params), up, other, strict=True):
@@ -208,4 +284,4 @@ def test_state_arrays_expose_the_global_cma_state(fedbpt):
     state = fedbpt.state_arrays()
     assert set(state) == {"mean", "sigma", "C", "p_sigma", "p_c", "generation"}
     np.testing.assert_array_equal(state["C"], np.eye(D))
-    assert BBTFed(fedbpt.cfg.replace(method="bbt-fed"), TASKS["demo"]).state_arrays() == {}
+    assert BBTFed(make_config("bbt-fed", max_length=64), TASKS["demo"]).state_arrays() == {}

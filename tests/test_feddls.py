@@ -11,7 +11,6 @@ import pytest
 from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
-from clients import CLIENTS
 from clients.feddls import local_search, nearest_tokens
 from fedtext import comm
 from fedtext.compression import (
@@ -24,7 +23,7 @@ from fedtext.compression import (
     encode_upload,
     rebuild_prompt,
 )
-from fedtext.config import RunConfig
+from fedtext.registry import METHODS, make_config
 from fedtext.data import client_data
 from fedtext.records import participant_accuracy
 from fedtext.tasks import TASKS
@@ -83,8 +82,8 @@ def test_local_search_never_increases_the_loss_and_reports_changes():
 
 
 def test_client_local_search_on_the_backbone_is_non_increasing(backbone):
-    cfg = RunConfig(method="feddls", prompt_length=4, max_length=64, shots_per_class=4, dls_steps=4)
-    client = CLIENTS["feddls"](cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
+    cfg = make_config("feddls", prompt_length=4, max_length=64, shots_per_class=4, steps=4)
+    client = METHODS["feddls"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
     p = backbone.initial_prompt(4, 0)
     unit = client.vocab[backbone.natural_token_ids()]
     unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
@@ -176,32 +175,33 @@ def test_absolute_codecs_hand_computed(vocab):
 def test_server_and_client_rebuild_bit_identical_prompts_and_bytes(backbone, compression, extra, per_update):
     """Two rounds of the real strategy and client objects, without Flower's transport."""
     t, d = 5, backbone.dim
-    cfg = RunConfig(method="feddls", prompt_length=t, max_length=64, shots_per_class=4, dls_steps=3,
-                    dls_candidates=3, compression=compression, **extra)
+    cfg = make_config("feddls", prompt_length=t, max_length=64, shots_per_class=4, steps=3,
+                      candidates=3, compression=compression, **extra)
     strat = FedDLS(cfg, TASKS["demo"])
     strat.initialize_parameters(SimpleNamespace(wait_for=lambda *a, **k: True, num_available=lambda: 2))
     states = {pid: RecordDict() for pid in (0, 1)}
     proxies = {pid: SimpleNamespace(cid=f"node{pid}") for pid in (0, 1)}
-    params = comm.encode(strat.global_arrays)
     for rnd in (1, 2):
         results = []
         for pid in (0, 1):
-            payload, extra_cfg = strat.download(rnd, proxies[pid], params, "fit")
+            payload, extra_cfg = strat.download(rnd, proxies[pid], "fit")
+            payload = comm.encode(payload)
             expected = 0 if rnd == 1 else per_update(t, d)  # round 1: p'_0 comes from the seed
             assert comm.payload_bytes(payload) == expected
-            client = CLIENTS["feddls"](cfg, TASKS["demo"], client_data(cfg, pid, 2), backbone, state=states[pid])
+            client = METHODS["feddls"].client(cfg, TASKS["demo"], client_data(cfg, pid, 2), backbone, state=states[pid])
             arrays, n, metrics = client.fit(comm.decode(payload), {"server_round": rnd, **extra_cfg})
             assert comm.payload_bytes(comm.encode(arrays)) == 2 * t + comm.NPY_HEADER_BYTES  # uint16 per position
             _, stored = client.stored()
             np.testing.assert_array_equal(stored, strat.global_arrays[0])  # bit-identical p'
             results.append((proxies[pid], FitRes(Status(Code.OK, ""), comm.encode(arrays), n, metrics)))
-        strat._round = {"round": rnd, "t": 0.0, "dropped": []}
-        params, _ = strat.aggregate_fit(rnd, results, [])
-        assert strat._round["num_clients"] == 2 and strat._round["dropped"] == []
+        strat.begin_round(rnd)
+        strat.aggregate_fit(rnd, results, [])
+        assert strat.record.num_clients == 2 and strat.record.dropped == []
     # a non-participant that never trained rebuilds the same p' from what it is sent
-    payload, extra_cfg = strat.download(3, SimpleNamespace(cid="never-trained"), params, "evaluate")
-    newcomer = CLIENTS["feddls"](cfg, TASKS["demo"], client_data(cfg, 1, 2), backbone, state=RecordDict())
-    np.testing.assert_array_equal(newcomer.eval_prompt(comm.decode(payload), extra_cfg), strat.global_arrays[0])
+    arrays, extra_cfg = strat.download(3, SimpleNamespace(cid="never-trained"), "evaluate")
+    payload = comm.encode(arrays)
+    newcomer = METHODS["feddls"].client(cfg, TASKS["demo"], client_data(cfg, 1, 2), backbone, state=RecordDict())
+    np.testing.assert_array_equal(newcomer.global_arrays(comm.decode(payload), extra_cfg)[0], strat.global_arrays[0])
     updates_sent = 2 if compression == "lasso" else 1  # residuals accumulate; absolute codecs send the latest
     assert comm.payload_bytes(payload) == updates_sent * per_update(t, d)
 
@@ -213,10 +213,10 @@ def _upload(pid, ids):
 
 
 def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog):
-    cfg = RunConfig(method="feddls", prompt_length=3, max_length=64, compression="full")
+    cfg = make_config("feddls", prompt_length=3, max_length=64, compression="full")
     strat = FedDLS(cfg, TASKS["demo"])
     strat.global_arrays = [strat.initial_arrays()[0]]
-    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    strat.begin_round(1)
     vocab, prev = strat.vocab, strat.global_arrays[0]
     nat = backbone.natural_token_ids()
     a, b = int(nat[100]), int(nat[200])
@@ -225,7 +225,7 @@ def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog):
     bad = [_upload(2, [len(vocab) + 5, SENTINEL, SENTINEL]), _upload(3, [special, SENTINEL, SENTINEL]),
            (SimpleNamespace(cid="node4"), FitRes(Status(Code.OK, ""), comm.encode([np.zeros(3, np.int32)]), 8, {}))]
     params, metrics = strat.aggregate_fit(1, good + bad, [])
-    assert [d["reason"].split(":")[0] for d in strat._round["dropped"]] == [
+    assert [d["reason"].split(":")[0] for d in strat.record.dropped] == [
         "1 token ids outside the candidate vocabulary (e.g. 30527)",
         "1 token ids outside the candidate vocabulary (e.g. 101)",
         "ids",
@@ -251,9 +251,9 @@ def test_participant_and_non_participant_accuracy_hand_computed():
 
 
 def test_post_tuning_is_seeded_and_stays_near_the_global_prompt(backbone):
-    cfg = RunConfig(method="feddls", prompt_length=4, max_length=64, shots_per_class=4, post_tune_steps=2,
-                    popsize=4, intrinsic_dim=10)
-    client = CLIENTS["feddls"](cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
+    cfg = make_config("feddls", prompt_length=4, max_length=64, shots_per_class=4, post_tune_steps=2,
+                      post_tune_popsize=4, post_tune_dim=10)
+    client = METHODS["feddls"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
     p = backbone.initial_prompt(4, 0)
     q0 = backbone.queries
     a, b = client.post_tune(p), client.post_tune(p)
@@ -275,8 +275,8 @@ def test_feddls_two_rounds_three_clients_with_a_non_participant_through_flower(t
 
     t, phi = 4, 5
     cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
-           f"method=feddls {TINY} dls-steps=2 dls-candidates=3 post-tune-steps=1 popsize=3 intrinsic-dim=10 "
-           f"holdout=2 output-dir={tmp_path}"]
+           f"method=feddls {TINY} feddls.steps=2 feddls.candidates=3 post-tune-steps=1 post-tune-popsize=3 "
+           f"post-tune-dim=10 holdout=2 output-dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = _only_run(tmp_path)
@@ -302,15 +302,17 @@ def test_compare_plan_variants_and_rotating_holdouts(tmp_path):
     from simulations.compare import plan
 
     exp = {"methods": ["feddls-phi3", "bbt-fed"], "seeds": [0, 1, 2], "holdouts": ["books", "dvd"],
-           "rotate-holdouts": True, "run-config": {"dls-steps": 3},
-           "method": {"feddls-phi3": {"method": "feddls", "phi": 3}}}
+           "rotate-holdouts": True, "run-config": {"feddls": {"steps": 3}, "bbt-fed.popsize": 4},
+           "method": {"feddls-phi3": {"method": "feddls", "feddls": {"phi": 3}}}}
     runs = plan(exp, None)
     assert [(r["method"], r.get("run-name"), r["seed"], r["holdout"]) for r in runs] == [
         ("feddls", "feddls-phi3", 0, "books"), ("bbt-fed", None, 0, "books"),
         ("feddls", "feddls-phi3", 1, "dvd"), ("bbt-fed", None, 1, "dvd"),
         ("feddls", "feddls-phi3", 2, "books"), ("bbt-fed", None, 2, "books"),
     ]
-    assert runs[0]["phi"] == 3 and "phi" not in runs[1] and runs[1]["dls-steps"] == 3
+    # a method's keys reach its own runs only (TOML's nested tables are flattened to dotted keys)
+    assert runs[0]["feddls.phi"] == 3 and runs[0]["feddls.steps"] == 3 and "bbt-fed.popsize" not in runs[0]
+    assert runs[1]["bbt-fed.popsize"] == 4 and not any(k.startswith("feddls.") for k in runs[1])
     assert len(plan({**exp, "rotate-holdouts": False}, [0])) == 4  # every holdout per seed
     with pytest.raises(ConfigError, match="unknown method 'feddls-x' .* a variant label needs \\[method.feddls-x\\]"):
         plan({"methods": ["feddls-x"]}, None)
@@ -324,9 +326,9 @@ def test_holdout_names_are_checked_before_training(tmp_path):
         (tmp_path / domain).mkdir()
         for split in ("train", "test"):
             (tmp_path / domain / f"{split}.tsv").write_text("text\tlabel\ngood\t1\nbad\t0\n")
-    base = {"method": "feddls", "dataset": str(tmp_path), "task": "amazon", "output_dir": str(tmp_path / "runs")}
+    base = {"dataset": str(tmp_path), "task": "amazon", "output_dir": str(tmp_path / "runs")}
     with pytest.raises(ConfigError, match="holdout 'toys' is neither a partition id nor a domain .*books, dvd"):
-        build(RunConfig(partition="domain", holdout="toys", **base))
+        build(make_config("feddls", partition="domain", holdout="toys", **base))
     with pytest.raises(ConfigError, match="holdout by domain name \\('dvd'\\) needs partition=domain"):
-        build(RunConfig(partition="iid", holdout="dvd", **base))
+        build(make_config("feddls", partition="iid", holdout="dvd", **base))
     assert not (tmp_path / "runs").exists()  # nothing started

@@ -19,12 +19,13 @@ from fedtext.records import ROUND_FIELDS
 
 from .conftest import REPO
 
-TINY = "num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 local-steps=2"
+TINY = "num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48"
+# MiniLM-L6 (22,713,216 encoder weights in 103 tensors) + linear head [2, 384] + [2]: float32, one NPY header each
+MINILM_WEIGHTS, MINILM_TENSORS = 22_713_216, 103
+FEDAVG_BYTES = 4 * (MINILM_WEIGHTS + 2 * 384 + 2) + (MINILM_TENSORS + 2) * NPY_HEADER_BYTES
 PER_METHOD = {  # extra run-config, clients, bytes up and down per client-round
-    "fedprompt": ("batch-size=8", 2, 4 * 384 * 4 + NPY_HEADER_BYTES, None),  # T*D float32 each way
-    "bbt-fed": ("popsize=4 intrinsic-dim=20", 2, 20 * 4 + NPY_HEADER_BYTES, None),  # d float32 each way
-    # up: [z | sigma_1..I | F] = 4 (d + I + 1); down: z, sigma, C = 4 (d + 1 + d^2) + 3 headers
-    "fedbpt": ("popsize=4 intrinsic-dim=20", 3, 4 * (20 + 2 + 1) + NPY_HEADER_BYTES, 4 * (20 + 1 + 400) + 3 * 128),
+    # the whole model each way (the golden tests run the prompt methods through Flower)
+    "fedavg": ("fedavg.local-steps=2 fedavg.batch-size=4", 2, FEDAVG_BYTES, None),
 }
 
 
@@ -65,6 +66,7 @@ def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
     assert summary["status"] == "finished" and summary["rounds_done"] == 2
     assert json.loads((run / "config.json").read_text())["config"]["method"] == method
     assert "fedtext round 2/2" in proc.stdout + proc.stderr
+    return rounds
 
 
 @pytest.mark.slow
@@ -74,7 +76,8 @@ def test_compare_runner_writes_one_table(tmp_path):
     exp.write_text(
         'methods = ["fedprompt", "bbt-fed"]\nseeds = [0]\nnum-supernodes = 2\n[run-config]\n'
         + "\n".join(f"{k} = {v}" for k, v in shared.items())
-        + '\n[method.bbt-fed]\npopsize = 4\nintrinsic-dim = 20\n'
+        + "\nfedprompt.local-steps = 2\nbbt-fed.local-steps = 2"
+        + '\n[method.bbt-fed]\nbbt-fed.popsize = 4\nbbt-fed.intrinsic-dim = 20\n'
     )
     proc = subprocess.run([sys.executable, "-m", "simulations.compare", str(exp), "--out", str(tmp_path / "out")],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)

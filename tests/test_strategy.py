@@ -10,8 +10,9 @@ import pytest
 from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
-from fedtext.config import RunConfig
-from fedtext.records import RunRecorder
+from fedtext.records import ROUND_FIELDS, RoundRecord, RunRecorder
+from fedtext.registry import make_config
+from fedtext.strategy import weighted_mean
 from fedtext.tasks import TASKS
 from strategies import BBTFed, FedPrompt
 
@@ -27,11 +28,11 @@ def fit_res(arrays, n, pid, **metrics):
 
 @pytest.fixture()
 def bbt(backbone, tmp_path):
-    cfg = RunConfig(method="bbt-fed", intrinsic_dim=D, prompt_length=2, max_length=64, output_dir=str(tmp_path))
+    cfg = make_config("bbt-fed", intrinsic_dim=D, prompt_length=2, max_length=64, output_dir=str(tmp_path))
     recorder = RunRecorder(tmp_path, cfg.to_run_config())
     strat = BBTFed(cfg, TASKS["demo"], evaluator=None, recorder=recorder)
     strat.global_arrays = strat.initial_arrays()
-    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    strat.begin_round(1)
     return strat
 
 
@@ -57,11 +58,11 @@ def test_bad_uploads_are_dropped_and_the_round_goes_on(bbt, caplog):
     with caplog.at_level("WARNING", logger="fedtext"):
         params, _ = bbt.aggregate_fit(1, results, [RuntimeError("client crashed")])
     np.testing.assert_allclose(comm.decode(params)[0], good)
-    reasons = {d["client"]: d["reason"] for d in bbt._round["dropped"]}
+    reasons = {d["client"]: d["reason"] for d in bbt.record.dropped}
     assert "non-finite" in reasons["1"] and "shape (7,)" in reasons["2"]
     assert "dtype float64" in reasons["3"] and "num_examples=0" in reasons["4"]
     assert "client crashed" in reasons["?"]
-    assert bbt._round["num_clients"] == 1
+    assert bbt.record.num_clients == 1
     assert "dropped client 1" in caplog.text
 
 
@@ -72,18 +73,18 @@ def test_all_bad_keeps_the_global_model(bbt):
 
 
 def test_bounded_z_out_of_range_is_dropped(backbone, tmp_path):
-    cfg = RunConfig(method="bbt-fed", intrinsic_dim=D, prompt_length=2, max_length=64, bound=1.0)
+    cfg = make_config("bbt-fed", intrinsic_dim=D, prompt_length=2, max_length=64, bound=1.0)
     strat = BBTFed(cfg, TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    strat.begin_round(1)
     params, _ = strat.aggregate_fit(1, [fit_res([np.full(D, 3.0, np.float32)], 2, 0)], [])
-    assert params is None and "above 1.0" in strat._round["dropped"][0]["reason"]
+    assert params is None and "z: value 3.0 above 1.0" in strat.record.dropped[0]["reason"]
 
 
 def test_bytes_are_recorded_per_round_and_written(bbt, tmp_path):
     z = np.zeros(D, np.float32)
     bbt.aggregate_fit(1, [fit_res([z], 1, 0), fit_res([z], 1, 1)], [])
-    bbt._write_round()
+    bbt.write_round()
     record = json.loads((bbt.recorder.dir / "rounds.jsonl").read_text().splitlines()[-1])
     assert record["bytes_up"] == 2 * (D * 4 + comm.NPY_HEADER_BYTES)
     assert record["bytes_up_per_client"] == D * 4 + 128
@@ -91,15 +92,15 @@ def test_bytes_are_recorded_per_round_and_written(bbt, tmp_path):
 
 
 def test_fedprompt_averages_prompts(backbone):
-    cfg = RunConfig(method="fedprompt", prompt_length=2, max_length=64)
+    cfg = make_config("fedprompt", prompt_length=2, max_length=64)
     strat = FedPrompt(cfg, TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
     assert strat.global_arrays[0].shape == (2, backbone.dim)
-    strat._round = {"round": 1, "t": 0.0, "dropped": []}
+    strat.begin_round(1)
     a, b = np.zeros((2, backbone.dim), np.float32), np.ones((2, backbone.dim), np.float32)
     params, _ = strat.aggregate_fit(1, [fit_res([a], 1, 0), fit_res([b], 1, 1)], [])
     np.testing.assert_allclose(comm.decode(params)[0], 0.5)
-    np.testing.assert_array_equal(strat.prompt_of([b]), b)
+    np.testing.assert_array_equal(strat.model.prompt([b]), b)
 
 
 class _Proxy(SimpleNamespace):
@@ -119,12 +120,12 @@ def _manager(n, domains=None):
 
 
 def test_clients_per_round_sampling_is_seeded_and_skips_holdouts(backbone):
-    cfg = RunConfig(method="fedprompt", clients_per_round=3, max_length=64)
+    cfg = make_config("fedprompt", clients_per_round=3, max_length=64)
     picks = [[p.pid for p in FedPrompt(cfg, TASKS["demo"]).sample_clients(r, _manager(10))] for r in (1, 2)]
     again = [[p.pid for p in FedPrompt(cfg, TASKS["demo"]).sample_clients(r, _manager(10))] for r in (1, 2)]
     assert picks == again and picks[0] != picks[1] and all(len(p) == 3 == len(set(p)) for p in picks)
     # 0 = every participant; holdout by partition id or by domain name
-    held = FedPrompt(RunConfig(method="fedprompt", max_length=64, holdout="1,dvd"), TASKS["demo"])
+    held = FedPrompt(make_config("fedprompt", max_length=64, holdout="1,dvd"), TASKS["demo"])
     manager = _manager(4, {0: "books", 1: "kitchen", 2: "dvd", 3: "electronics"})
     assert [p.pid for p in held.sample_clients(1, manager)] == [0, 3]
     assert [p.pid for p in held.clients(manager, participants_only=False)] == [0, 1, 2, 3]
@@ -133,10 +134,10 @@ def test_clients_per_round_sampling_is_seeded_and_skips_holdouts(backbone):
 def test_holding_out_every_client_is_a_config_error(backbone):
     from fedtext.config import ConfigError
 
-    strat = FedPrompt(RunConfig(method="fedprompt", max_length=64, holdout="0,1"), TASKS["demo"])
+    strat = FedPrompt(make_config("fedprompt", max_length=64, holdout="0,1"), TASKS["demo"])
     with pytest.raises(ConfigError, match="leaves no participant"):
         strat.sample_clients(1, _manager(2))
-    strat = FedPrompt(RunConfig(method="fedprompt", max_length=64, clients_per_round=2, holdout="0"), TASKS["demo"])
+    strat = FedPrompt(make_config("fedprompt", max_length=64, clients_per_round=2, holdout="0"), TASKS["demo"])
     with pytest.raises(ConfigError, match="clients-per-round=2 exceeds the 1 participant clients"):
         strat.sample_clients(1, _manager(2))
 
@@ -151,10 +152,10 @@ def test_too_few_connected_clients_is_a_config_error(backbone, monkeypatch):
     manager = SimpleClientManager()
     for cid in ("a", "b"):
         manager.register(SimpleNamespace(cid=cid))
-    strat = FedPrompt(RunConfig(method="fedprompt", clients_per_round=3, max_length=64), TASKS["demo"])
+    strat = FedPrompt(make_config("fedprompt", clients_per_round=3, max_length=64), TASKS["demo"])
     with pytest.raises(ConfigError, match="clients-per-round=3 exceeds the 2 connected clients"):
         strat.initialize_parameters(manager)
-    ok = FedPrompt(RunConfig(method="fedprompt", clients_per_round=2, max_length=64), TASKS["demo"])
+    ok = FedPrompt(make_config("fedprompt", clients_per_round=2, max_length=64), TASKS["demo"])
     assert ok.initialize_parameters(manager) is not None
 
 
@@ -165,9 +166,43 @@ def test_clients_without_local_test_data_do_not_count_as_zero_accuracy(bbt):
         return (SimpleNamespace(cid=str(pid)),
                 EvaluateRes(Status(Code.OK, ""), 0.5, n, {"partition_id": pid, "accuracy": acc}))
 
-    bbt._round = {"round": 1, "t": 0.0, "dropped": []}
+    bbt.begin_round(1)
     bbt.aggregate_evaluate(1, [eval_res(0, 8, 0.75), eval_res(1, 0, 0.0), eval_res(2, 8, 0.25)], [])
     record = json.loads((bbt.recorder.dir / "rounds.jsonl").read_text().splitlines()[-1])
     assert record["client_accuracy"] == {"0": 0.75, "2": 0.25} and record["client_accuracy_mean"] == 0.5
-    bbt._round = {"round": 2, "t": 0.0, "dropped": []}
+    bbt.begin_round(2)
     assert bbt.aggregate_evaluate(2, [eval_res(1, 0, 0.0)], []) == (None, {})  # no division by zero
+
+
+def test_weighted_mean_hand_computed_and_bit_identical_to_flower():
+    """(1 * [0, 1] + 3 * [4, 4]) / 4 = [3, 3.25]; and the same bits as Flower's aggregate_inplace."""
+    from flwr.server.strategy.aggregate import aggregate_inplace
+
+    a = [np.array([0.0, 1.0], np.float32), np.array([[2.0]], np.float32)]
+    b = [np.array([4.0, 4.0], np.float32), np.array([[6.0]], np.float32)]
+    out = weighted_mean([a, b], [1, 3])
+    np.testing.assert_array_equal(out[0], np.array([3.0, 3.25], np.float32))
+    np.testing.assert_array_equal(out[1], np.array([[5.0]], np.float32))
+    assert out[0].dtype == np.float32 and a[0][1] == 1.0  # inputs untouched
+    rng = np.random.default_rng(0)
+    clients = [[rng.standard_normal((5, 3)).astype(np.float32)] for _ in range(3)]
+    flower = aggregate_inplace([fit_res(c, n, i) for i, (c, n) in enumerate(zip(clients, [3, 5, 7]))])
+    np.testing.assert_array_equal(weighted_mean(clients, [3, 5, 7])[0], flower[0])
+
+
+def test_uploads_are_decoded_once_into_named_arrays(bbt):
+    z1, z2 = np.arange(D, dtype=np.float32), np.ones(D, np.float32)
+    uploads = bbt.validate([fit_res([z1], 1, 0), fit_res([z2], 3, 1)], [])
+    assert [u.partition_id for u in uploads] == ["0", "1"] and [u.num_examples for u in uploads] == [1, 3]
+    assert list(uploads[0].arrays) == ["z"]
+    np.testing.assert_array_equal(uploads[0].arrays["z"], z1)
+
+
+def test_round_record_writes_exactly_the_round_fields():
+    record = RoundRecord(round=3)
+    record.drop(7, "why")
+    record.fit_queries, record.eval_queries, record.client_rss_mb = 10, 5, [100.0, 250.0]
+    out = record.to_json(run_start=0.0)
+    assert tuple(out) == ROUND_FIELDS
+    assert out["model_queries"] == 15 and out["client_peak_rss_mb"] == 250.0
+    assert out["dropped"] == [{"client": "7", "reason": "why"}]

@@ -1,0 +1,165 @@
+"""A method's model: the one object its strategy and its client both build.
+
+It says, once for both sides:
+
+* what the **global arrays** are (:meth:`Model.global_specs`, named) and their
+  round-0 values (:meth:`Model.initial_arrays`);
+* what a client **upload** must look like (:meth:`Model.upload_specs`, named, plus
+  :meth:`Model.check_upload` for what specs cannot say, e.g. sigma > 0); the server
+  decodes every upload once into a dict keyed by these names and drops anything else;
+* how global arrays **classify** and how they are **evaluated**:
+  :meth:`Model.evaluate` ``(arrays, batches) -> (loss, accuracy)`` is what the server
+  runs on its test split and every client on its local one.
+
+Three shapes cover the methods so far:
+
+* :class:`PromptModel`: the global arrays stand for one soft prompt ``[T, D]`` in
+  front of the frozen PLM (fedprompt, feddls; ``prompt`` says how);
+* :class:`SubspaceModel`: the prompt is ``p0 + A z`` (bbt-fed, fedbpt; BBT, eq. (12) of
+  FedDLS), p0 and A rebuilt from the seed on both sides;
+* :class:`NetworkModel`: the global arrays are trained weights of the encoder and
+  of the ``linear`` head (fedavg; FeS and FedDRS train parts of it too). Each model
+  object works on its own :meth:`fedtext.backbone.Backbone.trainable_copy`, so two
+  clients in one process never see each other's weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fedtext.backbone import Backbone, EncodedBatch
+from fedtext.comm import ArraySpec
+from fedtext.prompts import bbt_space, project
+
+if TYPE_CHECKING:
+    from fedtext.config import MethodConfig, RunConfig
+
+
+class Model:
+    """Base: global arrays, upload format and evaluation of one method.
+
+    Parameters
+    ----------
+    cfg
+        The validated run configuration (``cfg.method_config`` is the method's own).
+    backbone
+        The process's frozen backbone.
+    """
+
+    def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
+        self.cfg = cfg
+        self.mcfg: "MethodConfig" = cfg.method_config
+        self.backbone = backbone
+
+    def global_specs(self) -> list[ArraySpec]:
+        """Named specs of the global arrays (what a plain download carries)."""
+        raise NotImplementedError
+
+    def upload_specs(self) -> list[ArraySpec]:
+        """Named specs of a client upload; default: the global arrays' specs."""
+        return self.global_specs()
+
+    def initial_arrays(self) -> list[np.ndarray]:
+        """The global arrays at round 0."""
+        raise NotImplementedError
+
+    def check_upload(self, upload: dict[str, np.ndarray]) -> str | None:
+        """Why a (spec-conforming) upload is invalid, or ``None``."""
+        return None
+
+    def evaluate(self, arrays: Sequence[np.ndarray], batches: Sequence[EncodedBatch]) -> tuple[float, float]:
+        """(mean cross-entropy, accuracy) of the classifier ``arrays`` stand for."""
+        raise NotImplementedError
+
+
+class PromptModel(Model):
+    """One soft prompt ``[T, D]`` in front of the frozen PLM; arrays -> :meth:`prompt`."""
+
+    def prompt(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
+        """The ``[T, D]`` prompt the global arrays stand for; default: the first array."""
+        return np.asarray(arrays[0], dtype=np.float32)
+
+    def global_specs(self) -> list[ArraySpec]:
+        return [ArraySpec("prompt", (self.cfg.prompt_length, self.backbone.dim), "float32")]
+
+    def initial_arrays(self) -> list[np.ndarray]:
+        """p0: embeddings of T natural tokens drawn with the run seed (as BBT)."""
+        return [self.backbone.initial_prompt(self.cfg.prompt_length, self.cfg.seed)]
+
+    def evaluate(self, arrays: Sequence[np.ndarray], batches: Sequence[EncodedBatch]) -> tuple[float, float]:
+        return self.backbone.evaluate(self.prompt(arrays), batches)
+
+
+class SubspaceModel(PromptModel):
+    """``p = p0 + A z`` (BBT); z is the first ``intrinsic-dim`` values of the first array.
+
+    p0 and A come from :func:`fedtext.prompts.bbt_space`, rebuilt from the run seed
+    identically by server and clients; neither is ever sent.
+    """
+
+    def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
+        super().__init__(cfg, backbone)
+        self.d = self.mcfg.intrinsic_dim
+        self.p0, self.A = bbt_space(backbone, cfg.prompt_length, self.d, cfg.seed)
+
+    def project(self, z: np.ndarray) -> np.ndarray:
+        """``p0 + A z`` for one z ``[d]`` or a population ``[P, d]``."""
+        return project(self.p0, self.A, z)
+
+    def prompt(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
+        return self.project(np.asarray(arrays[0], dtype=np.float32)[: self.d])
+
+
+class NetworkModel(Model):
+    """Trained encoder weights and/or the ``linear`` head are the global arrays.
+
+    Subclasses say which weights train (:meth:`trainable`, a predicate on weight
+    names as :meth:`fedtext.backbone.Backbone.named_parameters` gives them); the
+    global arrays are those weights in that order, named by them, float32. The
+    ``linear`` head starts from a seeded ``N(0, 0.02^2)`` weight and zero bias (BERT's
+    initialiser), the encoder from the pretrained weights.
+    """
+
+    HEAD_INIT_STD = 0.02
+
+    def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
+        super().__init__(cfg, backbone)
+        self._network: Backbone | None = None
+
+    def trainable(self) -> str | Callable[[str], bool]:
+        """Which weights train and travel: ``"all"``, ``"none"`` or a name predicate."""
+        return "all"
+
+    @property
+    def network(self) -> Backbone:
+        """This model's own trainable copy of the backbone (made on first use)."""
+        if self._network is None:
+            self._network = self.backbone.trainable_copy(self.trainable())
+        return self._network
+
+    def global_specs(self) -> list[ArraySpec]:
+        return [ArraySpec(name, tuple(p.shape), "float32") for name, p in self.network.named_trainable()]
+
+    def initial_arrays(self) -> list[np.ndarray]:
+        arrays = self.network.trainable_arrays()
+        names = [n for n, _ in self.network.named_trainable()]
+        rng = np.random.default_rng([self.cfg.seed, 0x11EAD])
+        for i, name in enumerate(names):
+            if name == "head.weight":
+                arrays[i] = (self.HEAD_INIT_STD * rng.standard_normal(arrays[i].shape)).astype(np.float32)
+            elif name == "head.bias":
+                arrays[i] = np.zeros_like(arrays[i])
+        return arrays
+
+    def load(self, arrays: Sequence[np.ndarray]) -> Backbone:
+        """The trainable copy with ``arrays`` loaded into it."""
+        self.network.load_trainable(arrays)
+        return self.network
+
+    def evaluate(self, arrays: Sequence[np.ndarray], batches: Sequence[EncodedBatch]) -> tuple[float, float]:
+        with torch.no_grad():
+            return self.load(arrays).evaluate(None, batches)
