@@ -66,7 +66,6 @@ def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
     assert summary["status"] == "finished" and summary["rounds_done"] == 2
     assert json.loads((run / "config.json").read_text())["config"]["method"] == method
     assert "fedtext round 2/2" in proc.stdout + proc.stderr
-    return rounds
 
 
 @pytest.mark.slow
