@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedtext.config import DEFAULT_MODEL, ConfigError
+from fedtext.config import DEFAULT_MODEL, ConfigError, RunConfig
 from fedtext.tasks import Task
 
 log = logging.getLogger("fedtext")
@@ -501,6 +501,11 @@ def losses(logits: Tensor, labels: Tensor) -> Tensor:
     p, b, c = logits.shape
     ce = torch.nn.functional.cross_entropy(logits.reshape(p * b, c), labels.repeat(p), reduction="none")
     return ce.reshape(p, b).mean(1)
+
+
+def backbone_for(cfg: "RunConfig", task: Task) -> "Backbone":
+    """The process's frozen backbone for a run (its model, resolved head, task, max length)."""
+    return get_backbone(cfg.model, cfg.resolved_head, task.name, cfg.max_length)
 
 
 @functools.lru_cache(maxsize=2)

@@ -36,7 +36,7 @@ from flwr.app import RecordDict
 from flwr.client import NumPyClient
 from flwr.common import NDArrays, Scalar
 
-from fedtext.backbone import Backbone, EncodedBatch, get_backbone, losses
+from fedtext.backbone import Backbone, EncodedBatch, backbone_for, losses
 from fedtext.blackbox import WhitenedCMA
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
@@ -106,7 +106,7 @@ class FedTextClient(NumPyClient):
         self.task = task
         self.data = data
         self.partition_id = data.partition_id
-        self.backbone = backbone or get_backbone(cfg.model, cfg.resolved_head, task.name, cfg.max_length)
+        self.backbone = backbone or backbone_for(cfg, task)
         self.model: Model = self.mcfg.model_class(cfg, self.backbone)
         self.train_batch: EncodedBatch = self.backbone.encode(list(data.train["text"]), list(data.train["label"]))
         self.test_batches = (

@@ -199,10 +199,6 @@ class RunConfig:
             out.update(self.method_config.to_run_config())
         return out
 
-    def replace(self, **changes: Any) -> "RunConfig":
-        """A validated copy with some shared fields changed."""
-        return dataclasses.replace(self, **changes)
-
     @property
     def resolved_head(self) -> str:
         """``head``, with ``auto`` resolved to the method's default head."""

@@ -35,7 +35,6 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from functools import reduce
 from typing import Any
 
 import numpy as np
@@ -45,7 +44,7 @@ from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
 from fedtext import comm
-from fedtext.backbone import Backbone, EncodedBatch, get_backbone
+from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import server_test
 from fedtext.model import Model
@@ -62,7 +61,7 @@ class Evaluator:
     """The server's test split (``eval-size`` examples, seeded), encoded once."""
 
     def __init__(self, cfg: RunConfig, task: Task) -> None:
-        self.backbone: Backbone = get_backbone(cfg.model, cfg.resolved_head, task.name, cfg.max_length)
+        self.backbone: Backbone = backbone_for(cfg, task)
         test = server_test(cfg)
         self.num_examples = len(test)
         self.batches: list[EncodedBatch] = self.backbone.batches(list(test["text"]), list(test["label"]))
@@ -128,9 +127,7 @@ class FedTextStrategy(FedAvg):
         self.task = task
         self.evaluator = evaluator
         self.recorder = recorder
-        self.backbone = evaluator.backbone if evaluator else get_backbone(
-            cfg.model, cfg.resolved_head, task.name, cfg.max_length
-        )
+        self.backbone = evaluator.backbone if evaluator else backbone_for(cfg, task)
         self.model: Model = self.mcfg.model_class(cfg, self.backbone)
         self.global_arrays: list[np.ndarray] = []
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
@@ -266,7 +263,7 @@ class FedTextStrategy(FedAvg):
         uploads = []
         for proxy, res in results:
             pid = str(res.metrics.get("partition_id", proxy.cid))
-            reason, arrays = None, []
+            reason = None
             if res.num_examples <= 0:
                 reason = f"num_examples={res.num_examples}"
             else:
@@ -378,12 +375,10 @@ def weighted_mean(arrays: list[list[np.ndarray]], weights: list[int]) -> list[np
         return np.multiply(x, s, out=x) if np.can_cast(s, x.dtype, casting="same_kind") else np.multiply(
             x, np.array(s, x.dtype), out=x)
 
-    def add(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        return np.add(x, y, out=x)
-
     out = [scaled(x, scale[0]) for x in arrays[0]]
     for k, client in enumerate(arrays[1:], start=1):
-        out = [reduce(add, pair) for pair in zip(out, (scaled(x, scale[k]) for x in client), strict=True)]
+        for total_x, x in zip(out, client, strict=True):
+            np.add(total_x, scaled(x, scale[k]), out=total_x)
     return out
 
 

@@ -54,11 +54,8 @@ class FedBPT(FedTextStrategy):
         return self.cma.arrays()
 
     def global_state(self) -> list[np.ndarray]:
-        """What Algorithm 1 sends: (z_t, sigma_t, C_t), or (z_t, sigma_t) in compact mode."""
-        arrays = [self.cma.mean.astype(np.float32), np.array([self.cma.sigma], np.float32)]
-        if self.mcfg.download == "full":
-            arrays.append(self.cma.C.astype(np.float32))
-        return arrays
+        """What Algorithm 1 sends of the current global state (:meth:`FedBPTModel.download_arrays`)."""
+        return self.model.download_arrays(self.cma)
 
     def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray], dict[str, Scalar]]:
         """sigma' (eq. (12)) from the best half, then one CMA-ES step (Alg. 2) with it."""

@@ -16,7 +16,7 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from fedtext.cmaes import SIGMA_UPDATES
+from fedtext.cmaes import SIGMA_UPDATES, CMAState
 from fedtext.comm import ArraySpec
 from fedtext.config import check_choice, check_range
 from fedtext.methods.subspace import SubspaceConfig
@@ -47,11 +47,17 @@ class FedBPTModel(SubspaceModel):
     def upload_specs(self) -> list[ArraySpec]:
         return [ArraySpec(UPLOAD, (self.d + self.mcfg.local_steps + 1,), "float32")]
 
-    def initial_arrays(self) -> list[np.ndarray]:
-        arrays = [np.zeros(self.d, np.float32), np.array([self.mcfg.sigma0], np.float32)]
+    def download_arrays(self, state: CMAState) -> list[np.ndarray]:
+        """What Algorithm 1 sends of a global CMA-ES state: (z_t, sigma_t, C_t), or
+        (z_t, sigma_t) with ``fedbpt.download=compact`` (float32, in :meth:`global_specs` order)."""
+        arrays = [state.mean.astype(np.float32), np.array([state.sigma], np.float32)]
         if self.mcfg.download == "full":
-            arrays.append(np.eye(self.d, dtype=np.float32))
+            arrays.append(state.C.astype(np.float32))
         return arrays
+
+    def initial_arrays(self) -> list[np.ndarray]:
+        """The download of the initial state: z_0 = 0, sigma_0, C_0 = I."""
+        return self.download_arrays(CMAState.initial(self.d, self.mcfg.sigma0))
 
     def pack_upload(self, z: np.ndarray, sigmas: list[float], loss: float) -> np.ndarray:
         """The client's one upload array."""
