@@ -266,12 +266,21 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
     p = run_dir / "rounds.jsonl"
     if p.exists():
         for line in p.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                record = None
-            if isinstance(record, dict) and isinstance(record.get("round"), int):
-                out["rounds"].append(record)
-            else:
+            record = parse_round_line(line)
+            if record is None:
                 out["malformed_lines"] += 1
+            else:
+                out["rounds"].append(record)
     return out
+
+
+def parse_round_line(line: str) -> dict[str, Any] | None:
+    """One ``rounds.jsonl`` line as a round record, or None when it is not a JSON object
+    with an integer ``round`` (a truncated or garbled line)."""
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    if isinstance(record, dict) and isinstance(record.get("round"), int) and not isinstance(record["round"], bool):
+        return record
+    return None

@@ -27,7 +27,8 @@ held-out clients never train and give the NP accuracy. With ``rotate-holdouts = 
 the i-th seed runs only with the i-th holdout (cyclically): one run per seed, each
 group held out in turn, at 1/len(holdouts) of the cost.
 
-Every run goes through Flower's simulation engine in a fresh process
+The output folder gets ``experiment.json`` (name, file, methods, seeds), which the
+dashboard and ``python -m simulations.plot`` group runs by. Every run goes through Flower's simulation engine in a fresh process
 (:mod:`simulations.simulate`) and writes its records under ``<out>/runs/``; the table
 (markdown and CSV: final and best accuracy, KB up/down per client-round, total MB,
 model queries, peak client memory, wall time; mean ± std over seeds) is built from
@@ -39,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -153,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     n = int(exp.get("num-supernodes", 4))
+    # marks the folder as one experiment: the dashboard and the plot command group by it
+    (out / "experiment.json").write_text(json.dumps({
+        "name": args.experiment.stem, "file": str(args.experiment), "methods": exp.get("methods"),
+        "seeds": sorted({ov["seed"] for ov in runs}), "num-supernodes": n,
+    }, indent=2) + "\n")
     failed = 0
     if not args.table_only:
         for i, ov in enumerate(runs, 1):

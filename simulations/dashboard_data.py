@@ -1,25 +1,108 @@
-"""Run records -> the dashboard's dataframes (plain pandas; tests call it without a browser).
+"""Run records -> the dashboard's and the plot command's data (plain pandas; no browser).
 
 Reads nothing but ``<runs>/**/{config.json, rounds.jsonl, summary.json}`` as written by
-:mod:`fedtext.records`, so every method shows up without changes here. A run whose files
-are half written or malformed is listed with status ``malformed`` (or with the rounds
-that could be read) and never raises.
+:mod:`fedtext.records` (and the compare runner's ``experiment.json``), so every method
+shows up without changes here. A run whose files are half written or malformed is listed
+with status ``malformed`` (or with the rounds that could be read) and never raises.
+
+What a researcher compares, and how it is computed here (one place for the dashboard and
+``python -m simulations.plot``):
+
+* **Experiment** (:func:`experiment_of`): the compare runner's output folder (named in its
+  ``experiment.json``, or the folder holding ``runs/``); a run started by hand groups by
+  dataset, partition (with α) and shots per class.
+* **Label**: the variant (``run-name``) or the method, plus, for a hand-started run without
+  a ``run-name``, the method's own options that differ from their defaults; seeds of one label
+  are aggregated (:func:`aggregate`: per round the mean x, mean y and the sample std of y).
+* **X axes** (:data:`X_AXES`): round, wall time, simulated device time (rounds that record
+  ``sim_time_s``), cumulative bytes up, down or both, cumulative model queries.
+* **Colours** (:func:`color_of`): one per method or variant, the same on every chart.
 """
 
 from __future__ import annotations
 
 import functools
+import json
+import math
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import pandas as pd
 
-from fedtext.records import load_run, summarize
+from fedtext.records import parse_round_line, summarize
 
 RUN_COLUMNS = [
-    "run_id", "method", "dataset", "partition", "seed", "holdout", "options", "status", "rounds_done",
-    "final_accuracy", "best_accuracy", "p_accuracy", "np_accuracy", "mb_up", "mb_down", "note",
+    "run_id", "experiment", "label", "method", "dataset", "partition", "seed", "holdout", "options", "status",
+    "rounds_done", "final_accuracy", "best_accuracy", "p_accuracy", "np_accuracy", "mb_up", "mb_down", "note",
 ]
+STATUSES = ("running", "finished", "failed", "malformed")
+
+
+@dataclass(frozen=True)
+class XAxis:
+    """One choice of x-axis: the round-series column, its title, whether log is the default."""
+
+    column: str
+    title: str
+    log: bool = False
+
+
+X_AXES: dict[str, XAxis] = {
+    "round": XAxis("round", "Round"),
+    "bytes": XAxis("cum_bytes_total", "Cumulative bytes, up + down (all clients)", log=True),
+    "bytes-up": XAxis("cum_bytes_up", "Cumulative bytes uploaded (all clients)", log=True),
+    "bytes-down": XAxis("cum_bytes_down", "Cumulative bytes downloaded (all clients)", log=True),
+    "queries": XAxis("cum_model_queries", "Cumulative model queries (client forwards)", log=True),
+    "wall": XAxis("wall_time_s", "Wall time (s)"),
+    "sim-time": XAxis("cum_sim_time_s", "Simulated device time (s)"),
+}
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One metric drawn against an x-axis (the dashboard and the plot command draw these)."""
+
+    key: str
+    title: str
+    y: str
+
+
+CHARTS: dict[str, Chart] = {
+    "accuracy": Chart("accuracy", "Global accuracy", "global_accuracy"),
+    "client-accuracy": Chart("client-accuracy", "Mean client accuracy (local test splits)", "client_acc_mean"),
+    "loss": Chart("loss", "Global loss", "global_loss"),
+    "queries": Chart("queries", "Cumulative model queries", "cum_model_queries"),
+    "memory": Chart("memory", "Client peak memory (MB)", "client_peak_rss_mb"),
+    "wall": Chart("wall", "Wall time (s)", "wall_time_s"),
+}
+
+# Plotly's qualitative palette then D3's: hex strings both plotly and matplotlib take.
+PALETTE = [
+    "#636EFA", "#EF553B", "#00CC96", "#AB63FA", "#FFA15A", "#19D3F3", "#FF6692", "#B6E880", "#FF97FF",
+    "#FECB52", "#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD", "#8C564B", "#E377C2", "#7F7F7F",
+]
+
+
+@functools.lru_cache(maxsize=1)
+def _method_names() -> tuple[str, ...]:
+    from fedtext.registry import METHODS
+
+    return tuple(METHODS)
+
+
+def color_of(label: str, labels: Iterable[str] = ()) -> str:
+    """The colour of a method or variant, the same on every chart and figure: a registered
+    method keeps its registry slot; other labels (variants) take the following slots in
+    sorted order of ``labels``."""
+    methods = _method_names()
+    if label in methods:
+        return PALETTE[methods.index(label) % len(PALETTE)]
+    others = sorted({x for x in labels if x not in methods} | {label})
+    return PALETTE[(len(methods) + others.index(label)) % len(PALETTE)]
 
 
 @functools.lru_cache(maxsize=1)
@@ -42,102 +125,418 @@ def method_options(cfg: dict) -> str:
     )
 
 
-def _run_dirs(root: Path) -> list[Path]:
-    """Every directory under ``root`` holding any run file."""
-    names = ("config.json", "rounds.jsonl", "summary.json")
-    return sorted({p.parent for name in names for p in root.rglob(name)})
+def label_of(cfg: dict, with_options: bool = True) -> str:
+    """A run's line on the charts: its variant (``run-name``), else its method, followed,
+    for a hand-started run (``with_options``), by the method options that differ from the
+    defaults, so two hand-started variants stay apart. In a compare-runner experiment the
+    label is the experiment's own (``run-name`` or method): its options are its budget."""
+    if cfg.get("run-name"):
+        return str(cfg["run-name"])
+    options = method_options(cfg) if with_options else ""
+    return f"{cfg.get('method', '?')} {options}".strip()
 
 
-def _config(run: dict) -> dict | None:
-    """The run-config of a loaded run, or None when config.json is missing or malformed."""
-    file = run["config"]
-    cfg = file.get("config") if isinstance(file, dict) else None
-    return cfg if isinstance(cfg, dict) else None
+def compare_experiment(run_dir: Path) -> str | None:
+    """The compare-runner experiment holding ``run_dir`` (``<out>/runs/<run>``): the name in
+    ``<out>/experiment.json`` (older outputs: ``<out>``'s name when it holds ``table.md``)."""
+    for folder in (run_dir.parent, run_dir.parent.parent):
+        marker = folder / "experiment.json"
+        if marker.is_file():
+            try:
+                name = json.loads(marker.read_text()).get("name")
+            except (OSError, ValueError, AttributeError):
+                name = None
+            return str(name or folder.name)
+    if run_dir.parent.name == "runs" and (run_dir.parent.parent / "table.md").is_file():
+        return run_dir.parent.parent.name
+    return None
 
 
-def runs_table(root: str | Path) -> pd.DataFrame:
-    """One row per run directory: what the run list shows (status running/finished/failed/malformed)."""
-    rows = []
-    for run_dir in _run_dirs(Path(root)):
+def experiment_of(run_dir: Path, cfg: dict) -> str:
+    """The experiment a run belongs to: its compare-runner experiment
+    (:func:`compare_experiment`), else, for a run started by hand, its dataset, partition
+    (with α) and shots per class."""
+    name = compare_experiment(run_dir)
+    if name is not None:
+        return name
+    dataset = Path(str(cfg.get("dataset", "?"))).name or "?"
+    partition = str(cfg.get("partition", "?"))
+    if partition == "dirichlet":
+        partition += f" α={cfg.get('alpha')}"
+    return f"{dataset} · {partition} · {cfg.get('shots-per-class', '?')} shots"
+
+
+# ------------------------------------------------------------------- loading
+@dataclass
+class _Rounds:
+    """``rounds.jsonl`` read incrementally: only the bytes appended since the last read."""
+
+    ino: int = -1
+    offset: int = 0  # bytes consumed, always at a line end
+    guard: bytes = b""  # the last bytes before ``offset``: a rewritten file is re-read whole
+    records: list[dict[str, Any]] = field(default_factory=list)
+    bad: int = 0  # malformed complete lines
+    tail_bad: int = 0  # an unfinished last line (a write in progress), counted until it ends
+
+    def update(self, path: Path) -> None:
         try:
-            run = load_run(run_dir)
+            st = path.stat()
+        except OSError:
+            self.__init__()  # gone
+            return
+        with open(path, "rb") as fh:
+            if st.st_ino != self.ino or st.st_size < self.offset or not self._same_prefix(fh):
+                self.__init__()
+                self.ino = st.st_ino
+            fh.seek(self.offset)
+            chunk = fh.read()
+        end = chunk.rfind(b"\n") + 1  # complete lines only
+        for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
+            record = parse_round_line(line)
+            if record is None:
+                self.bad += 1
+            else:
+                self.records.append(record)
+        self.tail_bad = int(bool(chunk[end:].strip()))
+        if end:
+            self.offset += end
+            self.guard = (self.guard + chunk[:end])[-64:]
+
+    def _same_prefix(self, fh) -> bool:
+        if not self.guard:
+            return True
+        fh.seek(self.offset - len(self.guard))
+        return fh.read(len(self.guard)) == self.guard
+
+
+def _read_json(path: Path) -> dict | None:
+    try:
+        obj = json.loads(path.read_text()) if path.exists() else None
+    except (OSError, ValueError):  # half written, not UTF-8, not JSON
+        obj = None
+    return obj if isinstance(obj, dict) else None
+
+
+class RunStore:
+    """Every run under ``root``, re-read only where a file changed since the last call.
+
+    :meth:`runs` returns :func:`fedtext.records.load_run`-shaped dicts (``dir``, ``config``,
+    ``summary``, ``rounds``, ``malformed_lines``) plus the dashboard's derived fields
+    (``run_id``, ``cfg``, ``experiment``, ``label``, ``status``, ``summary_or_partial``,
+    ``note``). JSON files are re-parsed when their size or mtime changes; ``rounds.jsonl``
+    is read from where the last read stopped. Thread-safe (Dash serves callbacks in threads).
+    """
+
+    NAMES = ("config.json", "rounds.jsonl", "summary.json")
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self._lock = threading.Lock()
+        self._json: dict[Path, tuple[tuple[int, int], dict | None]] = {}
+        self._rounds: dict[Path, _Rounds] = {}
+        self._runs: dict[Path, tuple[tuple, dict[str, Any]]] = {}
+
+    def _run_dirs(self) -> list[Path]:
+        """Every directory under ``root`` holding any run file (one walk of the tree)."""
+        found = [Path(d) for d, _, files in os.walk(self.root) if any(n in files for n in self.NAMES)]
+        return sorted(found)
+
+    @staticmethod
+    def _stamp(path: Path) -> tuple[int, int]:
+        try:
+            st = path.stat()
+            return st.st_mtime_ns, st.st_size
+        except OSError:
+            return (-1, -1)
+
+    def version(self) -> str:
+        """A cheap signature of every record file (stat only): equal means nothing changed."""
+        stamps = [(str(d), *(self._stamp(d / n) for n in self.NAMES)) for d in self._run_dirs()]
+        return str(hash(tuple(stamps)))
+
+    def runs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out = []
+            live = set()
+            for run_dir in self._run_dirs():
+                live.add(run_dir)
+                stamps = tuple(self._stamp(run_dir / n) for n in self.NAMES)
+                cached = self._runs.get(run_dir)
+                if cached is None or cached[0] != stamps:
+                    cached = (stamps, self._load(run_dir, stamps))
+                    self._runs[run_dir] = cached
+                out.append(cached[1])
+            for gone in set(self._runs) - live:  # a deleted run leaves nothing cached
+                del self._runs[gone]
+                self._rounds.pop(gone, None)
+                for name in self.NAMES:
+                    self._json.pop(gone / name, None)
+            return out
+
+    def _load_json(self, path: Path, stamp: tuple[int, int]) -> dict | None:
+        cached = self._json.get(path)
+        if cached is None or cached[0] != stamp:
+            cached = (stamp, _read_json(path))
+            self._json[path] = cached
+        return cached[1]
+
+    def _load(self, run_dir: Path, stamps: tuple) -> dict[str, Any]:
+        run: dict[str, Any] = {"dir": str(run_dir), "run_id": run_dir.name}
+        run["config"] = self._load_json(run_dir / "config.json", stamps[0])
+        run["summary"] = self._load_json(run_dir / "summary.json", stamps[2])
+        rounds = self._rounds.setdefault(run_dir, _Rounds())
+        try:
+            rounds.update(run_dir / "rounds.jsonl")
+            run["rounds"], run["malformed_lines"] = list(rounds.records), rounds.bad + rounds.tail_bad
         except OSError as exc:  # unreadable: still listed
-            rows.append({"run_id": run_dir.name, "status": "malformed", "note": str(exc)[:120]})
+            run["rounds"], run["malformed_lines"] = [], 0
+            run["error"] = str(exc)[:120]
+        return _derive(run)
+
+    def loaded(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The runs whose id is in ``run_ids`` (all when None)."""
+        runs = self.runs()
+        if run_ids is None:
+            return runs
+        wanted = set(run_ids)
+        return [r for r in runs if r["run_id"] in wanted]
+
+
+def _derive(run: dict[str, Any]) -> dict[str, Any]:
+    """Status, label, experiment and notes of one loaded run."""
+    cfg_file = run["config"]
+    cfg = cfg_file.get("config") if isinstance(cfg_file, dict) else None
+    notes = []
+    if run.get("error"):
+        notes.append(run["error"])
+    if not isinstance(cfg, dict):
+        cfg = None
+        notes.append("config.json missing or malformed")
+    if run["malformed_lines"]:
+        notes.append(f"{run['malformed_lines']} malformed line(s) in rounds.jsonl")
+    try:
+        summary = run["summary"] or {**summarize(run["rounds"]), "status": "running"}
+    except (KeyError, TypeError, ValueError) as exc:
+        summary = {"status": "malformed"}
+        notes.append(f"rounds unreadable ({type(exc).__name__})")
+    run["cfg"] = cfg or {}
+    run["status"] = str(summary.get("status", "running")) if cfg is not None and not run.get("error") else "malformed"
+    run["summary_or_partial"] = summary
+    run["note"] = "; ".join(notes)
+    compared = compare_experiment(Path(run["dir"]))
+    run["label"] = label_of(run["cfg"], with_options=compared is None)
+    run["experiment"] = compared or experiment_of(Path(run["dir"]), run["cfg"])
+    return run
+
+
+@functools.lru_cache(maxsize=8)
+def _store(root: str) -> RunStore:
+    return RunStore(root)
+
+
+def store(root: str | Path | RunStore) -> RunStore:
+    """The cached :class:`RunStore` of a folder (one per resolved path)."""
+    return root if isinstance(root, RunStore) else _store(str(Path(root).resolve()))
+
+
+# ------------------------------------------------------------------- tables
+def runs_table(root: str | Path | RunStore, experiments: Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per run directory: what the run list shows (status running/finished/failed/malformed)."""
+    wanted = None if experiments is None else set(experiments)
+    rows = []
+    for run in store(root).runs():
+        if wanted is not None and run["experiment"] not in wanted:
             continue
-        cfg = _config(run) or {}
-        notes = []
-        if _config(run) is None:
-            notes.append("config.json missing or malformed")
-        if run["malformed_lines"]:
-            notes.append(f"{run['malformed_lines']} malformed line(s) in rounds.jsonl")
-        try:
-            summary = run["summary"] or {**summarize(run["rounds"]), "status": "running"}
-        except (KeyError, TypeError, ValueError) as exc:
-            summary, notes = {"status": "malformed"}, [*notes, f"rounds unreadable ({type(exc).__name__})"]
-        status = summary.get("status", "running") if _config(run) is not None else "malformed"
+        cfg, summary = run["cfg"], run["summary_or_partial"]
         rows.append({
-            "run_id": run_dir.name,
-            "method": cfg.get("run-name") or cfg.get("method"),
+            "run_id": run["run_id"],
+            "experiment": run["experiment"],
+            "label": run["label"],
+            "method": cfg.get("method"),
             "dataset": Path(str(cfg.get("dataset", ""))).name or None,
             "partition": cfg.get("partition"),
             "seed": cfg.get("seed"),
             "holdout": cfg.get("holdout") or "",
             "options": method_options(cfg),
-            "status": status,
+            "status": run["status"],
             "rounds_done": summary.get("rounds_done"),
             "final_accuracy": summary.get("final_accuracy"),
             "best_accuracy": summary.get("best_accuracy"),
             "p_accuracy": summary.get("p_accuracy"),
             "np_accuracy": summary.get("np_accuracy"),
-            "mb_up": (summary.get("total_bytes_up") or 0) / 2**20,
-            "mb_down": (summary.get("total_bytes_down") or 0) / 2**20,
-            "note": "; ".join(notes),
+            "mb_up": _num(summary.get("total_bytes_up")) / 2**20,
+            "mb_down": _num(summary.get("total_bytes_down")) / 2**20,
+            "note": run["note"],
         })
     return pd.DataFrame(rows, columns=RUN_COLUMNS)
 
 
-def round_series(root: str | Path, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """One row per (run, round) for the charts: accuracy, cumulative bytes up/down,
-    per-client accuracy spread, cumulative model queries, client peak memory, wall time."""
-    frames = []
-    for run_dir in _run_dirs(Path(root)):
-        if run_ids is not None and run_dir.name not in run_ids:
-            continue
-        run = load_run(run_dir)
-        rounds = run["rounds"]
-        if not rounds:
-            continue
-        cfg = _config(run) or {}
-        label = f"{cfg.get('run-name') or cfg.get('method', '?')} s{cfg.get('seed', '?')}"
-        if cfg.get("holdout"):
-            label += f" -{cfg['holdout']}"
-        rows = []
-        up = down = queries = 0
-        for r in sorted(rounds, key=lambda r: r["round"]):
-            up += r.get("bytes_up") or 0
-            down += r.get("bytes_down") or 0
-            queries += r.get("model_queries") or 0
-            accs = [a for a in (r.get("client_accuracy") or {}).values() if isinstance(a, (int, float))]
-            rows.append({
-                "run_id": run_dir.name, "label": label, "round": r["round"],
-                "global_accuracy": r.get("global_accuracy"),
-                "cum_bytes_up": up, "cum_bytes_down": down, "cum_model_queries": queries,
-                "client_acc_min": min(accs) if accs else None,
-                "client_acc_mean": float(np.mean(accs)) if accs else None,
-                "client_acc_max": max(accs) if accs else None,
-                "client_peak_rss_mb": r.get("client_peak_rss_mb"),
-                "wall_time_s": r.get("wall_time_s"),
-            })
-        frames.append(pd.DataFrame(rows))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+def _num(v: Any) -> float:
+    """A record's number, 0 for anything else (a garbled field never breaks a table)."""
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0.0
 
 
-def comparison(root: str | Path, run_ids: list[str] | None = None) -> pd.DataFrame:
+def _opt(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+SERIES_COLUMNS = [
+    "run_id", "experiment", "label", "run_label", "seed", "round", "global_accuracy", "global_loss",
+    "cum_bytes_up", "cum_bytes_down", "cum_bytes_total", "cum_model_queries", "cum_sim_time_s",
+    "client_acc_min", "client_acc_mean", "client_acc_max", "client_peak_rss_mb", "wall_time_s",
+]
+
+
+def round_series(root: str | Path | RunStore, run_ids: list[str] | None = None) -> pd.DataFrame:
+    """One row per (run, round) for the charts: accuracy and loss, cumulative bytes up, down
+    and both, cumulative model queries and simulated device time, per-client accuracy
+    spread, client peak memory, wall time. Malformed runs are left out."""
+    rows = []
+    for run in store(root).loaded(run_ids):
+        if run["status"] != "malformed":
+            if "series_rows" not in run:  # once per version of the run's files
+                run["series_rows"] = _series_rows(run)
+            rows.extend(run["series_rows"])
+    df = pd.DataFrame(rows, columns=SERIES_COLUMNS)
+    num = SERIES_COLUMNS[SERIES_COLUMNS.index("global_accuracy"):]
+    df[num] = df[num].astype(float)
+    return df
+
+
+def _series_rows(run: dict[str, Any]) -> list[tuple]:
+    cfg = run["cfg"]
+    run_label = f"{run['label']} s{cfg.get('seed', '?')}" + (f" -{cfg['holdout']}" if cfg.get("holdout") else "")
+    rows = []
+    up = down = queries = 0.0
+    sim: float | None = None
+    for r in sorted(run["rounds"], key=lambda r: r["round"]):
+        up += _num(r.get("bytes_up"))
+        down += _num(r.get("bytes_down"))
+        queries += _num(r.get("model_queries"))
+        step = _opt(r.get("sim_time_s"))
+        if step is not None:
+            sim = (sim or 0.0) + step
+        accs = r.get("client_accuracy")
+        accs = [a for a in map(_opt, accs.values()) if a is not None] if isinstance(accs, dict) else []
+        rows.append((
+            run["run_id"], run["experiment"], run["label"], run_label, cfg.get("seed"), r["round"],
+            _opt(r.get("global_accuracy")), _opt(r.get("global_loss")),
+            up, down, up + down, queries, sim,
+            min(accs) if accs else None, sum(accs) / len(accs) if accs else None, max(accs) if accs else None,
+            _opt(r.get("client_peak_rss_mb")), _opt(r.get("wall_time_s")),
+        ))
+    return rows
+
+
+def aggregate(series: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """Seeds aggregated per (experiment, label, round): mean x, mean y, sample std of y (ddof=1,
+    NaN for one run) and the number of runs with a value, over the runs that have y there.
+
+    Averaging at equal rounds is how the papers draw seed bands; on the bytes axes the
+    runs of a label have the same x, on time axes x is the mean over seeds.
+    """
+    cols = ["experiment", "label", "round", "x", "y", "std", "n"]
+    if series.empty:
+        return pd.DataFrame(columns=cols)
+    d = series.dropna(subset=[x, y])
+    if d.empty:
+        return pd.DataFrame(columns=cols)
+    g = d.groupby(["experiment", "label", "round"], sort=True)
+    out = g[[x, y]].mean().rename(columns={x: "x", y: "y"}) if x != y else g[[y]].mean().rename(columns={y: "y"})
+    if x == y:
+        out["x"] = out["y"]
+    out["std"] = g[y].std()
+    out["n"] = g[y].count()
+    return out.reset_index()[cols]
+
+
+def comparison(root: str | Path | RunStore, run_ids: list[str] | None = None) -> pd.DataFrame:
     """The papers' kind of table (mean ± std over seeds) for the selected runs."""
-    from simulations.tables import compare_table, load_runs
+    from simulations.tables import compare_table, run_rows
 
-    runs = load_runs(root)
-    if run_ids is not None and not runs.empty:
-        runs = runs[runs["run_id"].isin(run_ids)]
+    runs = run_rows(r for r in store(root).loaded(run_ids) if r["status"] != "malformed")
     return compare_table(runs) if not runs.empty else pd.DataFrame()
 
+
+def run_detail(root: str | Path | RunStore, run_id: str) -> tuple[pd.DataFrame, str]:
+    """A run's rounds as a table (accuracy, bytes, queries, dropped clients with their
+    reasons, the method's own metrics such as FedBPT's σ′) and its config as JSON text."""
+    runs = store(root).loaded([run_id])
+    if not runs:
+        return pd.DataFrame(), f"no run {run_id}"
+    run = runs[0]
+    rows = []
+    for r in sorted(run["rounds"], key=lambda r: r["round"]):
+        dropped = r.get("dropped") if isinstance(r.get("dropped"), list) else []
+        row = {
+            "round": r["round"], "global_accuracy": _opt(r.get("global_accuracy")),
+            "global_loss": _opt(r.get("global_loss")), "client_accuracy_mean": _opt(r.get("client_accuracy_mean")),
+            "num_clients": r.get("num_clients"), "bytes_up": r.get("bytes_up"), "bytes_down": r.get("bytes_down"),
+            "model_queries": r.get("model_queries"), "train_loss": _opt(r.get("train_loss")),
+            "dropped": "; ".join(f"{d.get('client')}: {d.get('reason')}" for d in dropped if isinstance(d, dict)),
+            "round_time_s": _opt(r.get("round_time_s")),
+        }
+        metrics = r.get("method_metrics")
+        if isinstance(metrics, dict):
+            row.update({f"m:{k}": v for k, v in metrics.items() if isinstance(v, (int, float, str))})
+        rows.append(row)
+    text = json.dumps({"run_id": run_id, "status": run["status"], "note": run["note"], "config": run["config"],
+                       "summary": run["summary"]}, indent=2, default=str)
+    return pd.DataFrame(rows), text
+
+
+# ------------------------------------------------------------------- lines to draw
+@dataclass
+class Line:
+    """One line of a chart, drawn the same way by the dashboard (plotly) and the plot
+    command (matplotlib): ``lo``/``hi`` is its band (± std over seeds, or the clients'
+    min-max for one run's client accuracy), ``run_id`` is set for a single run's line."""
+
+    experiment: str
+    label: str  # the method or variant: one colour, one legend entry
+    name: str  # legend text
+    color: str
+    x: list[float]
+    y: list[float]
+    lo: list[float] | None = None
+    hi: list[float] | None = None
+    run_id: str | None = None
+    n: list[int] | None = None
+
+
+def chart_lines(series: pd.DataFrame, chart: Chart, x_axis: str, mode: str = "mean",
+                log_x: bool = False, labels: Iterable[str] = ()) -> list[Line]:
+    """The lines of one chart: ``mode="mean"`` gives one line per (experiment, label) with a
+    ± std band over its seeds; ``mode="runs"`` one line per run. On a log x-axis points at
+    x <= 0 (round 0 has sent no bytes) are left out."""
+    if mode not in ("mean", "runs"):
+        raise ValueError(f"mode must be 'mean' or 'runs', not {mode!r}")
+    x = X_AXES[x_axis].column
+    labels = sorted(set(labels) | (set(series["label"]) if not series.empty else set()))
+    lines: list[Line] = []
+    if series.empty:
+        return lines
+    if mode == "mean":
+        agg = aggregate(series, x, chart.y)
+        if log_x:
+            agg = agg[agg["x"] > 0]
+        for (exp, label), g in agg.groupby(["experiment", "label"], sort=True):
+            runs = int(g["n"].max())
+            std = g["std"].fillna(0.0)
+            band = runs > 1
+            lines.append(Line(exp, label, f"{label} (n={runs})" if runs > 1 else label, color_of(label, labels),
+                              g["x"].tolist(), g["y"].tolist(),
+                              (g["y"] - std).tolist() if band else None, (g["y"] + std).tolist() if band else None,
+                              n=g["n"].astype(int).tolist()))
+        return lines
+    d = series.dropna(subset=[x, chart.y])
+    if log_x:
+        d = d[d[x] > 0]
+    for (exp, run_id), g in d.groupby(["experiment", "run_id"], sort=True):
+        g = g.sort_values("round")
+        label = g["label"].iloc[0]
+        band = chart.y == "client_acc_mean" and g["client_acc_min"].notna().all()
+        lines.append(Line(exp, label, g["run_label"].iloc[0], color_of(label, labels), g[x].tolist(),
+                          g[chart.y].tolist(), g["client_acc_min"].tolist() if band else None,
+                          g["client_acc_max"].tolist() if band else None, run_id=run_id))
+    return lines

@@ -6,7 +6,9 @@ Reads only ``<runs>/**/{config,summary}.json`` and ``rounds.jsonl`` as written b
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -31,16 +33,21 @@ COLUMNS = {
 
 def load_runs(root: str | Path) -> pd.DataFrame:
     """One row per run directory under ``root`` (any depth); unfinished runs included."""
+    return run_rows(load_run(p.parent) for p in sorted(Path(root).rglob("config.json")))
+
+
+def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
+    """The table rows of loaded runs (:func:`fedtext.records.load_run`'s dicts); runs
+    without a readable config are left out."""
     rows = []
-    for cfg_path in sorted(Path(root).rglob("config.json")):
-        run = load_run(cfg_path.parent)
+    for run in runs:
         if run["config"] is None:
             continue
         cfg = run["config"].get("config", {})
         summary = run["summary"] or {**summarize(run["rounds"]), "status": "running"}
         rows.append(
             {
-                "run_id": run["config"].get("run_id", cfg_path.parent.name),
+                "run_id": run["config"].get("run_id", Path(run["dir"]).name),
                 "method": cfg.get("method"),
                 "variant": cfg.get("run-name") or cfg.get("method"),
                 "holdout": cfg.get("holdout") or "",

@@ -1,11 +1,14 @@
-"""Dashboard: records -> tables/series on fixture runs, and the page in headless Chromium."""
+"""Dashboard and plot command: records -> experiments, seed aggregates, lines, figures;
+the page in headless Chromium; a refresh stays under a second with 50 runs of 50 rounds."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -13,23 +16,27 @@ from pathlib import Path
 
 import pytest
 
-from simulations.dashboard_data import comparison, round_series, runs_table
+from simulations.dashboard_data import (
+    CHARTS, RunStore, aggregate, chart_lines, color_of, comparison, experiment_of, round_series, run_detail,
+    runs_table,
+)
 
 from .conftest import REPO
 
 
-def _round(i, acc, up=528, down=528, clients=None):
+def _round(i, acc, up=528, down=528, clients=None, wall=None, **extra):
     return {"round": i, "global_accuracy": acc, "bytes_up": up * (i > 0), "bytes_down": down * (i > 0),
             "model_queries": 100 * i, "client_accuracy": clients or {}, "client_peak_rss_mb": 900.0 + i,
-            "wall_time_s": 10.0 * i, "num_clients": 2, "bytes_up_per_client": up / 2,
-            "bytes_down_per_client": down / 2}
+            "wall_time_s": 10.0 * i if wall is None else wall, "num_clients": 2, "bytes_up_per_client": up / 2,
+            "bytes_down_per_client": down / 2, **extra}
 
 
 def write_run(root: Path, run_id: str, method: str, seed: int, rounds: list[dict], finished: bool = True,
               tail: str = "", **options) -> Path:
     d = root / run_id
     d.mkdir(parents=True)
-    cfg = {"method": method, "seed": seed, "dataset": "demo", "partition": "iid", "num-server-rounds": 2, **options}
+    cfg = {"method": method, "seed": seed, "dataset": "demo", "partition": "iid", "num-server-rounds": 2,
+           "shots-per-class": 8, **options}
     (d / "config.json").write_text(json.dumps({"run_id": run_id, "config": cfg}))
     (d / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds) + tail)
     if finished:
@@ -37,6 +44,13 @@ def write_run(root: Path, run_id: str, method: str, seed: int, rounds: list[dict
 
         (d / "summary.json").write_text(json.dumps({**summarize(rounds), "status": "finished", "run_id": run_id}))
     return d
+
+
+def write_experiment(results: Path, name: str) -> Path:
+    """A compare-runner output folder: ``<results>/<name>/{experiment.json, runs/}``."""
+    (results / name / "runs").mkdir(parents=True)
+    (results / name / "experiment.json").write_text(json.dumps({"name": name}))
+    return results / name / "runs"
 
 
 @pytest.fixture
@@ -70,23 +84,186 @@ def test_runs_table_statuses_and_truncated_records(runs):
     assert df.loc["r5-odd", "status"] == "malformed"
     # a run's own method keys that differ from their defaults (not the defaults, not other methods')
     assert df.loc["r2-bbt-fed", "options"] == "popsize=4" and df.loc["r1-fedprompt", "options"] == ""
+    # hand-started runs group by dataset, partition and shots; a hand variant keeps its options
+    assert df.loc["r1-fedprompt", "experiment"] == "demo · iid · 8 shots"
+    assert df.loc["r2-bbt-fed", "label"] == "bbt-fed popsize=4" and df.loc["r3-bbt-fed", "label"] == "bbt-fed"
 
 
 def test_round_series_accumulates_bytes_and_queries(runs):
     s = round_series(runs, ["r1-fedprompt", "r3-bbt-fed"])
     r1 = s[s.run_id == "r1-fedprompt"]
     assert r1["cum_bytes_up"].tolist() == [0, 1000, 2000] and r1["cum_model_queries"].tolist() == [0, 100, 300]
+    assert r1["cum_bytes_total"].tolist() == [0, 2000, 4000]
     assert r1["client_acc_min"].iloc[1] == 0.5 and r1["client_acc_max"].iloc[1] == 0.7
     assert r1["client_acc_mean"].iloc[1] == pytest.approx(0.6)
-    assert set(s.label) == {"fedprompt s0", "bbt-fed s1"}
+    assert set(s.run_label) == {"fedprompt s0", "bbt-fed s1"}
     assert len(s[s.run_id == "r3-bbt-fed"]) == 2  # the cut line is skipped
+    assert r1["cum_sim_time_s"].isna().all()  # no method here records simulated device time
     assert round_series(runs, []).empty
+    assert round_series(runs, ["r4-broken", "r5-odd"]).empty  # malformed runs are never drawn
 
 
 def test_comparison_groups_methods(runs):
     table = comparison(runs).set_index("method")
     assert table.loc["bbt-fed", "runs"] == 2 and table.loc["fedprompt", "runs"] == 1
     assert table.loc["fedprompt", "final acc"] == "0.700"
+
+
+def test_experiments_from_compare_folders_legacy_folders_and_hand_runs(tmp_path):
+    results = tmp_path / "results"
+    a = write_experiment(results, "exp-a")
+    write_run(a, "a1", "fedprompt", 0, [_round(0, 0.5)], **{"run-name": "fp-long"})
+    write_run(a, "a2", "bbt-fed", 0, [_round(0, 0.5)], **{"bbt-fed.popsize": 4})  # the experiment's budget
+    legacy = results / "old_exp" / "runs"  # a compare output from before experiment.json
+    write_run(legacy, "l1", "bbt-fed", 0, [_round(0, 0.5)])
+    (legacy.parent / "table.md").write_text("| method |\n")
+    write_run(results / "by-hand", "h1", "bbt-fed", 0, [_round(0, 0.5)], partition="dirichlet", alpha=0.5,
+              dataset="../shared/data/sst2", **{"shots-per-class": 16})
+    df = runs_table(results).set_index("run_id")
+    assert df.loc["a1", "experiment"] == "exp-a" and df.loc["a1", "label"] == "fp-long"
+    assert df.loc["a2", "label"] == "bbt-fed" and df.loc["a2", "options"] == "popsize=4"
+    assert df.loc["l1", "experiment"] == "old_exp"
+    assert df.loc["h1", "experiment"] == "sst2 · dirichlet α=0.5 · 16 shots"
+    # the runs folder itself as the dashboard's root still finds its experiment
+    assert experiment_of(a / "a1", {}) == "exp-a"
+    assert set(runs_table(results, ["exp-a"]).run_id) == {"a1", "a2"}
+
+
+def test_seed_aggregate_by_hand(tmp_path):
+    root = tmp_path / "runs"
+    # two seeds of one method, with different wall times; one seed of another
+    write_run(root, "s0", "bbt-fed", 0, [_round(0, 0.5, wall=0), _round(1, 0.6, wall=10), _round(2, 0.8, wall=20)])
+    write_run(root, "s1", "bbt-fed", 1, [_round(0, 0.5, wall=0), _round(1, 0.7, wall=14), _round(2, 0.6, wall=30)])
+    write_run(root, "p0", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.9)])
+    series = round_series(root)
+    agg = aggregate(series, "wall_time_s", "global_accuracy").set_index(["label", "round"])
+    bbt = agg.loc["bbt-fed"]
+    assert bbt.loc[1, "y"] == pytest.approx(0.65) and bbt.loc[1, "std"] == pytest.approx(math.sqrt(0.005))
+    assert bbt.loc[2, "y"] == pytest.approx(0.7) and bbt.loc[2, "std"] == pytest.approx(math.sqrt(0.02))
+    assert bbt.loc[1, "x"] == pytest.approx(12.0) and bbt.loc[2, "x"] == pytest.approx(25.0)  # mean x
+    assert (bbt["n"] == 2).all()
+    assert agg.loc[("fedprompt", 1), "n"] == 1 and math.isnan(agg.loc[("fedprompt", 1), "std"])
+
+    lines = {ln.label: ln for ln in chart_lines(series, CHARTS["accuracy"], "bytes", "mean", log_x=True)}
+    bbt_line = lines["bbt-fed"]
+    assert bbt_line.name == "bbt-fed (n=2)" and bbt_line.x == [1056.0, 2112.0]  # round 0 (0 bytes) off a log axis
+    assert bbt_line.lo == pytest.approx([0.65 - math.sqrt(0.005), 0.7 - math.sqrt(0.02)])
+    assert bbt_line.hi == pytest.approx([0.65 + math.sqrt(0.005), 0.7 + math.sqrt(0.02)])
+    assert lines["fedprompt"].lo is None  # one run: no band
+    per_run = chart_lines(series, CHARTS["accuracy"], "round", "runs")
+    assert sorted(ln.run_id for ln in per_run) == ["p0", "s0", "s1"]
+    assert {ln.color for ln in per_run if ln.label == "bbt-fed"} == {bbt_line.color}  # one colour per method
+
+
+def test_colors_are_per_method_and_stable():
+    assert color_of("fedbpt") == color_of("fedbpt", ["zzz", "aaa"])  # a registered method's colour never moves
+    assert len({color_of(m) for m in ("fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg")}) == 5
+    assert color_of("feddls-phi3", ["feddls-phi3", "feddls-phi5"]) != color_of("feddls-phi5", ["feddls-phi3",
+                                                                                                "feddls-phi5"])
+
+
+def test_store_reads_only_what_was_appended_and_rereads_a_rewritten_file(tmp_path):
+    root = tmp_path / "runs"
+    d = write_run(root, "r", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.6)], finished=False, tail='{"round": 2')
+    store = RunStore(root)
+    (run,) = store.runs()
+    assert [r["round"] for r in run["rounds"]] == [0, 1] and run["malformed_lines"] == 1  # the unfinished line
+    offset = store._rounds[d].offset
+    with open(d / "rounds.jsonl", "a") as fh:  # the write completes, one more round follows
+        fh.write(', "global_accuracy": 0.7}\n' + json.dumps(_round(3, 0.8)) + "\n")
+    (run,) = store.runs()
+    assert [r["round"] for r in run["rounds"]] == [0, 1, 2, 3] and run["malformed_lines"] == 0
+    assert store._rounds[d].offset > offset
+    assert store.runs()[0] is run  # nothing changed: the cached run, nothing re-read
+    (d / "rounds.jsonl").write_text(json.dumps(_round(0, 0.4)) + "\n")  # rewritten, shorter
+    assert [r["global_accuracy"] for r in store.runs()[0]["rounds"]] == [0.4]
+
+
+def test_type_garbled_and_binary_records_never_raise(tmp_path):
+    root = tmp_path / "runs"
+    garbled = [_round(0, 0.5), {**_round(1, 0.6), "bytes_up": "lots", "global_accuracy": "high",
+                                "client_accuracy": [1, 2], "wall_time_s": None}]
+    write_run(root, "garbled", "bbt-fed", 0, garbled, finished=False)
+    write_run(root, "ok", "bbt-fed", 1, [_round(0, 0.5), _round(1, 0.6)])
+    binary = root / "binary"
+    binary.mkdir()
+    (binary / "config.json").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    (binary / "rounds.jsonl").write_bytes(bytes(range(256)) * 4)
+    df = runs_table(root).set_index("run_id")
+    assert df.loc["binary", "status"] == "malformed"
+    assert df.loc["garbled", "status"] == "malformed" and "rounds unreadable" in df.loc["garbled", "note"]
+    series = round_series(root)
+    assert set(series.run_id) == {"ok"}
+    from simulations.dashboard import render
+
+    figs, table = render(RunStore(root), ["demo · iid · 8 shots"], None, None, ["running", "finished"], "mean",
+                         "bytes", True, "bytes")
+    assert len(figs) == 7 and list(table["method"]) == ["bbt-fed"]
+
+
+def test_run_detail_lists_drops_and_method_metrics(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "r", "fedbpt", 0, [_round(0, 0.5), _round(1, 0.6, dropped=[{"client": "3", "reason": "NaN in z"}],
+                                                                method_metrics={"sigma_prime": 0.42})])
+    rounds, text = run_detail(root, "r")
+    assert rounds.loc[1, "dropped"] == "3: NaN in z" and rounds.loc[1, "m:sigma_prime"] == 0.42
+    assert json.loads(text)["config"]["config"]["method"] == "fedbpt"
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+def test_plot_command_writes_pngs_of_the_requested_size(tmp_path):
+    results = tmp_path / "results"
+    for name in ("exp-a", "exp-b"):
+        runs_dir = write_experiment(results, name)
+        for seed in (0, 1):
+            write_run(runs_dir, f"{name}-bbt-{seed}", "bbt-fed", seed, [_round(0, 0.5), _round(1, 0.6 + seed / 10)])
+            write_run(runs_dir, f"{name}-fp-{seed}", "fedprompt", seed, [_round(0, 0.5), _round(1, 0.7)])
+    out = tmp_path / "figs"
+    rc = subprocess.run([sys.executable, "-m", "simulations.plot", str(results), "--out", str(out), "--x", "round",
+                         "bytes", "--size", "5", "3", "--dpi", "80"], cwd=REPO, capture_output=True, text=True)
+    assert rc.returncode == 0, rc.stderr
+    for name in ("accuracy-vs-round", "accuracy-vs-bytes"):
+        png = out / f"{name}.png"
+        assert png.stat().st_size > 5_000 and _png_size(png) == (400, 240)
+        svg = (out / f"{name}.svg").read_text()
+        assert "exp-a" in svg and "exp-b" in svg  # small multiples: one subplot per experiment
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    rc = subprocess.run([sys.executable, "-m", "simulations.plot", str(empty)], cwd=REPO, capture_output=True,
+                        text=True)
+    assert rc.returncode == 2 and "no readable run records" in rc.stderr
+
+
+def test_refresh_stays_under_a_second_with_50_runs_of_50_rounds(tmp_path):
+    from simulations.dashboard import render
+
+    runs_dir = write_experiment(tmp_path / "results", "big")
+    methods = ["fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg"]
+    for i in range(50):
+        rounds = [_round(r, 0.5 + 0.4 * r / 50 + 0.01 * (i % 7), 1000 + i, 2000,
+                         {str(c): 0.5 + 0.01 * c for c in range(10)}) for r in range(51)]
+        write_run(runs_dir, f"run{i:02d}", methods[i % 5], i // 5, rounds)
+    store = RunStore(tmp_path / "results")
+    args = (["big"], None, None, ["running", "finished", "failed"])
+    render(store, *args, "mean", "round", False, "bytes")  # first load parses everything
+    times = []
+    for i, mode in enumerate(["mean", "runs", "mean"]):
+        with open(runs_dir / f"run{i:02d}" / "rounds.jsonl", "a") as fh:  # a round arrives
+            fh.write(json.dumps(_round(51, 0.9)) + "\n")
+        t0 = time.perf_counter()
+        assert store.version()
+        figs, table = render(store, *args, mode, "bytes", True, "bytes")
+        json.dumps(figs)  # what Dash sends
+        times.append(time.perf_counter() - t0)
+        assert len(table) == 5
+    print(f"refresh after a new round, 50 runs x 50 rounds: {', '.join(f'{t:.3f}' for t in times)} s")
+    assert max(times) <= 1.0, times
+    assert len([t for t in figs[1]["data"] if t["meta"] == "line"]) == 5  # one mean line per method
 
 
 # -------------------------------------------------------------- real browser
@@ -99,19 +276,43 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.fixture
+def experiments(tmp_path) -> Path:
+    """Two compare-runner experiments (2 methods x 2 seeds each), a running run, a broken one."""
+    results = tmp_path / "results"
+    for name, base in (("exp-a", 0.5), ("exp-b", 0.6)):
+        runs_dir = write_experiment(results, name)
+        for seed in (0, 1):
+            write_run(runs_dir, f"2026-{name}-fp-s{seed}", "fedprompt", seed,
+                      [_round(0, base), _round(1, base + 0.1 + seed / 20, 12416, 12416), _round(2, base + 0.2, 12416,
+                                                                                               12416)])
+            write_run(runs_dir, f"2026-{name}-bbt-s{seed}", "bbt-fed", seed,
+                      [_round(0, base), _round(1, base + 0.05, dropped=[{"client": "3", "reason": "NaN in z"}]),
+                       _round(2, base + 0.1 + seed / 20)])
+    write_run(results / "exp-b" / "runs", "2027-exp-b-bbt-s2", "bbt-fed", 2, [_round(0, 0.6), _round(1, 0.62)],
+              finished=False, tail='{"round": 2, "global_acc')
+    bad = results / "exp-a" / "runs" / "2025-broken"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    return results
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"),
                     reason="Debian chromium + chromium-driver not installed (.ci/run installs them)")
-def test_dashboard_in_headless_chromium_lists_runs_draws_charts_and_updates_live(runs, tmp_path):
+def test_dashboard_in_headless_chromium(experiments, tmp_path):
+    """Pick an experiment, switch the x-axis to cumulative bytes, see one line plus band per
+    method, open a run's drill-down, download the table, follow a running run live."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     port = _free_port()
+    log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen(
-        [sys.executable, "-m", "simulations.dashboard", "--runs", str(runs), "--port", str(port), "--refresh", "0.5"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "simulations.dashboard", "--runs", str(experiments), "--port", str(port),
+         "--refresh", "0.5"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
     )
     opts = webdriver.ChromeOptions()
     opts.binary_location = CHROMIUM
@@ -121,43 +322,86 @@ def test_dashboard_in_headless_chromium_lists_runs_draws_charts_and_updates_live
         opts.add_argument(flag)
     opts.add_experimental_option("prefs", {"download.default_directory": str(tmp_path / "dl")})
     driver = None
+
+    def traces(d, graph: str) -> list[dict]:
+        return d.execute_script(
+            "const g = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+            "return g && g.data ? g.data.map(t => ({name: t.name, meta: t.meta, x: t.x, xaxis: t.xaxis || 'x'})) : [];",
+            f"#{graph}") or []
+
+    def x_type(d, graph: str) -> str:
+        return d.execute_script(
+            "const g = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+            "return g && g.layout && g.layout.xaxis ? g.layout.xaxis.type : null;", f"#{graph}")
+
+    def tick(d, group: str, text: str) -> None:  # a checklist / radio option, by its label
+        next(label for label in d.find_elements(By.CSS_SELECTOR, f"#{group} label") if label.text == text).click()
+
     try:
         for _ in range(100):  # wait for the server to listen
             with socket.socket() as s:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
-            assert server.poll() is None, server.stdout.read()
+            assert server.poll() is None, (tmp_path / "server.log").read_text()
             time.sleep(0.2)
         driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
         driver.get(f"http://127.0.0.1:{port}")
         wait = WebDriverWait(driver, 60)
-        wait.until(lambda d: all(r in d.find_element(By.ID, "runs").text
-                                 for r in ("r1-fedprompt", "r2-bbt-fed", "r3-bbt-fed", "r4-broken")))
-        assert "malformed" in driver.find_element(By.ID, "runs").text
-        # the accuracy chart has one line per run (3 runs with rounds)
-        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "#acc-round g.trace.scatter")) == 3)
-        driver.save_screenshot(str(tmp_path / "dashboard.png"))
-        assert (tmp_path / "dashboard.png").stat().st_size > 10_000
+        # the latest experiment (exp-b, whose running run started last) is picked at first
+        wait.until(lambda d: "2027-exp-b-bbt-s2" in d.find_element(By.ID, "runs").text)
+        assert "2026-exp-a-fp-s0" not in driver.find_element(By.ID, "runs").text
+        assert "malformed" in driver.find_element(By.ID, "runs").text  # always listed
+        # pick exp-a instead
+        tick(driver, "experiment", "exp-a")
+        tick(driver, "experiment", "exp-b")
+        wait.until(lambda d: "2026-exp-a-fp-s0" in d.find_element(By.ID, "runs").text
+                   and "2027-exp-b-bbt-s2" not in d.find_element(By.ID, "runs").text)
+        # accuracy vs round: one mean line and one ± std band per method (2 seeds each)
+        wait.until(lambda d: sorted((t["meta"], t["name"]) for t in traces(d, "acc-x")) == [
+            ("band", "bbt-fed (n=2) band"), ("band", "fedprompt (n=2) band"),
+            ("line", "bbt-fed (n=2)"), ("line", "fedprompt (n=2)")])
+        # switch the x-axis to cumulative bytes (log by default): still one line + band per method
+        tick(driver, "x-axis", "Cumulative bytes, up + down")
+        wait.until(lambda d: x_type(d, "acc-x") == "log" and any(
+            t["meta"] == "line" and t["name"] == "fedprompt (n=2)" and t["x"] == [24832, 49664]
+            for t in traces(d, "acc-x")))
+        assert sorted(t["meta"] for t in traces(driver, "acc-x")) == ["band", "band", "line", "line"]
+        assert x_type(driver, "acc-bytes") == "log"  # the prominent accuracy-vs-bytes chart
+        driver.save_screenshot(str(tmp_path / "dashboard-bytes.png"))
+        assert (tmp_path / "dashboard-bytes.png").stat().st_size > 10_000
+        # individual runs: one line per run
+        tick(driver, "mode", "individual runs")
+        wait.until(lambda d: len([t for t in traces(d, "acc-x") if t["meta"] == "line"]) == 4)
+        # drill-down: click a run's cell -> its rounds (with the dropped client and reason) and config
+        cell = next(c for c in driver.find_elements(By.CSS_SELECTOR, "#runs td") if c.text == "2026-exp-a-bbt-s0")
+        cell.click()
+        wait.until(lambda d: "NaN in z" in d.find_element(By.ID, "detail-rounds").text)
+        assert '"method": "bbt-fed"' in driver.find_element(By.ID, "detail-config").text
+        # small multiples: both experiments side by side
+        tick(driver, "experiment", "exp-b")
+        wait.until(lambda d: {t["xaxis"] for t in traces(d, "acc-x")} == {"x", "x2"})
         # the comparison table downloads as markdown and CSV
         wait.until(lambda d: "fedprompt" in d.find_element(By.ID, "compare").text)
         for button, name in (("md-btn", "comparison.md"), ("csv-btn", "comparison.csv")):
             driver.find_element(By.ID, button).click()
             wait.until(lambda d, n=name: (tmp_path / "dl" / n).exists() and (tmp_path / "dl" / n).stat().st_size)
-        assert "| fedprompt | demo | iid | 1 |" in (tmp_path / "dl" / "comparison.md").read_text()
+        assert "| fedprompt | demo | iid | 4 |" in (tmp_path / "dl" / "comparison.md").read_text()
         assert (tmp_path / "dl" / "comparison.csv").read_text().startswith("method,dataset,partition,runs")
         # live: the running run finishes its round 2 and the page follows without a reload
-        rounds = runs / "r3-bbt-fed" / "rounds.jsonl"
-        lines = rounds.read_text().splitlines()[:-1] + [json.dumps(_round(2, 0.6))]
+        rounds = experiments / "exp-b" / "runs" / "2027-exp-b-bbt-s2" / "rounds.jsonl"
+        lines = rounds.read_text().splitlines()[:-1] + [json.dumps(_round(2, 0.66))]
         rounds.write_text("\n".join(lines) + "\n")
 
-        def row_of_r3(d):
-            rows = [r.text for r in d.find_elements(By.CSS_SELECTOR, "#runs tr") if "r3-bbt-fed" in r.text]
+        def row_of(d, run_id):
+            rows = [r.text for r in d.find_elements(By.CSS_SELECTOR, "#runs tr") if run_id in r.text]
             return rows[0] if rows else ""
 
-        wait.until(lambda d: " running 2 " in f" {row_of_r3(d)} " and "malformed line" not in row_of_r3(d))
+        wait.until(lambda d: " running 2 " in f" {row_of(d, '2027-exp-b-bbt-s2')} "
+                   and "malformed line" not in row_of(d, "2027-exp-b-bbt-s2"))
         driver.save_screenshot(str(tmp_path / "dashboard-live.png"))
     finally:
         if driver is not None:
             driver.quit()
-        server.terminate()
+        server.terminate()  # the one process this test started
         server.wait(timeout=10)
+        log.close()
