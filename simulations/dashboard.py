@@ -138,6 +138,7 @@ def default_experiment(table) -> list[str]:
 def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
     """The Dash app over ``runs_dir`` (its record files stat'ed every ``refresh_s`` seconds)."""
     store = RunStore(runs_dir)
+    runs_table(store)  # parse the records (and import the method registry) before the first page load
     app = Dash(__name__, title="fedtext dashboard")
     small = {"fontSize": 12}
     control = {"display": "inline-block", "verticalAlign": "top", "marginRight": "14px"}
