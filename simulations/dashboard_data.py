@@ -156,9 +156,11 @@ def experiment_of(run_dir: Path, cfg: dict) -> str:
     """The experiment a run belongs to: its compare-runner experiment
     (:func:`compare_experiment`), else, for a run started by hand, its dataset, partition
     (with α) and shots per class."""
-    name = compare_experiment(run_dir)
-    if name is not None:
-        return name
+    return compare_experiment(run_dir) or _hand_experiment(cfg)
+
+
+def _hand_experiment(cfg: dict) -> str:
+    """``sst2 · dirichlet α=0.5 · 16 shots``: the group of runs started by hand."""
     dataset = Path(str(cfg.get("dataset", "?"))).name or "?"
     partition = str(cfg.get("partition", "?"))
     if partition == "dirichlet":
@@ -325,7 +327,7 @@ def _derive(run: dict[str, Any]) -> dict[str, Any]:
     run["note"] = "; ".join(notes)
     compared = compare_experiment(Path(run["dir"]))
     run["label"] = label_of(run["cfg"], with_options=compared is None)
-    run["experiment"] = compared or experiment_of(Path(run["dir"]), run["cfg"])
+    run["experiment"] = compared or _hand_experiment(run["cfg"])
     return run
 
 
@@ -340,13 +342,10 @@ def store(root: str | Path | RunStore) -> RunStore:
 
 
 # ------------------------------------------------------------------- tables
-def runs_table(root: str | Path | RunStore, experiments: Iterable[str] | None = None) -> pd.DataFrame:
+def runs_table(root: str | Path | RunStore) -> pd.DataFrame:
     """One row per run directory: what the run list shows (status running/finished/failed/malformed)."""
-    wanted = None if experiments is None else set(experiments)
     rows = []
     for run in store(root).runs():
-        if wanted is not None and run["experiment"] not in wanted:
-            continue
         cfg, summary = run["cfg"], run["summary_or_partial"]
         rows.append({
             "run_id": run["run_id"],
@@ -442,11 +441,8 @@ def aggregate(series: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     if d.empty:
         return pd.DataFrame(columns=cols)
     g = d.groupby(["experiment", "label", "round"], sort=True)
-    out = g[[x, y]].mean().rename(columns={x: "x", y: "y"}) if x != y else g[[y]].mean().rename(columns={y: "y"})
-    if x == y:
-        out["x"] = out["y"]
-    out["std"] = g[y].std()
-    out["n"] = g[y].count()
+    means = g[list(dict.fromkeys([x, y]))].mean()  # x may be y (queries against queries)
+    out = pd.DataFrame({"x": means[x], "y": means[y], "std": g[y].std(), "n": g[y].count()})
     return out.reset_index()[cols]
 
 
@@ -501,7 +497,6 @@ class Line:
     lo: list[float] | None = None
     hi: list[float] | None = None
     run_id: str | None = None
-    n: list[int] | None = None
 
 
 def chart_lines(series: pd.DataFrame, chart: Chart, x_axis: str, mode: str = "mean",
@@ -526,8 +521,7 @@ def chart_lines(series: pd.DataFrame, chart: Chart, x_axis: str, mode: str = "me
             band = runs > 1
             lines.append(Line(exp, label, f"{label} (n={runs})" if runs > 1 else label, color_of(label, labels),
                               g["x"].tolist(), g["y"].tolist(),
-                              (g["y"] - std).tolist() if band else None, (g["y"] + std).tolist() if band else None,
-                              n=g["n"].astype(int).tolist()))
+                              (g["y"] - std).tolist() if band else None, (g["y"] + std).tolist() if band else None))
         return lines
     d = series.dropna(subset=[x, chart.y])
     if log_x:

@@ -126,7 +126,7 @@ def test_experiments_from_compare_folders_legacy_folders_and_hand_runs(tmp_path)
     assert df.loc["h1", "experiment"] == "sst2 · dirichlet α=0.5 · 16 shots"
     # the runs folder itself as the dashboard's root still finds its experiment
     assert experiment_of(a / "a1", {}) == "exp-a"
-    assert set(runs_table(results, ["exp-a"]).run_id) == {"a1", "a2"}
+    assert set(df.index[df["experiment"] == "exp-a"]) == {"a1", "a2"}
 
 
 def test_seed_aggregate_by_hand(tmp_path):
