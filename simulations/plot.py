@@ -38,7 +38,7 @@ def plot(results: str | Path, out: str | Path | None = None, x_axes: list[str] |
     if table.empty:
         raise ValueError(f"no readable run records under {results}")
     experiments = sorted(table["experiment"].unique())
-    series = round_series(store, table["run_id"].tolist())
+    series = round_series(store)  # malformed runs are left out there too
     labels = table["label"].unique().tolist()
     out = Path(out) if out is not None else results / "figures"
     out.mkdir(parents=True, exist_ok=True)
@@ -67,9 +67,10 @@ def plot(results: str | Path, out: str | Path | None = None, x_axes: list[str] |
             axes[0][0].set_ylabel(chart.title, fontsize=8)
             for fmt in formats:
                 path = out / f"{chart_key}-vs-{x_axis}.{fmt}"
-                # no timestamps in the files: rerunning on the same records gives the same bytes
+                # no timestamps and fixed SVG element ids: the same records give the same bytes
                 meta = {"Date": None} if fmt == "svg" else {"Software": None}
-                fig.savefig(path, dpi=dpi, format=fmt, metadata=meta)
+                with plt.rc_context({"svg.hashsalt": "fedtext"}):
+                    fig.savefig(path, dpi=dpi, format=fmt, metadata=meta)
                 written.append(path)
             plt.close(fig)
     return written
