@@ -25,6 +25,13 @@ class FedBPTClient(SubspaceClient):
     sampled with (sigma_{t,1} = the downloaded sigma_t, then the I-1 that CMA-ES adapted),
     which is that same set of I distributions; the uploaded mean is the one after the
     I-th update.
+
+    ``fedbpt.fitness=ratio`` (the authors' code): a candidate's fitness is its loss on
+    the shots over its loss on the same iteration's perturbed shots, two batched
+    forwards (2 lambda_k |shots| queries per iteration); the uploaded F is that ratio
+    for the final mean on a fresh perturbation. ``fedbpt.server-step=reference`` runs
+    pycma's default local recombination (mu_l = floor(lambda/2) log-decreasing
+    weights, active CMA), as the code does.
     """
 
     def train(self, arrays: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, float]:
@@ -36,15 +43,24 @@ class FedBPTClient(SubspaceClient):
             cov=np.asarray(arrays[2], dtype=np.float64) if len(arrays) > 2 else None,  # compact: C = I
             popsize=mc.popsize,
             seed=seed,
-            equal_weights=True,  # local rank-mu, mu_l = lambda_k / 2
+            equal_weights=mc.server_step == "paper",  # paper: local rank-mu, mu_l = lambda_k / 2, equal weights
         )
         rng = np.random.default_rng(seed)
         sigmas = []
         for _ in range(mc.local_steps):
             sigmas.append(es.sigma)  # sigma^k_{t,j}: the step size this iteration samples with
-            batch = self.backbone.perturb(self.train_batch, mc.keep_rate, rng)
-            es.tell(self.fitness(es.ask(), batch))  # lambda candidates, one batched forward
+            es.tell(self.objective(es.ask(), rng))  # lambda candidates, batched forwards
         z = es.mean
-        final = float(self.fitness(z[None])[0])  # F^k(z^k_{t+1}) on the unperturbed shots
-        return [self.model.pack_upload(z, sigmas, final)], len(self.train_batch), final
+        loss = float(self.fitness(z[None])[0])  # the loss on the unperturbed shots
+        upload = loss if mc.fitness == "perturbed" else float(self.objective(z[None], rng)[0])  # F^k(z^k_{t+1})
+        return [self.model.pack_upload(z, sigmas, upload)], len(self.train_batch), loss
+
+    def objective(self, candidates: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """What the local CMA-ES minimises, on one fresh perturbation of the shots (Alg. 1
+        lines 12-16): the perturbed loss (``fedbpt.fitness=perturbed``) or loss / perturbed
+        loss (``ratio``)."""
+        perturbed = self.fitness(candidates, self.backbone.perturb(self.train_batch, self.mcfg.keep_rate, rng))
+        if self.mcfg.fitness == "perturbed":
+            return perturbed
+        return self.fitness(candidates) / np.maximum(perturbed, 1e-12)
 

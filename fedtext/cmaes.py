@@ -155,3 +155,113 @@ def server_step(
     damping = k.c_sigma / k.d_sigma if sigma_update == "damped" else 1.0
     sigma = sigma_prime * float(np.exp(damping * (norm / k.chi_n - 1)))
     return replace(state, mean=mean, sigma=sigma, C=(C + C.T) / 2, p_sigma=p_sigma, p_c=p_c, generation=g)
+
+
+# ------------------------------------------------------------------ reference step
+REFERENCE_CLAMPS = ("as-run", "as-logged")
+
+
+def reference_sigma_prime(local_sigmas: Sequence[np.ndarray], popsize: int) -> float:
+    """sigma' of the authors' server (NVFlare ``research/fed-bpt``, ``global_es.py``).
+
+    ``sigma'^2 = sum_k sum_j (sigma^k_{t,j})^2 / (m * mu_l)`` over **all** m clients of
+    the round, with ``mu_l = floor(lambda / 2)``, pycma's default parent number of the
+    local population (``RecombinationWeights(lambda).mu``). Against eq. (4) of the
+    paper: no factor 2, no selection of the best half, mu_l in place of lambda.
+    """
+    if not local_sigmas:
+        raise ValueError("need the local step sizes of at least one client")
+    if popsize < 2:
+        raise ValueError("the local population must have lambda >= 2")
+    total = sum(float(np.sum(np.square(s))) for s in local_sigmas)
+    return float(np.sqrt(total / len(local_sigmas) / (popsize // 2)))
+
+
+def reference_local_sigma(
+    sigma_after: float, sigma_prime: float, previous: float, clamp: str = "as-run", floor: float = 0.5
+) -> float:
+    """The step size the reference server sends to clients after its CMA-ES step.
+
+    ``sigma_local <- (sigma_after / sigma') * sigma_local``: the server's own step-size
+    adaptation, as a ratio, applied to the clients' step size. ``global_es.py`` then
+    runs::
+
+        global_es.sigma = sigma_after / sigma_old * local_sigma_current
+        local_sigma_current = global_es.sigma
+        if global_es.sigma < 0.5: global_es.sigma = 0.5                  # "Set sigma local: 0.5"
+        if global_es.sigma > local_sigma_current: global_es.sigma = local_sigma_current
+
+    ``local_sigma_current`` is reassigned *before* the two checks, so the second undoes
+    the first: as run, the value is never clamped (``clamp="as-run"``). The log lines
+    say the intent was ``[0.5, previous sigma_local]``; ``clamp="as-logged"`` does that.
+    """
+    if clamp not in REFERENCE_CLAMPS:
+        raise ValueError(f"clamp must be one of {REFERENCE_CLAMPS}, got {clamp!r}")
+    new = sigma_after / sigma_prime * previous
+    if clamp == "as-logged":
+        new = min(max(new, floor), previous)
+    return float(new)
+
+
+class ReferenceServerES:
+    """The authors' server CMA-ES (NVFlare ``research/fed-bpt/src/global_es.py``), on pycma.
+
+    One pycma ``CMAEvolutionStrategy`` over z with population = parent number = m, the
+    clients per round (``popsize=m, CMA_mu=m``: pycma then recombines all m uploads with
+    the positive half of its default weights for 2m, ``w_i ∝ ln((2m+1)/2) - ln i``, by
+    their uploaded fitness). A round: ``sigma <- sigma'`` (:func:`reference_sigma_prime`),
+    ``ask()`` (as the reference does; the samples are discarded), ``tell(client means,
+    fitnesses)``; pycma treats the means as injected solutions (it shortens any whose
+    Mahalanobis distance from the mean is implausibly long under N(z, sigma'^2 C)). The
+    clients are then sent ``(mean, sigma_local, C)`` with :func:`reference_local_sigma`.
+
+    pycma needs all m solutions (``tell`` refuses fewer than mu = m): a round with fewer
+    valid uploads is not told; the state is kept and :meth:`tell` returns ``None``.
+    """
+
+    def __init__(self, d: int, sigma0: float, m: int, seed: int, clamp: str = "as-run") -> None:
+        import cma
+
+        if seed <= 0:
+            raise ValueError("pycma seeds must be > 0 (0 means 'seed from the clock')")
+        if clamp not in REFERENCE_CLAMPS:
+            raise ValueError(f"clamp must be one of {REFERENCE_CLAMPS}, got {clamp!r}")
+        opts = {"popsize": m, "CMA_mu": m, "seed": seed, "verbose": -9}
+        self.es = cma.CMAEvolutionStrategy(np.zeros(d), float(sigma0), opts)
+        self.m, self.clamp = m, clamp
+        self.sigma_local = float(sigma0)  # what clients start from; sigma_0 at round 1
+
+    @property
+    def mean(self) -> np.ndarray:
+        return np.asarray(self.es.mean, dtype=np.float64)
+
+    @property
+    def C(self) -> np.ndarray:
+        return np.asarray(self.es.sm.C, dtype=np.float64)
+
+    def weights(self) -> np.ndarray:
+        """pycma's recombination weights of the m ranked uploads (sum 1)."""
+        return np.asarray(self.es.sp.weights[: self.m], dtype=np.float64)
+
+    def tell(self, solutions: np.ndarray, fitnesses: Sequence[float], sigma_prime: float) -> float | None:
+        """One server step; returns pycma's sigma after ``tell`` (None: not told)."""
+        if len(solutions) < self.m:
+            return None
+        import warnings
+
+        import cma
+
+        self.es.sigma = float(sigma_prime)
+        with warnings.catch_warnings():  # the uploads are "injected" solutions by design
+            warnings.simplefilter("ignore", cma.evolution_strategy.InjectionWarning)
+            self.es.ask()
+            self.es.tell([np.asarray(s, dtype=np.float64) for s in solutions], [float(f) for f in fitnesses])
+        sigma_after = float(self.es.sigma)
+        self.sigma_local = reference_local_sigma(sigma_after, sigma_prime, self.sigma_local, self.clamp)
+        self.es.sigma = self.sigma_local  # what global_es carries to the clients
+        return sigma_after
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The state as plain arrays (checkpointing; pycma's paths stay in the object)."""
+        return {"mean": self.mean, "sigma": np.array([self.sigma_local]), "C": self.C,
+                "generation": np.array([self.es.countiter])}

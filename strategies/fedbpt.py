@@ -8,7 +8,7 @@ so that the two methods differ only in what the paper changes: the server step a
 the clients' input perturbation.
 
 Server (Algorithm 2): keeps the global CMA-ES state (z, sigma, C, p_sigma, p_c) in
-``self.cma``. Each round it orders the clients by their uploaded local loss, sets
+``self.server`` (:class:`PaperStep`). Each round it orders the clients by their uploaded local loss, sets
 ``z_{t+1}`` to the mean of the best mu = floor(|S_t|/2) (eq. (5)), computes the
 corrected step size sigma' of eq. (12) (= eq. (4)/(13) for equal lambda_k and even
 |S_t|) from the best half's local step sizes, and updates p_sigma, p_c, sigma and C
@@ -17,12 +17,20 @@ with sigma' in place of the intractable sigma_t (eqs. (6)-(7)); see
 ``c_s/d_s`` by default; ``fedbpt.sigma-update=printed`` uses Alg. 2 line 5 as printed,
 ``sigma' exp(|p_sigma|/E|N| - 1)``.
 
+``fedbpt.server-step=reference`` replaces Algorithm 2 by the authors' public server
+(NVIDIA/NVFlare ``research/fed-bpt/src/global_es.py``; :class:`fedtext.cmaes.ReferenceServerES`):
+a pycma CMA-ES with population = parents = m clients recombines *all* uploads with
+pycma's rank weights, sigma' = sqrt(sum_all sum_j sigma^2 / (m mu_l)) (no factor 2, no
+best half), and clients are sent (sigma_after / sigma') times the previous client step
+size. The departures are tabulated in :mod:`fedtext.methods.fedbpt`.
+
 Client must (Algorithm 1, ClientUpdate): start a CMA-ES at N(z_t, sigma_t^2 C_t), run
 ``fedbpt.local-steps`` = I iterations of population ``fedbpt.popsize`` = lambda_k with
-local rank-mu mu_l = lambda_k/2 (equal weights), drawing fresh token masks (keep rate
+local rank-mu mu_l = lambda_k/2 (equal weights; pycma's default weights with
+``server-step=reference``), drawing fresh token masks (keep rate
 ``fedbpt.keep-rate`` = r_p) and random replacement tokens every iteration for the
 fitness, and upload ``[z^k_{t+1} | sigma^k_{t,1..I} | F^k(z^k_{t+1})]``, F being the
-loss on its unperturbed shots.
+loss on its unperturbed shots (``fedbpt.fitness=ratio``: loss / perturbed loss).
 
 Bytes per client-round: up ``4 (d + I + 1) + 128`` (d=100, I=4: 548 B); down, mode
 ``fedbpt.download=full`` (Algorithm 1: z_t, sigma_t, C_t): ``4 (d + 1 + d^2) + 3*128``
@@ -32,36 +40,113 @@ Bytes per client-round: up ``4 (d + I + 1) + 128`` (d=100, I=4: 548 B); down, mo
 
 from __future__ import annotations
 
+import logging
+from typing import Protocol
+
 import numpy as np
 from flwr.common import Scalar
 
-from fedtext.cmaes import CMAState, corrected_sigma, server_step
-from fedtext.methods.fedbpt import FedBPTModel
+from fedtext.cmaes import CMAState, ReferenceServerES, corrected_sigma, reference_sigma_prime, server_step
+from fedtext.methods.fedbpt import FedBPTConfig, FedBPTModel, FedBPTUpload
 from fedtext.strategy import FedTextStrategy, Upload
+
+log = logging.getLogger(__name__)
+
+
+class ServerStep(Protocol):
+    """The global search distribution and its update from one round's uploads."""
+
+    def distribution(self) -> tuple[np.ndarray, float, np.ndarray]:
+        """(z, sigma, C) that clients start their local CMA-ES from."""
+
+    def step(self, clients: list[FedBPTUpload]) -> dict[str, Scalar]:
+        """Update from the round's uploads; the round's metrics."""
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The state as plain arrays (checkpointing)."""
+
+
+class PaperStep:
+    """Algorithm 2: best half, sigma' of eq. (12), CMA-ES update written out (:mod:`fedtext.cmaes`)."""
+
+    def __init__(self, mcfg: FedBPTConfig, seed: int) -> None:
+        self.mcfg = mcfg
+        self.cma = CMAState.initial(mcfg.intrinsic_dim, mcfg.sigma0)
+
+    def distribution(self) -> tuple[np.ndarray, float, np.ndarray]:
+        return self.cma.mean, self.cma.sigma, self.cma.C
+
+    def step(self, clients: list[FedBPTUpload]) -> dict[str, Scalar]:
+        losses = [c.loss for c in clients]
+        sigma_prime = corrected_sigma([c.sigmas for c in clients], losses, [self.mcfg.popsize] * len(clients))
+        z = np.stack([c.z for c in clients])
+        self.cma = server_step(self.cma, z, losses, sigma_prime, self.mcfg.sigma_update)
+        return {"sigma_prime": sigma_prime, "sigma": self.cma.sigma}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return self.cma.arrays()
+
+
+class ReferenceStep:
+    """The authors' server (``global_es.py``): pycma over all m uploads, ratio-scaled client sigma.
+
+    m is fixed at the first round with uploads (``clients-per-round``, as the reference
+    fixes it to its client count); a later round with fewer valid uploads keeps the state.
+    """
+
+    def __init__(self, mcfg: FedBPTConfig, seed: int) -> None:
+        self.mcfg, self.seed = mcfg, seed
+        self.es: ReferenceServerES | None = None
+
+    def distribution(self) -> tuple[np.ndarray, float, np.ndarray]:
+        if self.es is None:
+            s = CMAState.initial(self.mcfg.intrinsic_dim, self.mcfg.sigma0)
+            return s.mean, s.sigma, s.C
+        return self.es.mean, self.es.sigma_local, self.es.C
+
+    def step(self, clients: list[FedBPTUpload]) -> dict[str, Scalar]:
+        if self.es is None:
+            m = max(2, len(clients))  # pycma needs a population of >= 2
+            self.es = ReferenceServerES(self.mcfg.intrinsic_dim, self.mcfg.sigma0, m, self.seed,
+                                        self.mcfg.reference_clamp)
+        sigma_prime = reference_sigma_prime([c.sigmas for c in clients], self.mcfg.popsize)
+        sigma_after = self.es.tell(np.stack([c.z for c in clients]), [c.loss for c in clients], sigma_prime)
+        if sigma_after is None:
+            log.warning("fedbpt reference step skipped: %d valid uploads, pycma's population is m=%d",
+                        len(clients), self.es.m)
+            return {"sigma_prime": sigma_prime, "sigma": self.es.sigma_local, "server_step_skipped": 1}
+        return {"sigma_prime": sigma_prime, "sigma": self.es.sigma_local, "sigma_after": sigma_after}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        if self.es is None:
+            return CMAState.initial(self.mcfg.intrinsic_dim, self.mcfg.sigma0).arrays()
+        return self.es.arrays()
+
+
+SERVER_STEPS: dict[str, type] = {"paper": PaperStep, "reference": ReferenceStep}
 
 
 class FedBPT(FedTextStrategy):
-    """Server-level CMA-ES over the clients' local CMA-ES means (FedBPT Alg. 2)."""
+    """Server-level CMA-ES over the clients' local CMA-ES means (FedBPT Alg. 2, or the authors' code)."""
 
     model: FedBPTModel
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.cma = CMAState.initial(self.mcfg.intrinsic_dim, self.mcfg.sigma0)
+        # pycma seed of the reference server: > 0, from the run seed, apart from the clients' (cf. client_seed)
+        seed = int(np.random.SeedSequence([self.cfg.seed, 0xFEDB]).generate_state(1)[0] % (2**31 - 2)) + 1
+        self.server = SERVER_STEPS[self.mcfg.server_step](self.mcfg, seed)
 
     def state_arrays(self) -> dict[str, np.ndarray]:
-        """The global CMA-ES state (z, sigma, C, p_sigma, p_c, generation)."""
-        return self.cma.arrays()
+        """The global CMA-ES state (z, sigma, C, ...)."""
+        return self.server.arrays()
 
     def global_state(self) -> list[np.ndarray]:
         """What Algorithm 1 sends of the current global state (:meth:`FedBPTModel.download_arrays`)."""
-        return self.model.download_arrays(self.cma)
+        return self.model.download_arrays(*self.server.distribution())
 
     def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray], dict[str, Scalar]]:
-        """sigma' (eq. (12)) from the best half, then one CMA-ES step (Alg. 2) with it."""
-        clients = [self.model.unpack_upload(u.arrays) for u in uploads]
-        losses = [c.loss for c in clients]
-        sigma_prime = corrected_sigma([c.sigmas for c in clients], losses, [self.mcfg.popsize] * len(clients))
-        z = np.stack([c.z for c in clients])
-        self.cma = server_step(self.cma, z, losses, sigma_prime, self.mcfg.sigma_update)
-        return self.global_state(), {"sigma_prime": sigma_prime, "sigma": self.cma.sigma}
+        """One server step (``fedbpt.server-step``) on the round's decoded uploads."""
+        metrics = self.server.step([self.model.unpack_upload(u.arrays) for u in uploads])
+        metrics["z_norm"] = float(np.linalg.norm(self.server.distribution()[0]))  # |z_{t+1}|, for the records
+        return self.global_state(), metrics

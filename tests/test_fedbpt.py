@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,7 +11,10 @@ import torch
 from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
-from fedtext.cmaes import CMAConstants, CMAState, corrected_sigma, server_step
+from fedtext.blackbox import WhitenedCMA
+from fedtext.cmaes import (CMAConstants, CMAState, ReferenceServerES, corrected_sigma, reference_local_sigma,
+                           reference_sigma_prime, server_step)
+from fedtext.config import ConfigError
 from fedtext.registry import METHODS, make_config
 from fedtext.data import client_data
 from fedtext.tasks import TASKS
@@ -285,3 +289,205 @@ def test_state_arrays_expose_the_global_cma_state(fedbpt):
     assert set(state) == {"mean", "sigma", "C", "p_sigma", "p_c", "generation"}
     np.testing.assert_array_equal(state["C"], np.eye(D))
     assert BBTFed(make_config("bbt-fed", max_length=64), TASKS["demo"]).state_arrays() == {}
+
+
+# ------------------------------------------------ the authors' reference step (issue 15)
+def test_reference_sigma_prime_hand_computed():
+    """global_es.py: sqrt(sum over ALL m clients of sum_j sigma^2 / m / mu_l), mu_l = lambda // 2."""
+    sigmas = [np.array([1.0, 1.0]), np.array([0.5, 0.5]), np.array([2.0, 2.0]), np.array([1.0, 0.0])]
+    # sum of squares: 2 + 0.5 + 8 + 1 = 11.5; m = 4; lambda = 5 -> mu_l = 2 (pycma's RecombinationWeights(5).mu)
+    assert reference_sigma_prime(sigmas, 5) == pytest.approx(np.sqrt(11.5 / 4 / 2))
+    assert reference_sigma_prime(sigmas, 4) == pytest.approx(np.sqrt(11.5 / 8))  # lambda = 4 -> mu_l = 2 too
+    from cma.recombination_weights import RecombinationWeights
+    assert RecombinationWeights(5).mu == 2 and RecombinationWeights(20).mu == 10  # mu_l as the code reads it
+    # eq. (4) of the paper on the same round keeps the factor 2 and the best half only
+    assert corrected_sigma(sigmas, [0.3, 0.1, 0.4, 0.2], [4] * 4) == pytest.approx(2 * np.sqrt(1.5 / 16))
+    with pytest.raises(ValueError, match="lambda >= 2"):
+        reference_sigma_prime(sigmas, 1)
+
+
+def _code_as_written(sigma_after, sigma_old, local_sigma_current):
+    """global_es.py's lines after tell, transcribed statement by statement."""
+    sigma = sigma_after / sigma_old * local_sigma_current
+    local_sigma_current = sigma
+    if sigma < 0.5:
+        sigma = 0.5
+    if sigma > local_sigma_current:
+        sigma = local_sigma_current
+    return sigma
+
+
+@pytest.mark.parametrize("after, prime, prev", [(0.3, 0.6, 0.8), (0.9, 0.6, 0.8), (0.6, 0.6, 0.7), (1.2, 0.4, 1.0)])
+def test_reference_local_sigma_and_its_clamp(after, prime, prev):
+    ratio = after / prime * prev  # 0.4, 1.2, 0.7, 3.0
+    assert reference_local_sigma(after, prime, prev, "as-run") == pytest.approx(ratio)
+    assert reference_local_sigma(after, prime, prev, "as-run") == pytest.approx(_code_as_written(after, prime, prev))
+    assert reference_local_sigma(after, prime, prev, "as-logged") == pytest.approx(min(max(ratio, 0.5), prev))
+
+
+def test_reference_clamp_cases_by_hand():
+    assert reference_local_sigma(0.3, 0.6, 0.8, "as-logged") == 0.5  # 0.4 raised to the floor
+    assert reference_local_sigma(0.9, 0.6, 0.8, "as-logged") == 0.8  # 1.2 capped at the previous 0.8
+    assert reference_local_sigma(0.3, 0.6, 0.8, "as-run") == pytest.approx(0.4)  # the code's order undoes the floor
+    with pytest.raises(ValueError, match="clamp"):
+        reference_local_sigma(1, 1, 1, "tight")
+
+
+def _mock_reference_round(m=4, d=3, clamp="as-run"):
+    es = ReferenceServerES(d, sigma0=1.0, m=m, seed=7, clamp=clamp)
+    # small deviations from z_t = 0: pycma keeps them as they are (no Mahalanobis shortening)
+    z = np.array([[0.01, 0.0, 0.0], [0.0, 0.02, 0.0], [0.0, 0.0, 0.03], [0.01, 0.01, 0.01]])
+    return es, z, [0.3, 0.1, 0.4, 0.2]
+
+
+def test_reference_server_step_by_hand():
+    """One reference step on a mock round: all 4 clients recombined with pycma's weights
+    for CMA_mu = m = 4, i.e. the positive half of RecombinationWeights(8):
+    w_i ∝ ln(4.5) - ln(i) = 1.504, 0.811, 0.405, 0.118 -> / 2.838."""
+    es, z, fit = _mock_reference_round()
+    raw = np.log(4.5) - np.log([1, 2, 3, 4])
+    w = raw / raw.sum()
+    np.testing.assert_allclose(w, [0.52993, 0.28571, 0.14286, 0.04150], atol=1e-5)
+    np.testing.assert_allclose(es.weights(), w, rtol=1e-12)
+    sigmas = [np.full(2, 0.8), np.full(2, 0.6), np.full(2, 1.0), np.full(2, 0.7)]
+    sp = reference_sigma_prime(sigmas, 5)
+    assert sp == pytest.approx(np.sqrt((2 * 0.64 + 2 * 0.36 + 2 * 1.0 + 2 * 0.49) / 4 / 2))  # 0.7280
+    after = es.tell(z, fit, sp)
+    # ranked by fitness: clients 1 (0.1), 3 (0.2), 0 (0.3), 2 (0.4)
+    np.testing.assert_allclose(es.mean, w[0] * z[1] + w[1] * z[3] + w[2] * z[0] + w[3] * z[2], rtol=1e-9)
+    np.testing.assert_allclose(es.mean, [0.0042857, 0.0134558, 0.0041021], rtol=1e-4)
+    assert es.sigma_local == pytest.approx(after / sp * 1.0)  # sigma_0 = 1 before the first step
+    assert after < sp  # the clients moved << sigma': pycma's path length shrinks sigma
+    assert np.allclose(es.C, es.C.T) and not np.allclose(es.C, np.eye(3))  # rank-mu update from the uploads
+
+
+def test_reference_server_step_keeps_state_when_clients_are_missing():
+    es, z, fit = _mock_reference_round()
+    assert es.tell(z[:3], fit[:3], 0.5) is None  # pycma needs all m = 4
+    np.testing.assert_array_equal(es.mean, np.zeros(3))
+    assert es.sigma_local == 1.0
+
+
+def test_reference_server_step_as_logged_clamp():
+    es, z, fit = _mock_reference_round(clamp="as-logged")
+    after = es.tell(z, fit, 0.7)
+    assert es.sigma_local == pytest.approx(min(max(after / 0.7, 0.5), 1.0))
+
+
+def test_strategy_reference_round(backbone):
+    """The strategy sends (pycma mean, sigma_local, pycma C) after one reference step."""
+    cfg = make_config("fedbpt", intrinsic_dim=3, local_steps=2, popsize=5, prompt_length=2, max_length=64,
+                      server_step="reference")
+    strat = FedBPT(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    np.testing.assert_array_equal(strat.global_arrays[0], np.zeros(3))
+    strat.begin_round(1)
+    _, z, fit = _mock_reference_round()
+    sig = [np.full(2, 0.8), np.full(2, 0.6), np.full(2, 1.0), np.full(2, 0.7)]
+    res = [fit_res(upload(z[k], sig[k], fit[k]), k) for k in range(4)]
+    params, metrics = strat.aggregate_fit(1, res, [])
+    got_z, got_sigma, got_C = comm.decode(params)
+    raw = np.log(4.5) - np.log([1, 2, 3, 4])
+    w = raw / raw.sum()
+    z32 = z.astype(np.float32).astype(np.float64)
+    np.testing.assert_allclose(got_z, w[0] * z32[1] + w[1] * z32[3] + w[2] * z32[0] + w[3] * z32[2], rtol=1e-5)
+    assert metrics["sigma_prime"] == pytest.approx(np.sqrt(2 * (0.64 + 0.36 + 1.0 + 0.49) / 4 / 2), rel=1e-6)
+    assert got_sigma[0] == pytest.approx(metrics["sigma_after"] / metrics["sigma_prime"], rel=1e-6)
+    assert metrics["sigma"] == pytest.approx(got_sigma[0], rel=1e-6)
+    np.testing.assert_allclose(got_C, strat.server.es.C, rtol=1e-6)
+    assert strat.record.method_metrics["z_norm"] == pytest.approx(np.linalg.norm(got_z), rel=1e-5)
+    assert set(strat.state_arrays()) >= {"mean", "sigma", "C"}
+
+
+def test_reference_clients_use_pycma_default_weights(backbone, monkeypatch):
+    import clients.fedbpt as client_module
+
+    seen = []
+    real = client_module.WhitenedCMA
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["equal_weights"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(client_module, "WhitenedCMA", spy)
+    for step in ("paper", "reference"):
+        cfg = make_config("fedbpt", intrinsic_dim=4, local_steps=1, popsize=4, prompt_length=2, max_length=48,
+                          shots_per_class=2, client_test_size=4, server_step=step)
+        calls = []
+        client = _recording_client(cfg, calls)
+        client.train(client.model.initial_arrays(), {"server_round": 1})
+    assert seen == [True, False]
+
+
+def test_ratio_fitness_is_loss_over_perturbed_loss(backbone):
+    """fitness=ratio: each candidate's loss on the shots / on the perturbed shots, two
+    forwards per iteration; the uploaded F is the ratio, train_loss the plain loss."""
+    cfg = make_config("fedbpt", intrinsic_dim=4, local_steps=3, popsize=4, keep_rate=0.5, prompt_length=2,
+                      max_length=48, shots_per_class=4, client_test_size=4, fitness="ratio")
+    client = METHODS["fedbpt"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    calls = []
+    told = []
+
+    def fitness(candidates, batch=None):
+        calls.append(batch is None)
+        base = 1.0 + np.sum(np.square(candidates), axis=1)
+        return base if batch is None else 4.0 * base  # perturbed loss = 4x the loss
+
+    client.fitness = fitness
+    real_tell = WhitenedCMA.tell
+
+    def tell(self, f):
+        told.append(np.asarray(f))
+        real_tell(self, f)
+
+    WhitenedCMA.tell = tell
+    try:
+        (up,), _, metrics = client.train(client.model.initial_arrays(), {"server_round": 1})
+    finally:
+        WhitenedCMA.tell = real_tell
+    # per iteration: perturbed, then plain (2 forwards); then the final plain loss and the final ratio
+    assert calls == [False, True] * 3 + [True, False, True]
+    for f in told:
+        np.testing.assert_allclose(f, 0.25)  # loss / (4 loss)
+    assert up[-1] == pytest.approx(0.25)
+    assert metrics == pytest.approx(1.0 + np.sum(np.square(up[:4].astype(np.float64))), rel=1e-5)
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"fitness": "ratio", "keep_rate": 1.0}, "needs perturbed inputs"),
+    ({"server_step": "reference", "sigma_update": "printed"}, "applies to fedbpt.server-step='paper' only"),
+    ({"reference_clamp": "as-logged"}, "applies to fedbpt.server-step='reference' only"),
+    ({"server_step": "nvflare"}, "choose one of: paper, reference"),
+    ({"fitness": "loss"}, "choose one of: perturbed, ratio"),
+])
+def test_reference_options_are_validated(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        make_config("fedbpt", **overrides)
+
+
+def test_reference_and_ratio_run_two_rounds_through_flower(tmp_path):
+    """Smoke: reference step + ratio fitness, 3 clients, 2 rounds, real simulation engine."""
+    import json
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+    from .test_integration import _env, _only_run
+
+    cfg = ("method=fedbpt num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 "
+           "max-length=48 fedbpt.local-steps=2 fedbpt.popsize=4 fedbpt.intrinsic-dim=20 fedbpt.server-step='reference' "
+           f"fedbpt.fitness='ratio' fedbpt.keep-rate=0.5 output-dir='{tmp_path}'")
+    proc = subprocess.run([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config", cfg],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = _only_run(tmp_path)
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [0, 1, 2]
+    for r in rounds[1:]:
+        assert r["num_clients"] == 3 and r["dropped"] == []
+        mm = r["method_metrics"]
+        assert mm["sigma"] == pytest.approx(mm["sigma_after"] / mm["sigma_prime"] * (1.0 if r["round"] == 1 else
+                                            rounds[1]["method_metrics"]["sigma"]), rel=1e-5)
+    # ratio: 2 forwards per candidate -> fit queries = 3 clients x 8 shots x (2 x 2 x 4 + 2 + 1) (+ client eval)
+    assert rounds[1]["model_queries"] >= 3 * 8 * (2 * 2 * 4 + 3)
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"

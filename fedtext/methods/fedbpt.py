@@ -6,7 +6,32 @@ Global arrays (what Algorithm 1 sends): ``z`` ``[d]``, ``sigma`` ``[1]`` and, wi
 
 Upload: one float32 array ``[z^k_{t+1} (d) | sigma^k_{t,1..I} (I) | F^k(z^k_{t+1}) (1)]``,
 ``4 (d + I + 1) + 128`` B (d=100, I=4: 548 B). :meth:`FedBPTModel.pack_upload` and
-:meth:`FedBPTModel.unpack_upload` are its only writer and reader.
+:meth:`FedBPTModel.unpack_upload` are its only writer and reader. F is the fitness of
+``fedbpt.fitness``: the loss on the unperturbed shots (``perturbed``, the paper), or
+loss(shots) / loss(perturbed shots) (``ratio``, the authors' code).
+
+Two server steps (``fedbpt.server-step``), one set of arrays: ``paper`` (Algorithm 2,
+:func:`fedtext.cmaes.server_step`) and ``reference``, the authors' public code
+(:class:`fedtext.cmaes.ReferenceServerES`). Where the code departs from the paper
+(NVIDIA/NVFlare ``research/fed-bpt``, ``src/global_es.py`` and ``src/fedbpt_train.py``,
+cma==3.4.0):
+
+===============================  ==========================================  =============================================
+                                 paper (§4, Alg. 1-2)                        reference code
+===============================  ==========================================  =============================================
+server mean                      mean of the best floor(|S|/2), eq. (5)      all m clients, pycma weights of ``CMA_mu=m``
+sigma'                           2 sqrt(sum_best sum_j s^2 / (|S| lambda))   sqrt(sum_all sum_j s^2 / (m mu_l))
+sigma sent to clients            the server's new sigma                      (sigma_after / sigma') * previous sent sigma
+local recombination              mu_l = lambda/2, equal weights              pycma default (log weights, active CMA)
+fitness (perturbation on)        loss on perturbed inputs                    loss(shots) / loss(perturbed shots)
+perturbation                     new masks every local iteration, r_p=0.9    one perturbed copy per round, 50% replaced
+local seed                       --                                          the same seed every round
+===============================  ==========================================  =============================================
+
+``server-step=reference`` takes the first four rows (the server's and the local
+recombination, so that mu_l in sigma' is what the clients ran); ``fitness=ratio`` the
+fifth; the last two stay ours (fresh masks every iteration with ``keep-rate``, a new
+seed per client and round), set ``fedbpt.keep-rate=0.5`` for the reference's rate.
 """
 
 from __future__ import annotations
@@ -16,13 +41,15 @@ from typing import ClassVar, NamedTuple
 
 import numpy as np
 
-from fedtext.cmaes import SIGMA_UPDATES, CMAState
+from fedtext.cmaes import REFERENCE_CLAMPS, SIGMA_UPDATES, CMAState
 from fedtext.comm import ArraySpec
-from fedtext.config import check_choice, check_range
+from fedtext.config import ConfigError, check_choice, check_range
 from fedtext.methods.subspace import SubspaceConfig
 from fedtext.model import SubspaceModel
 
 DOWNLOADS = ("full", "compact")
+SERVER_STEPS = ("paper", "reference")
+FITNESSES = ("perturbed", "ratio")
 UPLOAD = "z|sigmas|loss"
 
 
@@ -31,7 +58,7 @@ class FedBPTUpload(NamedTuple):
 
     z: np.ndarray  # [d] float64
     sigmas: np.ndarray  # [I] sigma^k_{t,1..I}
-    loss: float  # F^k(z^k_{t+1}) on its unperturbed shots
+    loss: float  # F^k(z^k_{t+1}): loss on the unperturbed shots, or the ratio (fitness=ratio)
 
 
 class FedBPTModel(SubspaceModel):
@@ -47,17 +74,18 @@ class FedBPTModel(SubspaceModel):
     def upload_specs(self) -> list[ArraySpec]:
         return [ArraySpec(UPLOAD, (self.d + self.mcfg.local_steps + 1,), "float32")]
 
-    def download_arrays(self, state: CMAState) -> list[np.ndarray]:
-        """What Algorithm 1 sends of a global CMA-ES state: (z_t, sigma_t, C_t), or
+    def download_arrays(self, mean: np.ndarray, sigma: float, C: np.ndarray) -> list[np.ndarray]:
+        """What Algorithm 1 sends of a global search distribution: (z_t, sigma_t, C_t), or
         (z_t, sigma_t) with ``fedbpt.download=compact`` (float32, in :meth:`global_specs` order)."""
-        arrays = [state.mean.astype(np.float32), np.array([state.sigma], np.float32)]
+        arrays = [mean.astype(np.float32), np.array([sigma], np.float32)]
         if self.mcfg.download == "full":
-            arrays.append(state.C.astype(np.float32))
+            arrays.append(C.astype(np.float32))
         return arrays
 
     def initial_arrays(self) -> list[np.ndarray]:
         """The download of the initial state: z_0 = 0, sigma_0, C_0 = I."""
-        return self.download_arrays(CMAState.initial(self.d, self.mcfg.sigma0))
+        s = CMAState.initial(self.d, self.mcfg.sigma0)
+        return self.download_arrays(s.mean, s.sigma, s.C)
 
     def pack_upload(self, z: np.ndarray, sigmas: list[float], loss: float) -> np.ndarray:
         """The client's one upload array."""
@@ -77,7 +105,7 @@ class FedBPTModel(SubspaceModel):
 
 @dataclass(frozen=True)
 class FedBPTConfig(SubspaceConfig):
-    """``fedbpt.*``: local CMA-ES, input perturbation, download and sigma update."""
+    """``fedbpt.*``: local CMA-ES, input perturbation, download, server step and fitness."""
 
     name: ClassVar[str] = "fedbpt"
     model_class: ClassVar[type] = FedBPTModel
@@ -85,9 +113,23 @@ class FedBPTConfig(SubspaceConfig):
     keep_rate: float = 0.9  # r_p
     download: str = "full"  # full | compact
     sigma_update: str = "damped"  # damped (c_s/d_s, CMA-ES tutorial) | printed (Alg. 2 line 5 as printed)
+    server_step: str = "paper"  # paper (Alg. 2) | reference (the authors' global_es.py)
+    fitness: str = "perturbed"  # perturbed (loss on perturbed shots) | ratio (loss / perturbed loss)
+    reference_clamp: str = "as-run"  # as-run (no clamp) | as-logged (sigma_local in [0.5, previous])
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_range(self.key("keep_rate"), self.keep_rate, 0, 1, low_open=True)
         check_choice(self.key("download"), self.download, DOWNLOADS)
         check_choice(self.key("sigma_update"), self.sigma_update, SIGMA_UPDATES)
+        check_choice(self.key("server_step"), self.server_step, SERVER_STEPS)
+        check_choice(self.key("fitness"), self.fitness, FITNESSES)
+        check_choice(self.key("reference_clamp"), self.reference_clamp, REFERENCE_CLAMPS)
+        if self.fitness == "ratio" and self.keep_rate >= 1:
+            raise ConfigError(f"{self.key('fitness')}='ratio' needs perturbed inputs: set {self.key('keep_rate')} < 1 "
+                              "(with keep-rate=1 every ratio is 1)")
+        if self.server_step == "reference" and self.sigma_update != "damped":
+            raise ConfigError(f"{self.key('sigma_update')} applies to {self.key('server_step')}='paper' only "
+                              "(the reference step uses pycma's own step-size update)")
+        if self.server_step == "paper" and self.reference_clamp != "as-run":
+            raise ConfigError(f"{self.key('reference_clamp')} applies to {self.key('server_step')}='reference' only")
