@@ -465,6 +465,7 @@ def test_reference_options_are_validated(overrides, message):
         make_config("fedbpt", **overrides)
 
 
+@pytest.mark.slow
 def test_reference_and_ratio_run_two_rounds_through_flower(tmp_path):
     """Smoke: reference step + ratio fitness, 3 clients, 2 rounds, real simulation engine."""
     import json
