@@ -26,9 +26,11 @@ path-length deviation); ``printed`` runs the line as printed.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import cma
 import numpy as np
 
 
@@ -220,8 +222,6 @@ class ReferenceServerES:
     """
 
     def __init__(self, d: int, sigma0: float, m: int, seed: int, clamp: str = "as-run") -> None:
-        import cma
-
         if seed <= 0:
             raise ValueError("pycma seeds must be > 0 (0 means 'seed from the clock')")
         if clamp not in REFERENCE_CLAMPS:
@@ -247,10 +247,6 @@ class ReferenceServerES:
         """One server step; returns pycma's sigma after ``tell`` (None: not told)."""
         if len(solutions) < self.m:
             return None
-        import warnings
-
-        import cma
-
         self.es.sigma = float(sigma_prime)
         with warnings.catch_warnings():  # the uploads are "injected" solutions by design
             warnings.simplefilter("ignore", cma.evolution_strategy.InjectionWarning)
