@@ -21,7 +21,8 @@ that the comparison isolates what federated training produced.
 
 ``fit``/``evaluate`` wrap those with the telemetry every run records: model queries
 (sequences pushed through the backbone), the peak resident memory of the client's
-process, and wall time. Everything the server controls reaches the client through
+process, and compute seconds (``fit_time_s``, ``eval_time_s``; the node wrapper of
+``fedtext.client_app`` adds build time and start/end stamps). Everything the server controls reaches the client through
 the fit/evaluate ``config`` dict or the run-config; clients never import strategies.
 """
 
@@ -170,16 +171,16 @@ class FedTextClient(NumPyClient):
         }
 
     def evaluate(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[float, int, dict[str, Scalar]]:
-        q0 = self.backbone.queries
+        t0, q0 = time.time(), self.backbone.queries
         if not self.test_batches:
-            return 0.0, 0, {"partition_id": self.partition_id, "accuracy": 0.0, "queries": 0}
+            return 0.0, 0, {"partition_id": self.partition_id, "accuracy": 0.0, "queries": 0, "eval_time_s": 0.0}
         arrays = self.global_arrays(parameters, config)
         loss, acc = self.model.evaluate(arrays, self.test_batches)
         metrics: dict[str, Scalar] = {"partition_id": self.partition_id, "accuracy": acc}
         if int(config.get("final", 0)) and self.cfg.post_tune_steps > 0 and len(self.train_batch):
             tuned = self.post_tune(self.model.prompt(arrays))
             loss, metrics["post_accuracy"] = self.backbone.evaluate(tuned, self.test_batches)
-        metrics.update(queries=self.backbone.queries - q0, peak_rss_mb=peak_rss_mb())
+        metrics.update(queries=self.backbone.queries - q0, peak_rss_mb=peak_rss_mb(), eval_time_s=time.time() - t0)
         return loss, len(self.data.test), metrics
 
 

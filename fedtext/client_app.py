@@ -1,42 +1,108 @@
-"""ClientApp: client_fn -> METHODS[method].client(...).to_client().
+"""ClientApp: client_fn -> a :class:`Node` that builds ``METHODS[method].client`` on demand.
 
 The node's ``partition-id`` and ``num-partitions`` come from Flower's node config:
 the simulation engine injects them; on a real device pass them with
 ``flower-supernode --node-config "partition-id=0 num-partitions=10"``.
+
+Flower builds a fresh client object for every message. The server asks every client
+once who it is (``get_properties``, for seeded sampling); :class:`Node` answers that
+from the node config without loading the backbone, the data partition or the shots,
+so a federation of 1,000 clients of which 10 train per round only ever builds the
+clients that are sampled (``simulations/bench.py`` measures it). Fit and evaluate
+build the method's client, and report when they started and ended (``busy_start``,
+``busy_end``, epoch seconds) and how long building took (``load_s``), from which the
+server's round record separates client compute from Flower/Ray overhead. The first
+message a process answers also carries when this module's imports ran
+(``startup_start``, ``startup_end``): a new Ray actor spends ~4 s on 2 cores importing
+torch and transformers, which is start-up, not per-round overhead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from flwr.app import RecordDict
-from flwr.client import Client, ClientApp
-from flwr.common import Context
+# A new process's start-up begins here (flwr is already imported by the time Flower loads
+# this module); the imports below pull in torch and transformers.
+_IMPORT_START = time.time()
 
+from flwr.app import RecordDict
+from flwr.client import Client, ClientApp, NumPyClient
+from flwr.common import Context, NDArrays, Scalar
+
+from fedtext.client import FedTextClient
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import client_data
 from fedtext.registry import METHODS
 from fedtext.tasks import resolve_task
 
+_STARTUP = {"startup_start": _IMPORT_START, "startup_end": time.time()}  # reported once per process
 
-def make_client(
-    run_config: Mapping[str, Any], node_config: Mapping[str, Any], state: RecordDict | None = None
-) -> Client:
-    """Build this node's client from the run-config, its node config and its state
-    (``context.state``, which persists on the node between rounds)."""
-    cfg = RunConfig.from_run_config(run_config, METHODS)
+
+def node_partition(node_config: Mapping[str, Any]) -> tuple[int, int]:
+    """(partition id, number of partitions) from the node config, or one clear error."""
     try:
-        partition_id = int(node_config["partition-id"])
-        num_partitions = int(node_config["num-partitions"])
+        return int(node_config["partition-id"]), int(node_config["num-partitions"])
     except KeyError as exc:
         raise ConfigError(
             f"node config lacks {exc}; start the SuperNode with "
             '--node-config "partition-id=<i> num-partitions=<n>"'
         ) from None
-    task = resolve_task(cfg.task, cfg.dataset)
-    data = client_data(cfg, partition_id, num_partitions)
-    return METHODS[cfg.method].client(cfg, task, data, state=state).to_client()
+
+
+class Node(NumPyClient):
+    """One SuperNode's answer to one message; the method's client is built only for
+    fit and evaluate.
+
+    ``get_properties`` returns the partition id from the node config, and the
+    client's domain only when the server asks for it (``{"domain": 1}``: a holdout by
+    domain name), which is the one case that needs the data.
+    """
+
+    def __init__(self, cfg: RunConfig, partition_id: int, num_partitions: int, state: RecordDict | None) -> None:
+        self.cfg = cfg
+        self.partition_id = partition_id
+        self.num_partitions = num_partitions
+        self.state = state
+
+    def build(self) -> FedTextClient:
+        """The method's client for this node (data partition, shots, backbone)."""
+        task = resolve_task(self.cfg.task, self.cfg.dataset)
+        data = client_data(self.cfg, self.partition_id, self.num_partitions)
+        return METHODS[self.cfg.method].client(self.cfg, task, data, state=self.state)
+
+    def get_properties(self, config: dict[str, Scalar]) -> dict[str, Scalar]:
+        if int(config.get("domain", 0)):
+            return self.build().get_properties(config)
+        return {"partition_id": self.partition_id}
+
+    def fit(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, dict[str, Scalar]]:
+        return self._timed(lambda c: c.fit(parameters, config))
+
+    def evaluate(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[float, int, dict[str, Scalar]]:
+        return self._timed(lambda c: c.evaluate(parameters, config))
+
+    def _timed(self, call: Callable[[FedTextClient], tuple[Any, int, dict[str, Scalar]]]):
+        start = time.time()
+        client = self.build()
+        built = time.time()
+        out, n, metrics = call(client)
+        startup = _STARTUP.copy()
+        _STARTUP.clear()  # the first message of this process carries it, no other
+        return out, n, {**metrics, **startup, "load_s": built - start, "busy_start": start, "busy_end": time.time()}
+
+
+def make_client(
+    run_config: Mapping[str, Any], node_config: Mapping[str, Any], state: RecordDict | None = None
+) -> Client:
+    """This node's client from the run-config, its node config and its state
+    (``context.state``, which persists on the node between rounds)."""
+    cfg = RunConfig.from_run_config(run_config, METHODS)
+    partition_id, num_partitions = node_partition(node_config)
+    if not 0 <= partition_id < num_partitions:
+        raise ConfigError(f"partition-id {partition_id} outside 0..{num_partitions - 1}")
+    return Node(cfg, partition_id, num_partitions, state).to_client()
 
 
 def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:

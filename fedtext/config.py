@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 PARTITIONS = ("iid", "dirichlet", "domain")
+CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every client once, or from results
 HEADS = ("similarity", "tied", "mlm", "linear")
 PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
@@ -125,6 +126,8 @@ class RunConfig:
     method: str = "bbt-fed"
     num_server_rounds: int = 3
     clients_per_round: int = 0
+    clients_per_eval: int = -1
+    client_ids: str = "ask"
     dataset: str = "demo"
     task: str = "auto"
     partition: str = "iid"
@@ -146,6 +149,8 @@ class RunConfig:
     post_tune_popsize: int = 10
     post_tune_dim: int = 100
     holdout: str = ""
+    # scale and memory (every method)
+    max_client_memory_mb: int = 0
     method_config: MethodConfig | None = None
 
     # ------------------------------------------------------------------ parsing
@@ -212,11 +217,17 @@ class RunConfig:
             check_range(key, getattr(self, key.replace("-", "_")), 1)
         for key in ("clients-per-round", "shots-per-class", "client-test-size", "eval-size", "post-tune-steps"):
             check_range(key, getattr(self, key.replace("-", "_")), 0)
+        check_range("clients-per-eval", self.clients_per_eval, -1)
+        check_range("max-client-memory-mb", self.max_client_memory_mb, 0)
         check_range("alpha", self.alpha, 0, low_open=True)
         check_range("post-tune-sigma", self.post_tune_sigma, 0, low_open=True)
         if self.post_tune_popsize < 2:
             raise ConfigError(f"post-tune-popsize must be >= 2 (CMA-ES needs a population), got {self.post_tune_popsize}")
         check_choice("partition", self.partition, PARTITIONS)
+        check_choice("client-ids", self.client_ids, CLIENT_IDS)
+        if self.client_ids == "lazy" and self.holdout_set:
+            raise ConfigError("holdout needs client-ids=ask (the server must know who each client is before "
+                              "sampling participants)")
         check_choice("head", self.head, ("auto", *HEADS))
         mc = self.method_config
         if mc is not None and self.head != "auto" and self.head not in mc.heads:
@@ -246,6 +257,12 @@ class RunConfig:
                 f"clients-per-round={self.clients_per_round} exceeds the {num_clients} "
                 "connected clients (set num-supernodes or lower clients-per-round)"
             )
+
+    @property
+    def eval_sample_size(self) -> int:
+        """Clients that evaluate per eval round: ``clients-per-eval``, where -1 means
+        ``clients-per-round`` and 0 means every connected client."""
+        return self.clients_per_round if self.clients_per_eval == -1 else self.clients_per_eval
 
     @property
     def holdout_set(self) -> frozenset[str]:

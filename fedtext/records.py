@@ -45,6 +45,16 @@ ROUND_FIELDS = (
     "client_peak_rss_mb",  # max over clients of the peak resident memory of their process
     "train_loss",  # mean of the clients' reported local training losses
     "method_metrics",  # scalars a method reports from aggregation (e.g. FedBPT's sigma')
+    "clients_evaluated",  # clients sent the global model for local testing (clients-per-eval)
+    "client_fit_s",  # sum over clients of local training seconds (fit_time_s)
+    "client_fit_s_max",  # the slowest client's training seconds
+    "client_eval_s",  # sum over clients of local test seconds (eval_time_s)
+    "client_load_s",  # sum over clients of seconds building the client (backbone load on a new actor, data, shots)
+    "server_eval_s",  # the server's evaluation of the global model
+    "busy_s",  # time some client or the server evaluation was computing (union of their intervals)
+    "startup_s",  # time new client processes spent importing torch/transformers/fedtext (first message per Ray actor)
+    "overhead_s",  # round_time_s - (busy or start-up): Flower/Ray messaging, scheduling, serialization, aggregation
+    "server_rss_mb",  # resident memory of the server process (ServerApp + strategy) as the round ends
     "round_time_s",
     "wall_time_s",  # since the strategy started
 )
@@ -81,15 +91,42 @@ class RoundRecord:
     client_rss_mb: list[float] = field(default_factory=list)
     train_loss: float | None = None
     method_metrics: dict[str, float] = field(default_factory=dict)
+    clients_evaluated: int = 0
+    fit_s: list[float] = field(default_factory=list)
+    eval_s: list[float] = field(default_factory=list)
+    load_s: list[float] = field(default_factory=list)
+    server_eval_s: float | None = None
+    intervals: list[tuple[float, float]] = field(default_factory=list)  # (start, end) epoch seconds
+    startup: list[tuple[float, float]] = field(default_factory=list)  # process imports, same clock
     written: bool = False
 
     def drop(self, client: Any, reason: str) -> None:
         """Note a client result the server did not use, and why."""
         self.dropped.append({"client": str(client), "reason": reason})
 
+    def timing(self, metrics: dict[str, Any], seconds_key: str) -> None:
+        """Note a client's compute seconds (``fit_time_s`` / ``eval_time_s``), build
+        seconds, busy interval and, on a process's first message, its start-up
+        interval (``startup_start``/``startup_end``) from its reported metrics
+        (missing keys: skipped)."""
+        target = self.fit_s if seconds_key == "fit_time_s" else self.eval_s
+        if seconds_key in metrics:
+            target.append(float(metrics[seconds_key]))
+        if "load_s" in metrics:
+            self.load_s.append(float(metrics["load_s"]))
+        if "busy_start" in metrics and "busy_end" in metrics:
+            self.intervals.append((float(metrics["busy_start"]), float(metrics["busy_end"])))
+        if "startup_start" in metrics and "startup_end" in metrics:
+            self.startup.append((float(metrics["startup_start"]), float(metrics["startup_end"])))
+
     def to_json(self, run_start: float) -> dict[str, Any]:
         """The ``rounds.jsonl`` object (keys = :data:`ROUND_FIELDS`, in that order)."""
         now = time.time()
+        round_time = now - self.started
+        # Clip to this round: a process may have started (imported) before the round did.
+        busy_iv, startup_iv = _clip(self.intervals, self.started, now), _clip(self.startup, self.started, now)
+        busy = busy_seconds(busy_iv) if self.intervals or self.server_eval_s is not None else None
+        accounted = busy_seconds(busy_iv + startup_iv)
         return {
             "round": self.round,
             "global_accuracy": self.global_accuracy,
@@ -111,9 +148,49 @@ class RoundRecord:
             "client_peak_rss_mb": max(self.client_rss_mb) if self.client_rss_mb else None,
             "train_loss": self.train_loss,
             "method_metrics": self.method_metrics,
-            "round_time_s": round(now - self.started, 3),
+            "clients_evaluated": self.clients_evaluated,
+            "client_fit_s": _round(sum(self.fit_s)) if self.fit_s else None,
+            "client_fit_s_max": _round(max(self.fit_s)) if self.fit_s else None,
+            "client_eval_s": _round(sum(self.eval_s)) if self.eval_s else None,
+            "client_load_s": _round(sum(self.load_s)) if self.load_s else None,
+            "server_eval_s": _round(self.server_eval_s),
+            "busy_s": _round(busy),
+            "startup_s": _round(busy_seconds(startup_iv)) if startup_iv else None,
+            "overhead_s": None if busy is None else _round(max(0.0, round_time - accounted)),
+            "server_rss_mb": round(current_rss_mb(), 1),
+            "round_time_s": round(round_time, 3),
             "wall_time_s": round(now - run_start, 3),
         }
+
+
+def _clip(intervals: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:
+    """``intervals`` cut to ``[lo, hi]`` (a process may have started before the round did)."""
+    return [(max(a, lo), min(b, hi)) for a, b in intervals if b > lo and a < hi]
+
+
+def busy_seconds(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of ``(start, end)`` intervals: the time at least one of them
+    was running. ``[(0, 2), (1, 3), (5, 6)]`` -> 3 + 1 = 4.0."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def current_rss_mb() -> float:
+    """Resident memory of this process now, in MiB (``/proc/self/statm``; 0 elsewhere)."""
+    try:
+        with open("/proc/self/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 3)
 
 
 def machine() -> dict[str, Any]:
@@ -149,7 +226,7 @@ class RunRecorder:
         self.config = config
         _write_json(self.dir / "config.json", {
             "run_id": self.run_id, "config": config, "machine": machine(),
-            "started": _dt.datetime.now().isoformat(timespec="seconds"),
+            "started": _dt.datetime.now().isoformat(timespec="seconds"), "started_epoch": self.start,
         })
         log.info("fedtext: run records -> %s", self.dir)
 

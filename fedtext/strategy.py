@@ -17,9 +17,15 @@ dtype, finite, range) and ``model.check_upload``, and dropped with a logged reas
 when it fails; the round goes on with the rest.
 
 Client sampling is seeded and reproducible: once per client the server asks for its
-properties (partition id, domain), keeps the clients that ``holdout`` does not name
-(the participants), and draws ``clients-per-round`` of them with
-``default_rng([seed, round])``. Non-participants never train; they evaluate the
+properties (partition id, domain; all new clients at once, answered from the node
+config), keeps the clients that ``holdout`` does not name (the participants), and
+draws ``clients-per-round`` of them with ``default_rng([seed, round])``. With
+``client-ids=lazy`` nobody is asked: the draw is over the connected clients in node-id
+order, and partition ids reach the records with the results. That saves one message per
+client, which matters in Flower 1.41's simulation engine, whose in-memory state scans
+every node for every pending message (10,000 clients: see README "Performance and
+scale"); the price is that simulated node ids are random, so the same seed trains
+other partitions in another run. Non-participants never train; they evaluate the
 global model (and post-tune it on the last round) like everyone else, which gives
 the P/NP accuracies of FedDLS §5.1.
 
@@ -34,6 +40,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,7 +61,8 @@ from fedtext.tasks import Task
 log = logging.getLogger("fedtext")
 
 CONNECT_TIMEOUT_S = 60  # how long round 0 waits for clients-per-round clients to connect
-PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message loads the backbone (seconds)
+PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message may start a Ray actor (seconds)
+PROPERTIES_WORKERS = 64  # get_properties messages in flight at once (Flower's fit fan-out uses threads too)
 
 
 class Evaluator:
@@ -170,24 +178,55 @@ class FedTextStrategy(FedAvg):
     def info(self, proxy: ClientProxy) -> dict[str, Any]:
         """A client's partition id, domain and participation (asked once, then cached)."""
         if proxy.cid not in self.client_info:
-            props: dict[str, Any] = {}
+            if self.cfg.client_ids == "lazy":
+                return {"partition_id": proxy.cid, "domain": None, "participant": True, "order": (1, proxy.cid)}
+            self.identify([proxy])
+        return self.client_info[proxy.cid]
+
+    def identify(self, proxies: list[ClientProxy]) -> None:
+        """Ask every client not seen before who it is, all at once, in parallel.
+
+        A fedtext node answers from its node config without building the client
+        (``fedtext.client_app.Node``), so this costs one small message per client,
+        once per run; the domain is asked for only when ``holdout`` names domains.
+        """
+        new = [p for p in proxies if p.cid not in self.client_info]
+        if not new:
+            return
+        ins = GetPropertiesIns({"domain": int(self.needs_domain)})
+
+        def ask(proxy: ClientProxy) -> dict[str, Any]:
             try:
-                props = dict(proxy.get_properties(GetPropertiesIns({}), PROPERTIES_TIMEOUT_S, None).properties)
+                return dict(proxy.get_properties(ins, PROPERTIES_TIMEOUT_S, None).properties)
             except Exception as exc:  # noqa: BLE001 - a client without properties still trains
                 log.warning("client %s did not report properties (%s); treated as a participant", proxy.cid, exc)
-            pid = props.get("partition_id", proxy.cid)
-            domain = props.get("domain") or None
-            self.client_info[proxy.cid] = {
-                "partition_id": str(pid),
-                "domain": domain,
-                "participant": self.cfg.is_participant(pid, domain),
-                "order": (0, int(pid)) if isinstance(pid, int) else (1, str(pid)),
-            }
-        return self.client_info[proxy.cid]
+                return {}
+
+        with ThreadPoolExecutor(max_workers=min(PROPERTIES_WORKERS, len(new))) as pool:
+            answers = list(pool.map(ask, new))
+        for proxy, props in zip(new, answers, strict=True):
+            self.learn(proxy, props.get("partition_id", proxy.cid), props.get("domain") or None)
+
+    def learn(self, proxy: ClientProxy, pid: Any, domain: str | None = None) -> None:
+        """Cache who ``proxy`` is, from its properties."""
+        self.client_info[proxy.cid] = {
+            "partition_id": str(pid),
+            "domain": domain,
+            "participant": self.cfg.is_participant(pid, domain),
+            "order": (0, int(pid)) if isinstance(pid, int) else (1, str(pid)),
+        }
+
+    @property
+    def needs_domain(self) -> bool:
+        """Whether ``holdout`` names a domain (then clients report theirs)."""
+        return any(not x.isdigit() for x in self.cfg.holdout_set)
 
     def clients(self, client_manager: ClientManager, participants_only: bool) -> list[ClientProxy]:
         """Connected clients (or only the participants) in partition-id order."""
-        found = [p for p in client_manager.all().values() if not participants_only or self.info(p)["participant"]]
+        connected = list(client_manager.all().values())
+        if self.cfg.client_ids == "ask":
+            self.identify(connected)
+        found = [p for p in connected if not participants_only or self.info(p)["participant"]]
         return sorted(found, key=lambda p: self.info(p)["order"])
 
     def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
@@ -205,6 +244,31 @@ class FedTextStrategy(FedAvg):
         rng = np.random.default_rng([self.cfg.seed, server_round, 0x5A3])
         picked = np.sort(rng.choice(len(participants), size=n, replace=False))
         return [participants[i] for i in picked]
+
+    def sample_eval_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
+        """The clients that test the global model this round: ``clients-per-eval`` of the
+        connected clients (``RunConfig.eval_sample_size``; 0 = all), drawn with
+        ``default_rng([seed, round, 0xE7A1])``.
+
+        Participants and non-participants are drawn separately, in proportion to their
+        numbers and at least one of each group that exists, so that the P and NP
+        accuracies of the record stay defined (20 clients, 5 held out, 8 per eval:
+        round(8 * 15/20) = 6 participants + 2 non-participants).
+        """
+        everyone = self.clients(client_manager, participants_only=False)
+        n = self.cfg.eval_sample_size
+        if not n or n >= len(everyone):
+            return everyone
+        part = [p for p in everyone if self.info(p)["participant"]]
+        rest = [p for p in everyone if not self.info(p)["participant"]]
+        n_p = min(len(part), max(1 if part else 0, round(n * len(part) / len(everyone))))
+        n_np = min(len(rest), n - n_p)
+        if rest and n_np == 0:  # keep one non-participant
+            n_p, n_np = n_p - 1, 1
+        rng = np.random.default_rng([self.cfg.seed, server_round, 0xE7A1])
+        picked = [part[i] for i in rng.choice(len(part), size=n_p, replace=False)] + [
+            rest[i] for i in rng.choice(len(rest), size=n_np, replace=False)]
+        return sorted(picked, key=lambda p: self.info(p)["order"])
 
     # ---------------------------------------------------------- Flower hooks
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
@@ -245,6 +309,8 @@ class FedTextStrategy(FedAvg):
         r.bytes_up, r.bytes_up_per_client, r.num_clients = sum(up), _mean(up), len(uploads)
         r.fit_queries = sum(int(res.metrics.get("queries", 0)) for _, res in results)
         r.client_rss_mb += [float(res.metrics.get("peak_rss_mb", 0)) for _, res in results]
+        for _, res in results:
+            r.timing(res.metrics, "fit_time_s")
         r.train_loss = _mean([float(u.metrics["train_loss"]) for u in uploads if "train_loss" in u.metrics])
         if not uploads:
             log.warning("round %d: no valid client result; global model unchanged", server_round)
@@ -295,26 +361,31 @@ class FedTextStrategy(FedAvg):
             if server_round == 0:
                 self.write_round()
             return None
+        t0 = time.time()
         loss, acc, queries = self.evaluator(self.model, self.global_arrays)
         r = self.record
         r.global_loss, r.global_accuracy, r.server_queries = loss, acc, queries
+        r.server_eval_s = time.time() - t0
+        r.intervals.append((t0, t0 + r.server_eval_s))
         if server_round == 0:
             self.write_round()
         return loss, {"accuracy": acc}
 
     def configure_evaluate(self, server_round: int, parameters: Parameters, client_manager: ClientManager):
-        """On eval rounds every client (participant or not) tests the global model on its
-        local test split; on the last round it first post-tunes it (``post-tune-steps``)."""
+        """On eval rounds the sampled clients (:meth:`sample_eval_clients`, participants or
+        not) test the global model on their local test split; on the last round they
+        first post-tune it (``post-tune-steps``)."""
         if not self._is_eval_round(server_round) or self.cfg.client_test_size == 0:
             self.write_round()
             return []
         final = int(server_round == self.cfg.num_server_rounds)
         instructions = []
-        for proxy in self.clients(client_manager, participants_only=False):
+        for proxy in self.sample_eval_clients(server_round, client_manager):
             arrays, extra = self.download(server_round, proxy, "evaluate")
             config = {"server_round": server_round, "final": final, **extra}
             instructions.append((proxy, EvaluateIns(comm.encode(arrays), config)))
         self.record.eval_bytes_down = sum(comm.payload_bytes(ins.parameters) for _, ins in instructions)
+        self.record.clients_evaluated = len(instructions)
         return instructions
 
     def aggregate_evaluate(
@@ -340,6 +411,8 @@ class FedTextStrategy(FedAvg):
         rec.client_accuracy_std = float(np.std(list(accs.values()))) if accs else None
         rec.eval_queries = sum(int(r.metrics.get("queries", 0)) for _, r in results)
         rec.client_rss_mb += [float(r.metrics.get("peak_rss_mb", 0)) for _, r in results]
+        for _, res in results:
+            rec.timing(res.metrics, "eval_time_s")
         self.write_round()
         if not results:
             return None, {}

@@ -115,10 +115,12 @@ def plan(exp: dict[str, Any], seeds: list[int] | None) -> list[dict[str, Any]]:
     return runs
 
 
-def run_one(overrides: dict[str, Any], num_supernodes: int, log_path: Path) -> int:
-    """One simulation in a fresh process (Ray is started and stopped per run)."""
+def run_one(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "") -> int:
+    """One simulation in a fresh process (a private Ray per run, or the cluster at ``ray_address``)."""
     pairs = " ".join(f"{k}={_quote(v)}" for k, v in overrides.items())
     cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(num_supernodes), "--run-config", pairs]
+    if ray_address:
+        cmd += ["--ray-address", ray_address]
     with open(log_path, "w") as log:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines as they happen
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -141,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", nargs="+", help="override the experiment's methods")
     ap.add_argument("--out", type=Path, help="output folder (default simulations/results/<experiment name>)")
     ap.add_argument("--table-only", action="store_true", help="rebuild the table from existing records")
+    ap.add_argument("--ray-address", default="", help="run on this running Ray cluster (see README, Performance and scale)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
@@ -169,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({n} clients)", flush=True)
             t0 = time.time()
             suffix = f"-{ov['holdout']}" if ov.get("holdout") else ""
-            rc = run_one(ov, n, out / f"{label}-s{ov['seed']}{suffix}.log")
+            rc = run_one(ov, n, out / f"{label}-s{ov['seed']}{suffix}.log", args.ray_address)
             failed += rc != 0
             print(f"    done in {time.time() - t0:.0f} s (exit {rc})", flush=True)
     table = compare_table(load_runs(runs_dir))

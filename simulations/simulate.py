@@ -41,7 +41,17 @@ def _typed(value: str) -> Any:
     return value
 
 
-def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float = 2.0) -> None:
+def backend_config(cpus_per_client: float = 2.0, ray_address: str = "") -> dict[str, Any]:
+    """Flower's Ray backend config: a private Ray instance on this machine's CPUs, or,
+    with ``ray_address`` (``"127.0.0.1:6379"``, ``"auto"``), the running Ray cluster
+    there (its resources are the cluster's: ``num_cpus`` cannot be set when attaching)."""
+    init: dict[str, Any] = {"include_dashboard": False}
+    init.update({"address": ray_address} if ray_address else {"num_cpus": os.cpu_count() or 2})
+    return {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}, "init_args": init}
+
+
+def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float = 2.0,
+             ray_address: str = "") -> None:
     """Validate ``overrides`` and run them through Flower's simulation engine."""
     from flwr.simulation import run_simulation
 
@@ -55,10 +65,7 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
         server_app=make_server_app(overrides),
         client_app=make_client_app(overrides),
         num_supernodes=num_supernodes,
-        backend_config={
-            "client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0},
-            "init_args": {"num_cpus": os.cpu_count() or 2, "include_dashboard": False},
-        },
+        backend_config=backend_config(cpus_per_client, ray_address),
     )
 
 
@@ -67,10 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-supernodes", type=int, default=4, help="simulated clients (default 4)")
     ap.add_argument("--run-config", default="", help="space-separated key=value overrides of pyproject's run-config")
     ap.add_argument("--cpus-per-client", type=float, default=2.0, help="Ray CPUs per client actor (default 2)")
+    ap.add_argument("--ray-address", default="", help="attach to a running Ray cluster (head's host:port, or "
+                    "'auto'); default: start a private Ray instance on this machine")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
-        simulate(parse_pairs(args.run_config), args.num_supernodes, args.cpus_per_client)
+        simulate(parse_pairs(args.run_config), args.num_supernodes, args.cpus_per_client, args.ray_address)
     except ConfigError as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -25,15 +25,23 @@ OVERRIDES = {
 
 
 def faulty(client, partition_id: int):
-    """Wrap a client's train so that it returns a broken upload."""
-    honest = client.numpy_client.train
+    """Wrap the method client a node builds so that its train returns a broken upload."""
+    node = client.numpy_client
+    honest_build = node.build
 
-    def train(arrays, config):
-        (up,), n, loss = honest(arrays, config)
-        bad = np.full_like(up, np.nan) if partition_id == 0 else up[:-3]
-        return [bad], n, loss
+    def build():
+        method_client = honest_build()
+        honest = method_client.train
 
-    client.numpy_client.train = train
+        def train(arrays, config):
+            (up,), n, loss = honest(arrays, config)
+            bad = np.full_like(up, np.nan) if partition_id == 0 else up[:-3]
+            return [bad], n, loss
+
+        method_client.train = train
+        return method_client
+
+    node.build = build
     return client
 
 

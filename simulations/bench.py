@@ -1,0 +1,240 @@
+"""How close fedtext runs to this machine's compute limit: one command, one table.
+
+    python -m simulations.bench                    # everything (about 10 minutes on 2 cores)
+    python -m simulations.bench --skip-simulation  # without the two Flower/Ray runs
+
+Prints markdown tables headed by the machine and date:
+
+1. **Hardware and backbone.** fp32 GEMM GFLOP/s (2048 x 2048 matmuls); the encoder's FLOPs
+   per token, 2 x non-embedding parameters + 4 x layers x L x D for attention (Kaplan et
+   al. 2020's count; MiniLM: 2 x 10.8 M + 4 x 6 x 40 x 384 = 22.0 MFLOP at L = 40), and
+   the GEMM-derived peak = GEMM FLOP/s / FLOPs per token. Useful (non-pad) tokens/s of a
+   plain forward over SST-2 dev sentences (batch 32, length-sorted dynamic padding) and of
+   batched prompt scoring (P = 20 prompts x B = 32 texts, T = 8 prompt vectors, which
+   count as useful tokens), each as a share of that peak; scoring again at 2k-32k tokens
+   per encoder call (the chunk a memory budget picks).
+2. **Clients.** Per method, in a fresh process each (so that peak RSS is the client's
+   own): seconds of one local round (``fit`` at the method's defaults on SST-2, 8 shots
+   per class, after one warm-up round); resident memory as the round starts and its peak
+   during the round (the kernel's high-water mark reset before it, so that loading the
+   model and data does not hide it); the process's peak. The gradient-free methods again
+   with ``max-client-memory-mb`` set to fedprompt's in-round peak
+   (:meth:`fedtext.backbone.Backbone.chunk_tokens`), and the throughput they lose.
+3. **Flower + Ray.** A 10-client bbt-fed simulation (5 per round, 2 rounds) per
+   setting of torch threads x Ray actors tried; per round, its wall time against the time
+   some client or the server evaluation was computing (the run record's ``busy_s``) and
+   the time new Ray actors spent importing torch (``startup_s``, round 1): the rest is
+   Flower/Ray overhead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import torch
+
+SST2 = "../shared/data/sst2"
+METHODS_BENCHED = ("fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg")
+GRADIENT_FREE = ("bbt-fed", "fedbpt", "feddls")
+CHUNK_SWEEP = (2048, 4096, 8192, 16384, 32768)
+
+
+# ------------------------------------------------------------------ 1. hardware
+def gemm_gflops(sizes: tuple[int, ...] = (1024, 2048), repeats: int = 10) -> float:
+    """Best fp32 matmul rate over ``repeats`` n x n x n products per size (2 n^3 FLOPs
+    each). The best, not the mean: the peak is what the hardware can do, and a shared
+    machine only ever makes single measurements slower."""
+    best = 0.0
+    for n in sizes:
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        a @ b  # warm-up
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            a @ b
+            best = max(best, 2 * n**3 / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def flops_per_token(encoder: torch.nn.Module, seq_len: float) -> float:
+    """2 x non-embedding parameters + 4 x layers x L x D (QK^T and AV)."""
+    c = encoder.config
+    emb = sum(p.numel() for n, p in encoder.named_parameters() if "embeddings" in n)
+    params = sum(p.numel() for p in encoder.parameters()) - emb
+    return 2.0 * params + 4.0 * c.num_hidden_layers * seq_len * c.hidden_size
+
+
+def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8) -> dict[str, float]:
+    """Useful tokens/s of a plain forward and of batched scoring on SST-2 dev texts."""
+    import fedtext.backbone as fb
+    from fedtext.backbone import get_backbone
+    from fedtext.data import load_splits
+
+    bb = get_backbone("all-MiniLM-L6-v2", "similarity", "sst2", 128)
+    texts = list(load_splits(SST2).test["text"][:n_texts])
+    batches = bb.batches(texts, [0] * len(texts), batch_size=32)
+    useful = sum(int(x.attention_mask.sum()) for x in batches)
+
+    def plain() -> None:
+        with torch.inference_mode():
+            for x in batches:
+                bb.encoder(input_ids=x.input_ids, attention_mask=x.attention_mask)
+
+    def best_seconds(fn, repeats: int = 3) -> float:  # best of a few, as for the GEMM
+        fn()  # warm-up
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    plain_rate = useful / best_seconds(plain)
+    batch = bb.encode(texts[:b], [0] * b)
+    prompts = np.stack([bb.initial_prompt(t, s) for s in range(p)])
+    score_useful = p * (int(batch.attention_mask.sum()) + b * t)
+    score_rate = score_useful / best_seconds(lambda: bb.score(prompts, batch))
+    mean_len = useful / len(texts)
+    sweep = {}
+    for tokens in CHUNK_SWEEP:  # tokens per encoder call (what max-client-memory-mb sets)
+        bb.memory_budget_mb = 0
+        fb.MAX_TOKENS_PER_CHUNK, saved = tokens, fb.MAX_TOKENS_PER_CHUNK
+        try:
+            sweep[tokens] = score_useful / best_seconds(lambda: bb.score(prompts, batch), repeats=2)
+        finally:
+            fb.MAX_TOKENS_PER_CHUNK = saved
+    return {"plain_tps": plain_rate, "score_tps": score_rate, "mean_len": mean_len, "sweep": sweep,
+            "flops_per_token": flops_per_token(bb.encoder, mean_len),
+            "flops_per_token_scored": flops_per_token(bb.encoder, mean_len + t)}
+
+
+# ------------------------------------------------------------------- 2. clients
+def rss_now_and_peak_mb() -> tuple[float, float]:
+    """(VmRSS, VmHWM) of this process in MiB, from /proc (Linux)."""
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    return tuple(int(fields[k].split()[0]) / 1024.0 for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
+
+
+def client_round(method: str, budget_mb: int) -> dict[str, float]:
+    """One warm-up and one timed local round of ``method``'s client (this process)."""
+    from fedtext.client import peak_rss_mb
+    from fedtext.data import client_data
+    from fedtext.registry import METHODS, make_config
+    from fedtext.tasks import TASKS
+
+    cfg = make_config(method, dataset=SST2, max_client_memory_mb=budget_mb)
+    task = TASKS["sst2"]
+    strategy = METHODS[method].strategy(cfg, task)
+    strategy.global_arrays = strategy.initial_arrays()
+    arrays, extra = strategy.download(1, SimpleNamespace(cid="bench"), "fit")  # what round 1 sends
+    client = METHODS[method].client(cfg, task, client_data(cfg, 0, 10))
+    client.fit(arrays, {**strategy.fit_config(1), **extra})  # warm-up (FedDLS: now holds version 0)
+    # Reset the kernel's high-water mark (Linux >= 4.0), so that the round's own peak is
+    # measured, not the process's (which loading the model and data may set).
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    start_mb, _ = rss_now_and_peak_mb()
+    t0 = time.perf_counter()
+    _, _, metrics = client.fit(arrays, {**strategy.fit_config(1), **extra})
+    fit_s = time.perf_counter() - t0
+    return {"fit_s": fit_s, "peak_rss_mb": peak_rss_mb(), "round_start_mb": start_mb,
+            "round_peak_mb": rss_now_and_peak_mb()[1], "queries": metrics["queries"]}
+
+
+def client_in_subprocess(method: str, budget_mb: int = 0) -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-m", "simulations.bench", "--client", method, "--budget", str(budget_mb)],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+# ------------------------------------------------------------ 3. Flower and Ray
+SIM_CONFIG = f"method=bbt-fed dataset={SST2} clients-per-round=5 num-server-rounds=2"
+
+
+def simulation(cpus_per_client: float, threads: int, out: Path) -> list[dict]:
+    """A 10-client bbt-fed simulation; its round records."""
+    from fedtext.records import load_run
+
+    folder = out / f"cpus{cpus_per_client:g}-threads{threads}"
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
+    subprocess.run([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "10",
+                    "--cpus-per-client", str(cpus_per_client), "--run-config", f"{SIM_CONFIG} output-dir={folder}"],
+                   capture_output=True, text=True, check=True, env=env)
+    run = next(folder.rglob("summary.json")).parent
+    return load_run(run)["rounds"]
+
+
+# ----------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--skip-simulation", action="store_true", help="leave out the Flower/Ray runs (part 3)")
+    ap.add_argument("--client", help=argparse.SUPPRESS)  # internal: one client round, prints JSON
+    ap.add_argument("--budget", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.client:
+        print(json.dumps(client_round(args.client, args.budget)))
+        return 0
+
+    print(f"# fedtext bench: {_dt.date.today()} | {platform.node()} | {os.cpu_count()} CPUs | "
+          f"{platform.processor() or platform.machine()} | torch {torch.__version__}, "
+          f"{torch.get_num_threads()} threads\n")
+    gflops = gemm_gflops()
+    r = backbone_rates()
+    gflops = max(gflops, gemm_gflops())  # again after: the better of two measurements
+    peak = gflops * 1e9 / r["flops_per_token"]
+    peak_scored = gflops * 1e9 / r["flops_per_token_scored"]
+    print("| measure | value | share of GEMM-derived peak |\n| --- | --- | --- |")
+    print(f"| fp32 GEMM (2048^3) | {gflops:,.0f} GFLOP/s | |")
+    print(f"| encoder FLOPs per token (L = {r['mean_len']:.0f}) | {r['flops_per_token'] / 1e6:.1f} M | |")
+    print(f"| GEMM-derived peak | {peak:,.0f} tokens/s | 100% |")
+    print(f"| plain forward, SST-2 dev, batch 32 | {r['plain_tps']:,.0f} useful tokens/s | {r['plain_tps'] / peak:.0%} |")
+    print(f"| batched scoring, P=20 x B=32, T=8 | {r['score_tps']:,.0f} useful tokens/s | "
+          f"{r['score_tps'] / peak_scored:.0%} |")
+    print(f"| scoring / plain forward | {r['score_tps'] / r['plain_tps']:.2f}x | |")
+    for tokens, tps in r["sweep"].items():
+        print(f"| scoring at {tokens:,} tokens per encoder call | {tps:,.0f} useful tokens/s | {tps / peak_scored:.0%} |")
+    print(flush=True)
+
+    rows = {m: client_in_subprocess(m) for m in METHODS_BENCHED}
+    budget = int(rows["fedprompt"]["round_peak_mb"])
+    for m in GRADIENT_FREE:
+        rows[f"{m}, max-client-memory-mb={budget}"] = client_in_subprocess(m, budget)
+    print("| client (SST-2, defaults, 16 shots) | seconds per local round | model queries | "
+          "RSS at round start | peak RSS in the round | process peak RSS |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for name, x in rows.items():
+        base = rows.get(name.split(",")[0]) if "," in name else None
+        loss = f" ({x['fit_s'] / base['fit_s'] - 1:+.0%} time)" if base else ""
+        print(f"| {name} | {x['fit_s']:.2f} s{loss} | {x['queries']:,} | {x['round_start_mb']:,.0f} MB | "
+              f"{x['round_peak_mb']:,.0f} MB | {x['peak_rss_mb']:,.0f} MB |")
+    print(flush=True)
+
+    if not args.skip_simulation:
+        print(f"| Ray actors x torch threads (10 clients, {SIM_CONFIG.split(' ', 2)[2]}) | round | wall | "
+              "client + server compute (busy) | actor start-up | overhead | share |\n"
+              "| --- | --- | --- | --- | --- | --- | --- |")
+        with tempfile.TemporaryDirectory() as tmp:
+            for cpus, threads in ((2.0, 2), (1.0, 1)):
+                actors = int((os.cpu_count() or 2) // cpus)
+                for rec in simulation(cpus, threads, Path(tmp)):
+                    if rec["round"] == 0:
+                        continue
+                    print(f"| {actors} x {threads} | {rec['round']} | {rec['round_time_s']:.1f} s | "
+                          f"{rec['busy_s']:.1f} s | {rec['startup_s'] or 0:.1f} s | {rec['overhead_s']:.2f} s | "
+                          f"{rec['overhead_s'] / rec['round_time_s']:.1%} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
