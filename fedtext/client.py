@@ -22,8 +22,9 @@ that the comparison isolates what federated training produced.
 ``fit``/``evaluate`` wrap those with the telemetry every run records: model queries
 (sequences pushed through the backbone), the peak resident memory of the client's
 process, and compute seconds (``fit_time_s``, ``eval_time_s``; the node wrapper of
-``fedtext.client_app`` adds build time and start/end stamps). Everything the server controls reaches the client through
-the fit/evaluate ``config`` dict or the run-config; clients never import strategies.
+``fedtext.client_app`` adds build time and start/end stamps). Everything the server
+controls reaches the client through the fit/evaluate ``config`` dict or the
+run-config; clients never import strategies.
 """
 
 from __future__ import annotations

@@ -119,15 +119,17 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8) -> 
 
 
 # ------------------------------------------------------------------- 2. clients
-def rss_now_and_peak_mb() -> tuple[float, float]:
-    """(VmRSS, VmHWM) of this process in MiB, from /proc (Linux)."""
-    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
-    return tuple(int(fields[k].split()[0]) / 1024.0 for k in ("VmRSS", "VmHWM"))  # type: ignore[return-value]
+def high_water_mb() -> float:
+    """This process's peak resident memory since the last ``clear_refs`` reset
+    (``VmHWM``, MiB; Linux)."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024.0
 
 
 def client_round(method: str, budget_mb: int) -> dict[str, float]:
     """One warm-up and one timed local round of ``method``'s client (this process)."""
     from fedtext.client import peak_rss_mb
+    from fedtext.records import current_rss_mb
     from fedtext.data import client_data
     from fedtext.registry import METHODS, make_config
     from fedtext.tasks import TASKS
@@ -143,12 +145,12 @@ def client_round(method: str, budget_mb: int) -> dict[str, float]:
     # measured, not the process's (which loading the model and data may set).
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    start_mb, _ = rss_now_and_peak_mb()
+    start_mb = current_rss_mb()
     t0 = time.perf_counter()
     _, _, metrics = client.fit(arrays, {**strategy.fit_config(1), **extra})
     fit_s = time.perf_counter() - t0
     return {"fit_s": fit_s, "peak_rss_mb": peak_rss_mb(), "round_start_mb": start_mb,
-            "round_peak_mb": rss_now_and_peak_mb()[1], "queries": metrics["queries"]}
+            "round_peak_mb": high_water_mb(), "queries": metrics["queries"]}
 
 
 def client_in_subprocess(method: str, budget_mb: int = 0) -> dict[str, float]:
