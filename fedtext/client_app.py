@@ -15,11 +15,17 @@ server's round record separates client compute from Flower/Ray overhead. The fir
 message a process answers also carries when this module's imports ran
 (``startup_start``, ``startup_end``): a new Ray actor spends ~4 s on 2 cores importing
 torch and transformers, which is start-up, not per-round overhead.
+
+``client-failure-rate`` (a testing aid for simulations) makes each fit or evaluate
+message fail with that probability, drawn from (seed, partition, round, message kind):
+half of the failures raise, the other half sleep past ``round-timeout-s`` so that the
+server gives up on them (without a round timeout every failure raises).
 """
 
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -27,6 +33,7 @@ from typing import Any
 # this module); the imports below pull in torch and transformers.
 _IMPORT_START = time.time()
 
+import numpy as np
 from flwr.app import RecordDict
 from flwr.client import Client, ClientApp, NumPyClient
 from flwr.common import Context, NDArrays, Scalar
@@ -49,6 +56,10 @@ def node_partition(node_config: Mapping[str, Any]) -> tuple[int, int]:
             f"node config lacks {exc}; start the SuperNode with "
             '--node-config "partition-id=<i> num-partitions=<n>"'
         ) from None
+
+
+class InjectedFailure(RuntimeError):
+    """A failure ``client-failure-rate`` asked for."""
 
 
 class Node(NumPyClient):
@@ -78,10 +89,26 @@ class Node(NumPyClient):
         return {"partition_id": self.partition_id}
 
     def fit(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, dict[str, Scalar]]:
+        self.maybe_fail("fit", config)
         return self._timed(lambda c: c.fit(parameters, config))
 
     def evaluate(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[float, int, dict[str, Scalar]]:
+        self.maybe_fail("evaluate", config)
         return self._timed(lambda c: c.evaluate(parameters, config))
+
+    def maybe_fail(self, kind: str, config: dict[str, Scalar]) -> None:
+        """Fail this message with probability ``client-failure-rate`` (seeded, see module doc)."""
+        rate = self.cfg.client_failure_rate
+        if not rate:
+            return
+        server_round = int(config.get("server_round", 0))
+        rng = np.random.default_rng([self.cfg.seed, self.partition_id, server_round, zlib.crc32(kind.encode()), 0xFA11])
+        if rng.random() >= rate:
+            return
+        if self.cfg.round_timeout_s and rng.random() < 0.5:
+            time.sleep(self.cfg.round_timeout_s + 2)  # the server stops waiting first
+        raise InjectedFailure(f"injected {kind} failure of client {self.partition_id} in round {server_round} "
+                              f"(client-failure-rate={rate})")
 
     def _timed(self, call: Callable[[FedTextClient], tuple[Any, int, dict[str, Scalar]]]):
         start = time.time()

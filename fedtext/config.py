@@ -151,6 +151,11 @@ class RunConfig:
     holdout: str = ""
     # scale and memory (every method)
     max_client_memory_mb: int = 0
+    # reliability (every method)
+    stale_after_s: float = 300.0
+    resume: str = ""
+    client_failure_rate: float = 0.0
+    round_timeout_s: float = 0.0
     method_config: MethodConfig | None = None
 
     # ------------------------------------------------------------------ parsing
@@ -219,6 +224,12 @@ class RunConfig:
             check_range(key, getattr(self, key.replace("-", "_")), 0)
         check_range("clients-per-eval", self.clients_per_eval, -1)
         check_range("max-client-memory-mb", self.max_client_memory_mb, 0)
+        check_range("stale-after-s", self.stale_after_s, 0)
+        check_range("round-timeout-s", self.round_timeout_s, 0)
+        if not 0 <= self.client_failure_rate < 1:
+            raise ConfigError(f"client-failure-rate must be in [0, 1), got {self.client_failure_rate}")
+        if self.resume and ("/" in self.resume or self.resume in (".", "..")):
+            raise ConfigError(f"resume takes a run id (a folder name under output-dir), got '{self.resume}'")
         check_range("alpha", self.alpha, 0, low_open=True)
         check_range("post-tune-sigma", self.post_tune_sigma, 0, low_open=True)
         if self.post_tune_popsize < 2:

@@ -32,8 +32,25 @@ from fedtext.config import ConfigError, RunConfig, looks_like_path
 
 log = logging.getLogger("fedtext")
 
+def _read_tsv(path: Path) -> pd.DataFrame:
+    """A TSV as GLUE writes it: quotes are text (``QUOTE_NONE``), except that a file
+    whose labels only parse with quoted fields (texts with tabs or newlines inside
+    quotes) is read that way."""
+    df = pd.read_csv(path, sep="\t", quoting=3, keep_default_na=False)
+    if "label" in df.columns and not _integer_like(df["label"]):
+        quoted = pd.read_csv(path, sep="\t", keep_default_na=False)
+        if "label" in quoted.columns and _integer_like(quoted["label"]):
+            log.info("fedtext: %s has quoted fields with tabs or newlines; read with quoting", path)
+            return quoted
+    return df
+
+
+def _integer_like(col: pd.Series) -> bool:
+    return bool(pd.to_numeric(col, errors="coerce").notna().all())
+
+
 _READERS = {
-    ".tsv": lambda p: pd.read_csv(p, sep="\t", quoting=3, keep_default_na=False),
+    ".tsv": _read_tsv,
     ".csv": lambda p: pd.read_csv(p, keep_default_na=False),
     ".jsonl": lambda p: pd.read_json(p, lines=True),
     ".parquet": pd.read_parquet,
@@ -136,12 +153,34 @@ def _read_split(directory: Path, names: tuple[str, ...]) -> pd.DataFrame | None:
         for ext, reader in _READERS.items():
             path = directory / f"{name}{ext}"
             if path.is_file():
-                df = reader(path)
+                df = _read_file(reader, path)
                 missing = {"text", "label"} - set(df.columns)
                 if missing:
                     raise ConfigError(f"{path}: missing column(s) {sorted(missing)}; need text, label")
+                if len(df) == 0:
+                    raise ConfigError(f"{path}: a header but no rows")
                 return df
     return None
+
+
+def _read_file(reader, path: Path) -> pd.DataFrame:
+    """``reader(path)``, with every way a data file can be unreadable as one line."""
+    try:
+        return reader(path)
+    except pd.errors.EmptyDataError:
+        raise ConfigError(f"{path}: the file is empty (need a header line: text, label)") from None
+    except UnicodeDecodeError:
+        data = path.read_bytes()
+        try:  # pandas reports offsets within a chunk: find the file offset
+            data.decode("utf-8")
+            where = ""
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            where = f" (line {line}, byte {exc.start}: {data[exc.start:exc.start + 1]!r})"
+        raise ConfigError(f"{path}: not UTF-8 text{where}; re-encode it as UTF-8") from None
+    except (pd.errors.ParserError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"{path}: cannot be parsed ({first[:200]})") from None
 
 
 def _normalise(df: pd.DataFrame, domain: str, source: str) -> pd.DataFrame:

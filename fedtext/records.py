@@ -7,7 +7,13 @@ shows up in comparisons without code changes there.
 * ``rounds.jsonl``: one JSON object per round, appended and flushed as the round ends
   (round 0 = the initial global model). Fields: see :data:`ROUND_FIELDS`.
 * ``summary.json``: written when the run ends, with ``status`` ``finished`` or
-  ``failed``; a run without it is still running (or was killed).
+  ``failed`` (and ``error``: the exception, ``terminated by SIGTERM``, ...).
+* ``heartbeat``: the epoch time the server last showed it was alive, rewritten every
+  few seconds while the run is open. A run without ``summary.json`` whose heartbeat is
+  older than its ``stale-after-s`` is ``stale`` (its server was killed with SIGKILL, or
+  the SuperLink died), not ``running`` forever: :func:`run_status`.
+* ``checkpoint.npz`` + ``checkpoint.json``: the server's state after the last finished
+  round (``fedtext.server_app``: ``resume=<run-id>`` continues from it).
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ import json
 import logging
 import os
 import platform
+import signal
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,12 +43,14 @@ ROUND_FIELDS = (
     "client_post_accuracy",  # {partition_id: accuracy after post-tuning} (last round, post-tune-steps > 0)
     "participants",  # partition ids that may train (the rest are non-participants, FedDLS §5.1)
     "num_clients",  # clients whose fit result was aggregated
-    "dropped",  # [{"client": id, "reason": "..."}]
+    "dropped",  # [{"client": id, "reason": "..."}]: fit results not used, and clients that failed
+    "client_failures",  # sampled clients whose fit or evaluate message failed (raised, timed out)
     "bytes_up",  # sum over clients of serialized fit uploads this round
     "bytes_down",  # sum over clients of serialized fit downloads this round
     "bytes_up_per_client",
     "bytes_down_per_client",
     "eval_bytes_down",  # global model sent for client-side evaluation (measurement only)
+    "resync_bytes",  # part of bytes_down that re-sent state a client had lost (FedDLS after a node restart)
     "model_queries",  # sequences the clients pushed through the backbone this round (fit + eval)
     "server_queries",  # sequences the server evaluated this round
     "client_peak_rss_mb",  # max over clients of the peak resident memory of their process
@@ -80,6 +91,8 @@ class RoundRecord:
     participants: list[str] | None = None
     num_clients: int = 0
     dropped: list[dict[str, str]] = field(default_factory=list)
+    client_failures: int = 0
+    resync_bytes: int = 0
     bytes_up: int = 0
     bytes_down: int = 0
     bytes_up_per_client: float | None = None
@@ -138,11 +151,13 @@ class RoundRecord:
             "participants": self.participants,
             "num_clients": self.num_clients,
             "dropped": self.dropped,
+            "client_failures": self.client_failures,
             "bytes_up": self.bytes_up,
             "bytes_down": self.bytes_down,
             "bytes_up_per_client": self.bytes_up_per_client,
             "bytes_down_per_client": self.bytes_down_per_client,
             "eval_bytes_down": self.eval_bytes_down,
+            "resync_bytes": self.resync_bytes,
             "model_queries": self.fit_queries + self.eval_queries,
             "server_queries": self.server_queries,
             "client_peak_rss_mb": max(self.client_rss_mb) if self.client_rss_mb else None,
@@ -203,10 +218,26 @@ def machine() -> dict[str, Any]:
     }
 
 
-class RunRecorder:
-    """Writes one run's records. Created by the ServerApp, fed by the strategy."""
+HEARTBEAT_FILE = "heartbeat"
+DEFAULT_STALE_AFTER_S = 300.0  # the run-config default of stale-after-s
+_OPEN: "weakref.WeakSet[RunRecorder]" = weakref.WeakSet()  # recorders without a summary yet
 
-    def __init__(self, output_dir: str | Path, config: dict[str, Any], run_id: str | None = None) -> None:
+
+class RunRecorder:
+    """Writes one run's records. Created by the ServerApp, fed by the strategy.
+
+    While the run is open a daemon thread rewrites ``heartbeat`` every
+    ``stale-after-s / 10`` seconds (at most 30 s), so a reader tells a long round from a
+    dead server. ``resume=True`` reopens the existing folder ``<output-dir>/<run_id>``:
+    round lines after ``keep_rounds`` are cut (they were written after the checkpoint
+    the run resumes from) and an old ``summary.json`` (``failed``) is removed.
+    """
+
+    def __init__(self, output_dir: str | Path, config: dict[str, Any], run_id: str | None = None,
+                 resume: bool = False, keep_rounds: int | None = None) -> None:
+        if resume:
+            self._reopen(Path(output_dir).expanduser().resolve() / str(run_id), config, keep_rounds)
+            return
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         name = config.get("run-name") or ""
         base = run_id or "-".join(
@@ -229,6 +260,46 @@ class RunRecorder:
             "started": _dt.datetime.now().isoformat(timespec="seconds"), "started_epoch": self.start,
         })
         log.info("fedtext: run records -> %s", self.dir)
+        self._open()
+
+    def _reopen(self, run_dir: Path, config: dict[str, Any], keep_rounds: int | None) -> None:
+        self.dir, self.run_id, self.config = run_dir, run_dir.name, config
+        meta = json.loads((run_dir / "config.json").read_text())
+        self.start = float(meta.get("started_epoch", time.time()))
+        kept = [r for r in load_run(run_dir)["rounds"] if keep_rounds is None or r["round"] <= keep_rounds]
+        self.rounds = kept
+        tmp = run_dir / "rounds.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(run_dir / "rounds.jsonl")
+        (run_dir / "summary.json").unlink(missing_ok=True)
+        meta["config"] = config  # the same but for RESUMABLE_CHANGES (e.g. more rounds)
+        meta.setdefault("resumed", []).append({
+            "from_round": keep_rounds, "at": _dt.datetime.now().isoformat(timespec="seconds"), "machine": machine()})
+        _write_json(run_dir / "config.json", meta)
+        log.info("fedtext: resuming run %s after round %s -> %s", self.run_id, keep_rounds, run_dir)
+        self._open()
+
+    def _open(self) -> None:
+        """Start the heartbeat and register for :func:`finish_open_runs`."""
+        stale = float(self.config.get("stale-after-s", DEFAULT_STALE_AFTER_S))
+        self.heartbeat_s = max(0.5, min(30.0, stale / 10))
+        self._closed = threading.Event()
+        self.beat()
+        _OPEN.add(self)
+        threading.Thread(target=self._beat_loop, name="fedtext-heartbeat", daemon=True).start()
+
+    def beat(self) -> None:
+        """Write the heartbeat (epoch seconds) atomically."""
+        tmp = self.dir / f"{HEARTBEAT_FILE}.tmp"
+        try:
+            tmp.write_text(f"{time.time():.3f}\n")
+            tmp.replace(self.dir / HEARTBEAT_FILE)
+        except OSError:  # a full disk must not kill training; the reader will say stale
+            pass
+
+    def _beat_loop(self) -> None:
+        while not self._closed.wait(self.heartbeat_s):
+            self.beat()
 
     def log_round(self, record: dict[str, Any]) -> None:
         """Append one round and print the progress line."""
@@ -243,6 +314,8 @@ class RunRecorder:
         path = self.dir / "summary.json"
         if path.exists():
             return json.loads(path.read_text())
+        self._closed.set()
+        _OPEN.discard(self)
         summary = summarize(self.rounds)
         summary.update(
             run_id=self.run_id, status=status, error=error,
@@ -251,31 +324,161 @@ class RunRecorder:
             wall_time_s=round(time.time() - self.start, 2),
         )
         _write_json(path, summary)
+        self.beat()
+        if status != "finished":
+            log.error("fedtext: run %s %s: %s", self.run_id, status, error)
         return summary
 
 
+def finish_open_runs(status: str, error: str) -> None:
+    """Close every run of this process that has no summary yet (a signal handler's job)."""
+    for recorder in list(_OPEN):
+        recorder.finish(status, error=error)
+
+
+def exit_reason(exc: BaseException) -> str:
+    """The record's reason for a run ended by ``exc``: ``terminated by SIGTERM`` for the
+    ``SystemExit(15)`` Ray's driver handler raises on SIGTERM, ``terminated by SIGINT``
+    for ``KeyboardInterrupt``, else the exception's one-line form."""
+    if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code in {s.value for s in signal.Signals}:
+        return f"terminated by {signal.Signals(exc.code).name}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "terminated by SIGINT"
+    import traceback
+
+    return "".join(traceback.format_exception_only(exc)).strip()
+
+
+def install_signal_handlers() -> bool:
+    """Record ``failed: terminated by SIGTERM`` (SIGINT, SIGHUP, SIGQUIT alike) in every
+    open run before the process goes down the way it would have without us.
+
+    The previous handler (Flower's graceful exit, Python's ``KeyboardInterrupt``) runs
+    next; where it was the default action, the process exits with ``128 + signum``.
+    Signal handlers can only be set from the main thread: elsewhere (a ServerApp inside
+    ``run_simulation``) nothing is installed and ``False`` returned; the caller's main
+    thread installs them instead (``simulations.simulate``).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None), getattr(signal, "SIGQUIT", None)):
+        if sig is None:
+            continue
+        previous = signal.getsignal(sig)
+        if getattr(previous, "_fedtext", False):
+            continue
+
+        def handler(signum: int, frame: Any, previous: Any = previous) -> None:
+            finish_open_runs("failed", f"terminated by {signal.Signals(signum).name}")
+            if callable(previous):
+                previous(signum, frame)
+            elif previous != signal.SIG_IGN:
+                os._exit(128 + signum)
+
+        handler._fedtext = True  # type: ignore[attr-defined]
+        signal.signal(sig, handler)
+    return True
+
+
+def runs_since(output_dir: str | Path, since: float) -> list[dict[str, Any]]:
+    """:func:`load_run` of every run under ``output_dir`` started (or resumed) at or after
+    ``since`` (epoch seconds): what one command just ran."""
+    root = Path(output_dir).expanduser()
+    found = []
+    for cfg_file in sorted(root.glob("*/config.json")):
+        if cfg_file.stat().st_mtime >= since - 1:
+            found.append(load_run(cfg_file.parent))
+    return found
+
+
+def read_heartbeat(run_dir: str | Path) -> float | None:
+    """The run's last heartbeat (epoch seconds), or None."""
+    path = Path(run_dir) / HEARTBEAT_FILE
+    try:
+        return float(path.read_text().strip())
+    except (OSError, ValueError):
+        try:
+            return path.stat().st_mtime
+        except OSError:
+            return None
+
+
+def run_status(run: dict[str, Any], now: float | None = None) -> tuple[str, str | None]:
+    """``(status, reason)`` of a :func:`load_run` dict.
+
+    ``finished``/``failed``: from ``summary.json`` (reason: its ``error``);
+    ``malformed``: no summary and no readable round although ``rounds.jsonl`` has lines
+    (e.g. binary garbage); ``stale``: no summary and no heartbeat for longer than the
+    run's ``stale-after-s`` (its server died without a word: SIGKILL, a lost SuperLink);
+    else ``running``. A run from before heartbeats falls back to its newest file's time.
+    """
+    summary = run.get("summary")
+    if isinstance(summary, dict) and summary.get("status"):
+        return str(summary["status"]), summary.get("error")
+    if not run.get("rounds") and run.get("malformed_lines"):
+        return "malformed", "rounds.jsonl has no readable round"
+    cfg = (run.get("config") or {}).get("config") or {}
+    try:
+        stale_after = float(cfg.get("stale-after-s", DEFAULT_STALE_AFTER_S))
+    except (TypeError, ValueError):
+        stale_after = DEFAULT_STALE_AFTER_S
+    run_dir = Path(run["dir"])
+    beat = read_heartbeat(run_dir)
+    if beat is None:
+        stamps = [p.stat().st_mtime for p in run_dir.glob("*") if p.is_file()]
+        beat = max(stamps) if stamps else None
+    if beat is not None and stale_after > 0:
+        silence = (time.time() if now is None else now) - beat
+        if silence > stale_after:
+            return "stale", f"no heartbeat for {silence:.0f} s (> stale-after-s={stale_after:g}): server killed or SuperLink lost"
+    return "running", None
+
+
 def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Totals and best/final accuracy over a run's round records."""
-    accs = [(r["round"], r["global_accuracy"]) for r in rounds if r.get("global_accuracy") is not None]
+    """Totals and best/final accuracy over a run's round records.
+
+    A field of the wrong type (a garbled or hand-edited line) counts as missing, never
+    raises: the dashboard and the compare tables call this on whatever is on disk.
+    """
+    rounds = [r for r in rounds if isinstance(r, dict) and _is_int(r.get("round"))]
+    accs = [(r["round"], _number(r.get("global_accuracy"))) for r in rounds]
+    accs = [(k, a) for k, a in accs if a is not None]
     trained = [r for r in rounds if r["round"] > 0]
-    rss = [r.get("client_peak_rss_mb") for r in rounds if r.get("client_peak_rss_mb")]
+    rss = [x for x in (_number(r.get("client_peak_rss_mb")) for r in rounds) if x]
+
+    def total(key: str, rows: list[dict[str, Any]]) -> float:
+        return sum(_number(r.get(key)) or 0 for r in rows)
+
     return {
         "rounds_done": max((r["round"] for r in rounds), default=0),
         "initial_accuracy": accs[0][1] if accs and accs[0][0] == 0 else None,
         "final_accuracy": accs[-1][1] if accs else None,
         "best_accuracy": max((a for _, a in accs), default=None),
         "final_client_accuracy_mean": next(
-            (r["client_accuracy_mean"] for r in reversed(rounds) if r.get("client_accuracy_mean") is not None),
-            None,
-        ),
+            (x for x in (_number(r.get("client_accuracy_mean")) for r in reversed(rounds)) if x is not None), None),
         **participant_accuracy(rounds),
-        "total_bytes_up": sum(r.get("bytes_up", 0) for r in trained),
-        "total_bytes_down": sum(r.get("bytes_down", 0) for r in trained),
-        "mean_bytes_up_per_client": _mean([r["bytes_up_per_client"] for r in trained if r.get("num_clients")]),
-        "mean_bytes_down_per_client": _mean([r["bytes_down_per_client"] for r in trained if r.get("num_clients")]),
-        "total_model_queries": sum(r.get("model_queries", 0) for r in rounds),
+        "total_bytes_up": total("bytes_up", trained),
+        "total_bytes_down": total("bytes_down", trained),
+        "total_resync_bytes": total("resync_bytes", trained),
+        "mean_bytes_up_per_client": _mean([x for r in trained if _number(r.get("num_clients"))
+                                           for x in [_number(r.get("bytes_up_per_client"))] if x is not None]),
+        "mean_bytes_down_per_client": _mean([x for r in trained if _number(r.get("num_clients"))
+                                             for x in [_number(r.get("bytes_down_per_client"))] if x is not None]),
+        "total_model_queries": total("model_queries", rounds),
         "peak_client_rss_mb": max(rss) if rss else None,
+        "client_failures": int(total("client_failures", trained)),
     }
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _number(v: Any) -> float | None:
+    """A record's finite number, else None (``"12"``, ``True``, NaN, a list: None)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"), float("-inf")):
+        return v
+    return None
 
 
 def participant_accuracy(rounds: list[dict[str, Any]]) -> dict[str, float | None]:
@@ -285,17 +488,20 @@ def participant_accuracy(rounds: list[dict[str, Any]]) -> dict[str, float | None
     the accuracy after post-tuning (the global prompt's when there was none);
     ``*_global``: of the global prompt itself.
     """
-    last = next((r for r in reversed(rounds) if r.get("client_accuracy")), None)
+    last = next((r for r in reversed(rounds) if isinstance(r.get("client_accuracy"), dict) and r["client_accuracy"]),
+                None)
     out: dict[str, float | None] = {"p_accuracy": None, "np_accuracy": None,
                                     "p_accuracy_global": None, "np_accuracy_global": None}
     if last is None:
         return out
     pre = last["client_accuracy"]
-    post = last.get("client_post_accuracy") or pre
-    parts = set(last.get("participants") or pre)
+    post = last.get("client_post_accuracy") if isinstance(last.get("client_post_accuracy"), dict) else None
+    post = post or pre
+    parts = last.get("participants") if isinstance(last.get("participants"), list) else None
+    parts = {str(x) for x in (parts or pre)}
     for prefix, accs in (("", post), ("_global", pre)):
-        out[f"p_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k in parts])
-        out[f"np_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k not in parts])
+        out[f"p_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k in parts and _number(a) is not None])
+        out[f"np_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k not in parts and _number(a) is not None])
     return out
 
 
@@ -329,7 +535,8 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
 
     A ``config.json`` / ``summary.json`` that is not a JSON object reads as ``None``; a
     line of ``rounds.jsonl`` that is not a JSON object with an integer ``round`` (e.g. a
-    truncated last line) is skipped and counted in ``malformed_lines``.
+    truncated last line) is skipped and counted in ``malformed_lines``. ``status`` and
+    ``reason`` are :func:`run_status`'s.
     """
     run_dir = Path(run_dir)
     out: dict[str, Any] = {"dir": str(run_dir), "rounds": [], "malformed_lines": 0}
@@ -348,6 +555,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
                 out["malformed_lines"] += 1
             else:
                 out["rounds"].append(record)
+    out["status"], out["reason"] = run_status(out)
     return out
 
 

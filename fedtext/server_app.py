@@ -2,23 +2,34 @@
 
 Everything that can be wrong with a run (method, numbers, data path, model, task,
 partition vs. number of clients) is checked here, before the first round, and
-reported as one line (``fedtext: configuration error: ...``).
+reported as one line (``fedtext: configuration error: ...``). A run that cannot start
+still leaves a record, ``failed`` with that line, in ``output-dir``: ``flwr run`` (Flower
+1.41) exits 0 whatever the ServerApp did, so the record is where a run's fate is read
+(``python -m simulations.status``).
+
+``resume=<run-id>`` continues the run ``<output-dir>/<run-id>`` from its last checkpoint
+(:mod:`fedtext.checkpoint`) in the same folder: same run-config (only
+``num-server-rounds`` may grow), rounds after the checkpoint are redone.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import traceback
+import timeit
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from flwr.common import Context
 from flwr.server import Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
+from flwr.server.history import History
 
+from fedtext import checkpoint, comm
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import load_splits
 from fedtext.model import PromptModel
-from fedtext.records import RunRecorder
+from fedtext.records import RunRecorder, exit_reason, install_signal_handlers
 from fedtext.registry import METHODS
 from fedtext.strategy import Evaluator
 from fedtext.tasks import resolve_task
@@ -39,7 +50,8 @@ def setup_logging() -> None:
 
 
 class RecordingServer(Server):
-    """Flower's Server, marking the run record ``failed`` if training raises."""
+    """Flower's Server, marking the run record ``failed`` if training raises, and
+    starting after the checkpoint's round when the strategy was restored from one."""
 
     def __init__(self, *, recorder: RunRecorder, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -47,14 +59,35 @@ class RecordingServer(Server):
 
     def fit(self, num_rounds: int, timeout: float | None):
         try:
+            if self.strategy.resumed_round:
+                return self._fit_from(self.strategy.resumed_round + 1, num_rounds, timeout)
             return super().fit(num_rounds, timeout)
         except ConfigError as exc:
             log.error("fedtext: configuration error: %s", exc)
             self.recorder.finish("failed", error=str(exc))
             raise
         except BaseException as exc:
-            self.recorder.finish("failed", error="".join(traceback.format_exception_only(exc)).strip())
+            self.recorder.finish("failed", error=exit_reason(exc))
             raise
+
+    def _fit_from(self, first: int, num_rounds: int, timeout: float | None) -> tuple[History, float]:
+        """Flower's ``Server.fit`` loop from round ``first`` on (no initialisation, no
+        round-0 evaluation: the global arrays come from the checkpoint)."""
+        strategy = self.strategy
+        if strategy.cfg.clients_per_round:  # as initialize_parameters would
+            self._client_manager.wait_for(strategy.cfg.clients_per_round, timeout=60)
+            strategy.cfg.check_num_clients(self._client_manager.num_available())
+        self.parameters = comm.encode(strategy.global_arrays)
+        history, start = History(), timeit.default_timer()
+        for current_round in range(first, num_rounds + 1):
+            res_fit = self.fit_round(server_round=current_round, timeout=timeout)
+            if res_fit is not None and res_fit[0]:
+                self.parameters = res_fit[0]
+            res_cen = strategy.evaluate(current_round, parameters=self.parameters)
+            if res_cen is not None:
+                history.add_loss_centralized(server_round=current_round, loss=res_cen[0])
+            self.evaluate_round(server_round=current_round, timeout=timeout)
+        return history, timeit.default_timer() - start
 
 
 def build(cfg: RunConfig) -> tuple[RecordingServer, ServerConfig]:
@@ -64,6 +97,9 @@ def build(cfg: RunConfig) -> tuple[RecordingServer, ServerConfig]:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     splits = load_splits(cfg.dataset)
+    if splits.train["label"].nunique() < 2:
+        log.warning("fedtext: the training data has a single class (%s): every method will learn a constant",
+                    splits.train["label"].iloc[0])
     if splits.num_classes > task.num_classes:
         raise ConfigError(
             f"dataset has labels up to {splits.num_classes - 1} but task '{task.name}' has "
@@ -80,15 +116,76 @@ def build(cfg: RunConfig) -> tuple[RecordingServer, ServerConfig]:
         if cfg.partition != "domain":
             raise ConfigError(f"holdout by domain name ('{name}') needs partition=domain")
     evaluator = Evaluator(cfg, task)
-    recorder = RunRecorder(cfg.output_dir, {**cfg.to_run_config(), "resolved-task": task.name})
+    check_prompt_fits(cfg, evaluator.backbone)
+    config = {**cfg.to_run_config(), "resolved-task": task.name}
+    ckpt = resume_checkpoint(cfg, config) if cfg.resume else None
+    recorder = RunRecorder(cfg.output_dir, config, run_id=cfg.resume or None, resume=bool(cfg.resume),
+                           keep_rounds=ckpt.round if ckpt else None)
     log.info(
         "fedtext: method=%s dataset=%s (%d train / %d test, server evaluates %d) task=%s model=%s head=%s",
         cfg.method, cfg.dataset_path or cfg.dataset, len(splits.train), len(splits.test),
         evaluator.num_examples, task.name, cfg.model, cfg.resolved_head,
     )
     strategy = METHODS[cfg.method].strategy(cfg, task, evaluator, recorder)
+    if ckpt is not None:
+        strategy.restore(ckpt)
     server = RecordingServer(recorder=recorder, client_manager=SimpleClientManager(), strategy=strategy)
-    return server, ServerConfig(num_rounds=cfg.num_server_rounds)
+    return server, ServerConfig(num_rounds=cfg.num_server_rounds, round_timeout=cfg.round_timeout_s or None)
+
+
+def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
+    """A soft prompt of ``prompt-length`` natural tokens must exist and fit the model's
+    positions beside ``max-length`` text tokens (else numpy/torch fail deep inside)."""
+    if not issubclass(cfg.method_config.model_class, PromptModel):
+        return
+    natural = len(backbone.natural_token_ids())
+    if cfg.prompt_length > natural:
+        raise ConfigError(f"prompt-length={cfg.prompt_length} exceeds the {natural} natural vocabulary tokens "
+                          f"of {cfg.model} that initialise a prompt")
+    limit = int(getattr(backbone.encoder.config, "max_position_embeddings", 0) or 0)
+    if limit and cfg.prompt_length + cfg.max_length > limit:
+        raise ConfigError(f"prompt-length={cfg.prompt_length} + max-length={cfg.max_length} exceeds the "
+                          f"{limit} positions of {cfg.model}; lower one of them")
+
+
+# Keys a resumed run may change: how long to wait, how to report; not what is learnt.
+RESUMABLE_CHANGES = {"resume", "num-server-rounds", "stale-after-s", "round-timeout-s", "client-failure-rate"}
+
+
+def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Checkpoint:
+    """The checkpoint ``resume=`` names, after checking the run-config matches it."""
+    run_dir = Path(cfg.output_dir).expanduser().resolve() / cfg.resume
+    try:
+        stored = json.loads((run_dir / "config.json").read_text())["config"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"resume='{cfg.resume}': no run record at {run_dir} (run ids are folder names "
+                          f"under output-dir)") from None
+    try:
+        ckpt = checkpoint.load(run_dir)
+    except FileNotFoundError:
+        raise ConfigError(f"resume='{cfg.resume}': {run_dir} has no checkpoint (it never finished a round)") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise ConfigError(f"resume='{cfg.resume}': unreadable checkpoint ({exc})") from None
+    changed = sorted(k for k in set(stored) | set(config)
+                     if k not in RESUMABLE_CHANGES and stored.get(k) != config.get(k))
+    if changed:
+        diffs = ", ".join(f"{k}={config.get(k)!r} (run: {stored.get(k)!r})" for k in changed[:5])
+        raise ConfigError(f"resume='{cfg.resume}' must use the run's own config; these differ: {diffs}")
+    if ckpt.round >= cfg.num_server_rounds:
+        raise ConfigError(f"resume='{cfg.resume}': the run already did {ckpt.round} rounds; "
+                          f"set num-server-rounds above {ckpt.round} to continue it")
+    log.info("fedtext: resuming %s after round %d of %d", cfg.resume, ckpt.round, cfg.num_server_rounds)
+    return ckpt
+
+
+def record_config_error(run_config: Mapping[str, Any], error: str) -> None:
+    """Leave a ``failed`` run record for a run that could not start (best effort)."""
+    try:
+        out = str(run_config.get("output-dir") or RunConfig.output_dir)
+        config = {k: v for k, v in run_config.items() if isinstance(v, (str, int, float, bool))}
+        RunRecorder(out, config).finish("failed", error=f"configuration error: {error}")
+    except Exception:  # noqa: BLE001 - the error itself is already logged
+        log.debug("could not write a record of the configuration error", exc_info=True)
 
 
 def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
@@ -101,11 +198,14 @@ def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
 
     def server_fn(context: Context) -> ServerAppComponents:
         setup_logging()
+        install_signal_handlers()  # SIGTERM -> "failed: terminated by SIGTERM" in the record
+        run_config = {**context.run_config, **(overrides or {})}
         try:
-            cfg = RunConfig.from_run_config({**context.run_config, **(overrides or {})}, METHODS)
+            cfg = RunConfig.from_run_config(run_config, METHODS)
             server, config = build(cfg)
         except ConfigError as exc:
             log.error("fedtext: configuration error: %s", exc)
+            record_config_error(run_config, str(exc))
             raise
         return ServerAppComponents(server=server, config=config)
 

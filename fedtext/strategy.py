@@ -10,7 +10,12 @@ them; a method's strategy overrides the smallest hooks:
 * :meth:`download` -- what one client is sent (default: the global arrays; FedDLS
   sends each client the compressed updates it has not seen yet);
 * :meth:`fit_config` -- extra keys of the fit instruction;
-* :meth:`state_arrays` -- server state beyond the global arrays (checkpointing).
+* :meth:`state_arrays` -- server state beyond the global arrays, as arrays (tests, records);
+* :attr:`checkpoint_attrs` -- the attributes that hold that state: after every round
+  they are pickled with the global arrays into ``<run-dir>/checkpoint.npz``
+  (:mod:`fedtext.checkpoint`), and ``resume=<run-id>`` restores them;
+* :meth:`client_failed` -- a sampled client failed (raised, timed out); e.g. FedDLS
+  resyncs a client whose node lost its state.
 
 Every upload is decoded once, checked against ``model.upload_specs()`` (count, shape,
 dtype, finite, range) and ``model.check_upload``, and dropped with a logged reason
@@ -30,9 +35,11 @@ global model (and post-tune it on the last round) like everyone else, which give
 the P/NP accuracies of FedDLS §5.1.
 
 Server state between rounds is explicit: the global arrays (``self.global_arrays``)
-plus what a subclass reports from :meth:`state_arrays`; both are plain numpy arrays so
-they can be checkpointed. What a round learns goes into ``self.record``
-(:class:`fedtext.records.RoundRecord`), written when the round ends.
+plus the attributes named in :attr:`checkpoint_attrs`; both are checkpointed after every
+round. What a round learns goes into ``self.record``
+(:class:`fedtext.records.RoundRecord`), written when the round ends. Every sampled
+client is sent through a :class:`Tracked` proxy, so a client that fails (raises, times
+out) is recorded under its partition id, not as an anonymous exception.
 """
 
 from __future__ import annotations
@@ -42,15 +49,16 @@ import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-from flwr.common import EvaluateIns, EvaluateRes, FitIns, FitRes, GetPropertiesIns, Parameters, Scalar
+from flwr.common import (DisconnectRes, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns,
+                         GetParametersRes, GetPropertiesIns, GetPropertiesRes, Parameters, ReconnectIns, Scalar)
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
-from fedtext import comm
+from fedtext import checkpoint, comm
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import server_test
@@ -99,6 +107,48 @@ class Upload:
         return list(self.arrays.values())
 
 
+class ClientFailure(Exception):
+    """A sampled client's fit or evaluate failed; carries which client (``cid``)."""
+
+    def __init__(self, cid: str, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cid = cid
+
+
+class Tracked(ClientProxy):
+    """A client proxy whose failures name the client (:class:`ClientFailure`).
+
+    Flower's round loop hands a failed client's exception to ``aggregate_fit`` without
+    the proxy it came from; this wrapper keeps the two together. Results come back
+    with the wrapper as their proxy; ``cid`` is the wrapped client's.
+    """
+
+    def __init__(self, inner: ClientProxy) -> None:
+        super().__init__(inner.cid)
+        self.inner = inner
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the client's id
+            raise ClientFailure(self.cid, exc) from exc
+
+    def get_properties(self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None) -> GetPropertiesRes:
+        return self._call(self.inner.get_properties, ins, timeout, group_id)
+
+    def get_parameters(self, ins: GetParametersIns, timeout: float | None, group_id: int | None) -> GetParametersRes:
+        return self._call(self.inner.get_parameters, ins, timeout, group_id)
+
+    def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
+        return self._call(self.inner.fit, ins, timeout, group_id)
+
+    def evaluate(self, ins: EvaluateIns, timeout: float | None, group_id: int | None) -> EvaluateRes:
+        return self._call(self.inner.evaluate, ins, timeout, group_id)
+
+    def reconnect(self, ins: ReconnectIns, timeout: float | None, group_id: int | None) -> DisconnectRes:
+        return self.inner.reconnect(ins, timeout, group_id)
+
+
 class FedTextStrategy(FedAvg):
     """FedAvg with fedtext's validation, byte accounting, evaluation and run records.
 
@@ -145,6 +195,12 @@ class FedTextStrategy(FedAvg):
     def __repr__(self) -> str:
         return f"{type(self).__name__}(method={self.cfg.method})"
 
+    #: Attributes holding server state beyond the global arrays; pickled into every
+    #: checkpoint and restored by ``resume=`` (FedBPT: its server CMA-ES; FedDLS: the
+    #: update history and client versions).
+    checkpoint_attrs: ClassVar[tuple[str, ...]] = ()
+    resumed_round = 0  # the round a resumed run's checkpoint was taken after (0: a new run)
+
     # ------------------------------------------------------------------ hooks
     def initial_arrays(self) -> list[np.ndarray]:
         """Global arrays at round 0 (default: the model's)."""
@@ -167,6 +223,28 @@ class FedTextStrategy(FedAvg):
         """The method's aggregation of validated uploads: new global arrays (``None``:
         keep them) and scalar metrics for the round record. Default: FedAvg."""
         return weighted_mean([u.array_list() for u in uploads], [u.num_examples for u in uploads]), {}
+
+    def client_failed(self, cid: str, phase: str, reason: str) -> None:
+        """Client ``cid`` failed its ``phase`` ("fit"/"evaluate") message; nothing by default."""
+
+    # ------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, server_round: int) -> None:
+        """Write the state after ``server_round`` to the run folder (:mod:`fedtext.checkpoint`)."""
+        if self.recorder is None:
+            return
+        state = {name: getattr(self, name) for name in self.checkpoint_attrs}
+        checkpoint.save(self.recorder.dir, server_round, self.global_arrays, state,
+                        {"method": self.cfg.method, "seed": self.cfg.seed, "run_id": self.recorder.run_id})
+
+    def restore(self, ckpt: checkpoint.Checkpoint) -> None:
+        """Continue from ``ckpt``: its global arrays and strategy state."""
+        missing = set(self.checkpoint_attrs) - set(ckpt.state)
+        if missing:
+            raise ConfigError(f"checkpoint of round {ckpt.round} lacks {sorted(missing)} (another method?)")
+        self.global_arrays = [np.asarray(a) for a in ckpt.global_arrays]
+        for name in self.checkpoint_attrs:
+            setattr(self, name, ckpt.state[name])
+        self.resumed_round = ckpt.round
 
     # ------------------------------------------------------------ round state
     def begin_round(self, server_round: int) -> RoundRecord:
@@ -291,7 +369,7 @@ class FedTextStrategy(FedAvg):
         instructions = []
         for proxy in self.sample_clients(server_round, client_manager):
             arrays, extra = self.download(server_round, proxy, "fit")
-            instructions.append((proxy, FitIns(comm.encode(arrays), {**self.fit_config(server_round), **extra})))
+            instructions.append((Tracked(proxy), FitIns(comm.encode(arrays), {**self.fit_config(server_round), **extra})))
         down = [comm.payload_bytes(ins.parameters) for _, ins in instructions]
         record.bytes_down, record.bytes_down_per_client = sum(down), _mean(down)
         return instructions
@@ -346,8 +424,32 @@ class FedTextStrategy(FedAvg):
             else:
                 self._drop(pid, reason)
         for failure in failures:
-            self._drop("?", f"client failed: {failure_reason(failure)}")
+            self._failed(failure, "fit")
         return uploads
+
+    def _failed(self, failure: Any, phase: str) -> None:
+        """Record a failed client under its partition id (and tell :meth:`client_failed`)."""
+        reason = failure_reason(failure)
+        exc = failure[1] if isinstance(failure, tuple) else failure
+        cid = exc.cid if isinstance(exc, ClientFailure) else None
+        if cid is None and isinstance(failure, tuple):
+            cid = failure[0].cid
+        pid = self.info_if_known(cid)
+        self.record.client_failures += 1
+        if phase == "fit":
+            self._drop(pid, f"client failed: {reason}")
+        else:
+            log.warning("round %d: client %s failed to evaluate: %s", self.record.round, pid, reason)
+            self.record.drop(pid, f"evaluate failed: {reason}")
+        if cid is not None:
+            self.client_failed(cid, phase, reason)
+
+    def info_if_known(self, cid: str | None) -> str:
+        """The partition id of node ``cid`` if the server knows it, else the node id."""
+        if cid is None:
+            return "?"
+        known = self.client_info.get(cid)
+        return known["partition_id"] if known else f"node {cid}"
 
     def _drop(self, client: Any, reason: str) -> None:
         log.warning("round %d: dropped client %s: %s", self.record.round, client, reason)
@@ -383,7 +485,7 @@ class FedTextStrategy(FedAvg):
         for proxy in self.sample_eval_clients(server_round, client_manager):
             arrays, extra = self.download(server_round, proxy, "evaluate")
             config = {"server_round": server_round, "final": final, **extra}
-            instructions.append((proxy, EvaluateIns(comm.encode(arrays), config)))
+            instructions.append((Tracked(proxy), EvaluateIns(comm.encode(arrays), config)))
         self.record.eval_bytes_down = sum(comm.payload_bytes(ins.parameters) for _, ins in instructions)
         self.record.clients_evaluated = len(instructions)
         return instructions
@@ -394,6 +496,8 @@ class FedTextStrategy(FedAvg):
         results: list[tuple[ClientProxy, EvaluateRes]],
         failures: list[Any],
     ) -> tuple[float | None, dict[str, Scalar]]:
+        for failure in failures:
+            self._failed(failure, "evaluate")
         # A client too small for a local test split reports 0 examples: not an accuracy of 0.
         results = [(p, r) for p, r in results if r.num_examples > 0]
 
@@ -429,6 +533,8 @@ class FedTextStrategy(FedAvg):
         self.record.written = True
         if self.recorder is not None:
             self.recorder.log_round(self.record.to_json(self._t0))
+            if self.record.round > 0:  # after the line: a kill in between redoes this round on resume
+                self.save_checkpoint(self.record.round)
             if self.record.round == self.cfg.num_server_rounds:
                 self.recorder.finish("finished")
 

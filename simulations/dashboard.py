@@ -42,7 +42,7 @@ from simulations.tables import to_markdown
 GRID = [("acc-x", "accuracy"), ("client-x", "client-accuracy"), ("loss-x", "loss"),
         ("queries-x", "queries"), ("memory-x", "memory"), ("wall-x", "wall")]
 BYTES_DIRECTIONS = {"bytes": "up + down", "bytes-up": "up", "bytes-down": "down"}
-DEFAULT_STATUSES = ["running", "finished", "failed"]
+DEFAULT_STATUSES = ["running", "finished", "failed", "stale"]
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
@@ -181,6 +181,7 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
             style_data_conditional=[
                 {"if": {"filter_query": '{status} = "malformed"'}, "backgroundColor": "#fde2e2"},
                 {"if": {"filter_query": '{status} = "failed"'}, "backgroundColor": "#fff1d6"},
+                {"if": {"filter_query": '{status} = "stale"'}, "backgroundColor": "#ececec"},
                 {"if": {"filter_query": '{status} = "running"'}, "backgroundColor": "#e3f1ff"},
             ],
         ),

@@ -33,13 +33,13 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records import parse_round_line, summarize
+from fedtext.records import parse_round_line, run_status, summarize
 
 RUN_COLUMNS = [
     "run_id", "experiment", "label", "method", "dataset", "partition", "seed", "holdout", "options", "status",
     "rounds_done", "final_accuracy", "best_accuracy", "p_accuracy", "np_accuracy", "mb_up", "mb_down", "note",
 ]
-STATUSES = ("running", "finished", "failed", "malformed")
+STATUSES = ("running", "finished", "failed", "stale", "malformed")
 
 
 @dataclass(frozen=True)
@@ -267,7 +267,11 @@ class RunStore:
                 if cached is None or cached[0] != stamps:
                     cached = (stamps, self._load(run_dir, stamps))
                     self._runs[run_dir] = cached
-                out.append(cached[1])
+                run = cached[1]
+                if run["summary"] is None and run["status"] in ("running", "stale"):
+                    # no file changed, but time passed: a silent run turns stale
+                    run["status"], run["reason"] = run_status(run)
+                out.append(run)
             for gone in set(self._runs) - live:  # a deleted run leaves nothing cached
                 del self._runs[gone]
                 self._rounds.pop(gone, None)
@@ -322,7 +326,12 @@ def _derive(run: dict[str, Any]) -> dict[str, Any]:
         summary = {"status": "malformed"}
         notes.append(f"rounds unreadable ({type(exc).__name__})")
     run["cfg"] = cfg or {}
-    run["status"] = str(summary.get("status", "running")) if cfg is not None and not run.get("error") else "malformed"
+    if cfg is not None and not run.get("error"):
+        run["status"], run["reason"] = run_status(run)
+    else:
+        run["status"], run["reason"] = "malformed", None
+    if run["reason"] and run["status"] != "finished":
+        notes.append(str(run["reason"])[:200])
     run["summary_or_partial"] = summary
     run["note"] = "; ".join(notes)
     compared = compare_experiment(Path(run["dir"]))
@@ -343,7 +352,7 @@ def store(root: str | Path | RunStore) -> RunStore:
 
 # ------------------------------------------------------------------- tables
 def runs_table(root: str | Path | RunStore) -> pd.DataFrame:
-    """One row per run directory: what the run list shows (status running/finished/failed/malformed)."""
+    """One row per run directory: what the run list shows (status running/finished/failed/stale/malformed)."""
     rows = []
     for run in store(root).runs():
         cfg, summary = run["cfg"], run["summary_or_partial"]

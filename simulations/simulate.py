@@ -7,6 +7,8 @@ The same ServerApp/ClientApp as ``flwr run .``, driven by ``flwr.simulation.run_
 (which passes an empty run-config, so the overrides are handed to the app factories).
 Unlike ``flwr run``, string values need no quotes. Paths resolve against the current
 directory. The compare runner calls this once per (method, seed) in a fresh process.
+Exit status: 0 when the run finished, 1 when it failed (the reason is printed and is in
+its ``summary.json``), 2 for a configuration error.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from fedtext.config import ConfigError, RunConfig
+from fedtext.records import exit_reason, finish_open_runs, install_signal_handlers, runs_since
 
 
 def parse_pairs(text: str) -> dict[str, Any]:
@@ -51,8 +56,9 @@ def backend_config(cpus_per_client: float = 2.0, ray_address: str = "") -> dict[
 
 
 def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float = 2.0,
-             ray_address: str = "") -> None:
-    """Validate ``overrides`` and run them through Flower's simulation engine."""
+             ray_address: str = "") -> list[dict[str, Any]]:
+    """Validate ``overrides``, run them through Flower's simulation engine and return the
+    run record(s) it wrote (:func:`fedtext.records.load_run` dicts, with ``status``)."""
     from flwr.simulation import run_simulation
 
     from fedtext.client_app import make_client_app
@@ -61,12 +67,14 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
 
     cfg = RunConfig.from_run_config(overrides, METHODS)  # fail before Ray starts
     cfg.check_num_clients(num_supernodes)
+    started = time.time()
     run_simulation(
         server_app=make_server_app(overrides),
         client_app=make_client_app(overrides),
         num_supernodes=num_supernodes,
         backend_config=backend_config(cpus_per_client, ray_address),
     )
+    return runs_since(cfg.output_dir, started)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +86,28 @@ def main(argv: list[str] | None = None) -> int:
                     "'auto'); default: start a private Ray instance on this machine")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    install_signal_handlers()  # the ServerApp runs in a thread here: record SIGTERM from the main one
     try:
-        simulate(parse_pairs(args.run_config), args.num_supernodes, args.cpus_per_client, args.ray_address)
+        runs = simulate(parse_pairs(args.run_config), args.num_supernodes, args.cpus_per_client, args.ray_address)
     except ConfigError as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2
-    return 0
+    except BaseException as exc:  # Ray's driver turns SIGTERM into SystemExit(15) in this thread
+        finish_open_runs("failed", exit_reason(exc))
+        raise
+    return exit_code(runs)
+
+
+def exit_code(runs: list[dict[str, Any]]) -> int:
+    """0 when every run this command wrote finished; else 1, with each run's status and
+    reason on stderr (Flower's ``run_simulation`` returns normally when the ServerApp
+    fails, so the records are the truth)."""
+    bad = [r for r in runs if r["status"] != "finished"]
+    for r in bad:
+        print(f"fedtext: run {Path(r['dir']).name} {r['status']}: {r['reason']}", file=sys.stderr)
+    if not runs:
+        print("fedtext: the simulation wrote no run record (see the log above)", file=sys.stderr)
+    return 1 if bad or not runs else 0
 
 
 if __name__ == "__main__":

@@ -130,6 +130,7 @@ class FedBPT(FedTextStrategy):
     """Server-level CMA-ES over the clients' local CMA-ES means (FedBPT Alg. 2, or the authors' code)."""
 
     model: FedBPTModel
+    checkpoint_attrs = ("server",)  # the global CMA-ES (PaperStep's CMAState, or ReferenceStep's pycma object)
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

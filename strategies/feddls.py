@@ -27,10 +27,20 @@ Download bytes per client-round (``lasso``, a client that took part last round):
 A client that missed rounds gets every residual it missed (``lasso`` is incremental),
 one that never trained (a non-participant at evaluation) all of them; absolute codecs
 (``full``, ``pca``, ``quant``) send only the latest. Upload: ``2 T + 128``.
+
+Resync: a node that lost its state (a restarted SuperNode) holds p'_0 again and fails
+the round it is sent residuals it cannot apply; :meth:`FedDLS.client_failed` then
+forgets its version, so its next download rebuilds p' from p'_0 -- every update so
+far with ``lasso``, the latest with an absolute codec: exactly the server's p' (the
+same ``decode`` runs on both sides). Those bytes count in ``bytes_down`` and, apart,
+in the round's ``resync_bytes``. Update history and client versions are checkpointed
+(``checkpoint_attrs``); a resumed simulation has new node ids, whose fresh nodes start
+from p'_0 like any client that has not trained yet.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -41,6 +51,8 @@ from fedtext import comm
 from fedtext.compression import SENTINEL, codec_for, rebuild_prompt
 from fedtext.strategy import FedTextStrategy, Upload
 
+log = logging.getLogger("fedtext")
+
 
 class FedDLS(FedTextStrategy):
     """FedAvg in embedding space of token-id uploads (eq. 5) + compressed download (Alg. 2).
@@ -50,12 +62,15 @@ class FedDLS(FedTextStrategy):
     initial prompt), and the version each client holds (by node id).
     """
 
+    checkpoint_attrs = ("updates", "synced")
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.vocab = self.backbone.vocab_embeddings()
         self.codec = codec_for(self.mcfg, self.backbone)
         self.updates: list[list[np.ndarray]] = []
         self.synced: dict[str, int] = {}
+        self.resync: set[str] = set()  # nodes whose state was lost: their next download counts as resync
 
     @property
     def version(self) -> int:
@@ -72,7 +87,20 @@ class FedDLS(FedTextStrategy):
             pending = self.updates[have:]
         else:
             pending = self.updates[-1:] if have < self.version else []
-        return [a for update in pending for a in update], {"dls_from": self.version - len(pending), "dls_to": self.version}
+        arrays = [a for update in pending for a in update]
+        if proxy.cid in self.resync:
+            self.resync.discard(proxy.cid)
+            self.record.resync_bytes += comm.expected_bytes(arrays)
+        return arrays, {"dls_from": self.version - len(pending), "dls_to": self.version}
+
+    def client_failed(self, cid: str, phase: str, reason: str) -> None:
+        """A node that lost its p' (:class:`clients.feddls.FedDLSClient` says "node state
+        was lost") is resent everything from p'_0 next time."""
+        if "node state was lost" in reason:
+            self.synced[cid] = 0
+            self.resync.add(cid)
+            log.info("feddls: client %s lost its state; its next download resyncs it from p'_0",
+                     self.info_if_known(cid))
 
     def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray], dict[str, Scalar]]:
         p_prev = self.global_arrays[0]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -26,3 +29,41 @@ def demo():
     from fedtext.data import make_demo
 
     return make_demo()
+
+
+def processes_with_token(token: str) -> list[int]:
+    """PIDs whose environment holds ``FEDTEXT_TEST_TOKEN=<token>``: the processes a test
+    started, however detached (``flwr run`` spawns a SuperLink in its own session)."""
+    needle = f"FEDTEXT_TEST_TOKEN={token}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:  # gone, or another user's
+                pass
+    return found
+
+
+@pytest.fixture
+def own_processes():
+    """``(env, token)`` for the subprocesses of one test; afterwards every process still
+    carrying the token is stopped (SIGTERM, then SIGKILL after 10 s), by PID, and only those."""
+    token = uuid.uuid4().hex
+    env = {**os.environ, "FEDTEXT_TEST_TOKEN": token}
+    yield env, token
+    pids = processes_with_token(token)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + 10
+    while time.time() < deadline and processes_with_token(token):
+        time.sleep(0.2)
+    for pid in processes_with_token(token):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -97,16 +97,27 @@ def test_compare_runner_rejects_a_bad_experiment(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("flwr", path=str(Path(sys.executable).parent)) is None, reason="flwr CLI not installed")
-def test_flwr_run_on_demo_defaults_completes(tmp_path):
-    """README's first command, shortened to one round: ``flwr run . --stream``."""
+def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
+    """README's first command, shortened to one round: ``flwr run . --stream`` in a fresh
+    Flower home, which gets Flower's default local simulation of 2 clients (README says
+    so). The local SuperLink ``flwr run`` leaves running is stopped afterwards by the
+    ``own_processes`` fixture, by PID: only the one this test started."""
+    from .conftest import processes_with_token
+
+    env, token = own_processes
+    env = {**_env(), **env, "FLWR_HOME": str(tmp_path / "flwr-home")}
     cmd = [str(Path(sys.executable).parent / "flwr"), "run", ".", "--stream",
-           "--run-config", f"num-server-rounds=1 output-dir='{tmp_path}'"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+           "--run-config", f"num-server-rounds=1 output-dir='{tmp_path / 'runs'}'"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "fedtext round 1/1" in out
-    summary = json.loads((_only_run(tmp_path) / "summary.json").read_text())
+    run = _only_run(tmp_path / "runs")
+    summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["final_accuracy"] is not None
+    last = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()][-1]
+    assert last["num_clients"] == 2 and len(last["client_accuracy"]) == 2  # README: "the 2 simulated clients"
+    assert processes_with_token(token), "expected the detached local SuperLink of flwr run to be running"
 
 
 @pytest.mark.slow

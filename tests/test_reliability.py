@@ -1,0 +1,312 @@
+"""Reliability: honest run status, checkpoint and resume, client failures, signals.
+
+Unit tests on records and checkpoints, plus slow runs through Flower's simulation
+engine (``python -m simulations.simulate`` in a subprocess, which this test starts in its
+own session and stops by process group: only what it started).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedtext import checkpoint
+from fedtext.records import RunRecorder, load_run, run_status, summarize
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ("num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
+        "clients-per-round=2")
+FEDBPT = f"method=fedbpt {TINY} fedbpt.local-steps=2 fedbpt.popsize=4 fedbpt.intrinsic-dim=20"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def simulate(run_config: str, clients: int = 3, timeout: float = 400) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(clients),
+                           "--run-config", run_config], cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def _only(folder: Path) -> Path:
+    (run,) = [p for p in folder.iterdir() if p.is_dir()]
+    return run
+
+
+# ---------------------------------------------------------------- status
+def test_status_finished_failed_stale_running_and_malformed(tmp_path):
+    rec = RunRecorder(tmp_path, {"method": "fedbpt", "stale-after-s": 5.0})
+    rec.log_round({"round": 0, "global_accuracy": 0.5})
+    run = load_run(rec.dir)
+    assert run["status"] == "running" and run["reason"] is None
+    # silent for longer than stale-after-s: stale, with the silence in the reason
+    status, reason = run_status(run, now=time.time() + 60)
+    assert status == "stale" and "no heartbeat for" in reason
+    rec.finish("failed", error="terminated by SIGTERM")
+    run = load_run(rec.dir)
+    assert (run["status"], run["reason"]) == ("failed", "terminated by SIGTERM")
+    assert run_status(run, now=time.time() + 1e6)[0] == "failed"  # a summary never turns stale
+    # a binary rounds.jsonl without a summary is malformed, not running
+    bad = tmp_path / "binary"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"config": {"method": "x"}}))
+    (bad / "rounds.jsonl").write_bytes(bytes(range(256)) * 4 + b"\n\x00\xff\n")
+    assert load_run(bad)["status"] == "malformed"
+
+
+def test_heartbeat_is_rewritten_while_the_run_is_open(tmp_path):
+    rec = RunRecorder(tmp_path, {"method": "fedbpt", "stale-after-s": 5.0})  # beats every 0.5 s
+    first = float((rec.dir / "heartbeat").read_text())
+    time.sleep(1.3)
+    assert float((rec.dir / "heartbeat").read_text()) > first
+    rec.finish()
+    after = float((rec.dir / "heartbeat").read_text())
+    time.sleep(1.0)
+    assert float((rec.dir / "heartbeat").read_text()) == after  # stopped with the summary
+
+
+def test_summarize_survives_type_garbled_fields():
+    rounds = [
+        {"round": 0, "global_accuracy": "0.5", "bytes_up": None},
+        {"round": 1, "global_accuracy": 0.7, "bytes_up": "12", "bytes_down": [1], "client_accuracy": "x",
+         "client_peak_rss_mb": {"a": 1}, "model_queries": True},
+        {"round": 2, "global_accuracy": 0.6, "bytes_up": 100, "bytes_down": 50, "client_accuracy": {"0": 0.5},
+         "participants": "nope"},
+    ]
+    s = summarize(rounds)
+    assert s["final_accuracy"] == 0.6 and s["best_accuracy"] == 0.7 and s["initial_accuracy"] is None
+    assert (s["total_bytes_up"], s["total_bytes_down"], s["total_model_queries"]) == (100, 50, 0)
+    assert s["p_accuracy"] == 0.5 and s["peak_client_rss_mb"] is None
+
+
+def test_a_run_that_cannot_start_leaves_a_failed_record(tmp_path):
+    """``flwr run`` exits 0 for a failed ServerApp (Flower 1.41): the record must say it."""
+    from flwr.app import RecordDict
+    from flwr.common import Context
+
+    from fedtext.config import ConfigError
+    from fedtext.server_app import make_server_app
+
+    app = make_server_app({"method": "nope", "output-dir": str(tmp_path)})
+    with pytest.raises(ConfigError):
+        app._server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+    run = load_run(_only(tmp_path))
+    assert run["status"] == "failed" and "unknown method 'nope'" in run["reason"]
+    status = subprocess.run([sys.executable, "-m", "simulations.status", str(tmp_path)], cwd=REPO, env=_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 1 and "failed" in status.stdout and "unknown method 'nope'" in status.stdout
+
+
+# ------------------------------------------------------------ checkpoints
+def test_checkpoint_round_trip_keeps_arrays_and_state(tmp_path):
+    from fedtext.cmaes import ReferenceServerES
+
+    es = ReferenceServerES(d=5, sigma0=1.0, m=3, seed=7)
+    es.tell(np.random.default_rng(0).standard_normal((3, 5)), [0.3, 0.1, 0.2], sigma_prime=0.8)
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2], dtype=np.uint16)]
+    checkpoint.save(tmp_path, 4, arrays, {"server": es, "synced": {"17": 3}})
+    ck = checkpoint.load(tmp_path)
+    assert ck.round == 4 and ck.state["synced"] == {"17": 3}
+    for a, b in zip(arrays, ck.global_arrays, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    # pycma's whole state survives: the restored ES continues exactly as the original
+    sol = np.random.default_rng(1).standard_normal((3, 5))
+    assert es.tell(sol, [0.2, 0.3, 0.1], 0.7) == ck.state["server"].tell(sol, [0.2, 0.3, 0.1], 0.7)
+    assert np.array_equal(es.mean, ck.state["server"].mean)
+    assert not (tmp_path / "checkpoint.npz.tmp").exists()
+
+
+def test_feddls_resyncs_a_client_whose_state_was_lost():
+    from fedtext.registry import make_config
+    from fedtext.tasks import TASKS
+    from strategies import FedDLS
+
+    strat = FedDLS(make_config("feddls", max_length=64, prompt_length=4), TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    p0 = strat.global_arrays[0]
+    for _ in range(3):  # three rounds of updates (any residual will do)
+        p1 = p0 + 0.01
+        strat.updates.append(strat.codec.encode(p1, p0))
+        p0 = strat.codec.decode(strat.updates[-1], p0)
+
+    class Proxy:
+        cid = "42"
+
+    strat.synced["42"] = 3  # the server believes node 42 holds version 3 ...
+    arrays, extra = strat.download(4, Proxy(), "fit")
+    assert arrays == [] and extra == {"dls_from": 3, "dls_to": 3}
+    # ... but its node restarted: the client fails with "node state was lost"
+    strat.client_failed("42", "fit", "RuntimeError: feddls client 0 holds p' version 0 ... node state was lost")
+    strat.begin_round(5)
+    arrays, extra = strat.download(5, Proxy(), "fit")
+    assert extra == {"dls_from": 0, "dls_to": 3} and len(arrays) == 3 * strat.codec.num_arrays
+    from fedtext import comm
+
+    assert strat.record.resync_bytes == comm.expected_bytes(arrays) > 0
+
+
+# ----------------------------------------------------- through Flower (slow)
+@pytest.mark.slow
+def test_a_killed_run_resumes_to_the_same_result(tmp_path):
+    """fedbpt (server CMA-ES state), 2 rounds: killed with SIGKILL after round 1, the
+    run reads ``stale``; ``resume=<run-id>`` finishes it with the same accuracies and bytes
+    per round as an uninterrupted run with the same seed."""
+    whole = simulate(f"{FEDBPT} output-dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
+                             f"{FEDBPT} stale-after-s=2 output-dir={out}"], cwd=REPO, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            ckpts = list(out.glob("*/checkpoint.npz"))
+            if ckpts:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    run_dir = _only(out)
+    killed_at = checkpoint.load(run_dir).round
+    assert killed_at == 1
+    time.sleep(3)
+    assert load_run(run_dir)["status"] == "stale"
+    status = subprocess.run([sys.executable, "-m", "simulations.status", str(out)], cwd=REPO, env=_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 1 and "stale" in status.stdout
+    resumed = simulate(f"{FEDBPT} stale-after-s=2 output-dir={out} resume={run_dir.name}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = load_run(_only(tmp_path / "whole")), load_run(run_dir)
+    assert b["status"] == "finished" and [r["round"] for r in b["rounds"]] == [0, 1, 2]
+    keys = ("global_accuracy", "global_loss", "bytes_up", "bytes_down", "client_accuracy", "num_clients")
+    for ra, rb in zip(a["rounds"], b["rounds"], strict=True):
+        assert {k: ra[k] for k in keys} == {k: rb[k] for k in keys}, ra["round"]
+    assert json.loads((run_dir / "config.json").read_text())["resumed"][0]["from_round"] == killed_at
+    # resuming a finished run, or with another config, is a one-line configuration error
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+    from fedtext.server_app import resume_checkpoint
+
+    def resume(**changes):
+        cfg = make_config("fedbpt", **{**stored_fields, **changes, "resume": run_dir.name})
+        return resume_checkpoint(cfg, {**cfg.to_run_config(), "resolved-task": "demo"})
+
+    stored = json.loads((run_dir / "config.json").read_text())["config"]
+    stored_fields = {"output_dir": str(out), "shots_per_class": 4, "client_test_size": 8, "eval_size": 40,
+                     "prompt_length": 4, "max_length": 48, "clients_per_round": 2, "num_server_rounds": 3,
+                     "stale_after_s": 2.0, "local_steps": 2, "popsize": 4, "intrinsic_dim": 20}
+    assert resume().round == 2  # the same config with one more round: resumable
+    with pytest.raises(ConfigError, match="already did 2 rounds"):
+        resume(num_server_rounds=2)
+    with pytest.raises(ConfigError, match=r"seed=1 \(run: 0\)"):
+        resume(seed=1)
+    assert stored["seed"] == 0
+
+
+@pytest.mark.slow
+def test_client_failures_at_30_percent_are_recorded_and_the_run_completes(tmp_path):
+    cfg = (f"method=bbt-fed {TINY} clients-per-round=4 client-failure-rate=0.3 round-timeout-s=12 "
+           f"bbt-fed.popsize=4 bbt-fed.local-steps=1 bbt-fed.intrinsic-dim=20 output-dir={tmp_path}")
+    proc = simulate(cfg, clients=4, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = load_run(_only(tmp_path))
+    assert run["status"] == "finished"
+    rounds = run["rounds"][1:]
+    failures = sum(r["client_failures"] for r in rounds)
+    assert failures >= 1  # 2 rounds x (4 fits + 4 evaluations) at 30%
+    for r in rounds:
+        failed = [d for d in r["dropped"] if "failed" in d["reason"]]
+        assert len(failed) == r["client_failures"]
+        for d in failed:  # named by partition id, with the injected reason (or the timeout)
+            assert d["client"] in {"0", "1", "2", "3"}, d
+            assert "injected" in d["reason"] or "Error" in d["reason"], d  # injected, or timed out
+        assert r["num_clients"] == 4 - sum(1 for d in failed if d["reason"].startswith("client failed"))
+
+
+@pytest.mark.slow
+def test_sigterm_is_recorded_as_terminated_by_sigterm(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
+                             f"{FEDBPT} num-server-rounds=20 output-dir={tmp_path / 'term'}"], cwd=REPO, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not list((tmp_path / "term").glob("*/rounds.jsonl")):
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        else:  # Ray workers of the process group, if any are left
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode != 0
+    run = load_run(_only(tmp_path / "term"))
+    assert (run["status"], run["reason"]) == ("failed", "terminated by SIGTERM")
+
+
+# ------------------------------------------------------------- bad inputs
+def _dataset(tmp_path: Path, train: bytes, test: bytes = b"text\tlabel\nfine\t0\nokay\t1\n") -> str:
+    (tmp_path / "train.tsv").write_bytes(train)
+    (tmp_path / "test.tsv").write_bytes(test)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("train, test, message", [
+    (b"", None, "train.tsv: the file is empty"),
+    (b"text\tlabel\ncaf\xe9 au lait\t0\n", None, "train.tsv: not UTF-8 text (line 2, byte 14"),
+    (b"text\tlabel\na\t0\nb\t1\n", b"text\tlabel\n", "test.tsv: a header but no rows"),
+])
+def test_unreadable_data_files_are_one_line_errors(tmp_path, train, test, message):
+    from fedtext.config import ConfigError
+    from fedtext.data import load_splits
+
+    path = _dataset(tmp_path, train, *(() if test is None else (test,)))
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_splits(path)
+
+
+def test_a_tsv_with_quoted_newlines_is_read_with_its_quotes(tmp_path):
+    from fedtext.data import load_splits
+
+    path = _dataset(tmp_path, b'text\tlabel\n"two\nlines"\t1\nplain "quote\t0\n')
+    train = load_splits(path).train
+    assert list(train["label"]) == [1, 0] and train["text"][0] == "two\nlines"
+
+
+def test_single_class_training_data_warns(tmp_path, caplog):
+    from fedtext.registry import make_config
+    from fedtext.server_app import build
+
+    path = _dataset(tmp_path, b"text\tlabel\na\t0\nb\t0\n")
+    with caplog.at_level("WARNING", logger="fedtext"):
+        build(make_config("bbt-fed", dataset=path, task="sst2", output_dir=str(tmp_path / "runs"), max_length=32,
+                          eval_size=2))
+    assert "single class" in caplog.text
+
+
+@pytest.mark.parametrize("prompt_length, max_length, message", [
+    (100000, 32, "natural vocabulary tokens"), (400, 128, "exceeds the 512 positions")])
+def test_prompt_length_beyond_the_vocabulary_or_positions_is_a_config_error(backbone, prompt_length, max_length,
+                                                                            message):
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+    from fedtext.server_app import check_prompt_fits
+
+    with pytest.raises(ConfigError, match=message):
+        check_prompt_fits(make_config("bbt-fed", prompt_length=prompt_length, max_length=max_length), backbone)
+    check_prompt_fits(make_config("bbt-fed", prompt_length=8, max_length=128), backbone)  # the defaults fit
