@@ -68,13 +68,40 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
     cfg = RunConfig.from_run_config(overrides, METHODS)  # fail before Ray starts
     cfg.check_num_clients(num_supernodes)
     started = time.time()
+    _record_before_ray_sigterm()
     run_simulation(
         server_app=make_server_app(overrides),
         client_app=make_client_app(overrides),
         num_supernodes=num_supernodes,
         backend_config=backend_config(cpus_per_client, ray_address),
     )
+    # A ServerApp thread that never closed its run (the engine stopped under it) is failed.
+    finish_open_runs("failed", "the simulation engine stopped before the run finished (see the log)")
     return runs_since(cfg.output_dir, started)
+
+
+def _record_before_ray_sigterm() -> None:
+    """Make the SIGTERM handler Ray's ``ray.init`` installs in this main thread
+    (``sys.exit(15)``, replacing ours) first record ``terminated by SIGTERM`` in every
+    open run: its ``SystemExit`` unwinds through Flower's engine shutdown, which can take
+    long enough for whoever sent SIGTERM to follow with SIGKILL."""
+    try:
+        import ray._private.utils as ray_utils
+    except ImportError:  # pragma: no cover - Ray is a dependency
+        return
+    install = ray_utils.set_sigterm_handler
+    if getattr(install, "_fedtext", False):
+        return
+
+    def chained_install(handler):
+        def recording(signum, frame):
+            finish_open_runs("failed", "terminated by SIGTERM")
+            handler(signum, frame)
+
+        install(recording)
+
+    chained_install._fedtext = True  # type: ignore[attr-defined]
+    ray_utils.set_sigterm_handler = chained_install
 
 
 def main(argv: list[str] | None = None) -> int:

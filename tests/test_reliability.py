@@ -244,7 +244,7 @@ def test_sigterm_is_recorded_as_terminated_by_sigterm(tmp_path):
         while time.time() < deadline and not list((tmp_path / "term").glob("*/rounds.jsonl")):
             time.sleep(0.2)
         os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+        proc.wait(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
