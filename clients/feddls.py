@@ -118,6 +118,11 @@ class FedDLSClient(FedTextClient):
         """Apply the downloaded updates ``dls_from + 1 .. dls_to`` to the stored p' (eq. 11)."""
         version, p = self.stored()
         start, to = int(config.get("dls_from", 0)), int(config.get("dls_to", 0))
+        if int(config.get("dls_absolute", 0)):  # a resync: p' itself (strategies.feddls)
+            reason = comm.check_arrays(list(arrays), [comm.ArraySpec("prompt", p.shape, "float32")])
+            if reason:
+                raise ValueError(f"feddls absolute download: {reason}")
+            return to, np.asarray(arrays[0], dtype=np.float32).copy()
         n = self.codec.num_arrays
         updates = [list(arrays[i : i + n]) for i in range(0, len(arrays), n)]
         if len(updates) != to - start:

@@ -30,10 +30,11 @@ one that never trained (a non-participant at evaluation) all of them; absolute c
 
 Resync: a node that lost its state (a restarted SuperNode) holds p'_0 again and fails
 the round it is sent residuals it cannot apply; :meth:`FedDLS.client_failed` then
-forgets its version, so its next download rebuilds p' from p'_0 -- every update so
-far with ``lasso``, the latest with an absolute codec: exactly the server's p' (the
-same ``decode`` runs on both sides). Those bytes count in ``bytes_down`` and, apart,
-in the round's ``resync_bytes``. Update history and client versions are checkpointed
+forgets its version, so its next download brings it to the server's p' whichever way
+is smaller: the absolute p' (``dls_absolute``, ``4 T D + 128`` B; T=50: 76,928 B) or
+every update from p'_0 (with ``lasso``, ~1.3 KB per round so far; both give exactly
+the server's p', the same ``decode`` running on both sides). Those bytes count in
+``bytes_down`` and, apart, in the round's ``resync_bytes``. Update history and client versions are checkpointed
 (``checkpoint_attrs``); a resumed simulation has new node ids, whose fresh nodes start
 from p'_0 like any client that has not trained yet.
 """
@@ -88,10 +89,14 @@ class FedDLS(FedTextStrategy):
         else:
             pending = self.updates[-1:] if have < self.version else []
         arrays = [a for update in pending for a in update]
+        extra: dict[str, Scalar] = {"dls_from": self.version - len(pending), "dls_to": self.version}
         if proxy.cid in self.resync:
             self.resync.discard(proxy.cid)
+            absolute = [np.asarray(self.global_arrays[0], dtype=np.float32)]  # p' itself, [T, D]
+            if comm.expected_bytes(absolute) < comm.expected_bytes(arrays):
+                arrays, extra = absolute, {"dls_from": self.version, "dls_to": self.version, "dls_absolute": 1}
             self.record.resync_bytes += comm.expected_bytes(arrays)
-        return arrays, {"dls_from": self.version - len(pending), "dls_to": self.version}
+        return arrays, extra
 
     def client_failed(self, cid: str, phase: str, reason: str) -> None:
         """A node that lost its p' (:class:`clients.feddls.FedDLSClient` says "node state

@@ -152,6 +152,30 @@ def test_feddls_resyncs_a_client_whose_state_was_lost():
     from fedtext import comm
 
     assert strat.record.resync_bytes == comm.expected_bytes(arrays) > 0
+    # once the replay would cost more than p' itself, the resync sends p' (absolute)
+    for _ in range(200):
+        strat.updates.append(strat.updates[-1])
+    strat.global_arrays = [p0]
+    strat.client_failed("42", "fit", "... node state was lost")
+    strat.begin_round(6)
+    arrays, extra = strat.download(6, Proxy(), "fit")
+    assert extra == {"dls_from": 203, "dls_to": 203, "dls_absolute": 1}
+    assert len(arrays) == 1 and np.array_equal(arrays[0], p0)
+    assert strat.record.resync_bytes == 4 * p0.size + comm.NPY_HEADER_BYTES
+    # a client with no state takes it as its p' of version 203
+    from clients import FedDLSClient
+
+    assert FedDLSClient.synced_prompt(_Stateless(strat), arrays, extra)[0] == 203
+
+
+class _Stateless:
+    """Just what ``FedDLSClient.synced_prompt`` touches of a client whose node lost its state."""
+
+    def __init__(self, strat) -> None:
+        self.codec, self.p0 = strat.codec, strat.initial_arrays()[0]
+
+    def stored(self):
+        return 0, self.p0
 
 
 # ----------------------------------------------------- through Flower (slow)
