@@ -12,8 +12,7 @@ shows up in comparisons without code changes there.
   few seconds while the run is open. A run without ``summary.json`` whose heartbeat is
   older than its ``stale-after-s`` is ``stale`` (its server was killed with SIGKILL, or
   the SuperLink died), not ``running`` forever: :func:`run_status`.
-* ``checkpoint.npz`` + ``checkpoint.json``: the server's state after the last finished
-  round (``fedtext.server_app``: ``resume=<run-id>`` continues from it).
+* ``checkpoint.npz``: the server's state after the last finished round (``fedtext.server_app``: ``resume=<run-id>`` continues from it).
 """
 
 from __future__ import annotations
@@ -21,11 +20,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import math
 import os
 import platform
 import signal
 import threading
 import time
+import traceback
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -344,8 +345,6 @@ def exit_reason(exc: BaseException) -> str:
         return f"terminated by {signal.Signals(exc.code).name}"
     if isinstance(exc, KeyboardInterrupt):
         return "terminated by SIGINT"
-    import traceback
-
     return "".join(traceback.format_exception_only(exc)).strip()
 
 
@@ -441,13 +440,13 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     raises: the dashboard and the compare tables call this on whatever is on disk.
     """
     rounds = [r for r in rounds if isinstance(r, dict) and _is_int(r.get("round"))]
-    accs = [(r["round"], _number(r.get("global_accuracy"))) for r in rounds]
+    accs = [(r["round"], finite_number(r.get("global_accuracy"))) for r in rounds]
     accs = [(k, a) for k, a in accs if a is not None]
     trained = [r for r in rounds if r["round"] > 0]
-    rss = [x for x in (_number(r.get("client_peak_rss_mb")) for r in rounds) if x]
+    rss = [x for x in (finite_number(r.get("client_peak_rss_mb")) for r in rounds) if x]
 
     def total(key: str, rows: list[dict[str, Any]]) -> float:
-        return sum(_number(r.get(key)) or 0 for r in rows)
+        return sum(finite_number(r.get(key)) or 0 for r in rows)
 
     return {
         "rounds_done": max((r["round"] for r in rounds), default=0),
@@ -455,15 +454,15 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "final_accuracy": accs[-1][1] if accs else None,
         "best_accuracy": max((a for _, a in accs), default=None),
         "final_client_accuracy_mean": next(
-            (x for x in (_number(r.get("client_accuracy_mean")) for r in reversed(rounds)) if x is not None), None),
+            (x for x in (finite_number(r.get("client_accuracy_mean")) for r in reversed(rounds)) if x is not None), None),
         **participant_accuracy(rounds),
         "total_bytes_up": total("bytes_up", trained),
         "total_bytes_down": total("bytes_down", trained),
         "total_resync_bytes": total("resync_bytes", trained),
-        "mean_bytes_up_per_client": _mean([x for r in trained if _number(r.get("num_clients"))
-                                           for x in [_number(r.get("bytes_up_per_client"))] if x is not None]),
-        "mean_bytes_down_per_client": _mean([x for r in trained if _number(r.get("num_clients"))
-                                             for x in [_number(r.get("bytes_down_per_client"))] if x is not None]),
+        "mean_bytes_up_per_client": _mean([x for r in trained if finite_number(r.get("num_clients"))
+                                           for x in [finite_number(r.get("bytes_up_per_client"))] if x is not None]),
+        "mean_bytes_down_per_client": _mean([x for r in trained if finite_number(r.get("num_clients"))
+                                             for x in [finite_number(r.get("bytes_down_per_client"))] if x is not None]),
         "total_model_queries": total("model_queries", rounds),
         "peak_client_rss_mb": max(rss) if rss else None,
         "client_failures": int(total("client_failures", trained)),
@@ -474,9 +473,10 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _number(v: Any) -> float | None:
-    """A record's finite number, else None (``"12"``, ``True``, NaN, a list: None)."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"), float("-inf")):
+def finite_number(v: Any) -> float | None:
+    """A record's finite number as it is (int stays int), else None (``"12"``, ``True``,
+    NaN, a list: None): how every reader of records treats a garbled field."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
         return v
     return None
 
@@ -500,8 +500,8 @@ def participant_accuracy(rounds: list[dict[str, Any]]) -> dict[str, float | None
     parts = last.get("participants") if isinstance(last.get("participants"), list) else None
     parts = {str(x) for x in (parts or pre)}
     for prefix, accs in (("", post), ("_global", pre)):
-        out[f"p_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k in parts and _number(a) is not None])
-        out[f"np_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k not in parts and _number(a) is not None])
+        out[f"p_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k in parts and finite_number(a) is not None])
+        out[f"np_accuracy{prefix}"] = _mean([a for k, a in accs.items() if k not in parts and finite_number(a) is not None])
     return out
 
 
@@ -566,6 +566,6 @@ def parse_round_line(line: str) -> dict[str, Any] | None:
         record = json.loads(line)
     except json.JSONDecodeError:
         return None
-    if isinstance(record, dict) and isinstance(record.get("round"), int) and not isinstance(record["round"], bool):
+    if isinstance(record, dict) and _is_int(record.get("round")):
         return record
     return None

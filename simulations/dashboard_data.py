@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import threading
 from collections.abc import Iterable
@@ -33,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records import parse_round_line, run_status, summarize
+from fedtext.records import finite_number, parse_round_line, run_status, summarize
 
 RUN_COLUMNS = [
     "run_id", "experiment", "label", "method", "dataset", "partition", "seed", "holdout", "options", "status",
@@ -320,11 +319,7 @@ def _derive(run: dict[str, Any]) -> dict[str, Any]:
         notes.append("config.json missing or malformed")
     if run["malformed_lines"]:
         notes.append(f"{run['malformed_lines']} malformed line(s) in rounds.jsonl")
-    try:
-        summary = run["summary"] or {**summarize(run["rounds"]), "status": "running"}
-    except (KeyError, TypeError, ValueError) as exc:
-        summary = {"status": "malformed"}
-        notes.append(f"rounds unreadable ({type(exc).__name__})")
+    summary = run["summary"] or summarize(run["rounds"])  # summarize never raises on garbled fields
     run["cfg"] = cfg or {}
     if cfg is not None and not run.get("error"):
         run["status"], run["reason"] = run_status(run)
@@ -381,11 +376,13 @@ def runs_table(root: str | Path | RunStore) -> pd.DataFrame:
 
 def _num(v: Any) -> float:
     """A record's number, 0 for anything else (a garbled field never breaks a table)."""
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else 0.0
+    return _opt(v) or 0.0
 
 
 def _opt(v: Any) -> float | None:
-    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+    """A record's number as a float, None for anything else (:func:`fedtext.records.finite_number`)."""
+    x = finite_number(v)
+    return None if x is None else float(x)
 
 
 SERIES_COLUMNS = [

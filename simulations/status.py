@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedtext.records import load_run
+from fedtext.records import load_run, summarize
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,11 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     for d in dirs:
         run = load_run(d)
         cfg = (run["config"] or {}).get("config") or {}
-        done = max((r["round"] for r in run["rounds"]), default=0)
-        acc = next((r.get("global_accuracy") for r in reversed(run["rounds"])
-                    if isinstance(r.get("global_accuracy"), (int, float))), None)
+        totals = summarize(run["rounds"])
+        acc = totals["final_accuracy"]
         line = (f"{d.name}  {run['status']}  method={cfg.get('method', '?')}  "
-                f"rounds {done}/{cfg.get('num-server-rounds', '?')}  "
+                f"rounds {totals['rounds_done']}/{cfg.get('num-server-rounds', '?')}  "
                 f"acc {'-' if acc is None else f'{acc:.3f}'}")
         if run["reason"]:
             line += f"  reason: {run['reason']}"

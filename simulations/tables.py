@@ -44,7 +44,7 @@ def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
         if run["config"] is None:
             continue
         cfg = run["config"].get("config", {})
-        summary = run["summary"] or {**summarize(run["rounds"]), "status": run.get("status", "running")}
+        summary = run["summary"] or {**summarize(run["rounds"]), "status": run["status"]}
         rows.append(
             {
                 "run_id": run["config"].get("run_id", Path(run["dir"]).name),

@@ -11,6 +11,7 @@ whether it passes or fails.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -70,7 +71,7 @@ class Processes:
     def stop_all(self) -> None:
         """SIGTERM each group this test started, SIGKILL what is left after 10 s."""
         for proc in self.started:
-            with _suppress():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGTERM)
         deadline = time.time() + 10
         for proc in self.started:
@@ -78,16 +79,8 @@ class Processes:
                 proc.wait(timeout=max(0.1, deadline - time.time()))
             except subprocess.TimeoutExpired:
                 pass
-            with _suppress():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-
-
-class _suppress:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return exc[0] is not None and issubclass(exc[0], (ProcessLookupError, PermissionError))
 
 
 def test_tls_and_node_auth_deployment_runs_two_methods(tmp_path):
