@@ -5,6 +5,9 @@ from clients.bbt_fed import BBTFedClient
 from clients.fedavg import FedAvgClient
 from clients.fedbpt import FedBPTClient
 from clients.feddls import FedDLSClient
+from clients.feddpg import FedDPGClient
 from clients.fedprompt import FedPromptClient
+from clients.fedptuning_v2 import FedPTuningV2Client
 
-__all__ = ["BBTFedClient", "FedAvgClient", "FedBPTClient", "FedDLSClient", "FedPromptClient"]
+__all__ = ["BBTFedClient", "FedAvgClient", "FedBPTClient", "FedDLSClient", "FedDPGClient", "FedPTuningV2Client",
+           "FedPromptClient"]

@@ -312,7 +312,9 @@ class Backbone:
         if self._label_cache is not None and not self.training:
             return self._label_cache
         descriptions = self.encode(list(self.task.descriptions), [0] * self.task.num_classes)
-        with torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+        # Never an inference tensor (the first call may come from score()'s inference_mode):
+        # a cached one could not be saved for a later backward (fedprompt, feddpg).
+        with torch.inference_mode(False), torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
             hidden = self.encoder(
                 input_ids=descriptions.input_ids, attention_mask=descriptions.attention_mask
             ).last_hidden_state
@@ -414,11 +416,13 @@ class Backbone:
         return self.vocab_embeddings()[ids].copy()
 
     # ----------------------------------------------------------------- forward
-    def _logits(self, prompts: Tensor | None, batch: EncodedBatch) -> Tensor:
+    def _logits(self, prompts: Tensor | None, batch: EncodedBatch, pool_prompt: bool = True) -> Tensor:
         """Logits ``[P, B, C]`` on one batch in one encoder call.
 
         ``prompts``: ``[P, T, D]`` (each prompt for every input), ``[P, B, T, D]`` (a
-        prompt per input) or ``None`` (no prompt, P = 1).
+        prompt per input) or ``None`` (no prompt, P = 1). ``pool_prompt=False`` leaves
+        the prompt positions out of the pooled heads' mean (deep prompts, whose
+        positions only carry keys and values: fedptuning-v2).
         """
         b, l = batch.input_ids.shape
         tok = self.embeddings(batch.input_ids)  # [B, L, D]
@@ -440,11 +444,12 @@ class Backbone:
         att = att.repeat(p, 1)  # [P*B, T+L]
         hidden = self.encoder(inputs_embeds=x, attention_mask=att).last_hidden_state
         self.counter.n += p * b
+        pool_att = att if pool_prompt or not t else torch.cat([att[:, :1], att.new_zeros(p * b, t), att[:, 1 + t:]], 1)
         if self.head == "similarity":
-            pooled = torch.nn.functional.normalize(_mean_pool(hidden, att), dim=-1)
+            pooled = torch.nn.functional.normalize(_mean_pool(hidden, pool_att), dim=-1)
             logits = SIMILARITY_SCALE * pooled @ self.label_vectors.T
         elif self.head == "linear":
-            logits = self.linear(_mean_pool(hidden, att))
+            logits = self.linear(_mean_pool(hidden, pool_att))
         else:
             pos = (batch.mask_pos + t).repeat(p)  # [P*B]
             h_mask = hidden[torch.arange(p * b), pos]  # [P*B, D]
@@ -526,10 +531,10 @@ class Backbone:
         tokens = int(free_mb * 2**20 / self.activation_bytes_per_token(seq_len))
         return int(min(MAX_TOKENS_PER_CHUNK, max(seq_len, tokens)))
 
-    def forward(self, prompt: Tensor | None, batch: EncodedBatch) -> Tensor:
+    def forward(self, prompt: Tensor | None, batch: EncodedBatch, pool_prompt: bool = True) -> Tensor:
         """Logits ``[B, C]`` with autograd, for a prompt ``[T, D]``, per-input prompts
         ``[B, T, D]`` or ``None`` (fine-tuning)."""
-        return self._logits(None if prompt is None else prompt[None], batch)[0]
+        return self._logits(None if prompt is None else prompt[None], batch, pool_prompt)[0]
 
     # -------------------------------------------------------------- evaluation
     def evaluate(self, prompt: PromptSource, batches: Sequence[EncodedBatch]) -> tuple[float, float]:

@@ -40,6 +40,8 @@ CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every c
 HEADS = ("similarity", "tied", "mlm", "linear")
 PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# Keys the server adds to a run's recorded config (config.json), derived from the rest.
+DERIVED_KEYS = ("resolved-task", "trainable-parameters")
 # Keys that were shared before the per-method configs, and where they went.
 RENAMED = {
     "bbt-fed-average": "bbt-fed.average",

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from fedtext.backbone import Backbone, EncodedBatch
+from fedtext.backbone import Backbone, EncodedBatch, _predicate
 from fedtext.comm import ArraySpec
 from fedtext.prompts import bbt_space, project
 
@@ -70,6 +70,11 @@ class Model:
     def check_upload(self, upload: dict[str, np.ndarray]) -> str | None:
         """Why a (spec-conforming) upload is invalid, or ``None``."""
         return None
+
+    def trainable_parameters(self) -> int:
+        """How many numbers a client optimises (the compare tables' "trainable params");
+        default: the size of the global arrays."""
+        return int(sum(np.prod(s.shape) for s in self.global_specs()))
 
     def evaluate(self, arrays: Sequence[np.ndarray], batches: Sequence[EncodedBatch]) -> tuple[float, float]:
         """(mean cross-entropy, accuracy) of the classifier ``arrays`` stand for."""
@@ -113,6 +118,10 @@ class SubspaceModel(PromptModel):
     def prompt(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
         return self.project(np.asarray(arrays[0], dtype=np.float32)[: self.d])
 
+    def trainable_parameters(self) -> int:
+        """d: the CMA-ES optimises z (sigma and C are its search state, not parameters)."""
+        return self.d
+
 
 class NetworkModel(Model):
     """Trained encoder weights and/or the ``linear`` head are the global arrays.
@@ -133,6 +142,11 @@ class NetworkModel(Model):
     def trainable(self) -> str | Callable[[str], bool]:
         """Which weights train and travel: ``"all"``, ``"none"`` or a name predicate."""
         return "all"
+
+    def trainable_parameters(self) -> int:
+        """The weights :meth:`trainable` names (counted without making the copy)."""
+        wants = _predicate(self.trainable())
+        return sum(p.numel() for n, p in self.backbone.named_parameters() if wants(n))
 
     @property
     def network(self) -> Backbone:

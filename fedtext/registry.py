@@ -16,16 +16,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clients import BBTFedClient, FedAvgClient, FedBPTClient, FedDLSClient, FedPromptClient
+from clients import (BBTFedClient, FedAvgClient, FedBPTClient, FedDLSClient, FedDPGClient, FedPromptClient,
+                     FedPTuningV2Client)
 from fedtext.client import FedTextClient
 from fedtext.config import MethodConfig, RunConfig, kebab
 from fedtext.methods.bbt_fed import BBTFedConfig
 from fedtext.methods.fedavg import FedAvgConfig
 from fedtext.methods.fedbpt import FedBPTConfig
 from fedtext.methods.feddls import FedDLSConfig
+from fedtext.methods.feddpg import FedDPGConfig
 from fedtext.methods.fedprompt import FedPromptConfig
+from fedtext.methods.fedptuning_v2 import FedPTuningV2Config
 from fedtext.strategy import FedTextStrategy
-from strategies import BBTFed, FedAvgStrategy, FedBPT, FedDLS, FedPrompt
+from strategies import BBTFed, FedAvgStrategy, FedBPT, FedDLS, FedDPG, FedPrompt, FedPTuningV2
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ METHODS: dict[str, Method] = {
     "fedbpt": Method(FedBPT, FedBPTClient, FedBPTConfig),
     "feddls": Method(FedDLS, FedDLSClient, FedDLSConfig),
     "fedavg": Method(FedAvgStrategy, FedAvgClient, FedAvgConfig),
+    "feddpg": Method(FedDPG, FedDPGClient, FedDPGConfig),
+    "fedptuning-v2": Method(FedPTuningV2, FedPTuningV2Client, FedPTuningV2Config),
 }
 
 

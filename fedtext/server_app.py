@@ -117,7 +117,8 @@ def build(cfg: RunConfig) -> tuple[RecordingServer, ServerConfig]:
             raise ConfigError(f"holdout by domain name ('{name}') needs partition=domain")
     evaluator = Evaluator(cfg, task)
     check_prompt_fits(cfg, evaluator.backbone)
-    config = {**cfg.to_run_config(), "resolved-task": task.name}
+    trainable = cfg.method_config.model_class(cfg, evaluator.backbone).trainable_parameters()
+    config = {**cfg.to_run_config(), "resolved-task": task.name, "trainable-parameters": int(trainable)}
     ckpt = resume_checkpoint(cfg, config) if cfg.resume else None
     recorder = RunRecorder(cfg.output_dir, config, run_id=cfg.resume or None, resume=bool(cfg.resume),
                            keep_rounds=ckpt.round if ckpt else None)
@@ -149,7 +150,9 @@ def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
 
 
 # Keys a resumed run may change: how long to wait, how to report; not what is learnt.
-RESUMABLE_CHANGES = {"resume", "num-server-rounds", "stale-after-s", "round-timeout-s", "client-failure-rate"}
+# trainable-parameters is derived (runs recorded before it existed lack it).
+RESUMABLE_CHANGES = {"resume", "num-server-rounds", "stale-after-s", "round-timeout-s", "client-failure-rate",
+                     "trainable-parameters"}
 
 
 def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Checkpoint:

@@ -21,6 +21,7 @@ COLUMNS = {
     "final_client_accuracy_mean": "client acc",
     "p_accuracy": "P acc",
     "np_accuracy": "NP acc",
+    "trainable_parameters": "trainable params",
     "kb_up_per_client_round": "KB up / client-round",
     "kb_down_per_client_round": "KB down / client-round",
     "mb_up": "MB up (total)",
@@ -63,6 +64,7 @@ def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
                 "final_client_accuracy_mean": summary.get("final_client_accuracy_mean"),
                 "p_accuracy": summary.get("p_accuracy"),
                 "np_accuracy": summary.get("np_accuracy"),
+                "trainable_parameters": cfg.get("trainable-parameters"),
                 "kb_up_per_client_round": (summary.get("mean_bytes_up_per_client") or 0) / 1024,
                 "kb_down_per_client_round": (summary.get("mean_bytes_down_per_client") or 0) / 1024,
                 "mb_up": summary.get("total_bytes_up", 0) / 2**20,
@@ -99,7 +101,8 @@ def compare_table(runs: pd.DataFrame) -> pd.DataFrame:
 def _fmt(vals: pd.Series, col: str) -> str:
     if vals.empty:
         return "-"
-    digits = 3 if "accuracy" in col else (0 if col in ("model_queries", "peak_client_rss_mb", "wall_time_s") else 2)
+    digits = 3 if "accuracy" in col else (
+        0 if col in ("model_queries", "peak_client_rss_mb", "wall_time_s", "trainable_parameters") else 2)
     mean = f"{vals.mean():,.{digits}f}"
     return mean if len(vals) == 1 else f"{mean} ± {vals.std(ddof=1):,.{digits}f}"
 

@@ -6,6 +6,8 @@ from strategies.bbt_fed import BBTFed
 from strategies.fedavg import FedAvgStrategy
 from strategies.fedbpt import FedBPT
 from strategies.feddls import FedDLS
+from strategies.feddpg import FedDPG
 from strategies.fedprompt import FedPrompt
+from strategies.fedptuning_v2 import FedPTuningV2
 
-__all__ = ["BBTFed", "FedAvgStrategy", "FedBPT", "FedDLS", "FedPrompt"]
+__all__ = ["BBTFed", "FedAvgStrategy", "FedBPT", "FedDLS", "FedDPG", "FedPTuningV2", "FedPrompt"]

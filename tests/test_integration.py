@@ -26,7 +26,11 @@ FEDAVG_BYTES = 4 * (MINILM_WEIGHTS + 2 * 384 + 2) + (MINILM_TENSORS + 2) * NPY_H
 PER_METHOD = {  # extra run-config, clients, bytes up and down per client-round
     # the whole model each way (the golden tests run the prompt methods through Flower)
     "fedavg": ("fedavg.local-steps=2 fedavg.batch-size=4", 2, FEDAVG_BYTES, None),
+    # prefix keys and values [L=6, T=4, D=384] each
+    "fedptuning-v2": ("fedptuning-v2.local-steps=2 fedptuning-v2.batch-size=4", 2, 2 * (4 * 6 * 4 * 384 + 128), None),
 }
+# G with h=5, |P|=2: [5, 384] [5] [768, 5] [768], one NPY header each
+FEDDPG_BYTES = 4 * (384 * 5 + 5 + 5 * 768 + 768) + 4 * NPY_HEADER_BYTES
 
 
 def _env() -> dict[str, str]:
@@ -66,6 +70,42 @@ def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
     assert summary["status"] == "finished" and summary["rounds_done"] == 2
     assert json.loads((run / "config.json").read_text())["config"]["method"] == method
     assert "fedtext round 2/2" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path):
+    """feddpg, 3 clients, 2 rounds: round 1 trains G on everyone; in round 2 only client 1
+    is asked, unlearns (FedDPGu) and its G becomes the global one; all 3 clients test
+    the global G in both rounds (the "other clients" of Figure 4)."""
+    extra = ("feddpg.hidden=5 feddpg.prompts=2 feddpg.local-steps=2 feddpg.batch-size=4 feddpg.unlearn-round=2 "
+             "feddpg.unlearn-client=1 feddpg.unlearn-steps=2 clients-per-eval=0")
+    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
+           f"method=feddpg {TINY} {extra} output-dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = _only_run(tmp_path)
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [0, 1, 2]
+    first, second = rounds[1], rounds[2]
+    assert first["num_clients"] == 3 and first["bytes_up_per_client"] == FEDDPG_BYTES == first["bytes_down_per_client"]
+    assert second["num_clients"] == 1 and second["bytes_up"] == FEDDPG_BYTES and second["dropped"] == []
+    m = second["method_metrics"]
+    assert m["unlearned_client"] == 1 and m["forget_examples"] >= 1
+    assert {"forget_accuracy_before", "forget_accuracy_after", "retained_accuracy_after"} <= set(m)
+    assert set(first["client_accuracy"]) == set(second["client_accuracy"]) == {"0", "1", "2"}
+    config = json.loads((run / "config.json").read_text())["config"]
+    assert config["trainable-parameters"] == 384 * 5 + 5 + 5 * 768 + 768
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    # FedDPGu on the finished run's global G, as a user would call it
+    proc = subprocess.run([sys.executable, "-m", "simulations.unlearning", "forget", str(run), "--client", "2",
+                           "--num-partitions", "3"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    metrics = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert metrics["forget_examples"] >= 1 and 0 <= metrics["global_accuracy_after"] <= 1
+    import numpy as np
+
+    g_u = np.load(metrics["output"])
+    assert sorted(g_u.files) == ["generator.0.bias", "generator.0.weight", "generator.2.bias", "generator.2.weight"]
 
 
 @pytest.mark.slow

@@ -1,0 +1,165 @@
+"""FedDPGu: the unlearning table of a compare-runner experiment, and unlearning a finished run.
+
+    python -m simulations.unlearning table simulations/results/feddpg_unlearning_ag_news
+    python -m simulations.unlearning forget runs/<run-id> --client 0 --num-partitions 10
+    python -m simulations.unlearning tradeoff <out>/runs/<run-id> --client 0 --num-partitions 5
+
+``table`` reads the experiment's run records only (``<out>/runs/*``): for each feddpg run
+with ``feddpg.unlearn-round = R`` it compares round R-1 (before: the last global G
+trained by everyone) with round R (after: the unlearning client's G_c^u, which replaced
+it). Forget-set and retained accuracies come from the unlearning client's report (round
+R's ``method_metrics``; accuracy against the true labels); global accuracy from the
+server's test split; the other clients' from their local test splits (run with
+``clients-per-eval = 0`` so that every client is tested in both rounds). The
+experiment's criteria (issue 12): forget accuracy falls by >= 20 points, global
+accuracy by <= 2, and no other client loses more than 2. Writes ``unlearning.md``
+beside ``table.md``.
+
+``forget`` runs :func:`fedtext.methods.feddpg.unlearn_run` on a finished feddpg run:
+the client forgets ``feddpg.forget-fraction`` of its examples starting from the run's
+last global G; prints the metrics and writes the unlearned G next to the run.
+
+``tradeoff`` repeats that unlearning from the G an unlearning round replaced
+(``before-unlearning.npz``) with several strengths (steps, learning rate, λ) and
+tabulates forget-set against global accuracy: how much forgetting costs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedtext.records import load_run
+from simulations.tables import to_markdown
+
+FORGET_DROP, GLOBAL_DROP, OTHER_DROP = 20.0, 2.0, 2.0  # points (issue 12's criteria)
+
+
+def unlearning_rows(runs_dir: str | Path) -> list[dict[str, Any]]:
+    """One row per feddpg run with an unlearning round, in points (accuracy x 100)."""
+    rows = []
+    for cfg_path in sorted(Path(runs_dir).rglob("config.json")):
+        run = load_run(cfg_path.parent)
+        cfg = (run["config"] or {}).get("config", {})
+        r_u = int(cfg.get("feddpg.unlearn-round", 0) or 0)
+        if cfg.get("method") != "feddpg" or not r_u:
+            continue
+        by_round = {r["round"]: r for r in run["rounds"]}
+        before, after = by_round.get(r_u - 1), by_round.get(r_u)
+        if before is None or after is None:
+            continue
+        m = after.get("method_metrics") or {}
+        client = str(cfg.get("feddpg.unlearn-client"))
+        acc_b, acc_a = before.get("client_accuracy") or {}, after.get("client_accuracy") or {}
+        others = {c: 100 * (acc_a[c] - acc_b[c]) for c in acc_b if c in acc_a and c != client}
+        row = {
+            "seed": cfg.get("seed"),
+            "client": client,
+            "forget n": int(m.get("forget_examples", 0)),
+            "forget acc before": 100 * m.get("forget_accuracy_before", np.nan),
+            "forget acc after": 100 * m.get("forget_accuracy_after", np.nan),
+            "retained acc before": 100 * m.get("retained_accuracy_before", np.nan),
+            "retained acc after": 100 * m.get("retained_accuracy_after", np.nan),
+            "global acc before": 100 * (before.get("global_accuracy") or np.nan),
+            "global acc after": 100 * (after.get("global_accuracy") or np.nan),
+            "own test acc before": 100 * acc_b.get(client, np.nan),
+            "own test acc after": 100 * acc_a.get(client, np.nan),
+            "other clients": len(others),
+            "worst other change": min(others.values()) if others else np.nan,
+            "mean other change": float(np.mean(list(others.values()))) if others else np.nan,
+        }
+        forget_drop = row["forget acc before"] - row["forget acc after"]
+        global_drop = row["global acc before"] - row["global acc after"]
+        row["meets criteria"] = bool(forget_drop >= FORGET_DROP and global_drop <= GLOBAL_DROP
+                                     and -row["worst other change"] <= OTHER_DROP)
+        rows.append(row)
+    return rows
+
+
+def table(out: Path) -> str:
+    """The markdown table of ``out/runs`` (rows per seed and a mean row)."""
+    import pandas as pd
+
+    rows = unlearning_rows(out / "runs")
+    if not rows:
+        raise SystemExit(f"no feddpg run with an unlearning round under {out / 'runs'}")
+    df = pd.DataFrame(rows).sort_values("seed")
+    numeric = [c for c in df.columns if c not in ("seed", "client", "meets criteria")]
+    mean = {c: df[c].mean() for c in numeric}
+    df = pd.concat([df, pd.DataFrame([{**mean, "seed": "mean", "client": "",
+                                       "meets criteria": f"{int(df['meets criteria'].sum())}/{len(df)}"}])])
+    for c in numeric:
+        digits = 0 if c in ("forget n", "other clients") else 1
+        df[c] = df[c].map(lambda v, d=digits: f"{v:.{d}f}" if isinstance(v, (int, float)) else str(v))
+    return to_markdown(df)
+
+
+DEFAULT_SETTINGS = ("4,0.001,1", "16,0.001,1", "8,0.003,1", "16,0.003,0.5", "16,0.003,1")
+
+
+def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str]) -> str:
+    """Markdown table of unlearning strengths "steps,lr,lambda" from ``before-unlearning.npz``."""
+    import tempfile
+
+    from fedtext.methods.feddpg import unlearn_run
+
+    scratch = Path(tempfile.mkdtemp(prefix="fedtext-tradeoff-")) / "g.npz"
+    lines = ["| unlearn-steps | unlearn-lr | λ | forget acc before | forget acc after | retained acc after "
+             "| global acc before | global acc after | forget drop | global drop |", "|" + "---|" * 10]
+    for setting in settings:
+        steps, lr, lam = setting.split(",")
+        m = unlearn_run(run_dir, client, num_partitions, start="before-unlearning", output=scratch,
+                        overrides={"feddpg.unlearn-steps": int(steps), "feddpg.unlearn-lr": float(lr),
+                                   "feddpg.unlearn-lambda": float(lam)})
+        p = {k: 100 * v for k, v in m.items() if "accuracy" in k}
+        lines.append(f"| {steps} | {lr} | {lam} | {p['forget_accuracy_before']:.1f} | {p['forget_accuracy_after']:.1f} "
+                     f"| {p['retained_accuracy_after']:.1f} | {p['global_accuracy_before']:.1f} "
+                     f"| {p['global_accuracy_after']:.1f} | {p['forget_accuracy_before'] - p['forget_accuracy_after']:.1f} "
+                     f"| {p['global_accuracy_before'] - p['global_accuracy_after']:.1f} |")
+        print(lines[-1], flush=True)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="FedDPGu unlearning: table of an experiment, or forget on a finished run.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("table", help="unlearning table of a compare-runner output folder")
+    t.add_argument("out", type=Path)
+    f = sub.add_parser("forget", help="a client of a finished feddpg run forgets part of its examples")
+    f.add_argument("run_dir", type=Path)
+    f.add_argument("--client", type=int, required=True, help="partition id of the client that forgets")
+    f.add_argument("--num-partitions", type=int, required=True, help="clients the run had (num-supernodes)")
+    f.add_argument("--forget-fraction", type=float, help="default: the run's feddpg.forget-fraction")
+    f.add_argument("--output", type=Path, help="where to write G_c^u (default <run_dir>/unlearned-<client>.npz)")
+    o = sub.add_parser("tradeoff", help="forget vs global accuracy over unlearning strengths (one finished run)")
+    o.add_argument("run_dir", type=Path)
+    o.add_argument("--client", type=int, required=True)
+    o.add_argument("--num-partitions", type=int, required=True)
+    o.add_argument("--setting", action="append", help='"steps,lr,lambda" (repeatable; default: a fixed list)')
+    o.add_argument("--out", type=Path, help="also write the table here")
+    args = ap.parse_args(argv)
+    if args.cmd == "tradeoff":
+        md = tradeoff(args.run_dir, args.client, args.num_partitions, args.setting or list(DEFAULT_SETTINGS))
+        if args.out:
+            args.out.write_text(f"<!-- python -m simulations.unlearning tradeoff {args.run_dir} -->\n" + md)
+        return 0
+    if args.cmd == "table":
+        md = table(args.out)
+        header = f"<!-- FedDPGu unlearning, {args.out} (python -m simulations.unlearning table) -->\n"
+        (args.out / "unlearning.md").write_text(header + md)
+        print(md)
+        return 0
+    from fedtext.methods.feddpg import unlearn_run
+
+    metrics = unlearn_run(args.run_dir, args.client, args.num_partitions, args.forget_fraction, args.output)
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""FedDPG: uniform FedAvg of the dynamic prompt generator G; FedDPGu's replacement.
+
+Shakeri et al. (``../shared/papers/004_03995fac2178d15f.txt``); config, model and the
+unlearning update: :mod:`fedtext.methods.feddpg`.
+
+Client must: load the downloaded G (four float32 tensors, ``model.global_specs()``),
+take ``feddpg.local-steps`` AdamW steps (``feddpg.lr``, ``feddpg.batch-size``) on its
+labelled examples with the prompts ``G(ē)`` of each text in front of the frozen PLM,
+and upload G. In the unlearning round (``unlearn=1`` in its fit config) the client
+named by ``feddpg.unlearn-client`` runs :func:`fedtext.methods.feddpg.unlearn` instead
+(eq. 5), uploads G_c^u with the forget/retained accuracies before and after as
+metrics, and never trains on the forgotten examples again.
+
+Server: eq. (1), the *uniform* mean of the selected clients' G ("all clients
+contribute equally ... regardless of dataset size"). In round ``feddpg.unlearn-round``
+only the unlearning client is sent a fit instruction, and the global G is *replaced*
+by its upload (§3.3.1, G_global^{t+1} ← G_c^u), no averaging; the replaced G is kept
+in the run folder as ``before-unlearning.npz``. Bytes per client-round,
+each way: ``4·#G + 4·128`` (D=384, h=20, |P|=10: 353,872 B).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from flwr.common import Scalar
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+
+from fedtext.config import ConfigError
+from fedtext.strategy import FedTextStrategy, Upload, weighted_mean
+
+log = logging.getLogger("fedtext")
+
+BEFORE_UNLEARNING = "before-unlearning.npz"  # the global G the unlearning round replaced
+UNLEARN_METRICS = ("forget_accuracy_before", "forget_accuracy_after", "retained_accuracy_before",
+                   "retained_accuracy_after", "forget_examples", "unlearn_loss")
+
+
+class FedDPG(FedTextStrategy):
+    """Uniform mean of G (eq. 1); G ← G_c^u in the unlearning round (§3.3.1)."""
+
+    def is_unlearn_round(self, server_round: int) -> bool:
+        return bool(self.mcfg.unlearn_round) and server_round == self.mcfg.unlearn_round
+
+    def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
+        if not self.is_unlearn_round(server_round):
+            return super().sample_clients(server_round, client_manager)
+        client_manager.wait_for(1, timeout=60)
+        want = str(self.mcfg.unlearn_client)
+        found = [p for p in self.clients(client_manager, participants_only=False)
+                 if self.info(p)["partition_id"] == want]
+        if not found:
+            raise ConfigError(f"feddpg.unlearn-client={want} is not a connected client's partition id")
+        return found[:1]
+
+    def fit_config(self, server_round: int) -> dict[str, Scalar]:
+        return {**super().fit_config(server_round), "unlearn": int(self.is_unlearn_round(server_round))}
+
+    def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray] | None, dict[str, Scalar]]:
+        if self.is_unlearn_round(server_round):
+            (upload,) = uploads  # only the unlearning client was asked
+            metrics = {k: float(upload.metrics[k]) for k in UNLEARN_METRICS if k in upload.metrics}
+            log.info("feddpg round %d: G replaced by client %s's unlearned G (forget acc %.3f -> %.3f)",
+                     server_round, upload.partition_id, metrics.get("forget_accuracy_before", float("nan")),
+                     metrics.get("forget_accuracy_after", float("nan")))
+            if self.recorder is not None:  # the replaced G stays on disk: an operator can compare or roll back
+                specs = self.model.global_specs()
+                np.savez(self.recorder.dir / BEFORE_UNLEARNING,
+                         **{s.name: a for s, a in zip(specs, self.global_arrays, strict=True)})
+            return upload.array_list(), {**metrics, "unlearned_client": float(upload.partition_id)}
+        return weighted_mean([u.array_list() for u in uploads], [1] * len(uploads)), {}

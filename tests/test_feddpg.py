@@ -1,0 +1,260 @@
+"""FedDPG (dynamic prompt generator, FedDPGu unlearning) and Fed P-tuning v2, without Flower.
+
+The Flower smoke runs of both methods are in ``tests/test_integration.py``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import RecordDict
+from flwr.common import Code, FitRes, Status
+
+from fedtext import comm
+from fedtext.data import client_data
+from fedtext.methods.feddpg import FedDPGModel, forget_split, make_generator, relabel
+from fedtext.methods.fedptuning_v2 import DeepPromptModel, attention_projections, deep_prompts
+from fedtext.registry import METHODS, make_config
+from fedtext.tasks import TASKS
+from strategies import FedDPG
+
+SMALL = dict(max_length=64, shots_per_class=8, client_test_size=8, eval_size=20)
+
+
+def dpg(**kw):
+    return make_config("feddpg", **{**SMALL, **kw})
+
+
+def fit_res(arrays, n, pid, **metrics):
+    return (SimpleNamespace(cid=str(pid)),
+            FitRes(Status(Code.OK, ""), comm.encode(arrays), n, {"partition_id": pid, "train_loss": 0.5, **metrics}))
+
+
+# ------------------------------------------------------------------ G itself
+@pytest.mark.parametrize("prompts,hidden", [(1, 5), (5, 10), (10, 20)])
+def test_generator_makes_P_prompt_vectors_of_the_embedding_size(backbone, prompts, hidden):
+    model = FedDPGModel(dpg(prompts=prompts, hidden=hidden), backbone)
+    arrays = model.initial_arrays()
+    # two layers: D -> h -> |P|·D (eq. 2), with biases
+    assert [a.shape for a in arrays] == [(hidden, 384), (hidden,), (prompts * 384, hidden), (prompts * 384,)]
+    assert model.trainable_parameters() == 384 * hidden + hidden + hidden * prompts * 384 + prompts * 384
+    batch = backbone.encode(["a fine movie", "the market fell sharply today", "ok"], [0, 1, 0])
+    model.load(arrays)
+    with torch.no_grad():
+        p = model.prompts(batch)
+    assert tuple(p.shape) == (3, prompts, 384)
+    logits = model.logits(batch)
+    assert tuple(logits.shape) == (3, 2)
+
+
+def test_the_prompt_depends_on_its_input_and_only_on_its_own_tokens(backbone):
+    model = FedDPGModel(dpg(prompts=4, hidden=10), backbone)
+    model.load(model.initial_arrays())
+    a = backbone.encode(["a fine movie", "the market fell sharply today"], [0, 1])
+    with torch.no_grad():
+        pa = model.prompts(a)
+        alone = model.prompts(backbone.encode(["a fine movie"], [0]))
+    assert not torch.allclose(pa[0], pa[1], atol=1e-4)  # two texts, two prompts
+    # padding (the longer neighbour in the batch) does not change a text's prompt: ē is over its own n tokens
+    torch.testing.assert_close(pa[0], alone[0], rtol=1e-5, atol=1e-6)
+
+
+def test_mean_embedding_is_the_mean_word_embedding_over_the_text_tokens(backbone):
+    from fedtext.methods.feddpg import mean_embedding
+
+    batch = backbone.encode(["good", "a much longer sentence here"], [0, 1])
+    e = backbone.vocab_embeddings()
+    ids = batch.input_ids[0][batch.attention_mask[0].bool()].numpy()  # [CLS] good [SEP]
+    np.testing.assert_allclose(mean_embedding(backbone, batch)[0].detach().numpy(), e[ids].mean(0), rtol=1e-5, atol=1e-7)
+
+
+def test_initial_G_is_seeded_and_the_default_torch_init(backbone):
+    a, b = FedDPGModel(dpg(seed=3), backbone), FedDPGModel(dpg(seed=3), backbone)
+    for x, y in zip(a.initial_arrays(), b.initial_arrays(), strict=True):
+        np.testing.assert_array_equal(x, y)
+    c = FedDPGModel(dpg(seed=4), backbone).initial_arrays()
+    assert not np.array_equal(a.initial_arrays()[0], c[0])
+    w0 = a.initial_arrays()[0]
+    assert np.abs(w0).max() <= 1 / np.sqrt(384) + 1e-7  # kaiming-uniform bound of Linear(384, h)
+    assert make_generator(384, 20, 10)[2].weight.shape == (3840, 20)
+
+
+def test_input_configurations_of_fig_2(backbone):
+    batch = backbone.encode(["a fine movie", "the market fell"], [0, 1])
+    outs = {}
+    for mode in ("prompt-text", "text", "prompt"):
+        model = FedDPGModel(dpg(input=mode, prompts=3, hidden=5), backbone)
+        model.load(model.initial_arrays())
+        with torch.no_grad():
+            outs[mode] = model.logits(batch)
+    with torch.no_grad():
+        torch.testing.assert_close(outs["text"], backbone.forward(None, batch))  # x only: G bypassed
+    assert not torch.allclose(outs["prompt-text"], outs["text"])
+    assert not torch.allclose(outs["prompt"], outs["prompt-text"])
+
+
+def test_a_local_step_changes_G_and_nothing_in_the_encoder(backbone):
+    cfg = dpg(local_steps=2, batch_size=4, prompts=2, hidden=5)
+    client = METHODS["feddpg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone)
+    before = {n: p.detach().clone() for n, p in backbone.named_parameters()}
+    init = client.model.initial_arrays()
+    out, n, loss = client.train(init, {"server_round": 1})
+    assert n == len(client.train_batch) and np.isfinite(loss)
+    assert all(not np.array_equal(a, b) for a, b in zip(init, out, strict=True))  # every tensor of G moved
+    for name, p in backbone.named_parameters():
+        assert torch.equal(p, before[name]), name  # the frozen PLM is untouched
+        assert p.grad is None, name  # and never got a gradient
+
+
+# -------------------------------------------------------------- aggregation
+def test_server_takes_the_uniform_mean_of_G_eq_1(backbone):
+    cfg = dpg(prompts=1, hidden=2)
+    strat = FedDPG(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat.begin_round(1)
+    a = [np.full(s.shape, 1.0, np.float32) for s in strat.model.global_specs()]
+    b = [np.full(s.shape, 4.0, np.float32) for s in strat.model.global_specs()]
+    params, _ = strat.aggregate_fit(1, [fit_res(a, 10, 0), fit_res(b, 30, 1)], [])
+    # uniform (eq. 1): (1 + 4) / 2 = 2.5, not the example-weighted (10·1 + 30·4) / 40 = 3.25
+    for x in comm.decode(params):
+        np.testing.assert_allclose(x, 2.5)
+
+
+def test_unlearning_round_samples_only_the_client_and_replaces_G_with_its_upload(backbone):
+    cfg = dpg(prompts=1, hidden=2, unlearn_round=3, unlearn_client=1)
+    strat = FedDPG(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    proxies = {str(i): SimpleNamespace(cid=f"node{i}") for i in range(3)}
+    for pid, proxy in proxies.items():
+        strat.learn(proxy, int(pid))
+    manager = SimpleNamespace(all=lambda: {p.cid: p for p in proxies.values()}, wait_for=lambda *a, **k: True,
+                              num_available=lambda: 3)
+    assert strat.sample_clients(3, manager) == [proxies["1"]]
+    assert strat.fit_config(3)["unlearn"] == 1 and strat.fit_config(2)["unlearn"] == 0
+    assert len(strat.sample_clients(2, manager)) == 3  # an ordinary round: everyone (clients-per-round=0)
+    strat.begin_round(3)
+    g_u = [np.full(s.shape, 7.0, np.float32) for s in strat.model.global_specs()]
+    params, _ = strat.aggregate_fit(3, [fit_res(g_u, 6, 1, forget_accuracy_before=1.0, forget_accuracy_after=0.0)], [])
+    for x, y in zip(comm.decode(params), g_u, strict=True):
+        np.testing.assert_array_equal(x, y)  # G_global^{t+1} <- G_c^u exactly, no averaging
+    assert strat.record.method_metrics["forget_accuracy_after"] == 0.0
+    assert strat.record.method_metrics["unlearned_client"] == 1.0
+
+
+# ----------------------------------------------------------------- FedDPGu
+@pytest.mark.parametrize("classes", [2, 4])
+def test_relabels_always_differ_from_the_true_label_and_cover_the_others(classes):
+    rng = np.random.default_rng(0)
+    labels = np.repeat(np.arange(classes), 500)
+    new = relabel(labels, classes, rng)
+    assert (new != labels).all() and new.min() >= 0 and new.max() < classes
+    for c in range(classes):  # every other class is drawn, about uniformly
+        others = np.bincount(new[labels == c], minlength=classes)
+        assert others[c] == 0 and (np.delete(others, c) > 500 / (classes - 1) * 0.7).all()
+
+
+def test_forget_split_is_a_seeded_fraction():
+    f = forget_split(40, 0.2, seed=0, partition_id=3)
+    assert len(f) == 8 and len(set(f)) == 8 and f.max() < 40
+    np.testing.assert_array_equal(f, forget_split(40, 0.2, seed=0, partition_id=3))
+    assert not np.array_equal(f, forget_split(40, 0.2, seed=0, partition_id=4))
+    assert len(forget_split(3, 0.2, 0, 0)) == 1  # at least one example
+
+
+def test_unlearning_client_forgets_and_never_trains_on_the_forgotten_again(backbone):
+    cfg = dpg(prompts=2, hidden=5, local_steps=4, batch_size=8, unlearn_steps=12, lr=5e-3, shots_per_class=10)
+    state = RecordDict()
+    client = METHODS["feddpg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone, state=state)
+    arrays = client.model.initial_arrays()
+    for r in (1, 2, 3):  # learn first, so that there is something to forget
+        arrays, _, _ = client.train(arrays, {"server_round": r})
+    new, n, loss = client.train(arrays, {"server_round": 4, "unlearn": 1})
+    m = client.fit_metrics
+    n_forget = len(forget_split(len(client.train_batch), 0.2, cfg.seed, 0))
+    assert m["forget_examples"] == n_forget and n == len(client.train_batch) - n_forget
+    assert m["forget_accuracy_after"] < m["forget_accuracy_before"]  # trained towards wrong labels
+    # the next client object of this node (Flower builds one per message) remembers what was forgotten
+    again = METHODS["feddpg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone, state=state)
+    assert len(again.forgotten()) == n_forget
+    _, n_after, _ = again.train(new, {"server_round": 5})
+    assert n_after == len(client.train_batch) - n_forget
+
+
+# ------------------------------------------------------------ P-tuning v2
+def test_deep_prompts_are_the_keys_and_values_every_layer_attends_to(backbone):
+    cfg = make_config("fedptuning-v2", prompt_length=3, **SMALL)
+    model = DeepPromptModel(cfg, backbone)
+    keys, values = (torch.as_tensor(a) for a in model.initial_arrays())
+    assert tuple(keys.shape) == (6, 3, 384) and model.trainable_parameters() == 2 * 6 * 3 * 384
+    keys = keys + 0.5  # something the encoder could never compute itself
+    seen: list[torch.Tensor] = []
+    probes = [m.register_forward_hook(lambda _m, _i, out: seen.append(out.detach())) for m, _ in
+              attention_projections(backbone)]
+    batch = backbone.encode(["a fine movie", "bad"], [0, 1])
+    try:
+        with deep_prompts(backbone, keys, values), torch.no_grad():
+            backbone.forward(torch.zeros(3, 384), batch, pool_prompt=False)
+    finally:
+        for p in probes:
+            p.remove()
+    # our probe hooks ran before the prefix hooks were added; the attention received the hooked output
+    with deep_prompts(backbone, keys, values):
+        key_mod = attention_projections(backbone)[2][0]
+        out = key_mod(torch.randn(2, 7, 384))
+    torch.testing.assert_close(out[:, 1:4], keys[2].expand(2, 3, 384))
+    assert len(seen) == 6
+    # hooks are gone after the block: the shared frozen backbone is itself again
+    assert all(not m._forward_hooks for pair in attention_projections(backbone) for m in pair)
+
+
+def test_prefix_changes_the_text_states_and_is_left_out_of_pooling(backbone):
+    cfg = make_config("fedptuning-v2", prompt_length=3, **SMALL)
+    model = DeepPromptModel(cfg, backbone)
+    k, v = (torch.as_tensor(a) for a in model.initial_arrays())
+    batch = backbone.encode(["a fine movie", "bad"], [0, 1])
+    with torch.no_grad():
+        base = model.logits(k, v, batch)
+        moved = model.logits(k, v + 1.0, batch)
+        pooled_with = backbone.forward(torch.zeros(3, 384), batch, pool_prompt=True)
+        pooled_without = backbone.forward(torch.zeros(3, 384), batch, pool_prompt=False)
+    assert not torch.allclose(base, moved)  # values reach the text tokens at every layer
+    assert not torch.allclose(pooled_with, pooled_without)
+
+
+def test_fedptuning_v2_training_moves_only_the_prefixes(backbone):
+    cfg = make_config("fedptuning-v2", prompt_length=2, local_steps=2, batch_size=4, **SMALL)
+    client = METHODS["fedptuning-v2"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone)
+    before = [p.detach().clone() for _, p in backbone.named_parameters()]
+    init = client.model.initial_arrays()
+    out, _, loss = client.train(init, {"server_round": 1})
+    assert np.isfinite(loss) and all(not np.array_equal(a, b) for a, b in zip(init, out, strict=True))
+    assert all(torch.equal(p, b) for (_, p), b in zip(backbone.named_parameters(), before, strict=True))
+
+
+def test_unlearning_table_compares_the_rounds_around_the_unlearning_round(tmp_path):
+    import json
+
+    from simulations.unlearning import unlearning_rows
+
+    run = tmp_path / "runs" / "r1"
+    run.mkdir(parents=True)
+    cfg = {"method": "feddpg", "seed": 0, "feddpg.unlearn-round": 3, "feddpg.unlearn-client": 1}
+    (run / "config.json").write_text(json.dumps({"run_id": "r1", "config": cfg}))
+    rounds = [
+        {"round": 2, "global_accuracy": 0.80, "client_accuracy": {"0": 0.90, "1": 0.85, "2": 0.70}},
+        {"round": 3, "global_accuracy": 0.79, "client_accuracy": {"0": 0.89, "1": 0.60, "2": 0.72},
+         "method_metrics": {"forget_accuracy_before": 0.9, "forget_accuracy_after": 0.5, "forget_examples": 10,
+                            "retained_accuracy_before": 0.8, "retained_accuracy_after": 0.8}},
+    ]
+    (run / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
+    (row,) = unlearning_rows(tmp_path / "runs")
+    assert row["forget acc before"] == pytest.approx(90) and row["forget acc after"] == pytest.approx(50)
+    assert row["global acc after"] == pytest.approx(79) and row["own test acc after"] == pytest.approx(60)
+    assert row["other clients"] == 2 and row["worst other change"] == pytest.approx(-1)  # client 0: 90 -> 89
+    assert row["meets criteria"]  # forget -40, global -1, worst other -1
+    rounds[1]["client_accuracy"]["2"] = 0.67  # client 2 loses 3 points
+    (run / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
+    assert not unlearning_rows(tmp_path / "runs")[0]["meets criteria"]
