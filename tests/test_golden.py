@@ -4,9 +4,10 @@
 bytes of a 2-round demo run (seed 0) recorded with ``simulations.simulate`` on the main
 *before* the reshape (commit in the file; the run-config there uses the old flat keys).
 Each test reruns the same setting with today's keys through Flower's simulation engine
-and asks for the same numbers: bytes, queries and accuracies exactly, losses to 1e-9
-relative (they come out bit-identical on this machine; the tolerance only absorbs a
-BLAS that sums in another order). This is also each method's 2-round smoke test.
+and asks for the same numbers: bytes, queries and accuracies exactly, losses to 1e-5
+relative (bit-identical on the machine that recorded them; on another CPU of the same
+kind, 2026-11-23, the float32 kernels sum in another order and the round-0 loss moved by
+4e-7 relative, a few float32 ulps, so the tolerance is float32's, not float64's). This is also each method's 2-round smoke test.
 """
 
 from __future__ import annotations
@@ -49,4 +50,4 @@ def test_reshaped_code_reproduces_the_golden_run(method, tmp_path):
         for key in ("global_loss", "train_loss"):
             assert (got[key] is None) == (want[key] is None)
             if want[key] is not None:
-                assert got[key] == pytest.approx(want[key], rel=1e-9), (key, want["round"])
+                assert got[key] == pytest.approx(want[key], rel=1e-5), (key, want["round"])

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fedtext.comm import NPY_HEADER_BYTES
@@ -45,18 +46,24 @@ def _only_run(root: Path) -> Path:
     return runs[0]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", sorted(PER_METHOD))
-def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
-    extra, clients, up, down = PER_METHOD[method]
-    down = down or up
+def _simulate(clients: int, run_config: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path, list[dict]]:
+    """2 rounds through ``simulations.simulate``; the finished process, its run folder and rounds."""
     cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(clients), "--run-config",
-           f"method={method} {TINY} {extra} output-dir={tmp_path}"]
+           f"{run_config} output-dir={tmp_path}"]
     proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run = _only_run(tmp_path)
     rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == [0, 1, 2]
+    return proc, run, rounds
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(PER_METHOD))
+def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
+    extra, clients, up, down = PER_METHOD[method]
+    down = down or up
+    proc, run, rounds = _simulate(clients, f"method={method} {TINY} {extra}", tmp_path)
     for r in rounds:
         assert set(ROUND_FIELDS) <= set(r)
     for r in rounds[1:]:
@@ -79,13 +86,7 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path):
     the global G in both rounds (the "other clients" of Figure 4)."""
     extra = ("feddpg.hidden=5 feddpg.prompts=2 feddpg.local-steps=2 feddpg.batch-size=4 feddpg.unlearn-round=2 "
              "feddpg.unlearn-client=1 feddpg.unlearn-steps=2 clients-per-eval=0")
-    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
-           f"method=feddpg {TINY} {extra} output-dir={tmp_path}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run = _only_run(tmp_path)
-    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rounds] == [0, 1, 2]
+    _, run, rounds = _simulate(3, f"method=feddpg {TINY} {extra}", tmp_path)
     first, second = rounds[1], rounds[2]
     assert first["num_clients"] == 3 and first["bytes_up_per_client"] == FEDDPG_BYTES == first["bytes_down_per_client"]
     assert second["num_clients"] == 1 and second["bytes_up"] == FEDDPG_BYTES and second["dropped"] == []
@@ -102,8 +103,6 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     metrics = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert metrics["forget_examples"] >= 1 and 0 <= metrics["global_accuracy_after"] <= 1
-    import numpy as np
-
     g_u = np.load(metrics["output"])
     assert sorted(g_u.files) == ["generator.0.bias", "generator.0.weight", "generator.2.bias", "generator.2.weight"]
 
