@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client import FedTextClient, client_seed, minibatches
+from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
 from fedtext.methods.fedavg import FedAvgModel
 
 
@@ -32,15 +32,10 @@ class FedAvgClient(FedTextClient):
         seed = client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0)))
         torch.manual_seed(seed)  # dropout masks
         rng = np.random.default_rng(seed)
-        step_losses = []
         net.encoder.train()
         try:
-            for batch in minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng):
-                loss = torch.nn.functional.cross_entropy(net.forward(None, batch), batch.labels)
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-                step_losses.append(loss.item())
+            loss = gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
+                                  lambda batch: net.forward(None, batch), opt)
         finally:
             net.encoder.eval()
-        return net.trainable_arrays(), len(self.train_batch), float(np.mean(step_losses))
+        return net.trainable_arrays(), len(self.train_batch), loss

@@ -7,7 +7,7 @@ import torch
 from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client import FedTextClient, client_seed, minibatches
+from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
 from fedtext.methods.feddpg import FedDPGModel, forget_split, unlearn
 
 
@@ -45,12 +45,6 @@ class FedDPGClient(FedTextClient):
         gen = self.model.load(arrays, trainable=True)
         opt = torch.optim.AdamW(gen.parameters(), lr=mc.lr)
         rng = np.random.default_rng(seed)
-        step_losses = []
-        for mb in minibatches(batch, mc.batch_size, mc.local_steps, rng):
-            loss = torch.nn.functional.cross_entropy(self.model.logits(mb), mb.labels)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            step_losses.append(loss.item())
+        loss = gradient_steps(minibatches(batch, mc.batch_size, mc.local_steps, rng), self.model.logits, opt)
         gen.requires_grad_(False)
-        return self.model.arrays(), len(batch), float(np.mean(step_losses))
+        return self.model.arrays(), len(batch), loss

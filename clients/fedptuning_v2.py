@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client import FedTextClient, client_seed, minibatches
+from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
 from fedtext.methods.fedptuning_v2 import DeepPromptModel
 
 
@@ -22,12 +22,7 @@ class FedPTuningV2Client(FedTextClient):
         keys, values = (torch.tensor(np.asarray(a, dtype=np.float32), requires_grad=True) for a in arrays)
         opt = torch.optim.Adam([keys, values], lr=mc.lr)
         rng = np.random.default_rng(client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0))))
-        step_losses = []
-        for batch in minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng):
-            loss = torch.nn.functional.cross_entropy(self.model.logits(keys, values, batch), batch.labels)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            step_losses.append(loss.item())
+        loss = gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
+                              lambda batch: self.model.logits(keys, values, batch), opt)
         out = [keys.detach().numpy().astype(np.float32), values.detach().numpy().astype(np.float32)]
-        return out, len(self.train_batch), float(np.mean(step_losses))
+        return out, len(self.train_batch), loss

@@ -31,9 +31,10 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
+import torch
 from flwr.app import RecordDict
 from flwr.client import NumPyClient
 from flwr.common import NDArrays, Scalar
@@ -70,6 +71,20 @@ def minibatches(batch: EncodedBatch, size: int, steps: int, rng: np.random.Gener
             order, pos = rng.permutation(n), 0
         yield batch.take(order[pos : pos + size])
         pos += size
+
+
+def gradient_steps(batches: Iterable[EncodedBatch], logits: Callable[[EncodedBatch], torch.Tensor],
+                   opt: torch.optim.Optimizer) -> float:
+    """One ``opt`` step on the mean cross-entropy of ``logits(batch)`` per mini-batch
+    (the gradient methods' local loop); returns the mean loss over the steps."""
+    step_losses = []
+    for batch in batches:
+        loss = torch.nn.functional.cross_entropy(logits(batch), batch.labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step_losses.append(loss.item())
+    return float(np.mean(step_losses))
 
 
 class FedTextClient(NumPyClient):
