@@ -28,6 +28,7 @@ import threading
 import time
 import traceback
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -377,6 +378,12 @@ def install_signal_handlers() -> bool:
         handler._fedtext = True  # type: ignore[attr-defined]
         signal.signal(sig, handler)
     return True
+
+
+def runs_under(root: str | Path) -> Iterator[dict[str, Any]]:
+    """:func:`load_run` of every run directory under ``root`` (any depth), in path order."""
+    for cfg_file in sorted(Path(root).rglob("config.json")):
+        yield load_run(cfg_file.parent)
 
 
 def runs_since(output_dir: str | Path, since: float) -> list[dict[str, Any]]:

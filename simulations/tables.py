@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records import load_run, summarize
+from fedtext.records import runs_under, summarize
 
 COLUMNS = {
     "final_accuracy": "final acc",
@@ -34,7 +34,7 @@ COLUMNS = {
 
 def load_runs(root: str | Path) -> pd.DataFrame:
     """One row per run directory under ``root`` (any depth); unfinished runs included."""
-    return run_rows(load_run(p.parent) for p in sorted(Path(root).rglob("config.json")))
+    return run_rows(runs_under(root))
 
 
 def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtext.records import load_run
+from fedtext.records import runs_under
 from simulations.tables import to_markdown
 
 FORGET_DROP, GLOBAL_DROP, OTHER_DROP = 20.0, 2.0, 2.0  # points (issue 12's criteria)
@@ -43,8 +43,7 @@ FORGET_DROP, GLOBAL_DROP, OTHER_DROP = 20.0, 2.0, 2.0  # points (issue 12's crit
 def unlearning_rows(runs_dir: str | Path) -> list[dict[str, Any]]:
     """One row per feddpg run with an unlearning round, in points (accuracy x 100)."""
     rows = []
-    for cfg_path in sorted(Path(runs_dir).rglob("config.json")):
-        run = load_run(cfg_path.parent)
+    for run in runs_under(runs_dir):
         cfg = (run["config"] or {}).get("config", {})
         r_u = int(cfg.get("feddpg.unlearn-round", 0) or 0)
         if cfg.get("method") != "feddpg" or not r_u:
