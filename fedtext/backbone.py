@@ -60,6 +60,7 @@ MAX_TOKENS_PER_CHUNK = 32_768  # tokens per encoder call in score() without a me
 ACTIVATION_FACTOR = 3.5
 SCORING_FIXED_MB = 160  # what a first scoring call adds regardless of chunk size (threads, allocator)
 BUCKET_ROWS = 4  # texts per length group in population scoring (length_buckets)
+POOLED_HEADS = ("similarity", "linear")  # heads that read the mean-pooled encoding, not a [MASK] position
 
 
 def resolve_model_path(name: str) -> str:
@@ -286,7 +287,7 @@ class Backbone:
         if self.cls_id is None:  # RoBERTa-style tokenizers name them bos/eos
             self.cls_id, self.sep_id = tok.bos_token_id, tok.eos_token_id
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-        if self.head in ("similarity", "linear"):
+        if self.head in POOLED_HEADS:
             self.prefix_ids: list[int] = []
             self.suffix_ids: list[int] = []
             return
@@ -350,7 +351,7 @@ class Backbone:
             ids[i, : len(r)] = torch.tensor(r)
             att[i, : len(r)] = 1
         mask_pos = None
-        if self.head not in ("similarity", "linear"):
+        if self.head not in POOLED_HEADS:
             mask_pos = (ids == self.tokenizer.mask_token_id).float().argmax(dim=1)
         return EncodedBatch(ids, att, torch.as_tensor(np.asarray(labels), dtype=torch.long), mask_pos)
 
@@ -445,11 +446,8 @@ class Backbone:
         hidden = self.encoder(inputs_embeds=x, attention_mask=att).last_hidden_state
         self.counter.n += p * b
         pool_att = att if pool_prompt or not t else torch.cat([att[:, :1], att.new_zeros(p * b, t), att[:, 1 + t:]], 1)
-        if self.head == "similarity":
-            pooled = torch.nn.functional.normalize(_mean_pool(hidden, pool_att), dim=-1)
-            logits = SIMILARITY_SCALE * pooled @ self.label_vectors.T
-        elif self.head == "linear":
-            logits = self.linear(_mean_pool(hidden, pool_att))
+        if self.head in POOLED_HEADS:
+            logits = self._pooled_logits(hidden, pool_att)
         else:
             pos = (batch.mask_pos + t).repeat(p)  # [P*B]
             h_mask = hidden[torch.arange(p * b), pos]  # [P*B, D]
@@ -458,6 +456,27 @@ class Backbone:
             else:
                 logits = self.mlm.get_output_embeddings()(self.mlm_transform(h_mask))[:, self.verbalizer_ids]
         return logits.reshape(p, b, -1)
+
+    def _pooled_logits(self, hidden: Tensor, att: Tensor) -> Tensor:
+        """Logits ``[N, C]`` of the pooled heads (``similarity``, ``linear``) from the
+        encoder output ``[N, L, D]``, mean-pooled over ``att``."""
+        pooled = _mean_pool(hidden, att)
+        if self.head == "similarity":
+            return SIMILARITY_SCALE * torch.nn.functional.normalize(pooled, dim=-1) @ self.label_vectors.T
+        return self.linear(pooled)
+
+    def embeds_logits(self, embeds: Tensor) -> Tensor:
+        """Logits ``[N, C]`` with autograd of input embeddings ``[N, L, D]``, every position
+        attended: the model *below* its word-embedding lookup, which is where FedDRS's
+        pseudo-embeddings go (position and type embeddings and the embedding LayerNorm
+        still apply: in a BERT encoder they come after the lookup). Pooled heads only
+        (a pseudo-embedding has no ``[MASK]`` position)."""
+        if self.head not in POOLED_HEADS:
+            raise ValueError(f"embeds_logits needs a pooled head ({', '.join(POOLED_HEADS)}), not head={self.head}")
+        att = torch.ones(embeds.shape[:2], dtype=torch.long)
+        hidden = self.encoder(inputs_embeds=embeds, attention_mask=att).last_hidden_state
+        self.counter.n += len(embeds)
+        return self._pooled_logits(hidden, att)
 
     def mlm_transform(self, h: Tensor) -> Tensor:
         """The MLM head's dense+norm transform before the decoder (BERT / RoBERTa)."""

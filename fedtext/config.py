@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
-PARTITIONS = ("iid", "dirichlet", "domain")
+PARTITIONS = ("iid", "dirichlet", "label", "domain")
 CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every client once, or from results
 HEADS = ("similarity", "tied", "mlm", "linear")
 PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
@@ -335,6 +335,12 @@ def _coerce(key: str, raw: Any, type_name: Any) -> Any:
             if isinstance(raw, bool):
                 raise ValueError
             return float(raw)
+        if type_name == "bool":  # TOML and --run-config give true/false; "true"/"false" strings too
+            if isinstance(raw, str) and raw.lower() in ("true", "false"):
+                return raw.lower() == "true"
+            if not isinstance(raw, bool):
+                raise ValueError
+            return raw
         if type_name == "str":
             if isinstance(raw, (dict, list)):
                 raise ValueError

@@ -263,7 +263,8 @@ def load_splits(dataset: str) -> Splits:
 
 # ---------------------------------------------------------------------- partitions
 def _partitioner(cfg: RunConfig, num_partitions: int, num_rows: int):
-    from flwr_datasets.partitioner import DirichletPartitioner, IidPartitioner, NaturalIdPartitioner
+    from flwr_datasets.partitioner import (DirichletPartitioner, IidPartitioner, NaturalIdPartitioner,
+                                           PathologicalPartitioner)
 
     builders = {
         "iid": lambda: IidPartitioner(num_partitions=num_partitions),
@@ -275,6 +276,16 @@ def _partitioner(cfg: RunConfig, num_partitions: int, num_rows: int):
             alpha=cfg.alpha,
             min_partition_size=max(1, min(10, num_rows // (4 * num_partitions))),
             self_balancing=False,
+            seed=cfg.seed,
+        ),
+        # alpha -> 0 limit of the Dirichlet label skew (FedDRS §5.1): client i holds only
+        # label i mod C, a label's rows split evenly among its clients; with as many
+        # clients as labels every label is on exactly one client.
+        "label": lambda: PathologicalPartitioner(
+            num_partitions=num_partitions,
+            partition_by="label",
+            num_classes_per_partition=1,
+            class_assignment_mode="deterministic",
             seed=cfg.seed,
         ),
         "domain": lambda: NaturalIdPartitioner(partition_by="domain"),

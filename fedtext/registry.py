@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clients import (BBTFedClient, FedAvgClient, FedBPTClient, FedDLSClient, FedDPGClient, FedPromptClient,
-                     FedPTuningV2Client)
+from clients import (BBTFedClient, FedAvgClient, FedBPTClient, FedDFClient, FedDLSClient, FedDPGClient, FedDRSClient,
+                     FedPromptClient, FedPTuningV2Client)
 from fedtext.client import FedTextClient
 from fedtext.config import MethodConfig, RunConfig, kebab
 from fedtext.methods.bbt_fed import BBTFedConfig
@@ -25,10 +25,11 @@ from fedtext.methods.fedavg import FedAvgConfig
 from fedtext.methods.fedbpt import FedBPTConfig
 from fedtext.methods.feddls import FedDLSConfig
 from fedtext.methods.feddpg import FedDPGConfig
+from fedtext.methods.feddrs import FedDFConfig, FedDRSConfig
 from fedtext.methods.fedprompt import FedPromptConfig
 from fedtext.methods.fedptuning_v2 import FedPTuningV2Config
 from fedtext.strategy import FedTextStrategy
-from strategies import BBTFed, FedAvgStrategy, FedBPT, FedDLS, FedDPG, FedPrompt, FedPTuningV2
+from strategies import BBTFed, FedAvgStrategy, FedBPT, FedDF, FedDLS, FedDPG, FedDRS, FedPrompt, FedPTuningV2
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ METHODS: dict[str, Method] = {
     "fedavg": Method(FedAvgStrategy, FedAvgClient, FedAvgConfig),
     "feddpg": Method(FedDPG, FedDPGClient, FedDPGConfig),
     "fedptuning-v2": Method(FedPTuningV2, FedPTuningV2Client, FedPTuningV2Config),
+    "feddrs": Method(FedDRS, FedDRSClient, FedDRSConfig),
+    "feddf": Method(FedDF, FedDFClient, FedDFConfig),
 }
 
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records import runs_under, summarize
+from fedtext.records import finite_number, runs_under, summarize
 
 COLUMNS = {
     "final_accuracy": "final acc",
@@ -28,6 +28,9 @@ COLUMNS = {
     "mb_down": "MB down (total)",
     "model_queries": "model queries",
     "peak_client_rss_mb": "peak client MB",
+    "client_s_per_round": "client s / client-round",
+    "server_distill_s_per_round": "server distill s / round",
+    "server_peak_mb": "server peak MB",
     "wall_time_s": "wall s",
 }
 
@@ -53,7 +56,8 @@ def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
                 "variant": cfg.get("run-name") or cfg.get("method"),
                 "holdout": cfg.get("holdout") or "",
                 "dataset": Path(str(cfg.get("dataset"))).name,
-                "partition": cfg.get("partition"),
+                "partition": (f"dirichlet α={cfg.get('alpha')}" if cfg.get("partition") == "dirichlet"
+                              else cfg.get("partition")),
                 "alpha": cfg.get("alpha"),
                 "seed": cfg.get("seed"),
                 "status": summary.get("status"),
@@ -72,9 +76,29 @@ def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
                 "model_queries": summary.get("total_model_queries"),
                 "peak_client_rss_mb": summary.get("peak_client_rss_mb"),
                 "wall_time_s": summary.get("wall_time_s"),
+                **round_costs(run["rounds"]),
             }
         )
     return pd.DataFrame(rows)
+
+
+def round_costs(rounds: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Compute per round, from ``rounds.jsonl``: a client's training seconds per
+    client-round (``client_fit_s / num_clients``, mean over rounds), and, for methods
+    that distil on the server (FedDRS, FedDF), its distillation seconds per round (mean
+    over trained rounds, 0 where it did not distil) and its peak resident memory."""
+    trained = [r for r in rounds if isinstance(r, dict) and isinstance(r.get("round"), int) and r["round"] > 0]
+    per_client = [finite_number(r.get("client_fit_s")) / r["num_clients"] for r in trained
+                  if finite_number(r.get("client_fit_s")) is not None and finite_number(r.get("num_clients"))]
+    metrics = [r.get("method_metrics") if isinstance(r.get("method_metrics"), dict) else {} for r in trained]
+    distilled = any("server_distill_s" in m for m in metrics)
+    peaks = [x for m in metrics if (x := finite_number(m.get("server_peak_rss_mb"))) is not None]
+    return {
+        "client_s_per_round": sum(per_client) / len(per_client) if per_client else None,
+        "server_distill_s_per_round": (sum(finite_number(m.get("server_distill_s")) or 0 for m in metrics)
+                                       / len(metrics)) if distilled else None,
+        "server_peak_mb": max(peaks) if peaks else None,
+    }
 
 
 def compare_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -102,7 +126,8 @@ def _fmt(vals: pd.Series, col: str) -> str:
     if vals.empty:
         return "-"
     digits = 3 if "accuracy" in col else (
-        0 if col in ("model_queries", "peak_client_rss_mb", "wall_time_s", "trainable_parameters") else 2)
+        0 if col in ("model_queries", "peak_client_rss_mb", "wall_time_s", "trainable_parameters", "server_peak_mb")
+        else 2)
     mean = f"{vals.mean():,.{digits}f}"
     return mean if len(vals) == 1 else f"{mean} ± {vals.std(ddof=1):,.{digits}f}"
 

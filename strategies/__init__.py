@@ -5,9 +5,11 @@ and config."""
 from strategies.bbt_fed import BBTFed
 from strategies.fedavg import FedAvgStrategy
 from strategies.fedbpt import FedBPT
+from strategies.feddf import FedDF
 from strategies.feddls import FedDLS
 from strategies.feddpg import FedDPG
+from strategies.feddrs import FedDRS
 from strategies.fedprompt import FedPrompt
 from strategies.fedptuning_v2 import FedPTuningV2
 
-__all__ = ["BBTFed", "FedAvgStrategy", "FedBPT", "FedDLS", "FedDPG", "FedPTuningV2", "FedPrompt"]
+__all__ = ["BBTFed", "FedAvgStrategy", "FedBPT", "FedDF", "FedDLS", "FedDPG", "FedDRS", "FedPTuningV2", "FedPrompt"]

@@ -23,7 +23,7 @@ def parse(**overrides):
 
 
 def test_one_registry_names_each_method_once():
-    assert set(METHODS) == {"fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg", "feddpg", "fedptuning-v2"}
+    assert set(METHODS) == {"fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg", "feddpg", "fedptuning-v2", "feddrs", "feddf"}
     for name, m in METHODS.items():
         assert m.config.name == name  # the config's dotted keys use the registry name
         assert issubclass(m.config.model_class, Model)
@@ -50,9 +50,9 @@ def test_every_pyproject_key_has_a_comment():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedavg, fedbpt, feddls, feddpg, fedprompt, fedptuning-v2"),
+        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedavg, fedbpt, feddf, feddls, feddpg, feddrs, fedprompt, fedptuning-v2"),
         ({"task": "imdb"}, "unknown task 'imdb'"),
-        ({"partition": "pathological"}, "unknown partition 'pathological'; choose one of: iid, dirichlet, domain"),
+        ({"partition": "pathological"}, "unknown partition 'pathological'; choose one of: iid, dirichlet, label, domain"),
         ({"head": "softmax"}, "unknown head 'softmax'"),
         ({"head": "linear", "method": "fedprompt"}, "head=linear does not fit method fedprompt"),
         ({"num_server_rounds": 0}, "num-server-rounds must be >= 1, got 0"),

@@ -24,11 +24,17 @@ TINY = "num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 pr
 # MiniLM-L6 (22,713,216 encoder weights in 103 tensors) + linear head [2, 384] + [2]: float32, one NPY header each
 MINILM_WEIGHTS, MINILM_TENSORS = 22_713_216, 103
 FEDAVG_BYTES = 4 * (MINILM_WEIGHTS + 2 * 384 + 2) + (MINILM_TENSORS + 2) * NPY_HEADER_BYTES
+FEDDRS_TINY = ("feddrs.local-steps=1 feddrs.batch-size=4 feddrs.sample-batch=2 feddrs.sample-length=4 "
+               "feddrs.sample-steps=1 feddrs.distill-steps=1 feddrs.post-iterations=1")
 PER_METHOD = {  # extra run-config, clients, bytes up and down per client-round
     # the whole model each way (the golden tests run the prompt methods through Flower)
     "fedavg": ("fedavg.local-steps=2 fedavg.batch-size=4", 2, FEDAVG_BYTES, None),
     # prefix keys and values [L=6, T=4, D=384] each
     "fedptuning-v2": ("fedptuning-v2.local-steps=2 fedptuning-v2.batch-size=4", 2, 2 * (4 * 6 * 4 * 384 + 128), None),
+    # the whole model each way; feddrs uploads its label counts [C=2] on top
+    "feddrs": (f"{FEDDRS_TINY} feddrs.sampling=mixed", 2, FEDAVG_BYTES + 4 * 2 + NPY_HEADER_BYTES, FEDAVG_BYTES),
+    "feddf": ("feddf.local-steps=1 feddf.batch-size=4 feddf.distill-steps=1 feddf.post-iterations=1 "
+              "feddf.aux-size=8 feddf.aux-batch=8", 2, FEDAVG_BYTES, None),
 }
 # G with h=5, |P|=2: [5, 384] [5] [768, 5] [768], one NPY header each
 FEDDPG_BYTES = 4 * (384 * 5 + 5 + 5 * 768 + 768) + 4 * NPY_HEADER_BYTES
@@ -77,6 +83,21 @@ def test_two_rounds_two_clients_through_flower_simulation(method, tmp_path):
     assert summary["status"] == "finished" and summary["rounds_done"] == 2
     assert json.loads((run / "config.json").read_text())["config"]["method"] == method
     assert "fedtext round 2/2" in proc.stdout + proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sampling", ["random", "target", "adversarial"])
+def test_feddrs_distils_with_each_sampler_through_flower_simulation(sampling, tmp_path):
+    """Each FedDRS sampling option alone (``mixed`` is in PER_METHOD): round 1 distils
+    with I = 1 iteration, round 2 post-processes with I* = 1; the server's distillation
+    seconds and peak memory are in the round records, apart from the clients'."""
+    _, run, rounds = _simulate(2, f"method=feddrs {TINY} {FEDDRS_TINY} feddrs.sampling={sampling}", tmp_path)
+    for r, post in ((rounds[1], 0), (rounds[2], 1)):
+        m = r["method_metrics"]
+        assert r["num_clients"] == 2 and r["dropped"] == []
+        assert m["post_processing"] == post and m["distill_iterations"] == 1
+        assert m["server_distill_s"] > 0 and m["server_peak_rss_mb"] > 100
+    assert json.loads((run / "config.json").read_text())["config"]["feddrs.sampling"] == sampling
 
 
 @pytest.mark.slow

@@ -1,0 +1,277 @@
+"""FedDRS (text-free server distillation) and FedDF (distillation on auxiliary text), without Flower.
+
+The Flower smoke runs of both (every FedDRS sampling option) are in ``tests/test_integration.py``.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from flwr.common import Code, FitRes, Status
+
+from fedtext import comm
+from fedtext.config import ConfigError
+from fedtext.data import client_data, partition_train
+from fedtext.methods.feddrs import (SAMPLERS, Teaching, adversarial_loss, adversarial_samples, distill_steps,
+                                    kl_to_student, parse_sampling, pseudo_labels, random_embeddings, sequence_ends,
+                                    target_loss, target_samples, word_embedding_name, wrap)
+from fedtext.registry import METHODS, make_config
+from fedtext.strategy import weighted_mean
+from fedtext.tasks import TASKS
+from strategies import FedDF, FedDRS
+
+SMALL = dict(max_length=48, shots_per_class=4, client_test_size=8, eval_size=20)
+TINY_DISTILL = dict(sample_batch=2, sample_length=4, sample_steps=1, distill_steps=1)
+
+
+def drs(**kw):
+    return make_config("feddrs", **{**SMALL, **kw})
+
+
+def fit_res(arrays, n, pid):
+    return (SimpleNamespace(cid=str(pid)),
+            FitRes(Status(Code.OK, ""), comm.encode(arrays), n, {"partition_id": pid, "train_loss": 0.5}))
+
+
+@pytest.fixture(scope="module")
+def nets():
+    """A teacher and a student network of FedDRS's model whose heads differ (seeded)."""
+    cfg = drs()
+    model_cls = cfg.method_config.model_class
+    from fedtext.backbone import backbone_for
+
+    bb = backbone_for(cfg, TASKS["demo"])
+    teacher, student = model_cls(cfg, bb), model_cls(cfg, bb)
+    arrays = teacher.initial_arrays()
+    names = [s.name for s in teacher.global_specs()]
+    rng = np.random.default_rng(7)
+    t_arrays, s_arrays = list(arrays), list(arrays)
+    w = names.index("head.weight")
+    t_arrays[w] = rng.standard_normal(arrays[w].shape).astype(np.float32)
+    s_arrays[w] = rng.standard_normal(arrays[w].shape).astype(np.float32)
+    return teacher.load(t_arrays), student.load(s_arrays)
+
+
+# ------------------------------------------------------------------- config
+def test_sampling_option_names_a_set_of_the_three_samplers():
+    assert parse_sampling("mixed") == SAMPLERS == ("random", "target", "adversarial")
+    assert parse_sampling("adversarial+random") == ("random", "adversarial")
+    assert parse_sampling("target") == ("target",)
+    for bad in ("gan", "random+random", "random+", ""):
+        with pytest.raises(ConfigError, match="feddrs.sampling"):
+            parse_sampling(bad)
+    with pytest.raises(ConfigError, match="unknown feddrs.sampling 'noise'"):
+        drs(sampling="noise")
+    with pytest.raises(ConfigError, match="feddrs.label-prior"):
+        drs(label_prior="client-ish")
+    with pytest.raises(ConfigError, match="head=tied does not fit method feddrs"):
+        drs(head="tied")  # a pseudo-embedding has no [MASK] position
+
+
+def test_feddf_rejects_a_missing_auxiliary_dataset(tmp_path):
+    with pytest.raises(ConfigError, match="feddf.aux-dataset path .* does not exist"):
+        make_config("feddf", aux_dataset=str(tmp_path / "nope"))
+
+
+def test_budget_is_I_per_round_and_I_star_after_the_last_and_nothing_before_it_with_post_only():
+    s = FedDRS(drs(num_server_rounds=3, iterations=2, post_iterations=5), TASKS["demo"])
+    assert [s.budget(r) for r in (1, 2, 3)] == [(2, False), (2, False), (5, True)]
+    s = FedDRS(drs(num_server_rounds=3, post_only=True), TASKS["demo"])
+    assert [s.budget(r) for r in (1, 2, 3)] == [(0, False), (0, False), (3, True)]
+
+
+# ------------------------------------------------------------------ samplers
+def test_random_embeddings_are_seeded_mixes_of_vocabulary_rows(nets):
+    _, student = nets
+    a = random_embeddings(student, 3, 5, 0.5, np.random.default_rng(1))
+    b = random_embeddings(student, 3, 5, 0.5, np.random.default_rng(1))
+    assert a.shape == (3, 5, student.dim) and torch.equal(a, b)
+    # without noise every position lies between two rows of e(V): within their value range
+    emb = student.embeddings.weight.detach()
+    clean = random_embeddings(student, 50, 8, 0.0, np.random.default_rng(2))
+    assert (clean.min(-1).values >= emb.min() - 1e-6).all() and (clean.max(-1).values <= emb.max() + 1e-6).all()
+    # the noise is scaled to the embeddings' per-dimension spread
+    noise = random_embeddings(student, 50, 8, 1.0, np.random.default_rng(2)) - clean
+    ratio = float(noise.std(dim=(0, 1)).mean() / emb.std(0).mean())
+    assert 0.9 < ratio < 1.1
+
+
+def test_a_pseudo_sequence_is_cls_theta_sep(nets):
+    _, student = nets
+    ends = sequence_ends(student)
+    theta = torch.randn(2, 3, student.dim)
+    x = wrap(ends, theta)
+    assert x.shape == (2, 5, student.dim)
+    assert torch.equal(x[:, 1:4], theta)
+    assert torch.equal(x[0, 0], student.embeddings.weight[student.cls_id].detach())
+    assert torch.equal(x[1, -1], student.embeddings.weight[student.sep_id].detach())
+
+
+def test_pseudo_labels_follow_the_clients_label_counts_or_are_uniform():
+    rng = np.random.default_rng(0)
+    drawn = pseudo_labels(np.array([0, 3, 0, 1], np.float32), 400, 4, rng).numpy()
+    assert set(drawn) == {1, 3} and 0.65 < (drawn == 1).mean() < 0.85  # p = 3/4 for label 1
+    uniform = pseudo_labels(None, 400, 4, rng).numpy()
+    assert set(uniform) == {0, 1, 2, 3}
+
+
+def test_target_sampling_lowers_the_teachers_cross_entropy_to_gamma_eq_6(nets):
+    teacher, student = nets
+    ends, rng = sequence_ends(student), np.random.default_rng(3)
+    theta0 = random_embeddings(student, 4, 6, 0.5, rng)
+    gamma = pseudo_labels(None, 4, 2, rng)
+    theta = target_samples(teacher, ends, theta0, gamma, steps=3, beta=2.0)
+    with torch.no_grad():
+        before, after = target_loss(teacher, ends, theta0, gamma), target_loss(teacher, ends, theta, gamma)
+    assert not torch.equal(theta, theta0) and float(after) < float(before)
+    assert all(p.grad is None for p in teacher.trainable_parameters())  # only theta got a gradient
+
+
+def test_adversarial_sampling_grows_the_teacher_student_gap_eq_7(nets):
+    teacher, student = nets
+    ends, rng = sequence_ends(student), np.random.default_rng(4)
+    theta0 = random_embeddings(student, 4, 6, 0.5, rng)
+    gamma = pseudo_labels(None, 4, 2, rng)
+    ce = torch.nn.functional.cross_entropy
+
+    def gap(theta):  # CE of the student to gamma minus the teacher's: what eq. (7) pushes up
+        x = wrap(ends, theta)
+        return float(ce(student.embeds_logits(x), gamma) - ce(teacher.embeds_logits(x), gamma))
+
+    theta = adversarial_samples(teacher, student, ends, theta0, gamma, lam=1.0, steps=3, beta=2.0)
+    with torch.no_grad():
+        assert gap(theta) > gap(theta0)
+        lam = 0.1
+        assert float(adversarial_loss(teacher, student, ends, theta, gamma, lam)) < float(
+            adversarial_loss(teacher, student, ends, theta0, gamma, lam))
+
+
+def test_a_distillation_step_lowers_the_kl_it_optimises_eq_8(nets):
+    teacher, student = nets
+    ends = sequence_ends(student)
+    x = wrap(ends, random_embeddings(student, 6, 6, 0.5, np.random.default_rng(5)))
+    with torch.no_grad():
+        probs = torch.softmax(teacher.embeds_logits(x), -1)
+    head = [p for n, p in student.named_trainable() if n.startswith("head.")]
+    saved = [p.detach().clone() for p in head]
+    before, after = distill_steps(student, head, [Teaching(x, probs)], lambda net, inp: net.embeds_logits(inp),
+                                  steps=2, lr=1e-2)
+    with torch.no_grad():
+        direct = float(kl_to_student(student.embeds_logits(x), probs))
+        for p, s in zip(head, saved, strict=True):
+            p.copy_(s)  # the module-scoped student back as it was
+    assert after < before and after == pytest.approx(direct, rel=1e-5)
+
+
+def test_kl_matches_its_definition_on_hand_values():
+    p = torch.tensor([[0.5, 0.5], [0.9, 0.1]])
+    logits = torch.log(torch.tensor([[0.25, 0.75], [0.5, 0.5]]))
+    expected = (0.5 * np.log(0.5 / 0.25) + 0.5 * np.log(0.5 / 0.75) + 0.9 * np.log(0.9 / 0.5) + 0.1 * np.log(0.1 / 0.5)) / 2
+    assert float(kl_to_student(logits, p)) == pytest.approx(expected, rel=1e-6)
+
+
+# ---------------------------------------------------------------- the server
+def _uploads(strategy, n_clients=2):
+    """Client models: the initial arrays shifted per client, plus label counts."""
+    base = strategy.model.initial_arrays()
+    rng = np.random.default_rng(11)
+    out = []
+    for k in range(n_clients):
+        arrays = [(a + 0.01 * rng.standard_normal(a.shape)).astype(np.float32) for a in base]
+        counts = np.zeros(2, np.float32)
+        counts[k % 2] = 4
+        out.append((arrays, counts))
+    return out
+
+
+def test_a_round_averages_the_embedding_layer_exactly_and_distils_the_task_parameters():
+    # a small step (one AdamW step at the default 1e-4 overshoots on these 2 x 6 samples)
+    strat = FedDRS(drs(num_server_rounds=2, distill_lr=1e-5, **TINY_DISTILL), TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat.begin_round(1)
+    uploads = _uploads(strat)
+    results = [fit_res([*a, c], n, pid) for pid, ((a, c), n) in enumerate(zip(uploads, (10, 30), strict=True))]
+    params, metrics = strat.aggregate_fit(1, results, [])
+    new = comm.decode(params)
+    average = weighted_mean([a for a, _ in uploads], [10, 30])
+    names = [s.name for s in strat.model.global_specs()]
+    emb = names.index(word_embedding_name(strat.model.network))
+    assert len(new) == len(names)  # label_counts never reach the global model
+    np.testing.assert_array_equal(new[emb], average[emb])  # ω^emb: exactly the clients' average
+    moved = [n for i, n in enumerate(names) if not np.array_equal(new[i], average[i])]
+    assert "head.weight" in moved and any(".attention." in n for n in moved)  # ω^f was distilled
+    m = strat.record.method_metrics
+    assert m["distill_iterations"] == 1 and m["post_processing"] == 0
+    assert m["server_distill_s"] > 0 and m["server_peak_rss_mb"] > 100
+    assert m["distill_kl_after"] < m["distill_kl_before"]
+
+
+def test_post_only_rounds_are_plain_fedavg():
+    strat = FedDRS(drs(num_server_rounds=2, post_only=True, **TINY_DISTILL), TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat.begin_round(1)
+    uploads = _uploads(strat)
+    params, _ = strat.aggregate_fit(1, [fit_res([*a, c], 5, pid) for pid, (a, c) in enumerate(uploads)], [])
+    for got, want in zip(comm.decode(params), weighted_mean([a for a, _ in uploads], [5, 5]), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert strat.record.method_metrics == {}
+
+
+def test_bad_label_counts_drop_the_upload_with_a_reason():
+    strat = FedDRS(drs(num_server_rounds=2, post_only=True), TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat.begin_round(1)
+    (a, c), (b, _) = _uploads(strat)
+    strat.aggregate_fit(1, [fit_res([*a, c], 5, 0), fit_res([*b, np.array([-1, 2], np.float32)], 5, 1)], [])
+    assert strat.record.num_clients == 1
+    assert strat.record.dropped == [{"client": "1", "reason": "label_counts must be >= 0 with a positive sum, "
+                                                               "got [-1.0, 2.0]"}]
+
+
+def test_client_uploads_its_model_and_its_label_counts():
+    cfg = drs(local_steps=1, batch_size=4)
+    client = METHODS["feddrs"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    out, n, _ = client.train(client.model.initial_arrays(), {"server_round": 1})
+    specs = client.model.upload_specs()
+    assert [s.name for s in specs][-1] == "label_counts" and comm.check_arrays(out, specs) is None
+    labels = client.train_batch.labels.numpy()
+    np.testing.assert_array_equal(out[-1], [np.sum(labels == 0), np.sum(labels == 1)])
+    assert n == len(labels)
+
+
+def test_feddf_distils_toward_the_ensemble_of_mean_logits_eq_2(monkeypatch):
+    cfg = make_config("feddf", **SMALL, aux_size=6, aux_batch=4, distill_steps=1, num_server_rounds=2)
+    strat = FedDF(cfg, TASKS["demo"])
+    assert [len(b) for b in strat.aux] == [4, 2]  # 6 auxiliary texts, batches of 4
+    seen = {}
+
+    def spy(student, params, teachings, logits, steps, lr):
+        seen.update(teachings=teachings, steps=steps, params=len(params))
+        return 1.0, 0.5
+
+    monkeypatch.setattr("strategies.feddf.distill_steps", spy)
+    models = [a for a, _ in _uploads(strat)]
+    student = strat.model.load(weighted_mean(models, [1, 1]))
+    strat.distill(1, student, models, [], iterations=2, post=False)
+    expected = []
+    with torch.no_grad():
+        for batch in strat.aux:
+            mean_logits = sum(strat.teacher.load(m).forward(None, batch) for m in models) / 2
+            expected.append(torch.softmax(mean_logits, -1))  # softmax of the mean logits, not mean softmax
+    for t, e in zip(seen["teachings"], expected, strict=True):
+        torch.testing.assert_close(t.probs, e, rtol=1e-5, atol=1e-6)
+    assert seen["steps"] == 2 * cfg.method_config.distill_steps
+    assert seen["params"] == len(strat.model.global_specs())  # FedDF distils every weight
+
+
+# ---------------------------------------------------------------- partition
+@pytest.mark.parametrize("clients", [2, 4])
+def test_alpha_to_zero_partition_puts_each_client_on_one_label_and_each_label_on_its_own_clients(clients):
+    cfg = make_config("feddrs", partition="label")
+    labels = [set(partition_train(cfg, i, clients)["label"]) for i in range(clients)]
+    assert labels == [{i % 2} for i in range(clients)]  # client i: label i mod C only (demo: C = 2)
+    if clients == 2:  # as many clients as labels: every label on exactly one client
+        assert labels[0] | labels[1] == {0, 1} and labels[0] != labels[1]
