@@ -310,6 +310,19 @@ def _partitioned(dataset: str, partition: str, alpha: float, seed: int, num_part
     ds = datasets.Dataset.from_pandas(splits.train, preserve_index=False).shuffle(seed=seed)
     partitioner = _partitioner(cfg, num_partitions, len(ds))
     partitioner.dataset = ds
+    # Draw every partition now: flwr-datasets draws lazily on the first load and, when a
+    # Dirichlet draw misses its minimum size in 10 attempts, raises but keeps its advanced
+    # RNG, so a later load in the same process would silently get *another* partition
+    # than a client in a fresh process. Drawing here makes the failure the same everywhere
+    # (the cache keeps no half-drawn partitioner) and says what to change.
+    try:
+        partitioner.load_partition(0)
+    except ValueError as exc:
+        raise ConfigError(
+            f"partition={partition} alpha={alpha} seed={seed}: flwr-datasets could not split "
+            f"{len(ds)} rows into {num_partitions} clients ({exc}); try another seed, a larger "
+            "alpha or fewer clients"
+        ) from None
     return partitioner
 
 

@@ -40,6 +40,17 @@ def test_small_alpha_concentrates_labels():
     assert balanced < 0.65
 
 
+def test_an_impossible_dirichlet_draw_fails_the_same_way_every_time():
+    """flwr-datasets gives up after 10 draws that leave a client under its minimum size;
+    the error is clear and repeats (no half-drawn partitioner stays cached to hand a
+    later caller a different partition)."""
+    cfg = RunConfig(partition="dirichlet", alpha=0.01, seed=0)
+    for _ in range(2):
+        with pytest.raises(ConfigError, match="partition=dirichlet alpha=0.01 seed=0: flwr-datasets could not "
+                                              "split 960 rows into 10 clients .*try another seed"):
+            partition_train(cfg, 0, 10)
+
+
 def test_domain_partition_gives_one_client_per_domain():
     cfg = RunConfig(partition="domain")
     domains = [set(partition_train(cfg, i, 4)["domain"]) for i in range(4)]
