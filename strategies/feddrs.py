@@ -64,7 +64,7 @@ class DistillStrategy(FedAvgStrategy):
             return self.mcfg.post_iterations, True
         return (0 if self.mcfg.post_only else self.mcfg.iterations), False
 
-    def aggregate(self, server_round: int, uploads: list[Upload]):
+    def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray], dict[str, float]]:
         models = [self.client_model(u) for u in uploads]
         average = weighted_mean(models, [u.num_examples for u in uploads])
         iterations, post = self.budget(server_round)
