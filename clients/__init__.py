@@ -11,5 +11,5 @@ from clients.feddpg import FedDPGClient
 from clients.fedprompt import FedPromptClient
 from clients.fedptuning_v2 import FedPTuningV2Client
 
-__all__ = ["BBTFedClient", "FedAvgClient", "FedBPTClient", "FedDFClient", "FedDLSClient", "FedDRSClient", "FedDPGClient", "FedPTuningV2Client",
-           "FedPromptClient"]
+__all__ = ["BBTFedClient", "FedAvgClient", "FedBPTClient", "FedDFClient", "FedDLSClient", "FedDPGClient",
+           "FedDRSClient", "FedPTuningV2Client", "FedPromptClient"]

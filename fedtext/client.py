@@ -29,7 +29,6 @@ run-config; clients never import strategies.
 
 from __future__ import annotations
 
-import resource
 import time
 from collections.abc import Callable, Iterable, Iterator
 
@@ -45,12 +44,8 @@ from fedtext.config import RunConfig
 from fedtext.data import ClientData
 from fedtext.model import Model, SubspaceModel
 from fedtext.prompts import project, projection
+from fedtext.records import peak_rss_mb
 from fedtext.tasks import Task
-
-
-def peak_rss_mb() -> float:
-    """Peak resident set size of this process in MiB (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def client_seed(cfg: RunConfig, partition_id: int, server_round: int) -> int:

@@ -23,6 +23,7 @@ import logging
 import math
 import os
 import platform
+import resource
 import signal
 import threading
 import time
@@ -195,6 +196,11 @@ def busy_seconds(intervals: list[tuple[float, float]]) -> float:
         total += b - max(a, end)
         end = b
     return total
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def current_rss_mb() -> float:

@@ -128,7 +128,7 @@ def high_water_mb() -> float:
 
 def client_round(method: str, budget_mb: int) -> dict[str, float]:
     """One warm-up and one timed local round of ``method``'s client (this process)."""
-    from fedtext.client import peak_rss_mb
+    from fedtext.records import peak_rss_mb
     from fedtext.records import current_rss_mb
     from fedtext.data import client_data
     from fedtext.registry import METHODS, make_config

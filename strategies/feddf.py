@@ -49,7 +49,5 @@ class FedDF(DistillStrategy):
                     total += teacher.forward(None, batch) / len(models)
         teachings = [Teaching(b, torch.softmax(z, -1)) for b, z in zip(self.aux, ensemble, strict=True)]
         params = [p for _, p in student.named_trainable()]
-        before, after = distill_steps(student, params, teachings, lambda net, b: net.forward(None, b),
-                                      iterations * self.mcfg.distill_steps, self.mcfg.distill_lr)
-        return {"distill_kl_before": before, "distill_kl_after": after, "distill_iterations": iterations,
-                "post_processing": int(post)}
+        return distill_steps(student, params, teachings, lambda net, b: net.forward(None, b),
+                             iterations * self.mcfg.distill_steps, self.mcfg.distill_lr)

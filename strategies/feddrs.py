@@ -29,11 +29,10 @@ import numpy as np
 import torch
 
 from fedtext.backbone import Backbone
-from fedtext.client import peak_rss_mb
 from fedtext.config import RunConfig
 from fedtext.methods.feddrs import (Teaching, adversarial_samples, distill_steps, pseudo_labels, random_embeddings,
                                     sequence_ends, target_samples, word_embedding_name, wrap)
-from fedtext.records import RunRecorder
+from fedtext.records import RunRecorder, peak_rss_mb
 from fedtext.strategy import Evaluator, Upload, weighted_mean
 from fedtext.tasks import Task
 from strategies.fedavg import FedAvgStrategy
@@ -72,15 +71,17 @@ class DistillStrategy(FedAvgStrategy):
             return average, {}
         t0 = time.time()
         student = self.model.load(average)
-        metrics = self.distill(server_round, student, models, uploads, iterations, post)
+        kl_before, kl_after = self.distill(server_round, student, models, uploads, iterations, post)
         t1 = time.time()
         self.record.intervals.append((t0, t1))  # the server was busy: the round's time accounting sees it
-        return student.trainable_arrays(), {**metrics, "server_distill_s": t1 - t0,
-                                            "server_peak_rss_mb": peak_rss_mb()}
+        return student.trainable_arrays(), {
+            "distill_kl_before": kl_before, "distill_kl_after": kl_after, "distill_iterations": iterations,
+            "post_processing": int(post), "server_distill_s": t1 - t0, "server_peak_rss_mb": peak_rss_mb()}
 
     def distill(self, server_round: int, student: Backbone, models: list[list[np.ndarray]], uploads: list[Upload],
-                iterations: int, post: bool) -> dict[str, float]:
-        """Distil the teachers ``models`` into ``student`` in place; returns metrics."""
+                iterations: int, post: bool) -> tuple[float, float]:
+        """Distil the teachers ``models`` into ``student`` in place; returns the
+        distillation loss before the first and after the last student step."""
         raise NotImplementedError
 
 
@@ -124,5 +125,4 @@ class FedDRS(DistillStrategy):
                     teachings.append(Teaching(x, torch.softmax(teacher.embeds_logits(x), -1)))
             kl.append(distill_steps(student, params, teachings, lambda net, x: net.embeds_logits(x),
                                     mc.distill_steps, mc.distill_lr))
-        return {"distill_kl_before": kl[0][0], "distill_kl_after": kl[-1][1], "distill_iterations": iterations,
-                "post_processing": int(post)}
+        return kl[0][0], kl[-1][1]
