@@ -8,8 +8,9 @@ from clients.feddf import FedDFClient
 from clients.feddls import FedDLSClient
 from clients.feddrs import FedDRSClient
 from clients.feddpg import FedDPGClient
+from clients.fes import FedCLSClient, FedFSLBiasClient, FedFSLClient, FeSClient
 from clients.fedprompt import FedPromptClient
 from clients.fedptuning_v2 import FedPTuningV2Client
 
-__all__ = ["BBTFedClient", "FedAvgClient", "FedBPTClient", "FedDFClient", "FedDLSClient", "FedDPGClient",
-           "FedDRSClient", "FedPTuningV2Client", "FedPromptClient"]
+__all__ = ["BBTFedClient", "FeSClient", "FedAvgClient", "FedBPTClient", "FedCLSClient", "FedDFClient", "FedDLSClient",
+           "FedDPGClient", "FedDRSClient", "FedFSLBiasClient", "FedFSLClient", "FedPTuningV2Client", "FedPromptClient"]

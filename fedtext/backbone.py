@@ -32,11 +32,12 @@ one whose weights are loaded (:meth:`Backbone.load_trainable`) recomputes them o
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import logging
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -264,6 +265,19 @@ class Backbone:
         new._label_cache = None
         new.set_trainable(wants)
         return new
+
+    @contextlib.contextmanager
+    def fixed_weights(self) -> Iterator["Backbone"]:
+        """Inference on a backbone that trains: no gradients, and the similarity head's
+        label vectors are encoded once for the whole block instead of at every forward
+        (the weights cannot change inside it)."""
+        was = self.training
+        with torch.no_grad():
+            self.training, self._label_cache = False, None
+            try:
+                yield self
+            finally:
+                self.training, self._label_cache = was, None
 
     def trainable_arrays(self) -> list[np.ndarray]:
         """The trainable weights as float32 arrays, in :meth:`named_trainable` order."""

@@ -29,7 +29,6 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from fedtext.backbone import Backbone, EncodedBatch, _predicate
 from fedtext.comm import ArraySpec
@@ -175,5 +174,5 @@ class NetworkModel(Model):
         return self.network
 
     def evaluate(self, arrays: Sequence[np.ndarray], batches: Sequence[EncodedBatch]) -> tuple[float, float]:
-        with torch.no_grad():
-            return self.load(arrays).evaluate(None, batches)
+        with self.load(arrays).fixed_weights() as net:
+            return net.evaluate(None, batches)

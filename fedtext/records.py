@@ -68,6 +68,7 @@ ROUND_FIELDS = (
     "busy_s",  # time some client or the server evaluation was computing (union of their intervals)
     "startup_s",  # time new client processes spent importing torch/transformers/fedtext (first message per Ray actor)
     "overhead_s",  # round_time_s - (busy or start-up): Flower/Ray messaging, scheduling, serialization, aggregation
+    "sim_time_s",  # simulated device time of the round: max over fit clients of compute + (down + up bytes) / bandwidth-mbps
     "server_rss_mb",  # resident memory of the server process (ServerApp + strategy) as the round ends
     "round_time_s",
     "wall_time_s",  # since the strategy started
@@ -112,6 +113,7 @@ class RoundRecord:
     eval_s: list[float] = field(default_factory=list)
     load_s: list[float] = field(default_factory=list)
     server_eval_s: float | None = None
+    sim_s: list[float] = field(default_factory=list)  # per fit client: compute + bytes / bandwidth
     intervals: list[tuple[float, float]] = field(default_factory=list)  # (start, end) epoch seconds
     startup: list[tuple[float, float]] = field(default_factory=list)  # process imports, same clock
     written: bool = False
@@ -175,6 +177,7 @@ class RoundRecord:
             "busy_s": _round(busy),
             "startup_s": _round(busy_seconds(startup_iv)) if startup_iv else None,
             "overhead_s": None if busy is None else _round(max(0.0, round_time - accounted)),
+            "sim_time_s": _round(max(self.sim_s)) if self.sim_s else None,
             "server_rss_mb": round(current_rss_mb(), 1),
             "round_time_s": round(round_time, 3),
             "wall_time_s": round(now - run_start, 3),

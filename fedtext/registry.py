@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clients import (BBTFedClient, FedAvgClient, FedBPTClient, FedDFClient, FedDLSClient, FedDPGClient, FedDRSClient,
-                     FedPromptClient, FedPTuningV2Client)
+from clients import (BBTFedClient, FedAvgClient, FedBPTClient, FedCLSClient, FedDFClient, FedDLSClient, FedDPGClient,
+                     FedDRSClient, FedFSLBiasClient, FedFSLClient, FedPromptClient, FedPTuningV2Client, FeSClient)
 from fedtext.client import FedTextClient
 from fedtext.config import MethodConfig, RunConfig, kebab
 from fedtext.methods.bbt_fed import BBTFedConfig
@@ -26,10 +26,12 @@ from fedtext.methods.fedbpt import FedBPTConfig
 from fedtext.methods.feddls import FedDLSConfig
 from fedtext.methods.feddpg import FedDPGConfig
 from fedtext.methods.feddrs import FedDFConfig, FedDRSConfig
+from fedtext.methods.fes import FedCLSConfig, FedFSLBiasConfig, FedFSLConfig, FeSConfig
 from fedtext.methods.fedprompt import FedPromptConfig
 from fedtext.methods.fedptuning_v2 import FedPTuningV2Config
 from fedtext.strategy import FedTextStrategy
-from strategies import BBTFed, FedAvgStrategy, FedBPT, FedDF, FedDLS, FedDPG, FedDRS, FedPrompt, FedPTuningV2
+from strategies import (BBTFed, FedAvgStrategy, FedBPT, FedCLS, FedDF, FedDLS, FedDPG, FedDRS, FedFSL, FedFSLBias,
+                        FedPrompt, FedPTuningV2, FeS)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,10 @@ METHODS: dict[str, Method] = {
     "fedptuning-v2": Method(FedPTuningV2, FedPTuningV2Client, FedPTuningV2Config),
     "feddrs": Method(FedDRS, FedDRSClient, FedDRSConfig),
     "feddf": Method(FedDF, FedDFClient, FedDFConfig),
+    "fes": Method(FeS, FeSClient, FeSConfig),
+    "fedfsl": Method(FedFSL, FedFSLClient, FedFSLConfig),
+    "fedfsl-bias": Method(FedFSLBias, FedFSLBiasClient, FedFSLBiasConfig),
+    "fedcls": Method(FedCLS, FedCLSClient, FedCLSConfig),
 }
 
 

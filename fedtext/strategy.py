@@ -190,6 +190,7 @@ class FedTextStrategy(FedAvg):
         self.global_arrays: list[np.ndarray] = []
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
         self.record = RoundRecord(round=0)
+        self._down_bytes: dict[str, int] = {}  # cid -> bytes sent this round (simulated time)
         self._t0 = time.time()
 
     def __repr__(self) -> str:
@@ -372,6 +373,7 @@ class FedTextStrategy(FedAvg):
             instructions.append((Tracked(proxy), FitIns(comm.encode(arrays), {**self.fit_config(server_round), **extra})))
         down = [comm.payload_bytes(ins.parameters) for _, ins in instructions]
         record.bytes_down, record.bytes_down_per_client = sum(down), _mean(down)
+        self._down_bytes = {proxy.cid: d for (proxy, _), d in zip(instructions, down, strict=True)}
         return instructions
 
     def aggregate_fit(
@@ -387,8 +389,9 @@ class FedTextStrategy(FedAvg):
         r.bytes_up, r.bytes_up_per_client, r.num_clients = sum(up), _mean(up), len(uploads)
         r.fit_queries = sum(int(res.metrics.get("queries", 0)) for _, res in results)
         r.client_rss_mb += [float(res.metrics.get("peak_rss_mb", 0)) for _, res in results]
-        for _, res in results:
+        for (proxy, res), u in zip(results, up, strict=True):
             r.timing(res.metrics, "fit_time_s")
+            r.sim_s.append(self.simulated_seconds(res.metrics, self._down_bytes.get(proxy.cid, 0) + u))
         r.train_loss = _mean([float(u.metrics["train_loss"]) for u in uploads if "train_loss" in u.metrics])
         if not uploads:
             log.warning("round %d: no valid client result; global model unchanged", server_round)
@@ -399,6 +402,12 @@ class FedTextStrategy(FedAvg):
             return None, metrics
         self.global_arrays = [np.asarray(a) for a in arrays]
         return comm.encode(self.global_arrays), metrics
+
+    def simulated_seconds(self, metrics: dict[str, Scalar], nbytes: int) -> float:
+        """A client-round on a device (FeS §4.1's emulation): its measured compute
+        (``fit_time_s``) plus its bytes over a ``bandwidth-mbps`` link; the round takes
+        as long as its slowest client (``sim_time_s``)."""
+        return float(metrics.get("fit_time_s", 0.0)) + nbytes / (self.cfg.bandwidth_mbps * 1e6)
 
     def validate(self, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]) -> list[Upload]:
         """Decode every result once; keep those meeting the model's upload specs and

@@ -9,7 +9,9 @@ from strategies.feddf import FedDF
 from strategies.feddls import FedDLS
 from strategies.feddpg import FedDPG
 from strategies.feddrs import FedDRS
+from strategies.fes import FedCLS, FedFSL, FedFSLBias, FeS
 from strategies.fedprompt import FedPrompt
 from strategies.fedptuning_v2 import FedPTuningV2
 
-__all__ = ["BBTFed", "FedAvgStrategy", "FedBPT", "FedDF", "FedDLS", "FedDPG", "FedDRS", "FedPTuningV2", "FedPrompt"]
+__all__ = ["BBTFed", "FeS", "FedAvgStrategy", "FedBPT", "FedCLS", "FedDF", "FedDLS", "FedDPG", "FedDRS", "FedFSL",
+           "FedFSLBias", "FedPTuningV2", "FedPrompt"]

@@ -23,7 +23,8 @@ def parse(**overrides):
 
 
 def test_one_registry_names_each_method_once():
-    assert set(METHODS) == {"fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg", "feddpg", "fedptuning-v2", "feddrs", "feddf"}
+    assert set(METHODS) == {"fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg", "feddpg", "fedptuning-v2", "feddrs", "feddf",
+                            "fes", "fedfsl", "fedfsl-bias", "fedcls"}
     for name, m in METHODS.items():
         assert m.config.name == name  # the config's dotted keys use the registry name
         assert issubclass(m.config.model_class, Model)
@@ -50,7 +51,13 @@ def test_every_pyproject_key_has_a_comment():
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedavg, fedbpt, feddf, feddls, feddpg, feddrs, fedprompt, fedptuning-v2"),
+        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedavg, fedbpt, fedcls, feddf, feddls, "
+                               "feddpg, feddrs, fedfsl, fedfsl-bias, fedprompt, fedptuning-v2, fes"),
+        ({"bandwidth_mbps": 0}, "bandwidth-mbps must be > 0, got 0"),
+        ({"method": "fes", "fes.paces": "2-0-5"}, "fes.paces: '2-0-5' is not f-n-k"),
+        ({"method": "fes", "fes.keep-ratio": 1.5}, "fes.keep-ratio must be <= 1, got 1.5"),
+        ({"method": "fes", "fes.rho": 1.0}, "fes.rho must be > 1, got 1.0"),
+        ({"method": "fedcls", "head": "similarity"}, "head=similarity does not fit method fedcls"),
         ({"task": "imdb"}, "unknown task 'imdb'"),
         ({"partition": "pathological"}, "unknown partition 'pathological'; choose one of: iid, dirichlet, label, domain"),
         ({"head": "softmax"}, "unknown head 'softmax'"),

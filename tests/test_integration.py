@@ -100,6 +100,45 @@ def test_feddrs_distils_with_each_sampler_through_flower_simulation(sampling, tm
     assert json.loads((run / "config.json").read_text())["config"]["feddrs.sampling"] == sampling
 
 
+# FeS co-planned by default on MiniLM-L6: layer 5 whole (16 tensors), biases of layers 3-4 (16)
+FES_BYTES = 4 * (4 * 384 * 384 + 2 * 384 * 1536 + 9 * 384 + 1536 + 2 * 4224) + 32 * NPY_HEADER_BYTES
+FEW_SHOT = {  # extra run-config, bytes each way per (training) client-round
+    "fes": ("fes.paces=1-3-20 fes.neighbours=4", FES_BYTES),
+    "fedfsl": ("fedfsl.static-labels=4 fedfsl.static-clients=2", 4 * MINILM_WEIGHTS + MINILM_TENSORS * NPY_HEADER_BYTES),
+    # every bias: the embeddings' LayerNorm and 8 per layer, 4,224 numbers each
+    "fedfsl-bias": ("fedfsl-bias.static-labels=4 fedfsl-bias.static-clients=2",
+                    4 * (384 + 6 * 4224) + 49 * NPY_HEADER_BYTES),
+    "fedcls": ("", FEDAVG_BYTES),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(FEW_SHOT))
+def test_few_shot_methods_run_two_rounds_on_three_clients_through_flower(method, tmp_path):
+    """fes / fedfsl / fedfsl-bias / fedcls: gold labels on clients 0-1, client 2 unlabelled.
+    Pseudo-labelling methods label in round 1 (client 2 answers with an empty report, not an
+    upload), so client 2 can be drawn to train in round 2; bytes are the planned tensors;
+    every round has a simulated device time of at least its bytes at 1 MB/s."""
+    extra, nbytes = FEW_SHOT[method]
+    few = (f"{method}.gold-labels=8 {method}.unlabeled-size=24 {method}.max-local-steps=2 clients-per-round=2 "
+           f"{extra}")
+    _, run, rounds = _simulate(3, f"method={method} {TINY} {few}", tmp_path)
+    for r in rounds[1:]:
+        assert r["num_clients"] == 2 and r["dropped"] == []
+        assert r["bytes_up_per_client"] == nbytes == r["bytes_down_per_client"]
+        assert r["sim_time_s"] >= 2 * nbytes / 1e6
+        assert 0.0 <= r["global_accuracy"] <= 1.0
+    m = rounds[1]["method_metrics"]
+    if method == "fedcls":
+        assert m["label_clients"] == 0 and m["pseudo_labels"] == 0
+    else:
+        assert m["label_clients"] >= 2 and m["pseudo_labels"] > 0 and 0 <= m["pseudo_label_accuracy"] <= 1
+    if method == "fes":
+        assert m["pace_k"] == 20 and "aug_e" in m and m["chosen"] == 1
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["rounds_done"] == 2
+
+
 @pytest.mark.slow
 def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path):
     """feddpg, 3 clients, 2 rounds: round 1 trains G on everyone; in round 2 only client 1

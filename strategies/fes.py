@@ -1,0 +1,188 @@
+"""FeS (Cai et al., "Federated Few-Shot Learning for Mobile NLP", MobiCom '23) and its
+baselines FedCLS, FedFSL, FedFSL-BIAS (Table 3); config, model and the designs'
+math: :mod:`fedtext.methods.fes`.
+
+Server (Alg. 1, ``Pacing``): every round it draws two client groups separately,
+
+* ``G_train``: ``clients-per-round`` clients among those holding gold or pseudo labels
+  (clients ``0..L-1`` from the start; a client joins once it reports labels);
+* ``G_label`` (labelling rounds of the pace): ``n`` participants;
+
+sends each the global model with ``train``/``label`` flags, and aggregates the trained
+uploads with FedAvg weighted by labelled examples (gold + pseudo, as the authors'
+code). Labelling-only clients answer with an empty result, which is not an upload.
+
+Pacing: ``fes`` asks its :class:`fedtext.methods.fes.Pacer` (AUG-E search and
+switching, eq. (1)); ``fedfsl``/``fedfsl-bias`` (and ``fes.pacing=static``) label on
+``static-clients`` clients every round, each keeping ``static-labels``; ``fedcls``
+never labels. The pace of each round, every AUG-E a trial or window measured, and the
+search/switch events go to the round's ``method_metrics``.
+
+Client must: split its pool with :func:`fedtext.methods.fes.split_pool`, pseudo-label
+when told (keeping ``Pace.target`` or ``label_count`` of its (filtered) unlabelled
+texts), keep its pseudo labels in ``context.state``, train one local epoch on gold +
+pseudo labels and upload the co-planned weights (:class:`FewShotModel`), reporting
+its measured seconds per inference and training batch (``infer_s_per_batch``,
+``train_s_per_batch``) and ``num_labels``.
+
+Bytes per client-round, each way: the trained tensors only, ``4 * #weights + 128 *
+#tensors`` (all-MiniLM-L6-v2: fes default plan 1,782,912 weights in 32 tensors =
+7,135,744 B; fedfsl the whole encoder, 90,866,048 B; fedfsl-bias 25,728 biases in 49
+tensors, 109,184 B); bytes up per client-round count the clients that trained.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+import numpy as np
+from flwr.common import FitRes, Scalar
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+
+from fedtext.methods.fes import Pace, Pacer, gold_count, parse_paces
+from fedtext import comm
+from fedtext.config import ConfigError
+from fedtext.strategy import CONNECT_TIMEOUT_S, FedTextStrategy, Upload
+
+log = logging.getLogger("fedtext")
+
+
+class FewShotStrategy(FedTextStrategy):
+    """Two client groups per round (train / label), FedAvg of the trained uploads."""
+
+    checkpoint_attrs: ClassVar[tuple[str, ...]] = ("labelled", "pacer")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        mc = self.mcfg
+        self.labelled: set[str] = set()  # partition ids known to hold labels
+        self.pacer: Pacer | None = None
+        if mc.pacing_mode == "curriculum":
+            if self.cfg.eval_every != 1:
+                raise ConfigError(f"{mc.key('pacing')}=curriculum needs eval-every=1 (AUG-E reads the server's "
+                                  f"accuracy after every round), got eval-every={self.cfg.eval_every}")
+            self.pacer = Pacer(parse_paces(mc.paces), mc.trial_rounds, mc.candidates, mc.threshold, mc.eta, mc.theta)
+        self.roles: dict[str, tuple[int, int]] = {}  # cid -> (train, label) this round
+
+    # ------------------------------------------------------------ pacing
+    def round_pace(self) -> Pace | None:
+        """This round's pace: the pacer's, static ``<1, static-clients, ->``, or none."""
+        mode = self.mcfg.pacing_mode
+        if mode == "curriculum":
+            return self.pacer.pace()
+        if mode == "static":
+            return Pace(1, self.mcfg.static_clients, 1.0)
+        return None
+
+    def initially_labelled(self, pid: str) -> bool:
+        """Gold holders (clients ``0..L-1``; every client under ``oracle``)."""
+        return self.mcfg.oracle or (pid.isdigit() and gold_count(self.mcfg, int(pid)) > 0)
+
+    # ------------------------------------------------------------ sampling
+    def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
+        """``G_train`` among labelled participants, ``G_label`` among all participants
+        (labelling rounds only), drawn separately with ``default_rng([seed, round, .])``."""
+        client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=CONNECT_TIMEOUT_S)
+        participants = self.clients(client_manager, participants_only=True)
+        pid = {p.cid: self.info(p)["partition_id"] for p in participants}
+        with_labels = [p for p in participants if pid[p.cid] in self.labelled or self.initially_labelled(pid[p.cid])]
+        n_train = min(self.cfg.clients_per_round or len(with_labels), len(with_labels))
+        rng = np.random.default_rng([self.cfg.seed, server_round, 0x5A3])
+        train = [with_labels[i] for i in np.sort(rng.choice(len(with_labels), size=n_train, replace=False))]
+        pace = self.round_pace()
+        label: list[ClientProxy] = []
+        if pace is not None and pace.labels_round(server_round):
+            rng = np.random.default_rng([self.cfg.seed, server_round, 0x1AB])
+            n = min(pace.n, len(participants))
+            label = [participants[i] for i in np.sort(rng.choice(len(participants), size=n, replace=False))]
+        self.roles = {p.cid: (int(p in train), int(p in label)) for p in {*train, *label}}
+        self.record.method_metrics.update(self.pace_metrics(pace, len(train), len(label)))
+        return sorted({*train, *label}, key=lambda p: self.info(p)["order"])
+
+    def pace_metrics(self, pace: Pace | None, n_train: int, n_label: int) -> dict[str, float]:
+        out = {"train_clients": float(n_train), "label_clients": float(n_label)}
+        if pace is not None:
+            out.update(pace_f=float(pace.f), pace_n=float(pace.n), pace_k=float(pace.k))
+        return out
+
+    def download(self, server_round: int, proxy: ClientProxy, purpose: str):
+        if purpose != "fit":
+            return self.global_arrays, {}
+        train, label = self.roles.get(proxy.cid, (1, 0))
+        extra: dict[str, Scalar] = {"train": train, "label": label}
+        if label:
+            if self.mcfg.pacing_mode == "curriculum":
+                extra["pace"] = str(self.pacer.pace())
+            else:
+                extra["label_count"] = self.mcfg.static_labels
+        return self.global_arrays, extra
+
+    # ------------------------------------------------------------ results
+    def validate(self, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]) -> list[Upload]:
+        """Note who holds labels and the measured latencies; labelling-only results
+        (``trained=0``, no arrays) are reports, not uploads."""
+        trained = []
+        pseudo_acc = []
+        for proxy, res in results:
+            m = res.metrics
+            pid = str(m.get("partition_id", proxy.cid))
+            if int(m.get("num_labels", 0)) > 0:
+                self.labelled.add(pid)
+            if self.pacer is not None:
+                self.pacer.latency(m.get("infer_s_per_batch"), m.get("train_s_per_batch"))
+            if float(m.get("pseudo_label_accuracy", -1)) >= 0:
+                pseudo_acc.append(float(m["pseudo_label_accuracy"]))
+            if int(m.get("trained", 1)):
+                trained.append((proxy, res))
+        r = self.record
+        r.method_metrics["labelled_clients"] = float(len(self.labelled))  # that reported labels so far
+        r.method_metrics["pseudo_labels"] = float(sum(int(res.metrics.get("num_pseudo", 0)) for _, res in results))
+        if pseudo_acc:
+            r.method_metrics["pseudo_label_accuracy"] = float(np.mean(pseudo_acc))
+        return super().validate(trained, failures)
+
+    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]):
+        """The base round, with bytes up per client-round taken over the clients that
+        trained (a labelling-only client uploads nothing)."""
+        out = super().aggregate_fit(server_round, results, failures)
+        up = [comm.payload_bytes(res.parameters) for _, res in results if int(res.metrics.get("trained", 1))]
+        self.record.bytes_up_per_client = float(np.mean(up)) if up else None
+        return out
+
+    def aggregate(self, server_round: int, uploads: list[Upload]):
+        arrays, metrics = super().aggregate(server_round, uploads)
+        return arrays, {**self.record.method_metrics, **metrics}
+
+    def evaluate(self, server_round: int, parameters):
+        """Server evaluation, then the pacer's window bookkeeping (Alg. 1 lines 6-8, 15-16)."""
+        out = super().evaluate(server_round, parameters)
+        if self.pacer is not None and out is not None:
+            acc = float(out[1]["accuracy"])
+            if server_round == 0:
+                self.pacer.start(acc)  # a resumed pacer keeps its window
+            else:
+                events = self.pacer.observe(acc)
+                self.record.method_metrics.update(events)
+                if events:
+                    log.info("fes round %d: %s (pace now %s, candidates %s)", server_round, events,
+                             self.pacer.pace(), [str(p) for p in self.pacer.candidates])
+        return out
+
+
+class FeS(FewShotStrategy):
+    """FeS: curriculum pacing by AUG-E (§3.1), filtered pseudo labelling (§3.2),
+    co-planned depth/capacity (§3.3)."""
+
+
+class FedFSL(FewShotStrategy):
+    """FedFSL (Table 3): prompt-based, pseudo labels at a static pace, full model."""
+
+
+class FedFSLBias(FewShotStrategy):
+    """FedFSL-BIAS (Table 3): FedFSL tuning biases only."""
+
+
+class FedCLS(FewShotStrategy):
+    """FedCLS (Table 3): head-based fine-tuning on the gold labels only."""
