@@ -46,6 +46,7 @@ def test_pacer_tries_each_pace_keeps_the_best_and_top_t_then_switches_when_aug_e
     assert p.observe(0.60) == {"aug_e": pytest.approx(0.10 / 2), "trial_done": 1.0}  # a: 0.05
     assert p.pace() == b
     assert p.observe(0.61)["aug_e"] == pytest.approx(0.01 / 2.5)  # b: 0.004
+    assert p.observe(0.65) == {}  # c labels every f = 2 rounds: its window is 2 rounds
     events = p.observe(0.71)  # c: 0.10 / 2 = 0.05 ties a; a was listed first
     assert events["chosen"] == 1.0 and p.pace() == a and p.candidates == [a, c]
     assert not p.searching
@@ -53,7 +54,8 @@ def test_pacer_tries_each_pace_keeps_the_best_and_top_t_then_switches_when_aug_e
     events = p.observe(0.70)  # accuracy fell: AUG-E < 0 -> re-try the candidates (Alg. 1 line 8)
     assert events["switch"] == 1.0 and p.searching and p.pace() == a
     p.observe(0.70)  # a: 0
-    events = p.observe(0.74)  # c: 0.02
+    assert p.observe(0.72) == {}
+    events = p.observe(0.74)  # c: 0.04 / 2 = 0.02
     assert events["chosen"] == 1.0 and p.pace() == c and p.candidates == [c, a]
     assert [t["pace"] for t in p.trials] == ["1-2-10", "1-4-5", "2-4-10", "1-2-10", "1-2-10", "1-2-10", "2-4-10"]
 
@@ -192,9 +194,10 @@ def test_labelling_only_results_are_reports_not_uploads_and_grow_the_labelled_se
     strat.global_arrays = strat.initial_arrays()
     strat.begin_round(1)
     trained = [a + 1 for a in strat.global_arrays]
-    results = [fit_res(0, trained, 10, trained=1, num_labels=10, train_s_per_batch=0.2),
+    results = [fit_res(0, trained, 10, trained=1, num_labels=10, train_s_per_batch=0.2, fit_time_s=3.0),
                fit_res(5, [], 0, trained=0, num_labels=6, num_pseudo=6, infer_s_per_batch=0.05,
-                       pseudo_label_accuracy=0.5)]
+                       pseudo_label_accuracy=0.5, fit_time_s=1.0)]
+    strat._down_bytes = {"0": 1_000_000, "5": 2_500_000}  # what configure_fit sent each
     params, _ = strat.aggregate_fit(1, results, [])
     assert strat.record.num_clients == 1 and strat.record.dropped == []
     for got, want in zip(comm.decode(params), trained, strict=True):
@@ -202,9 +205,34 @@ def test_labelling_only_results_are_reports_not_uploads_and_grow_the_labelled_se
     assert strat.labelled == {"0", "5"}
     assert strat.pacer.l_infer == [0.05] and strat.pacer.l_train == [0.2]
     assert strat.record.method_metrics["pseudo_label_accuracy"] == 0.5
-    assert strat.record.bytes_up_per_client == comm.payload_bytes(results[0][1].parameters)
+    up = comm.payload_bytes(results[0][1].parameters)
+    assert strat.record.bytes_up_per_client == up
+    # simulated device time at 1 MB/s: compute + (down + up) / 1e6, the round as long as its slowest client
+    assert strat.record.sim_s == pytest.approx([3.0 + (1_000_000 + up) / 1e6, 1.0 + 2.5])
+    assert strat.record.to_json(0.0)["sim_time_s"] == pytest.approx(3.0 + 1.0 + up / 1e6, abs=1e-3)
+
+
+def test_time_to_accuracy_sums_simulated_round_times_until_the_target_is_first_reached():
+    from simulations.fes_table import time_to
+
+    rounds = [{"round": 0, "global_accuracy": 0.5, "sim_time_s": None},
+              {"round": 2, "global_accuracy": 0.7, "sim_time_s": 12.5},
+              {"round": 1, "global_accuracy": 0.6, "sim_time_s": 10.0}]
+    assert time_to(rounds, 0.65) == 22.5 and time_to(rounds, 0.6) == 10.0
+    assert time_to(rounds, 0.5) == 0.0 and time_to(rounds, 0.8) is None
 
 
 def test_fes_needs_the_server_accuracy_after_every_round():
     with pytest.raises(ConfigError, match="needs eval-every=1"):
         FeS(cfg_of("fes", eval_every=2), TASKS["demo"])
+
+
+def test_plan_search_script_probes_plans_and_picks_a_frozen_depth(capsys):
+    from simulations.fes_plan import main
+
+    assert main(["--dataset", "demo", "--gold", "8", "--epochs", "1", "--eval-size", "20", "--max-length", "32",
+                 "--tolerance", "1.0"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("| bias-only") <= 4  # f = 0, then a binary search over 1..5
+    # a tolerance of 1.0 accepts any accuracy: the search ends at the deepest freeze
+    assert "chosen: fes.frozen-layers=5 fes.bias-layers=0" in out

@@ -391,7 +391,8 @@ def aug_e(delta_acc: float, pace: Pace, l_infer: float, l_train: float, eta: flo
 class Pacer:
     """Algorithm 1's configurator: try each pace for ``r`` rounds, keep the best (by
     AUG-E) and the top-``t`` candidates; while running, a window of ``r`` rounds whose
-    AUG-E falls below ``s`` re-tries the candidates and switches to their best.
+    AUG-E falls below ``s`` re-tries the candidates and switches to their best. A window
+    lasts ``max(r, f)`` rounds, so that every pace labels at least once in its trial.
 
     The server calls :meth:`pace` when it configures a round and :meth:`observe` after
     evaluating it; latencies come from the clients' measurements (:meth:`latency`).
@@ -442,7 +443,9 @@ class Pacer:
         self.start(accuracy)
         self.window_rounds += 1
         events: dict[str, float] = {}
-        if self.window_rounds < self.trial_rounds:
+        # A window spans at least one labelling cycle (f rounds): a pace with f > r tried
+        # for r rounds might not have labelled at all, and its AUG-E would say nothing.
+        if self.window_rounds < max(self.trial_rounds, self.current.f):
             return events
         e = aug_e(accuracy - self.window_start_acc, self.current,
                   float(np.mean(self.l_infer)) if self.l_infer else 0.0,
