@@ -220,6 +220,10 @@ def test_time_to_accuracy_sums_simulated_round_times_until_the_target_is_first_r
               {"round": 1, "global_accuracy": 0.6, "sim_time_s": 10.0}]
     assert time_to(rounds, 0.65) == 22.5 and time_to(rounds, 0.6) == 10.0
     assert time_to(rounds, 0.5) == 0.0 and time_to(rounds, 0.8) is None
+    # re-timed at 0.1 MB/s from the slowest compute and the mean bytes of each round
+    for r, fit in zip(rounds[1:], (2.0, 1.0)):
+        r.update(client_fit_s_max=fit, bytes_down_per_client=100_000, bytes_up_per_client=50_000)
+    assert time_to(rounds, 0.65, bandwidth_mbps=0.1) == pytest.approx((2.0 + 1.5) + (1.0 + 1.5))
 
 
 def test_fes_needs_the_server_accuracy_after_every_round():
