@@ -1,6 +1,6 @@
 """FeS §3.3's offline co-planning search: which layers to freeze, tune by bias, tune fully.
 
-    python -m simulations.fes_plan --dataset ../shared/data/ag_news --full-layers 1 --tolerance 0.01
+    python -m simulations.fes_plan --dataset ../shared/data/ag_news --tolerance 0.01
 
 The paper decides the plan "offline on cloud" with "a FedFSL simulator that uses binary
 search", fed a public dataset of similar difficulty, the pretrained model and the
@@ -34,7 +34,7 @@ from fedtext.tasks import resolve_task
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default="demo", help="public proxy dataset (a data folder or demo)")
-    ap.add_argument("--full-layers", type=int, default=1, help="top layers trained fully")
+    ap.add_argument("--full-layers", type=int, default=0, help="top layers trained fully (the paper's AG News plan: 0)")
     ap.add_argument("--tolerance", type=float, default=0.01, help="accuracy the search may give up")
     ap.add_argument("--gold", type=int, default=64, help="labelled proxy texts")
     ap.add_argument("--epochs", type=int, default=3)
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         results[frozen] = acc
         return acc
 
-    best = search_depth(accuracy_of, 0, layers - top, args.tolerance)
+    best = search_depth(accuracy_of, 0, layers - max(top, 1), args.tolerance)  # something must train
     print(f"chosen: fes.frozen-layers={best} fes.bias-layers={layers - top - best} "
           f"(top {top} full; accuracy {results[best]:.3f} vs {results[0]:.3f} at frozen 0)")
     return 0

@@ -118,12 +118,17 @@ def test_co_planning_trains_and_uploads_exactly_the_planned_tensors(backbone):
     model = METHODS["fes"].config.model_class(cfg, backbone)
     names = [s.name for s in model.upload_specs()]
     assert names == [n for n, _ in model.network.named_trainable()]
-    want = [n for n, _ in backbone.named_parameters()
-            if ".layer.5." in n or (n.endswith(".bias") and (".layer.3." in n or ".layer.4." in n))]
+    # the default (the paper's AG News plan on 6 layers): 0-3 frozen, the biases of 4-5, no full layer
+    want = [n for n, _ in backbone.named_parameters() if n.endswith(".bias") and (".layer.4." in n or ".layer.5." in n)]
     assert names == want
+    biases = 2 * (4 * 384 + 1536 + 384 + 2 * 384)  # layers 4 and 5: q k v o, ffn in/out, LayerNorm biases
+    assert model.trainable_parameters() == biases == 8_448
+    full_top = METHODS["fes"].config.model_class(cfg_of("fes", frozen_layers=3, bias_layers=2), backbone)
     layer = 4 * 384 * 384 + 2 * 384 * 1536 + 9 * 384 + 1536  # q k v o, ffn in/out, their biases, 2 LayerNorms
-    biases = 2 * (4 * 384 + 1536 + 384 + 2 * 384)  # layers 3 and 4: q k v o, ffn in/out, LayerNorm biases
-    assert model.trainable_parameters() == layer + biases == 1_782_912
+    assert full_top.trainable_parameters() == layer + biases == 1_782_912
+    assert [s.name for s in full_top.upload_specs()] == [
+        n for n, _ in backbone.named_parameters()
+        if ".layer.5." in n or (n.endswith(".bias") and (".layer.3." in n or ".layer.4." in n))]
     frozen = dict(backbone.named_parameters())["encoder.layer.0.output.dense.weight"]
     assert not frozen.requires_grad  # the process backbone stays frozen
     bias_only = cfg_of("fedfsl-bias")
@@ -238,5 +243,6 @@ def test_plan_search_script_probes_plans_and_picks_a_frozen_depth(capsys):
                  "--tolerance", "1.0"]) == 0
     out = capsys.readouterr().out
     assert out.count("| bias-only") <= 4  # f = 0, then a binary search over 1..5
-    # a tolerance of 1.0 accepts any accuracy: the search ends at the deepest freeze
-    assert "chosen: fes.frozen-layers=5 fes.bias-layers=0" in out
+    # a tolerance of 1.0 accepts any accuracy: the search ends at the deepest freeze that
+    # still trains something (no full layer by default: the biases of the top layer)
+    assert "chosen: fes.frozen-layers=5 fes.bias-layers=1" in out

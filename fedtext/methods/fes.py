@@ -43,7 +43,9 @@ Where the paper is silent, or the authors' code (UbiquitousLearning/FeS) differs
 * The configurator (Alg. 1) is not in the authors' code (their pace was swept offline
   with ``sweep_aug.py``); here it runs online as Alg. 1 says, trials one after another.
 * Co-planning: the paper freezes bottom layers, tunes biases of middle ones and fully
-  tunes the top ones; embeddings follow layer 0's capacity, the (unused) pooler trains
+  tunes the top ones; its AG News plan (§3.3: RoBERTa-large's layers 0-15 frozen, the
+  biases of 16-23 tuned, no full layer; §4.4: "up to 66.7 %" frozen, "up to 33.3 %" at
+  reduced capacity) is our default scaled to 6 layers: 4 frozen, 2 bias-only, 0 full; embeddings follow layer 0's capacity, the (unused) pooler trains
   only under the full plan (so ``frozen=0, bias=0`` is full fine-tuning as fedavg,
   ``frozen=0, bias=-1`` BitFit).
 """
@@ -207,8 +209,8 @@ class FeSConfig(PseudoLabelConfig):
     keep_ratio: float = 0.25  # share of a client's unlabelled texts the filter keeps
     rho: float = 10.0  # rho > 1 in eq. (2) (authors' code: 10)
     neighbours: int = 16  # k of the k-NN sets V(x) (authors' code: 150 of ~1,200 texts)
-    frozen_layers: int = 3  # all-MiniLM-L6-v2: layers 0-2 frozen
-    bias_layers: int = 2  # layers 3-4 bias-only; layer 5 full
+    frozen_layers: int = 4  # §3.3/§4.4's AG News plan, 2/3 frozen: MiniLM-L6 layers 0-3
+    bias_layers: int = 2  # the top 1/3 bias-only (layers 4-5), no full layer
 
     def __post_init__(self) -> None:
         super().__post_init__()
