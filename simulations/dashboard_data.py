@@ -57,7 +57,7 @@ X_AXES: dict[str, XAxis] = {
     "bytes-down": XAxis("cum_bytes_down", "Cumulative bytes downloaded (all clients)", log=True),
     "queries": XAxis("cum_model_queries", "Cumulative model queries (client forwards)", log=True),
     "wall": XAxis("wall_time_s", "Wall time (s)"),
-    "sim-time": XAxis("cum_sim_time_s", "Simulated device time (s)"),
+    "sim-time": XAxis("cum_sim_time_s", "Simulated device time (s)", log=True),
 }
 
 
