@@ -16,7 +16,8 @@ Pacing: ``fes`` asks its :class:`fedtext.methods.fes.Pacer` (AUG-E search and
 switching, eq. (1)); ``fedfsl``/``fedfsl-bias`` (and ``fes.pacing=static``) label on
 ``static-clients`` clients every round, each keeping ``static-labels``; ``fedcls``
 never labels. The pace of each round, every AUG-E a trial or window measured, and the
-search/switch events go to the round's ``method_metrics``.
+search/switch events go to the round's ``method_metrics`` (a static pace is recorded as
+``pace_f=1, pace_n=static-clients, pace_k=1``: its count is ``static-labels``, not a k %).
 
 Client must: split its pool with :func:`fedtext.methods.fes.split_pool`, pseudo-label
 when told (keeping ``Pace.target`` or ``label_count`` of its (filtered) unlabelled
