@@ -27,7 +27,7 @@ from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
 from fedtext.backbone import EncodedBatch, _mean_pool
-from fedtext.client import FedTextClient, client_seed, gradient_steps
+from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
 from fedtext.methods.fes import FewShotModel, knn_sets, parse_paces, representational_filter, split_pool
 
 
@@ -148,14 +148,11 @@ class FewShotClient(FedTextClient):
     def local_epochs(self, net, batch: EncodedBatch, seed: int) -> tuple[float, int, float]:
         """``local-epochs`` passes over ``batch`` in shuffled mini-batches (capped at
         ``max-local-steps``); (mean loss, steps, seconds)."""
-        rng = np.random.default_rng(seed)
         size = self.mcfg.batch_size
-        steps = [batch.take(order[i : i + size]).trimmed()
-                 for _ in range(self.mcfg.local_epochs)
-                 for order in [rng.permutation(len(batch))]
-                 for i in range(0, len(batch), size)]
+        n = self.mcfg.local_epochs * -(-len(batch) // size)  # ceil(len / size) steps per epoch
         if self.mcfg.max_local_steps:
-            steps = steps[: self.mcfg.max_local_steps]
+            n = min(n, self.mcfg.max_local_steps)
+        steps = [b.trimmed() for b in minibatches(batch, size, n, np.random.default_rng(seed))]
         torch.manual_seed(seed)  # dropout masks
         t0 = time.time()
         net.encoder.train()
