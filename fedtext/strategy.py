@@ -320,9 +320,14 @@ class FedTextStrategy(FedAvg):
                 f"clients-per-round={n} exceeds the {len(participants)} participant clients "
                 f"({len(client_manager.all())} connected, holdout='{self.cfg.holdout}')"
             )
-        rng = np.random.default_rng([self.cfg.seed, server_round, 0x5A3])
-        picked = np.sort(rng.choice(len(participants), size=n, replace=False))
-        return [participants[i] for i in picked]
+        return self.draw(participants, n, server_round, 0x5A3)
+
+    def draw(self, pool: list[ClientProxy], n: int, server_round: int, salt: int) -> list[ClientProxy]:
+        """``n`` clients of ``pool`` without replacement, kept in pool order, drawn with
+        ``default_rng([seed, round, salt])``: a rerun of a seed draws the same clients, and
+        each salt (training 0x5A3, FeS labelling 0x1AB) is its own stream."""
+        rng = np.random.default_rng([self.cfg.seed, server_round, salt])
+        return [pool[i] for i in np.sort(rng.choice(len(pool), size=n, replace=False))]
 
     def sample_eval_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
         """The clients that test the global model this round: ``clients-per-eval`` of the

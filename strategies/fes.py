@@ -84,20 +84,17 @@ class FewShotStrategy(FedTextStrategy):
     # ------------------------------------------------------------ sampling
     def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
         """``G_train`` among labelled participants, ``G_label`` among all participants
-        (labelling rounds only), drawn separately with ``default_rng([seed, round, .])``."""
+        (labelling rounds only), drawn separately (:meth:`draw`, two salts)."""
         client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=CONNECT_TIMEOUT_S)
         participants = self.clients(client_manager, participants_only=True)
         pid = {p.cid: self.info(p)["partition_id"] for p in participants}
         with_labels = [p for p in participants if pid[p.cid] in self.labelled or self.initially_labelled(pid[p.cid])]
         n_train = min(self.cfg.clients_per_round or len(with_labels), len(with_labels))
-        rng = np.random.default_rng([self.cfg.seed, server_round, 0x5A3])
-        train = [with_labels[i] for i in np.sort(rng.choice(len(with_labels), size=n_train, replace=False))]
+        train = self.draw(with_labels, n_train, server_round, 0x5A3)
         pace = self.round_pace()
         label: list[ClientProxy] = []
         if pace is not None and pace.labels_round(server_round):
-            rng = np.random.default_rng([self.cfg.seed, server_round, 0x1AB])
-            n = min(pace.n, len(participants))
-            label = [participants[i] for i in np.sort(rng.choice(len(participants), size=n, replace=False))]
+            label = self.draw(participants, min(pace.n, len(participants)), server_round, 0x1AB)
         self.roles = {p.cid: (int(p in train), int(p in label)) for p in {*train, *label}}
         self.record.method_metrics.update(self.pace_metrics(pace, len(train), len(label)))
         return sorted({*train, *label}, key=lambda p: self.info(p)["order"])
