@@ -13,6 +13,12 @@ e(It was [MASK])]). Heads turn the encoder output into class logits:
   tokens (RoBERTa/BERT MLM checkpoints only).
 * ``linear``: a trainable ``Linear(D, C)`` on ``mean_pool(H)`` (``head.weight``,
   ``head.bias``), for methods that fine-tune (``fedavg``, FedDRS, FeS).
+* ``cls``: the checkpoint's sequence-classification head, as
+  ``AutoModelForSequenceClassification`` builds it for a BERT encoder: the pretrained
+  pooler ``tanh(W_p H[CLS] + b_p)`` (``pooler.dense.*``, trains with the encoder) and a
+  fresh ``Linear(D, C)`` (``head.*``) on it. "Vanilla" fine-tuning (FeS's FedCLS; the
+  authors' code runs PET's ``sequence_classifier`` wrapper). Dropout is off, as
+  everywhere here (the encoder stays in eval mode).
 
 ``Backbone.score(prompts[P,T,D], batch) -> logits[P,B,C]`` evaluates P candidate
 prompts in one batched forward (CMA-ES populations, search candidates) and counts
@@ -62,6 +68,7 @@ ACTIVATION_FACTOR = 3.5
 SCORING_FIXED_MB = 160  # what a first scoring call adds regardless of chunk size (threads, allocator)
 BUCKET_ROWS = 4  # texts per length group in population scoring (length_buckets)
 POOLED_HEADS = ("similarity", "linear")  # heads that read the mean-pooled encoding, not a [MASK] position
+PLAIN_HEADS = (*POOLED_HEADS, "cls")  # heads without a cloze template: the input is [CLS] text [SEP]
 
 
 def resolve_model_path(name: str) -> str:
@@ -197,7 +204,9 @@ class Backbone:
         self.embeddings = self.encoder.get_input_embeddings()  # e(.): [V, D]
         self.dim = int(self.embeddings.weight.shape[1])
         # Placeholder weights: a method that uses this head loads its own (seeded) ones.
-        self.linear = torch.nn.Linear(self.dim, task.num_classes) if head == "linear" else None
+        self.linear = torch.nn.Linear(self.dim, task.num_classes) if head in ("linear", "cls") else None
+        if head == "cls" and getattr(self.encoder, "pooler", None) is None:
+            raise ConfigError(f"head=cls needs an encoder with a pooler ([CLS] dense + tanh); '{model}' has none")
         if self.linear is not None:
             torch.nn.init.zeros_(self.linear.weight)
             torch.nn.init.zeros_(self.linear.bias)
@@ -229,7 +238,7 @@ class Backbone:
 
     def named_parameters(self) -> list[tuple[str, torch.nn.Parameter]]:
         """Every weight by name: the encoder's (or MLM's), then ``head.weight``/``head.bias``
-        of the ``linear`` head."""
+        of the ``linear`` or ``cls`` head."""
         named = list((self.mlm or self.encoder).named_parameters())
         if self.linear is not None:
             named += [(f"head.{n}", p) for n, p in self.linear.named_parameters()]
@@ -301,7 +310,7 @@ class Backbone:
         if self.cls_id is None:  # RoBERTa-style tokenizers name them bos/eos
             self.cls_id, self.sep_id = tok.bos_token_id, tok.eos_token_id
         self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-        if self.head in POOLED_HEADS:
+        if self.head in PLAIN_HEADS:
             self.prefix_ids: list[int] = []
             self.suffix_ids: list[int] = []
             return
@@ -365,7 +374,7 @@ class Backbone:
             ids[i, : len(r)] = torch.tensor(r)
             att[i, : len(r)] = 1
         mask_pos = None
-        if self.head not in POOLED_HEADS:
+        if self.head not in PLAIN_HEADS:
             mask_pos = (ids == self.tokenizer.mask_token_id).float().argmax(dim=1)
         return EncodedBatch(ids, att, torch.as_tensor(np.asarray(labels), dtype=torch.long), mask_pos)
 
@@ -462,6 +471,8 @@ class Backbone:
         pool_att = att if pool_prompt or not t else torch.cat([att[:, :1], att.new_zeros(p * b, t), att[:, 1 + t:]], 1)
         if self.head in POOLED_HEADS:
             logits = self._pooled_logits(hidden, pool_att)
+        elif self.head == "cls":  # [CLS] stays at position 0, ahead of any prompt
+            logits = self.linear(self.encoder.pooler(hidden))
         else:
             pos = (batch.mask_pos + t).repeat(p)  # [P*B]
             h_mask = hidden[torch.arange(p * b), pos]  # [P*B, D]

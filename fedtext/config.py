@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Protocol
 
 PARTITIONS = ("iid", "dirichlet", "label", "domain")
 CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every client once, or from results
-HEADS = ("similarity", "tied", "mlm", "linear")
+HEADS = ("similarity", "tied", "mlm", "linear", "cls")
 PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Keys the server adds to a run's recorded config (config.json), derived from the rest.

@@ -226,3 +226,34 @@ def test_linear_head_is_a_trainable_layer_on_mean_pooled_features(demo):
         pooled = (hidden * w).sum(1) / w.sum(1)
         expected = pooled @ torch.as_tensor(arrays[-2]).T + torch.as_tensor(arrays[-1])
     torch.testing.assert_close(bb.score(None, batch)[0], expected, atol=1e-4, rtol=1e-4)
+
+
+def test_cls_head_is_the_checkpoints_sequence_classification_head(demo):
+    """``cls`` = what ``AutoModelForSequenceClassification`` builds on a BERT encoder:
+    the pretrained pooler on [CLS] and a linear layer; the input has no template."""
+    from transformers import AutoModelForSequenceClassification
+
+    from fedtext.backbone import get_backbone, resolve_model_path
+
+    bb = get_backbone("all-MiniLM-L6-v2", "cls", "demo", 48).trainable_copy("all")
+    names = [n for n, _ in bb.named_trainable()]
+    assert names[-4:] == ["pooler.dense.weight", "pooler.dense.bias", "head.weight", "head.bias"]
+    arrays = bb.trainable_arrays()
+    rng = np.random.default_rng(1)
+    arrays[-2] = rng.normal(size=arrays[-2].shape).astype(np.float32)
+    arrays[-1] = np.array([0.25, -0.25], np.float32)
+    bb.load_trainable(arrays)
+    texts = list(demo.test["text"][:3])
+    batch = bb.encode(texts, [0, 1, 0])
+    assert batch.mask_pos is None and int(batch.input_ids[0, 0]) == bb.cls_id
+    hf = AutoModelForSequenceClassification.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"), num_labels=2)
+    hf.eval()
+    with torch.no_grad():
+        hf.classifier.weight.copy_(torch.as_tensor(arrays[-2]))
+        hf.classifier.bias.copy_(torch.as_tensor(arrays[-1]))
+        expected = hf(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits
+        pooled = torch.tanh(bb.encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+                            .last_hidden_state[:, 0] @ torch.as_tensor(arrays[-4]).T + torch.as_tensor(arrays[-3]))
+    torch.testing.assert_close(bb.score(None, batch)[0], expected, atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(expected, pooled @ torch.as_tensor(arrays[-2]).T + torch.as_tensor(arrays[-1]),
+                               atol=1e-4, rtol=1e-4)

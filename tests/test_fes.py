@@ -246,3 +246,21 @@ def test_plan_search_script_probes_plans_and_picks_a_frozen_depth(capsys):
     # a tolerance of 1.0 accepts any accuracy: the search ends at the deepest freeze that
     # still trains something (no full layer by default: the biases of the top layer)
     assert "chosen: fes.frozen-layers=5 fes.bias-layers=1" in out
+
+
+def test_fedcls_is_vanilla_fine_tuning_one_rate_for_every_weight_unless_head_lr():
+    """FedCLS as the paper's §4.1 / the authors' code: the checkpoint's [CLS] head, every
+    weight (pooler included) trained at the same rate; ``head-lr`` gives the head its own."""
+    cfg = cfg_of("fedcls", gold_labels=8, unlabeled_size=20)
+    assert cfg.resolved_head == "cls"
+    client = METHODS["fedcls"].client(cfg, TASKS["demo"], client_data(cfg, 0, 3), state=RecordDict())
+    net = client.model.load(client.model.initial_arrays())
+    names = [n for n, _ in net.named_trainable()]
+    assert names[-4:] == ["pooler.dense.weight", "pooler.dense.bias", "head.weight", "head.bias"]
+    assert len(names) == len(list(net.named_parameters()))  # full fine-tuning
+    groups = client.optimizer(net).param_groups
+    assert [g["lr"] for g in groups] == [5e-5] and sum(len(g["params"]) for g in groups) == len(names)
+    fast = cfg_of("fedcls", gold_labels=8, unlabeled_size=20, head="linear", head_lr=5e-3)
+    client = METHODS["fedcls"].client(fast, TASKS["demo"], client_data(fast, 0, 3), state=RecordDict())
+    groups = client.optimizer(client.model.load(client.model.initial_arrays())).param_groups
+    assert sorted((g["lr"], len(g["params"])) for g in groups) == [(5e-5, len(names) - 2), (5e-3, 2)]
