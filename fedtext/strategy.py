@@ -381,6 +381,12 @@ class FedTextStrategy(FedAvg):
         self._down_bytes = {proxy.cid: d for (proxy, _), d in zip(instructions, down, strict=True)}
         return instructions
 
+    def is_upload(self, res: FitRes) -> bool:
+        """Whether a fit result carries an upload (bytes up per client-round average over
+        these). A method whose clients may answer with a report only says no to those
+        (FeS's labelling-only clients)."""
+        return True
+
     def aggregate_fit(
         self,
         server_round: int,
@@ -391,7 +397,8 @@ class FedTextStrategy(FedAvg):
         uploads = self.validate(results, failures)
         up = [comm.payload_bytes(res.parameters) for _, res in results]
         r = self.record
-        r.bytes_up, r.bytes_up_per_client, r.num_clients = sum(up), _mean(up), len(uploads)
+        r.bytes_up, r.num_clients = sum(up), len(uploads)
+        r.bytes_up_per_client = _mean([u for (_, res), u in zip(results, up, strict=True) if self.is_upload(res)])
         r.fit_queries = sum(int(res.metrics.get("queries", 0)) for _, res in results)
         r.client_rss_mb += [float(res.metrics.get("peak_rss_mb", 0)) for _, res in results]
         for (proxy, res), u in zip(results, up, strict=True):

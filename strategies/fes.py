@@ -43,7 +43,6 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.methods.fes import Pace, Pacer, gold_count, parse_paces
-from fedtext import comm
 from fedtext.config import ConfigError
 from fedtext.strategy import CONNECT_TIMEOUT_S, FedTextStrategy, Upload
 
@@ -132,7 +131,7 @@ class FewShotStrategy(FedTextStrategy):
                 self.pacer.latency(m.get("infer_s_per_batch"), m.get("train_s_per_batch"))
             if float(m.get("pseudo_label_accuracy", -1)) >= 0:
                 pseudo_acc.append(float(m["pseudo_label_accuracy"]))
-            if int(m.get("trained", 1)):
+            if self.is_upload(res):
                 trained.append((proxy, res))
         r = self.record
         r.method_metrics["labelled_clients"] = float(len(self.labelled))  # that reported labels so far
@@ -141,13 +140,10 @@ class FewShotStrategy(FedTextStrategy):
             r.method_metrics["pseudo_label_accuracy"] = float(np.mean(pseudo_acc))
         return super().validate(trained, failures)
 
-    def aggregate_fit(self, server_round: int, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]):
-        """The base round, with bytes up per client-round taken over the clients that
-        trained (a labelling-only client uploads nothing)."""
-        out = super().aggregate_fit(server_round, results, failures)
-        up = [comm.payload_bytes(res.parameters) for _, res in results if int(res.metrics.get("trained", 1))]
-        self.record.bytes_up_per_client = float(np.mean(up)) if up else None
-        return out
+    def is_upload(self, res: FitRes) -> bool:
+        """A labelling-only client (``trained=0``) uploads nothing: bytes up per
+        client-round count the clients that trained."""
+        return bool(int(res.metrics.get("trained", 1)))
 
     def aggregate(self, server_round: int, uploads: list[Upload]):
         arrays, metrics = super().aggregate(server_round, uploads)
