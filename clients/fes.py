@@ -137,10 +137,10 @@ class FewShotClient(FedTextClient):
 
     def optimizer(self, net) -> torch.optim.Optimizer:
         """AdamW: ``lr`` for fully tuned weights, ``bias-lr`` for bias-only layers,
-        ``head-lr`` for fedcls's fresh head (0 = ``lr``)."""
+        the config's ``head_rate`` for a fresh head (fedcls)."""
         groups: dict[float, list] = {}
         for name, p in net.named_trainable():
-            lr = ((getattr(self.mcfg, "head_lr", 0) or self.mcfg.lr) if name.startswith("head.")
+            lr = (self.mcfg.head_rate if name.startswith("head.")
                   else self.mcfg.bias_lr if self.model.is_bias_only(name) else self.mcfg.lr)
             groups.setdefault(lr, []).append(p)
         return torch.optim.AdamW([{"params": ps, "lr": lr} for lr, ps in groups.items()])

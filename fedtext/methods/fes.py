@@ -114,6 +114,11 @@ class FewShotConfig(MethodConfig):
         """``curriculum`` | ``static`` | ``none`` (no pseudo labels)."""
         return self.pacing_default
 
+    @property
+    def head_rate(self) -> float:
+        """AdamW rate of a fresh ``head.*`` weight: ``lr`` (fedcls: ``head-lr`` when > 0)."""
+        return self.lr
+
 
 @dataclass(frozen=True)
 class PseudoLabelConfig(FewShotConfig):
@@ -183,6 +188,10 @@ class FedCLSConfig(FewShotConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check_range(self.key("head_lr"), self.head_lr, 0)
+
+    @property
+    def head_rate(self) -> float:
+        return self.head_lr or self.lr
 
 
 @dataclass(frozen=True)
