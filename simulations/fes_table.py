@@ -100,7 +100,7 @@ def fes_table(root: Path, reference: str, target: str, bandwidths: list[float] |
         rel = [r["final"] / ref[s]["final"] for s, r in seeds.items() if s in ref and r["final"] is not None]
         rounds = sorted({max(x["round"] for x in r["rounds"]) for r in seeds.values()})
         ttas = " | ".join(_tta(seeds, tgt, bw) for bw in [None, *bandwidths])
-        total = [sum(finite_number(x.get("sim_time_s")) or 0.0 for x in r["rounds"]) for r in seeds.values()]
+        total = [sum(round_seconds(x) for x in r["rounds"]) for r in seeds.values()]
         up = [(r["summary"].get("mean_bytes_up_per_client") or 0) / 1024 for r in seeds.values()]
         down = [(r["summary"].get("mean_bytes_down_per_client") or 0) / 1024 for r in seeds.values()]
         mem = [r["summary"]["peak_client_rss_mb"] for r in seeds.values() if r["summary"].get("peak_client_rss_mb")]

@@ -47,8 +47,9 @@ Where the paper is silent, or the authors' code (UbiquitousLearning/FeS) differs
 * Co-planning: the paper freezes bottom layers, tunes biases of middle ones and fully
   tunes the top ones; its AG News plan (§3.3: RoBERTa-large's layers 0-15 frozen, the
   biases of 16-23 tuned, no full layer; §4.4: "up to 66.7 %" frozen, "up to 33.3 %" at
-  reduced capacity) is our default scaled to 6 layers: 4 frozen, 2 bias-only, 0 full; embeddings follow layer 0's capacity, the (unused) pooler trains
-  only under the full plan (so ``frozen=0, bias=0`` is full fine-tuning as fedavg,
+  reduced capacity) is our default scaled to 6 layers: 4 frozen, 2 bias-only, 0 full;
+  embeddings follow layer 0's capacity, the pooler (read by fedcls's ``cls`` head only)
+  trains only under the full plan (so ``frozen=0, bias=0`` is full fine-tuning as fedavg,
   ``frozen=0, bias=-1`` BitFit).
 """
 
