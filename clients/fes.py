@@ -79,10 +79,8 @@ class FewShotClient(FedTextClient):
         """Mean-pooled sentence embeddings of the process's frozen backbone (the proxy
         model of §3.2: all-MiniLM-L6-v2 is a Sentence-BERT), ``[N, D]``."""
         out = []
-        enc = self.backbone.encode(texts, [0] * len(texts))
         with torch.no_grad():
-            for i in range(0, len(texts), batch):
-                b = enc.take(np.arange(i, min(i + batch, len(texts)))).trimmed()
+            for b in self.backbone.encode(texts, [0] * len(texts)).chunks(batch):
                 h = self.backbone.encoder(input_ids=b.input_ids, attention_mask=b.attention_mask).last_hidden_state
                 out.append(_mean_pool(h, b.attention_mask).numpy())
                 self.backbone.counter.n += len(b)
@@ -119,12 +117,9 @@ class FewShotClient(FedTextClient):
         if len(ids) == 0:
             return np.zeros((0, self.task.num_classes)), 0
         texts = list(self.unlabeled["text"].iloc[ids])
-        enc = self.backbone.encode(texts, [0] * len(texts))
-        size = self.mcfg.infer_batch
         out = []
         with net.fixed_weights():
-            for i in range(0, len(texts), size):
-                b = enc.take(np.arange(i, min(i + size, len(texts)))).trimmed()
+            for b in self.backbone.encode(texts, [0] * len(texts)).chunks(self.mcfg.infer_batch):
                 out.append(torch.softmax(net.forward(None, b), -1).numpy())
         return np.concatenate(out), len(out)
 

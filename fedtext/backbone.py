@@ -122,6 +122,12 @@ class EncodedBatch:
             return self
         return EncodedBatch(self.input_ids[:, :width], self.attention_mask[:, :width], self.labels, self.mask_pos)
 
+    def chunks(self, size: int) -> Iterator["EncodedBatch"]:
+        """Consecutive ``size``-row slices, in order, each :meth:`trimmed` (no-grad inference
+        over many texts in bounded memory)."""
+        for i in range(0, len(self), size):
+            yield self.take(np.arange(i, min(i + size, len(self)))).trimmed()
+
 
 def length_buckets(batch: EncodedBatch, rows: int) -> list[np.ndarray] | None:
     """Row groups of about ``rows`` texts of similar length, or ``None`` when grouping

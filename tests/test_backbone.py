@@ -257,3 +257,17 @@ def test_cls_head_is_the_checkpoints_sequence_classification_head(demo):
     torch.testing.assert_close(bb.score(None, batch)[0], expected, atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(expected, pooled @ torch.as_tensor(arrays[-2]).T + torch.as_tensor(arrays[-1]),
                                atol=1e-4, rtol=1e-4)
+
+
+def test_chunks_are_the_rows_in_order_each_trimmed(backbone):
+    texts = ["a", "a much longer text than the others here", "b c", "d", "e f g"]
+    enc = backbone.encode(texts, [0, 1, 0, 1, 0])
+    parts = list(enc.chunks(2))
+    assert [len(p) for p in parts] == [2, 2, 1]
+    assert torch.equal(torch.cat([p.labels for p in parts]), enc.labels)
+    # the first chunk holds the longest text: full width; the last ("e f g") is trimmed to its own length
+    assert parts[0].input_ids.shape[1] == enc.input_ids.shape[1]
+    assert parts[2].input_ids.shape[1] == int(enc.attention_mask[4].sum()) < enc.input_ids.shape[1]
+    for i, p in enumerate(parts):
+        width = p.input_ids.shape[1]
+        assert torch.equal(p.input_ids, enc.input_ids[2 * i: 2 * i + len(p), :width])
