@@ -15,7 +15,7 @@ from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
 from fedtext.data import client_data
-from fedtext.methods.feddpg import FedDPGModel, forget_split, make_generator, relabel
+from fedtext.methods.feddpg import FedDPGModel, forget_split, make_generator, relabel, unlearning_loss
 from fedtext.methods.fedptuning_v2 import DeepPromptModel, attention_projections, deep_prompts
 from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
@@ -154,6 +154,37 @@ def test_relabels_always_differ_from_the_true_label_and_cover_the_others(classes
     for c in range(classes):  # every other class is drawn, about uniformly
         others = np.bincount(new[labels == c], minlength=classes)
         assert others[c] == 0 and (np.delete(others, c) > 500 / (classes - 1) * 0.7).all()
+
+
+def test_unlearning_loss_weighs_sets_or_examples_as_eq5_says():
+    """Two retained examples with CE ln 2 and ln 4, one relabelled with CE ln 8 (uniform-ish
+    logits built so that the true-class probability is 1/2, 1/4, 1/8)."""
+    def logits_with_p(p: float) -> list[float]:  # 8 classes: class 0 gets p, the others share 1 - p
+        rest = (1 - p) / 7
+        return [np.log(p)] + [np.log(rest)] * 7
+
+    keep = torch.tensor([logits_with_p(0.5), logits_with_p(0.25)])
+    forget = torch.tensor([logits_with_p(0.125)])
+    zeros = torch.zeros(2, dtype=torch.long)
+    l2, l4, l8 = np.log(2), np.log(4), np.log(8)
+    # sets: mean over the retained + λ · mean over the relabelled
+    got = unlearning_loss(keep, zeros, forget, zeros[:1], lam=0.5, weighting="sets")
+    assert float(got) == pytest.approx((l2 + l4) / 2 + 0.5 * l8, rel=1e-5)
+    # examples: (Σ retained + λ Σ relabelled) / (n_r + λ n_u); λ = 1 is one CE over all three
+    got = unlearning_loss(keep, zeros, forget, zeros[:1], lam=0.5, weighting="examples")
+    assert float(got) == pytest.approx((l2 + l4 + 0.5 * l8) / 2.5, rel=1e-5)
+    pooled = torch.nn.functional.cross_entropy(torch.cat([keep, forget]), torch.zeros(3, dtype=torch.long))
+    assert float(unlearning_loss(keep, zeros, forget, zeros[:1], 1.0, "examples")) == pytest.approx(float(pooled))
+    # nothing retained: only the relabelled term
+    assert float(unlearning_loss(None, zeros[:0], forget, zeros[:1], 2.0, "sets")) == pytest.approx(2 * l8, rel=1e-5)
+    assert float(unlearning_loss(None, zeros[:0], forget, zeros[:1], 2.0, "examples")) == pytest.approx(l8, rel=1e-5)
+
+
+def test_unlearn_loss_is_validated():
+    from fedtext.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unlearn-loss"):
+        dpg(unlearn_loss="mean")
 
 
 def test_forget_split_is_a_seeded_fraction():

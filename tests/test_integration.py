@@ -165,6 +165,13 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path):
     assert metrics["forget_examples"] >= 1 and 0 <= metrics["global_accuracy_after"] <= 1
     g_u = np.load(metrics["output"])
     assert sorted(g_u.files) == ["generator.0.bias", "generator.0.weight", "generator.2.bias", "generator.2.weight"]
+    # the tradeoff table from the G the unlearning round replaced: one row per strength, both weightings of eq. (5)
+    proc = subprocess.run([sys.executable, "-m", "simulations.unlearning", "tradeoff", str(run), "--client", "1",
+                           "--num-partitions", "3", "--setting", "1,0.001,1", "--setting", "1,0.001,0.5,examples"],
+                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line.split("|")[1:5] for line in proc.stdout.splitlines() if line.startswith("| 1 ")]
+    assert [[c.strip() for c in r] for r in rows] == [["1", "0.001", "1", "sets"], ["1", "0.001", "0.5", "examples"]]
 
 
 @pytest.mark.slow

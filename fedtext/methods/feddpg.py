@@ -43,7 +43,14 @@ Choices where the paper is silent, and where the authors' code (gotobcn8/FedDPG,
 FedDPGu (§3.3): the client asking to forget relabels each forgotten example to a
 random label different from its own, trains G_c with eq. (5),
 ℓ(retained) + λ·ℓ(relabelled), and uploads G_c^u; the server replaces the global G
-with it (no averaging). :func:`forget_split`, :func:`relabel` and :func:`unlearn` are
+with it (no averaging). The paper gives neither λ nor how long the client trains. The
+authors' code (``federated/client.py``, ``client_unlearn``) runs ``local_epochs``
+mini-batch epochs of one cross-entropy over the client's data with the forgotten labels
+replaced in place (each relabelled example weighs as much as a retained one) under a
+linearly decaying AdamW rate; here ``unlearn-steps`` full-batch AdamW steps at
+``unlearn-lr``, and ``unlearn-loss`` picks the weighting (``sets``, the default: λ on the
+relabelled set's mean; ``examples``: λ per example, the code's at λ = 1; see
+:func:`unlearning_loss`). :func:`forget_split`, :func:`relabel` and :func:`unlearn` are
 the one implementation, used by the client in the ``unlearn-round`` scenario and by
 :func:`unlearn_run` on a finished run's checkpoint.
 """
@@ -68,6 +75,7 @@ if TYPE_CHECKING:
     from fedtext.config import RunConfig
 
 INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
+UNLEARN_LOSSES = ("sets", "examples")  # eq. (5): λ weighs the relabelled set / each relabelled example
 
 
 def make_generator(dim: int, hidden: int, prompts: int) -> torch.nn.Sequential:
@@ -164,7 +172,8 @@ class FedDPGConfig(MethodConfig):
     unlearn_round: int = 0  # FedDPGu: the round in which unlearn-client unlearns (0 = never)
     unlearn_client: int = 0  # partition id of the client that asks to forget
     forget_fraction: float = 0.2  # share of that client's training examples to forget (§4.3: 20%)
-    unlearn_lambda: float = 1.0  # λ of eq. (5) (the authors' code: plain CE over both, i.e. 1)
+    unlearn_lambda: float = 1.0  # λ of eq. (5)
+    unlearn_loss: str = "sets"  # sets: mean CE(retained) + λ·mean CE(relabelled); examples: λ per example
     unlearn_steps: int = 16  # full-batch AdamW steps of the unlearning update
     unlearn_lr: float = 0.0  # their learning rate (0 = feddpg.lr)
 
@@ -179,6 +188,7 @@ class FedDPGConfig(MethodConfig):
         check_range(self.key("unlearn_client"), self.unlearn_client, 0)
         check_range(self.key("forget_fraction"), self.forget_fraction, 0, 1, low_open=True)
         check_range(self.key("unlearn_lambda"), self.unlearn_lambda, 0)
+        check_choice(self.key("unlearn_loss"), self.unlearn_loss, UNLEARN_LOSSES)
         check_range(self.key("unlearn_steps"), self.unlearn_steps, 1)
         check_range(self.key("unlearn_lr"), self.unlearn_lr, 0)
 
@@ -206,15 +216,37 @@ def accuracy(model: FedDPGModel, batch: EncodedBatch) -> float:
         return float((model.logits(batch).argmax(-1) == batch.labels).float().mean())
 
 
+def unlearning_loss(keep_logits: torch.Tensor | None, keep_labels: torch.Tensor, forget_logits: torch.Tensor,
+                    relabels: torch.Tensor, lam: float, weighting: str = "sets") -> torch.Tensor:
+    """Eq. (5) of FedDPG: ℓ(retained) + λ·ℓ(relabelled), cross-entropy, in one of two weightings.
+
+    ``sets`` (default) takes each term's mean, mean_r CE + λ·mean_u CE: eq. (5) as
+    written, Σ_i (ℓ(θ, y_c^i) + λ·ℓ(θ, y_c^u)), is n_c times that for one forgotten
+    point, and λ then weighs the two sets whatever their sizes (λ = 1: half the loss is
+    the relabelled set's). ``examples`` weighs each example, retained 1 and relabelled λ,
+    (Σ_r CE + λ·Σ_u CE) / (n_r + λ·n_u): with λ = 1 it is the authors' code
+    (``client_unlearn``: one cross-entropy over the client's data with the forgotten
+    labels replaced in place), where the relabelled share of the loss is n_u / n_c
+    (20% under §4.3's forget fraction). ``keep_logits = None``: nothing is retained.
+    """
+    ce = torch.nn.functional.cross_entropy
+    if weighting == "sets":
+        loss = lam * ce(forget_logits, relabels)
+        return loss if keep_logits is None else loss + ce(keep_logits, keep_labels)
+    total, weight = lam * ce(forget_logits, relabels, reduction="sum"), lam * len(relabels)
+    if keep_logits is not None:
+        total, weight = total + ce(keep_logits, keep_labels, reduction="sum"), weight + len(keep_labels)
+    return total / weight if weight > 0 else total
+
+
 def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatch, forget: np.ndarray,
             seed: int) -> tuple[list[np.ndarray], dict[str, float]]:
     """FedDPGu's local update (§3.3, eq. 5) from the global G ``arrays``.
 
     ``forget`` indexes the rows of ``batch`` to forget; they are relabelled
     (:func:`relabel`) and each of ``unlearn-steps`` full-batch AdamW steps (learning rate
-    ``unlearn-lr``, or ``lr``) minimises ``CE(retained) + λ · CE(relabelled)`` over all
-    the client's examples (eq. 5 sums over them; we take each term's mean, so that λ
-    weighs the two sets whatever their sizes). Nothing is random but the relabels
+    ``unlearn-lr``, or ``lr``) minimises :func:`unlearning_loss` (eq. 5, weighted as
+    ``unlearn-loss`` says) over all the client's examples. Nothing is random but the relabels
     (drawn from ``seed``): G has no dropout. Returns G_c^u and the accuracies, against
     the true labels, of the forget set and of the retained examples before and after.
     """
@@ -232,9 +264,9 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
     opt = torch.optim.AdamW(gen.parameters(), lr=mc.unlearn_lr or mc.lr)
     losses = []
     for _ in range(mc.unlearn_steps):  # full batch: eq. (5) sums over all the client's examples
-        loss = mc.unlearn_lambda * torch.nn.functional.cross_entropy(model.logits(relabelled), relabelled.labels)
-        if len(keep_b):
-            loss = loss + torch.nn.functional.cross_entropy(model.logits(keep_b), keep_b.labels)
+        keep_logits = model.logits(keep_b) if len(keep_b) else None
+        loss = unlearning_loss(keep_logits, keep_b.labels, model.logits(relabelled), relabelled.labels,
+                               mc.unlearn_lambda, mc.unlearn_loss)
         opt.zero_grad()
         loss.backward()
         opt.step()
