@@ -21,8 +21,8 @@ last global G; prints the metrics and writes the unlearned G next to the run.
 
 ``tradeoff`` repeats that unlearning from the G an unlearning round replaced
 (``before-unlearning.npz``) with several strengths (steps, learning rate, λ, and
-optionally eq. (5)'s weighting, ``sets`` or ``examples``) and tabulates forget-set
-against global accuracy: how much forgetting costs.
+optionally eq. (5)'s weighting, ``sets`` or ``examples``, and ``unlearn-target``) and
+tabulates forget-set against global accuracy: how much forgetting costs.
 """
 
 from __future__ import annotations
@@ -103,25 +103,29 @@ DEFAULT_SETTINGS = ("4,0.001,1", "16,0.001,1", "8,0.003,1", "16,0.003,0.5", "16,
 
 
 def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str]) -> str:
-    """Markdown table of unlearning strengths "steps,lr,lambda[,loss]" from ``before-unlearning.npz``
-    (loss: ``feddpg.unlearn-loss``, default the run's)."""
+    """Markdown table of unlearning strengths "steps,lr,lambda[,loss[,target]]" from
+    ``before-unlearning.npz`` (loss: ``feddpg.unlearn-loss``, target: ``feddpg.unlearn-target``;
+    default the run's)."""
     import tempfile
 
     from fedtext.methods.feddpg import unlearn_run
 
     scratch = Path(tempfile.mkdtemp(prefix="fedtext-tradeoff-")) / "g.npz"
     stored = json.loads((run_dir / "config.json").read_text())["config"]
-    lines = ["| unlearn-steps | unlearn-lr | λ | unlearn-loss | forget acc before | forget acc after "
-             "| retained acc after | global acc before | global acc after | forget drop | global drop |",
-             "|" + "---|" * 11]
+    lines = ["| unlearn-steps | unlearn-lr | λ | unlearn-loss | unlearn-target | steps taken | forget acc before "
+             "| forget acc after | retained acc after | global acc before | global acc after | forget drop "
+             "| global drop |", "|" + "---|" * 13]
     for setting in settings:
         steps, lr, lam, *rest = setting.split(",")
         loss = rest[0] if rest else stored.get("feddpg.unlearn-loss", "sets")
+        target = float(rest[1]) if len(rest) > 1 else float(stored.get("feddpg.unlearn-target", 0.0))
         m = unlearn_run(run_dir, client, num_partitions, start="before-unlearning", output=scratch,
                         overrides={"feddpg.unlearn-steps": int(steps), "feddpg.unlearn-lr": float(lr),
-                                   "feddpg.unlearn-lambda": float(lam), "feddpg.unlearn-loss": loss})
+                                   "feddpg.unlearn-lambda": float(lam), "feddpg.unlearn-loss": loss,
+                                   "feddpg.unlearn-target": target})
         p = {k: 100 * v for k, v in m.items() if "accuracy" in k}
-        lines.append(f"| {steps} | {lr} | {lam} | {loss} | {p['forget_accuracy_before']:.1f} | {p['forget_accuracy_after']:.1f} "
+        lines.append(f"| {steps} | {lr} | {lam} | {loss} | {target:g} | {int(m['unlearn_steps_taken'])} "
+                     f"| {p['forget_accuracy_before']:.1f} | {p['forget_accuracy_after']:.1f} "
                      f"| {p['retained_accuracy_after']:.1f} | {p['global_accuracy_before']:.1f} "
                      f"| {p['global_accuracy_after']:.1f} | {p['forget_accuracy_before'] - p['forget_accuracy_after']:.1f} "
                      f"| {p['global_accuracy_before'] - p['global_accuracy_after']:.1f} |")
@@ -144,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("run_dir", type=Path)
     o.add_argument("--client", type=int, required=True)
     o.add_argument("--num-partitions", type=int, required=True)
-    o.add_argument("--setting", action="append", help='"steps,lr,lambda[,sets|examples]" (repeatable; default: a fixed list)')
+    o.add_argument("--setting", action="append", help='"steps,lr,lambda[,sets|examples[,target]]" (repeatable; default: a fixed list)')
     o.add_argument("--out", type=Path, help="also write the table here")
     args = ap.parse_args(argv)
     if args.cmd == "tradeoff":

@@ -35,7 +35,7 @@ log = logging.getLogger("fedtext")
 
 BEFORE_UNLEARNING = "before-unlearning.npz"  # the global G the unlearning round replaced
 UNLEARN_METRICS = ("forget_accuracy_before", "forget_accuracy_after", "retained_accuracy_before",
-                   "retained_accuracy_after", "forget_examples", "unlearn_loss")
+                   "retained_accuracy_after", "forget_examples", "unlearn_loss", "unlearn_steps_taken")
 
 
 class FedDPG(FedTextStrategy):

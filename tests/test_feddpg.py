@@ -15,7 +15,7 @@ from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
 from fedtext.data import client_data
-from fedtext.methods.feddpg import FedDPGModel, forget_split, make_generator, relabel, unlearning_loss
+from fedtext.methods.feddpg import FedDPGModel, forget_split, make_generator, relabel, unlearn, unlearning_loss
 from fedtext.methods.fedptuning_v2 import DeepPromptModel, attention_projections, deep_prompts
 from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
@@ -212,6 +212,36 @@ def test_unlearning_client_forgets_and_never_trains_on_the_forgotten_again(backb
     assert len(again.forgotten()) == n_forget
     _, n_after, _ = again.train(new, {"server_round": 5})
     assert n_after == len(client.train_batch) - n_forget
+
+
+def test_unlearn_target_stops_at_the_first_step_that_forgot_enough(backbone):
+    """The target run equals the fixed-length run of the steps it took, and one step fewer
+    had not yet forgotten T points (the check is made before each step)."""
+    cfg = dpg(prompts=2, hidden=5, local_steps=4, batch_size=8, unlearn_steps=12, lr=5e-3, shots_per_class=10)
+    client = METHODS["feddpg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone, state=RecordDict())
+    arrays = client.model.initial_arrays()
+    for r in (1, 2, 3):
+        arrays, _, _ = client.train(arrays, {"server_round": r})
+    batch = client.train_batch
+    forget = forget_split(len(batch), 0.2, cfg.seed, 0)
+
+    def run(**kw):
+        model = FedDPGModel(dpg(prompts=2, hidden=5, lr=5e-3, shots_per_class=10, **kw), backbone)
+        return unlearn(model, arrays, batch, forget, cfg.seed)
+
+    full, m_full = run(unlearn_steps=12)
+    assert m_full["unlearn_steps_taken"] == 12
+    drop = 100 * (m_full["forget_accuracy_before"] - m_full["forget_accuracy_after"])
+    assert drop > 0  # 12 steps do forget something, so a target of 1 point is reached on the way
+    g, m = run(unlearn_steps=12, unlearn_target=1.0)
+    k = int(m["unlearn_steps_taken"])
+    assert 1 <= k <= 12 and 100 * (m["forget_accuracy_before"] - m["forget_accuracy_after"]) >= 1.0
+    same, _ = run(unlearn_steps=k)
+    for a, b in zip(g, same, strict=True):
+        np.testing.assert_array_equal(a, b)
+    if k > 1:
+        _, fewer = run(unlearn_steps=k - 1)
+        assert 100 * (fewer["forget_accuracy_before"] - fewer["forget_accuracy_after"]) < 1.0
 
 
 # ------------------------------------------------------------ P-tuning v2

@@ -167,11 +167,12 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path):
     assert sorted(g_u.files) == ["generator.0.bias", "generator.0.weight", "generator.2.bias", "generator.2.weight"]
     # the tradeoff table from the G the unlearning round replaced: one row per strength, both weightings of eq. (5)
     proc = subprocess.run([sys.executable, "-m", "simulations.unlearning", "tradeoff", str(run), "--client", "1",
-                           "--num-partitions", "3", "--setting", "1,0.001,1", "--setting", "1,0.001,0.5,examples"],
+                           "--num-partitions", "3", "--setting", "1,0.001,1", "--setting", "1,0.001,0.5,examples,20"],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = [line.split("|")[1:5] for line in proc.stdout.splitlines() if line.startswith("| 1 ")]
-    assert [[c.strip() for c in r] for r in rows] == [["1", "0.001", "1", "sets"], ["1", "0.001", "0.5", "examples"]]
+    rows = [[c.strip() for c in line.split("|")[1:7]] for line in proc.stdout.splitlines() if line.startswith("| 1 ")]
+    assert [r[:5] for r in rows] == [["1", "0.001", "1", "sets", "0"], ["1", "0.001", "0.5", "examples", "20"]]
+    assert rows[0][5] == "1" and rows[1][5] in ("0", "1")  # steps taken
 
 
 @pytest.mark.slow

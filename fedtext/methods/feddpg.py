@@ -174,8 +174,9 @@ class FedDPGConfig(MethodConfig):
     forget_fraction: float = 0.2  # share of that client's training examples to forget (§4.3: 20%)
     unlearn_lambda: float = 1.0  # λ of eq. (5)
     unlearn_loss: str = "sets"  # sets: mean CE(retained) + λ·mean CE(relabelled); examples: λ per example
-    unlearn_steps: int = 16  # full-batch AdamW steps of the unlearning update
+    unlearn_steps: int = 16  # full-batch AdamW steps of the unlearning update (at most, with unlearn-target)
     unlearn_lr: float = 0.0  # their learning rate (0 = feddpg.lr)
+    unlearn_target: float = 0.0  # stop once forget-set accuracy (true labels) fell by this many points (0 = never)
 
     def __post_init__(self) -> None:
         check_range(self.key("hidden"), self.hidden, 1)
@@ -191,6 +192,7 @@ class FedDPGConfig(MethodConfig):
         check_choice(self.key("unlearn_loss"), self.unlearn_loss, UNLEARN_LOSSES)
         check_range(self.key("unlearn_steps"), self.unlearn_steps, 1)
         check_range(self.key("unlearn_lr"), self.unlearn_lr, 0)
+        check_range(self.key("unlearn_target"), self.unlearn_target, 0, 100)
 
 
 # ---------------------------------------------------------------------- FedDPGu
@@ -246,9 +248,14 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
     ``forget`` indexes the rows of ``batch`` to forget; they are relabelled
     (:func:`relabel`) and each of ``unlearn-steps`` full-batch AdamW steps (learning rate
     ``unlearn-lr``, or ``lr``) minimises :func:`unlearning_loss` (eq. 5, weighted as
-    ``unlearn-loss`` says) over all the client's examples. Nothing is random but the relabels
-    (drawn from ``seed``): G has no dropout. Returns G_c^u and the accuracies, against
-    the true labels, of the forget set and of the retained examples before and after.
+    ``unlearn-loss`` says) over all the client's examples. With ``unlearn-target`` = T > 0
+    the client stops before a step once its forget set's accuracy against the true labels
+    has fallen by T points from where it started (read off the logits of that step's
+    loss, so the check costs no forward): a stopping rule of ours, the paper gives no
+    length; the client can apply it because it holds the forget set and its labels.
+    Nothing is random but the relabels (drawn from ``seed``): G has no dropout. Returns
+    G_c^u and the accuracies, against the true labels, of the forget set and of the
+    retained examples before and after, and the steps taken.
     """
     mc = model.mcfg
     rng = np.random.default_rng([seed, 0x0F6E7])
@@ -264,8 +271,12 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
     opt = torch.optim.AdamW(gen.parameters(), lr=mc.unlearn_lr or mc.lr)
     losses = []
     for _ in range(mc.unlearn_steps):  # full batch: eq. (5) sums over all the client's examples
+        forget_logits = model.logits(relabelled)
+        forgotten = metrics["forget_accuracy_before"] - float((forget_logits.argmax(-1) == forget_b.labels).float().mean())
+        if mc.unlearn_target and 100 * forgotten >= mc.unlearn_target - 1e-9:
+            break
         keep_logits = model.logits(keep_b) if len(keep_b) else None
-        loss = unlearning_loss(keep_logits, keep_b.labels, model.logits(relabelled), relabelled.labels,
+        loss = unlearning_loss(keep_logits, keep_b.labels, forget_logits, relabelled.labels,
                                mc.unlearn_lambda, mc.unlearn_loss)
         opt.zero_grad()
         loss.backward()
@@ -273,7 +284,7 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
         losses.append(loss.item())
     gen.requires_grad_(False)
     metrics.update(forget_accuracy_after=accuracy(model, forget_b), retained_accuracy_after=accuracy(model, keep_b),
-                   unlearn_loss=float(np.mean(losses)))
+                   unlearn_loss=float(np.mean(losses)) if losses else 0.0, unlearn_steps_taken=float(len(losses)))
     return model.arrays(), metrics
 
 
