@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("run_dir", type=Path)
     o.add_argument("--client", type=int, required=True)
     o.add_argument("--num-partitions", type=int, required=True)
-    o.add_argument("--setting", action="append", help='"steps,lr,lambda[,sets|examples[,target]]" (repeatable; default: a fixed list)')
+    o.add_argument("--setting", action="append",
+                   help='"steps,lr,lambda[,sets|examples[,target]]" (repeatable; default: a fixed list)')
     o.add_argument("--out", type=Path, help="also write the table here")
     args = ap.parse_args(argv)
     if args.cmd == "tradeoff":

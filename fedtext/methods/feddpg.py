@@ -272,8 +272,8 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
     losses = []
     for _ in range(mc.unlearn_steps):  # full batch: eq. (5) sums over all the client's examples
         forget_logits = model.logits(relabelled)
-        forgotten = metrics["forget_accuracy_before"] - float((forget_logits.argmax(-1) == forget_b.labels).float().mean())
-        if mc.unlearn_target and 100 * forgotten >= mc.unlearn_target - 1e-9:
+        now = float((forget_logits.argmax(-1) == forget_b.labels).float().mean())  # true labels, not relabels
+        if mc.unlearn_target and 100 * (metrics["forget_accuracy_before"] - now) >= mc.unlearn_target - 1e-9:
             break
         keep_logits = model.logits(keep_b) if len(keep_b) else None
         loss = unlearning_loss(keep_logits, keep_b.labels, forget_logits, relabelled.labels,
