@@ -61,6 +61,8 @@ def unlearning_rows(runs_dir: str | Path) -> list[dict[str, Any]]:
             "seed": cfg.get("seed"),
             "client": client,
             "forget n": int(m.get("forget_examples", 0)),
+            # runs recorded before unlearn-target existed took every step
+            "steps taken": int(m.get("unlearn_steps_taken", cfg.get("feddpg.unlearn-steps", 16))),
             "forget acc before": 100 * m.get("forget_accuracy_before", np.nan),
             "forget acc after": 100 * m.get("forget_accuracy_after", np.nan),
             "retained acc before": 100 * m.get("retained_accuracy_before", np.nan),
@@ -94,7 +96,7 @@ def table(out: Path) -> str:
     df = pd.concat([df, pd.DataFrame([{**mean, "seed": "mean", "client": "",
                                        "meets criteria": f"{int(df['meets criteria'].sum())}/{len(df)}"}])])
     for c in numeric:
-        digits = 0 if c in ("forget n", "other clients") else 1
+        digits = 0 if c in ("forget n", "steps taken", "other clients") else 1
         df[c] = df[c].map(lambda v, d=digits: f"{v:.{d}f}" if isinstance(v, (int, float)) else str(v))
     return to_markdown(df)
 

@@ -316,6 +316,9 @@ def test_unlearning_table_compares_the_rounds_around_the_unlearning_round(tmp_pa
     assert row["global acc after"] == pytest.approx(79) and row["own test acc after"] == pytest.approx(60)
     assert row["other clients"] == 2 and row["worst other change"] == pytest.approx(-1)  # client 0: 90 -> 89
     assert row["meets criteria"]  # forget -40, global -1, worst other -1
+    assert row["steps taken"] == 16  # not recorded: every step of the default unlearn-steps
     rounds[1]["client_accuracy"]["2"] = 0.67  # client 2 loses 3 points
+    rounds[1]["method_metrics"]["unlearn_steps_taken"] = 5
     (run / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
-    assert not unlearning_rows(tmp_path / "runs")[0]["meets criteria"]
+    (row,) = unlearning_rows(tmp_path / "runs")
+    assert not row["meets criteria"] and row["steps taken"] == 5
