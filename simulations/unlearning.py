@@ -43,6 +43,8 @@ FORGET_DROP, GLOBAL_DROP, OTHER_DROP = 20.0, 2.0, 2.0  # points (issue 12's crit
 
 def unlearning_rows(runs_dir: str | Path) -> list[dict[str, Any]]:
     """One row per feddpg run with an unlearning round, in points (accuracy x 100)."""
+    from fedtext.methods.feddpg import FedDPGConfig
+
     rows = []
     for run in runs_under(runs_dir):
         cfg = (run["config"] or {}).get("config", {})
@@ -62,7 +64,8 @@ def unlearning_rows(runs_dir: str | Path) -> list[dict[str, Any]]:
             "client": client,
             "forget n": int(m.get("forget_examples", 0)),
             # runs recorded before unlearn-target existed took every step
-            "steps taken": int(m.get("unlearn_steps_taken", cfg.get("feddpg.unlearn-steps", 16))),
+            "steps taken": int(m.get("unlearn_steps_taken",
+                                     cfg.get("feddpg.unlearn-steps", FedDPGConfig.unlearn_steps))),
             "forget acc before": 100 * m.get("forget_accuracy_before", np.nan),
             "forget acc after": 100 * m.get("forget_accuracy_after", np.nan),
             "retained acc before": 100 * m.get("retained_accuracy_before", np.nan),
@@ -110,7 +113,7 @@ def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str
     default the run's)."""
     import tempfile
 
-    from fedtext.methods.feddpg import unlearn_run
+    from fedtext.methods.feddpg import FedDPGConfig, unlearn_run
 
     scratch = Path(tempfile.mkdtemp(prefix="fedtext-tradeoff-")) / "g.npz"
     stored = json.loads((run_dir / "config.json").read_text())["config"]
@@ -119,8 +122,10 @@ def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str
              "| global drop |", "|" + "---|" * 13]
     for setting in settings:
         steps, lr, lam, *rest = setting.split(",")
-        loss = rest[0] if rest else stored.get("feddpg.unlearn-loss", "sets")
-        target = float(rest[1]) if len(rest) > 1 else float(stored.get("feddpg.unlearn-target", 0.0))
+        # not given: the run's value, or the config default for runs recorded before the key existed
+        loss = rest[0] if rest else stored.get("feddpg.unlearn-loss", FedDPGConfig.unlearn_loss)
+        target = float(rest[1]) if len(rest) > 1 else float(stored.get("feddpg.unlearn-target",
+                                                                       FedDPGConfig.unlearn_target))
         m = unlearn_run(run_dir, client, num_partitions, start="before-unlearning", output=scratch,
                         overrides={"feddpg.unlearn-steps": int(steps), "feddpg.unlearn-lr": float(lr),
                                    "feddpg.unlearn-lambda": float(lam), "feddpg.unlearn-loss": loss,
