@@ -8,7 +8,7 @@ from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
 from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
-from fedtext.methods.feddpg import FedDPGModel, forget_split, unlearn
+from fedtext.methods.feddpg import FedDPGModel, forget_split, unlearn, unlearn_seed
 
 
 class FedDPGClient(FedTextClient):
@@ -33,10 +33,11 @@ class FedDPGClient(FedTextClient):
 
     def train(self, arrays: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, float]:
         mc = self.mcfg
-        seed = client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0)))
+        server_round = int(config.get("server_round", 0))
         if int(config.get("unlearn", 0)):
             forget = forget_split(len(self.train_batch), mc.forget_fraction, self.cfg.seed, self.partition_id)
-            new, metrics = unlearn(self.model, arrays, self.train_batch, forget, seed)
+            new, metrics = unlearn(self.model, arrays, self.train_batch, forget,
+                                   unlearn_seed(self.cfg, self.partition_id, server_round))
             self.state[self.FORGOTTEN_KEY] = ConfigRecord({"indices": [int(i) for i in forget]})
             self.fit_metrics.update(metrics)
             return new, len(self.train_batch) - len(forget), metrics["unlearn_loss"]
@@ -44,7 +45,7 @@ class FedDPGClient(FedTextClient):
         batch = self.train_batch if len(keep) == len(self.train_batch) else self.train_batch.take(keep)
         gen = self.model.load(arrays, trainable=True)
         opt = torch.optim.AdamW(gen.parameters(), lr=mc.lr)
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(client_seed(self.cfg, self.partition_id, server_round))
         loss = gradient_steps(minibatches(batch, mc.batch_size, mc.local_steps, rng), self.model.logits, opt)
         gen.requires_grad_(False)
         return self.model.arrays(), len(batch), loss

@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -140,7 +141,7 @@ def test_few_shot_methods_run_two_rounds_on_three_clients_through_flower(method,
 
 
 @pytest.mark.slow
-def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path):
+def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path, monkeypatch):
     """feddpg, 3 clients, 2 rounds: round 1 trains G on everyone; in round 2 only client 1
     is asked, unlearns (FedDPGu) and its G becomes the global one; all 3 clients test
     the global G in both rounds (the "other clients" of Figure 4)."""
@@ -165,14 +166,38 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path):
     assert metrics["forget_examples"] >= 1 and 0 <= metrics["global_accuracy_after"] <= 1
     g_u = np.load(metrics["output"])
     assert sorted(g_u.files) == ["generator.0.bias", "generator.0.weight", "generator.2.bias", "generator.2.weight"]
-    # the tradeoff table from the G the unlearning round replaced: one row per strength, both weightings of eq. (5)
+    # the tradeoff table from the G the unlearning round replaced: one row per strength, both weightings of
+    # eq. (5); the run's own strength (2 steps at lr 1e-3, λ = 1, sets) repeats its round 2 exactly (same
+    # relabels), global and every other client's local accuracy included
     proc = subprocess.run([sys.executable, "-m", "simulations.unlearning", "tradeoff", str(run), "--client", "1",
-                           "--num-partitions", "3", "--setting", "1,0.001,1", "--setting", "1,0.001,0.5,examples,20"],
+                           "--num-partitions", "3", "--setting", "2,0.001,1", "--setting", "1,0.001,0.5,examples,20"],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rows = [[c.strip() for c in line.split("|")[1:7]] for line in proc.stdout.splitlines() if line.startswith("| 1 ")]
-    assert [r[:5] for r in rows] == [["1", "0.001", "1", "sets", "0"], ["1", "0.001", "0.5", "examples", "20"]]
-    assert rows[0][5] == "1" and rows[1][5] in ("0", "1")  # steps taken
+    rows = [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines()
+            if line.startswith(("| 1 ", "| 2 "))]
+    assert [r[:5] for r in rows] == [["2", "0.001", "1", "sets", "0"], ["1", "0.001", "0.5", "examples", "20"]]
+    assert rows[0][5] == "2" and rows[1][5] in ("0", "1")  # steps taken
+    pts = lambda x: f"{100 * x:.1f}"  # noqa: E731
+    own = rows[0]
+    assert own[7] == pts(m["forget_accuracy_after"]) and own[8] == pts(m["retained_accuracy_after"])
+    assert own[9] == pts(first["global_accuracy"]) and own[10] == pts(second["global_accuracy"])
+    change = min(second["client_accuracy"][c] - first["client_accuracy"][c] for c in ("0", "2"))
+    assert own[13] == pts(change) and own[14] in ("yes", "no")
+    # ... and so does unlearn_run itself, to the weights: G_c^u is the run's final global G. The demo task
+    # has 2 classes (a relabel is the other one), so check the relabel seed too: the client's in round 2
+    from fedtext import checkpoint
+    from fedtext.client import client_seed
+    from fedtext.methods import feddpg
+
+    seeds, original = [], feddpg.unlearn
+    monkeypatch.setattr(feddpg, "unlearn", lambda *a: seeds.append(a[-1]) or original(*a))
+    again = feddpg.unlearn_run(run, 1, 3, start="before-unlearning", output=tmp_path / "again.npz")
+    assert seeds == [client_seed(SimpleNamespace(seed=config["seed"]), 1, 2)]
+    assert again["unlearn_loss"] == pytest.approx(m["unlearn_loss"], rel=1e-5)
+    with np.load(tmp_path / "again.npz") as g:
+        names = ["generator.0.weight", "generator.0.bias", "generator.2.weight", "generator.2.bias"]  # spec order
+        for name, final in zip(names, checkpoint.load(run).global_arrays, strict=True):
+            np.testing.assert_allclose(g[name], final, atol=1e-6)
 
 
 @pytest.mark.slow

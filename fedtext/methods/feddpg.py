@@ -241,6 +241,16 @@ def unlearning_loss(keep_logits: torch.Tensor | None, keep_labels: torch.Tensor,
     return total / weight if weight > 0 else total
 
 
+def unlearn_seed(cfg: "RunConfig", partition_id: int, server_round: int) -> int:
+    """Seed of client ``partition_id``'s unlearning update in ``server_round`` (it draws the
+    relabels): the client's per-round seed. The Flower client and :func:`unlearn_run` both
+    take it from here, so that unlearning again from ``before-unlearning.npz`` repeats the
+    run's unlearning round exactly (with three or more classes the relabels depend on it)."""
+    from fedtext.client import client_seed
+
+    return client_seed(cfg, partition_id, server_round)
+
+
 def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatch, forget: np.ndarray,
             seed: int) -> tuple[list[np.ndarray], dict[str, float]]:
     """FedDPGu's local update (§3.3, eq. 5) from the global G ``arrays``.
@@ -290,7 +300,7 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
 
 def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, forget_fraction: float | None = None,
                 output: str | Path | None = None, start: str = "final",
-                overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+                overrides: dict[str, Any] | None = None, other_clients: bool = False) -> dict[str, Any]:
     """FedDPGu on a finished ``feddpg`` run: client ``partition_id`` forgets a share of
     its examples starting from the run's last global G (``checkpoint.npz``), or, with
     ``start="before-unlearning"``, from the G an unlearning round of the run replaced
@@ -301,6 +311,9 @@ def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, for
     run did (same seed, partition, shots), runs :func:`unlearn`, evaluates the global
     G before and after on the server's test split, and writes the unlearned G to
     ``output`` (default ``<run_dir>/unlearned-<partition_id>.npz``). Returns the metrics.
+    With ``other_clients`` every other client's local test split (the one it tests on
+    in the run) is evaluated too, before and after: ``other_clients_accuracy`` =
+    {partition id: [before, after]}, Figure 4(b)'s view.
     """
     from fedtext import checkpoint
     from fedtext.backbone import backbone_for
@@ -329,11 +342,21 @@ def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, for
     data = client_data(cfg, partition_id, num_partitions)
     batch = backbone.encode(list(data.train["text"]), list(data.train["label"]))
     forget = forget_split(len(batch), cfg.method_config.forget_fraction, cfg.seed, partition_id)
-    new, metrics = unlearn(model, arrays, batch, forget, cfg.seed)
+    # from before-unlearning.npz: the run's own unlearning round again (same relabels);
+    # on a finished run: the round after its last
+    r = cfg.method_config.unlearn_round if start == "before-unlearning" else cfg.num_server_rounds + 1
+    new, metrics = unlearn(model, arrays, batch, forget, unlearn_seed(cfg, partition_id, r))
     test = server_test(cfg)
     batches = backbone.batches(list(test["text"]), list(test["label"]))
     metrics["global_accuracy_before"] = model.evaluate(arrays, batches)[1]
     metrics["global_accuracy_after"] = model.evaluate(new, batches)[1]
+    if other_clients:
+        metrics["other_clients_accuracy"] = {}
+        for pid in range(num_partitions):
+            local = client_data(cfg, pid, num_partitions).test if pid != partition_id else []
+            if len(local):
+                batches = backbone.batches(list(local["text"]), list(local["label"]))
+                metrics["other_clients_accuracy"][pid] = [model.evaluate(g, batches)[1] for g in (arrays, new)]
     out = Path(output) if output else run_dir / f"unlearned-{partition_id}.npz"
     np.savez(out, **{s.name: a for s, a in zip(model.global_specs(), new, strict=True)})
     metrics["output"] = str(out)
