@@ -41,6 +41,14 @@ from simulations.tables import to_markdown
 FORGET_DROP, GLOBAL_DROP, OTHER_DROP = 20.0, 2.0, 2.0  # points (issue 12's criteria)
 
 
+def meets_criteria(forget_drop: float, global_drop: float, worst_other_change: float) -> bool:
+    """Issue 12's criteria on changes in points: forget drop >= 20, global drop <= 2, no
+    other client below -2. Compared at 1e-6 points, so that 2 texts of 100 lost
+    (100 * (0.87 - 0.89) = -2.0000000000000018) counts as the 2 points it is."""
+    return bool(round(forget_drop, 6) >= FORGET_DROP and round(global_drop, 6) <= GLOBAL_DROP
+                and round(-worst_other_change, 6) <= OTHER_DROP)
+
+
 def unlearning_rows(runs_dir: str | Path) -> list[dict[str, Any]]:
     """One row per feddpg run with an unlearning round, in points (accuracy x 100)."""
     from fedtext.methods.feddpg import FedDPGConfig
@@ -80,8 +88,7 @@ def unlearning_rows(runs_dir: str | Path) -> list[dict[str, Any]]:
         }
         forget_drop = row["forget acc before"] - row["forget acc after"]
         global_drop = row["global acc before"] - row["global acc after"]
-        row["meets criteria"] = bool(forget_drop >= FORGET_DROP and global_drop <= GLOBAL_DROP
-                                     and -row["worst other change"] <= OTHER_DROP)
+        row["meets criteria"] = meets_criteria(forget_drop, global_drop, row["worst other change"])
         rows.append(row)
     return rows
 
@@ -139,7 +146,7 @@ def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str
         forget_drop = p["forget_accuracy_before"] - p["forget_accuracy_after"]
         global_drop = p["global_accuracy_before"] - p["global_accuracy_after"]
         worst = min((100 * (a - b) for b, a in m["other_clients_accuracy"].values()), default=float("nan"))
-        meets = forget_drop >= FORGET_DROP and global_drop <= GLOBAL_DROP and -worst <= OTHER_DROP
+        meets = meets_criteria(forget_drop, global_drop, worst)
         lines.append(f"| {steps} | {lr} | {lam} | {loss} | {target:g} | {int(m['unlearn_steps_taken'])} "
                      f"| {p['forget_accuracy_before']:.1f} | {p['forget_accuracy_after']:.1f} "
                      f"| {p['retained_accuracy_after']:.1f} | {p['global_accuracy_before']:.1f} "

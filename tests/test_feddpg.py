@@ -322,3 +322,8 @@ def test_unlearning_table_compares_the_rounds_around_the_unlearning_round(tmp_pa
     (run / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
     (row,) = unlearning_rows(tmp_path / "runs")
     assert not row["meets criteria"] and row["steps taken"] == 5
+    rounds[0]["client_accuracy"]["2"], rounds[1]["client_accuracy"]["2"] = 0.89, 0.87  # exactly 2 points
+    (run / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
+    (row,) = unlearning_rows(tmp_path / "runs")
+    assert 100 * (0.87 - 0.89) < -2 and row["worst other change"] == pytest.approx(-2)  # float arithmetic
+    assert row["meets criteria"]  # losing 2 of 100 texts is "no more than 2 points"
