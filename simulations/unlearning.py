@@ -22,7 +22,10 @@ last global G; prints the metrics and writes the unlearned G next to the run.
 ``tradeoff`` repeats that unlearning from the G an unlearning round replaced
 (``before-unlearning.npz``) with several strengths (steps, learning rate, λ, and
 optionally eq. (5)'s weighting, ``sets`` or ``examples``, and ``unlearn-target``) and
-tabulates forget-set against global accuracy: how much forgetting costs.
+tabulates forget-set against global accuracy and every other client's local accuracy, with
+the criteria per row: how much forgetting costs. The relabels are drawn as the run's client
+drew them, so the run's own strength repeats its unlearning round exactly;
+``--eval-size N`` tests the global G on N server texts instead of the run's ``eval-size``.
 """
 
 from __future__ import annotations
