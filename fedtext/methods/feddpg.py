@@ -355,8 +355,9 @@ def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, for
         for pid in range(num_partitions):
             local = client_data(cfg, pid, num_partitions).test if pid != partition_id else []
             if len(local):
-                batches = backbone.batches(list(local["text"]), list(local["label"]))
-                metrics["other_clients_accuracy"][pid] = [model.evaluate(g, batches)[1] for g in (arrays, new)]
+                local_batches = backbone.batches(list(local["text"]), list(local["label"]))
+                metrics["other_clients_accuracy"][pid] = [model.evaluate(g, local_batches)[1]
+                                                          for g in (arrays, new)]
     out = Path(output) if output else run_dir / f"unlearned-{partition_id}.npz"
     np.savez(out, **{s.name: a for s, a in zip(model.global_specs(), new, strict=True)})
     metrics["output"] = str(out)
