@@ -21,7 +21,8 @@ last global G; prints the metrics and writes the unlearned G next to the run.
 
 ``tradeoff`` repeats that unlearning from the G an unlearning round replaced
 (``before-unlearning.npz``) with several strengths (steps, learning rate, λ, and
-optionally eq. (5)'s weighting, ``sets`` or ``examples``, and ``unlearn-target``) and
+optionally eq. (5)'s weighting, ``sets`` or ``examples``, ``unlearn-target`` and
+``unlearn-optimizer``) and
 tabulates forget-set against global accuracy and every other client's local accuracy, with
 the criteria per row: how much forgetting costs. The relabels are drawn as the run's client
 drew them, so the run's own strength repeats its unlearning round exactly;
@@ -118,9 +119,9 @@ DEFAULT_SETTINGS = ("4,0.001,1", "16,0.001,1", "8,0.003,1", "16,0.003,0.5", "16,
 
 
 def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str], eval_size: int = 0) -> str:
-    """Markdown table of unlearning strengths "steps,lr,lambda[,loss[,target]]" from
-    ``before-unlearning.npz`` (loss: ``feddpg.unlearn-loss``, target: ``feddpg.unlearn-target``;
-    default the run's), with every other client's change on its local test split and
+    """Markdown table of unlearning strengths "steps,lr,lambda[,loss[,target[,optimizer]]]" from
+    ``before-unlearning.npz`` (loss: ``feddpg.unlearn-loss``, target: ``feddpg.unlearn-target``,
+    optimizer: ``feddpg.unlearn-optimizer``; default the run's), with every other client's change on its local test split and
     issue 12's criteria. ``eval_size`` > 0: the global accuracy on that many server test
     texts instead of the run's ``eval-size`` (a paired drop measured on 200 texts moves
     in steps of 0.5 points and by a few texts flipping either way)."""
@@ -130,17 +131,19 @@ def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str
 
     scratch = Path(tempfile.mkdtemp(prefix="fedtext-tradeoff-")) / "g.npz"
     stored = json.loads((run_dir / "config.json").read_text())["config"]
-    lines = ["| unlearn-steps | unlearn-lr | λ | unlearn-loss | unlearn-target | steps taken | forget acc before "
-             "| forget acc after | retained acc after | global acc before | global acc after | forget drop "
-             "| global drop | worst other change | meets criteria |", "|" + "---|" * 15]
+    lines = ["| unlearn-steps | unlearn-lr | λ | unlearn-loss | unlearn-target | unlearn-optimizer | steps taken "
+             "| forget acc before | forget acc after | retained acc after | global acc before | global acc after "
+             "| forget drop | global drop | worst other change | meets criteria |", "|" + "---|" * 16]
     for setting in settings:
         steps, lr, lam, *rest = setting.split(",")
         # not given: the run's value, or the config default for runs recorded before the key existed
         loss = rest[0] if rest else stored.get("feddpg.unlearn-loss", FedDPGConfig.unlearn_loss)
         target = float(rest[1]) if len(rest) > 1 else float(stored.get("feddpg.unlearn-target",
                                                                        FedDPGConfig.unlearn_target))
+        optimizer = rest[2] if len(rest) > 2 else stored.get("feddpg.unlearn-optimizer", FedDPGConfig.unlearn_optimizer)
         overrides = {"feddpg.unlearn-steps": int(steps), "feddpg.unlearn-lr": float(lr),
-                     "feddpg.unlearn-lambda": float(lam), "feddpg.unlearn-loss": loss, "feddpg.unlearn-target": target}
+                     "feddpg.unlearn-lambda": float(lam), "feddpg.unlearn-loss": loss, "feddpg.unlearn-target": target,
+                     "feddpg.unlearn-optimizer": optimizer}
         if eval_size:
             overrides["eval-size"] = eval_size
         m = unlearn_run(run_dir, client, num_partitions, start="before-unlearning", output=scratch,
@@ -150,7 +153,7 @@ def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str
         global_drop = p["global_accuracy_before"] - p["global_accuracy_after"]
         worst = min((100 * (a - b) for b, a in m["other_clients_accuracy"].values()), default=float("nan"))
         meets = meets_criteria(forget_drop, global_drop, worst)
-        lines.append(f"| {steps} | {lr} | {lam} | {loss} | {target:g} | {int(m['unlearn_steps_taken'])} "
+        lines.append(f"| {steps} | {lr} | {lam} | {loss} | {target:g} | {optimizer} | {int(m['unlearn_steps_taken'])} "
                      f"| {p['forget_accuracy_before']:.1f} | {p['forget_accuracy_after']:.1f} "
                      f"| {p['retained_accuracy_after']:.1f} | {p['global_accuracy_before']:.1f} "
                      f"| {p['global_accuracy_after']:.1f} | {forget_drop:.1f} | {global_drop:.1f} | {worst:.1f} "
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     o.add_argument("--client", type=int, required=True)
     o.add_argument("--num-partitions", type=int, required=True)
     o.add_argument("--setting", action="append",
-                   help='"steps,lr,lambda[,sets|examples[,target]]" (repeatable; default: a fixed list)')
+                   help='"steps,lr,lambda[,sets|examples[,target[,adamw|sgd]]]" (repeatable; default: a fixed list)')
     o.add_argument("--eval-size", type=int, default=0,
                    help="server test texts for the global accuracy (default: the run's eval-size)")
     o.add_argument("--out", type=Path, help="also write the table here")

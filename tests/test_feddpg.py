@@ -244,6 +244,39 @@ def test_unlearn_target_stops_at_the_first_step_that_forgot_enough(backbone):
         assert 100 * (fewer["forget_accuracy_before"] - fewer["forget_accuracy_after"]) < 1.0
 
 
+def test_sgd_unlearning_step_is_lr_times_the_gradient_of_eq5(backbone):
+    """``unlearn-optimizer=sgd``: one step moves G by exactly −lr·∇(eq. 5) (computed here by hand
+    from the same relabels), where AdamW's first step moves every weight by about lr."""
+    cfg = dpg(prompts=2, hidden=5, unlearn_steps=1, unlearn_lr=0.5, unlearn_optimizer="sgd", shots_per_class=4)
+    model = FedDPGModel(cfg, backbone)
+    arrays = model.initial_arrays()
+    batch = backbone.encode(["a fine movie", "bad", "great acting", "dull plot", "loved it"], [1, 0, 1, 0, 1])
+    forget = np.array([1, 3])
+    new, m = unlearn(model, arrays, batch, forget, seed=7)
+    assert m["unlearn_steps_taken"] == 1
+    relabels = torch.as_tensor(relabel(batch.labels.numpy()[forget], 2, np.random.default_rng([7, 0x0F6E7])))
+    gen = model.load(arrays, trainable=True)
+    keep = batch.take(np.array([0, 2, 4]))
+    forget_b = batch.take(forget)
+    loss = unlearning_loss(model.logits(keep), keep.labels, model.logits(forget_b), relabels, 1.0, "sets")
+    grads = torch.autograd.grad(loss, list(gen.parameters()))
+    for a, b, g in zip(arrays, new, grads, strict=True):
+        np.testing.assert_allclose(b, a - 0.5 * g.numpy(), atol=1e-6)
+    moved = [np.abs(b - a) for a, b in zip(arrays, new, strict=True)]
+    assert max(float(d.max()) for d in moved) > 0
+    adam, _ = unlearn(FedDPGModel(dpg(prompts=2, hidden=5, unlearn_steps=1, unlearn_lr=1e-3, shots_per_class=4),
+                                  backbone), arrays, batch, forget, seed=7)
+    step = np.concatenate([np.abs(b - a).ravel() for a, b in zip(arrays, adam, strict=True)])
+    assert np.median(step[step > 0]) == pytest.approx(1e-3, rel=0.05)  # AdamW: ~lr per weight, whatever the gradient
+
+
+def test_unlearn_optimizer_is_validated():
+    from fedtext.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unlearn-optimizer"):
+        dpg(unlearn_optimizer="adam")
+
+
 # ------------------------------------------------------------ P-tuning v2
 def test_deep_prompts_are_the_keys_and_values_every_layer_attends_to(backbone):
     cfg = make_config("fedptuning-v2", prompt_length=3, **SMALL)

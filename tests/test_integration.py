@@ -170,19 +170,22 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path, monkeyp
     # eq. (5); the run's own strength (2 steps at lr 1e-3, λ = 1, sets) repeats its round 2 exactly (same
     # relabels), global and every other client's local accuracy included
     proc = subprocess.run([sys.executable, "-m", "simulations.unlearning", "tradeoff", str(run), "--client", "1",
-                           "--num-partitions", "3", "--setting", "2,0.001,1", "--setting", "1,0.001,0.5,examples,20"],
+                           "--num-partitions", "3", "--setting", "2,0.001,1", "--setting", "1,0.001,0.5,examples,20",
+                           "--setting", "1,0.1,1,sets,0,sgd"],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     rows = [[c.strip() for c in line.split("|")[1:-1]] for line in proc.stdout.splitlines()
             if line.startswith(("| 1 ", "| 2 "))]
-    assert [r[:5] for r in rows] == [["2", "0.001", "1", "sets", "0"], ["1", "0.001", "0.5", "examples", "20"]]
-    assert rows[0][5] == "2" and rows[1][5] in ("0", "1")  # steps taken
+    assert [r[:6] for r in rows] == [["2", "0.001", "1", "sets", "0", "adamw"],
+                                     ["1", "0.001", "0.5", "examples", "20", "adamw"],
+                                     ["1", "0.1", "1", "sets", "0", "sgd"]]
+    assert rows[0][6] == "2" and rows[1][6] in ("0", "1") and rows[2][6] == "1"  # steps taken
     pts = lambda x: f"{100 * x:.1f}"  # noqa: E731
     own = rows[0]
-    assert own[7] == pts(m["forget_accuracy_after"]) and own[8] == pts(m["retained_accuracy_after"])
-    assert own[9] == pts(first["global_accuracy"]) and own[10] == pts(second["global_accuracy"])
+    assert own[8] == pts(m["forget_accuracy_after"]) and own[9] == pts(m["retained_accuracy_after"])
+    assert own[10] == pts(first["global_accuracy"]) and own[11] == pts(second["global_accuracy"])
     change = min(second["client_accuracy"][c] - first["client_accuracy"][c] for c in ("0", "2"))
-    assert own[13] == pts(change) and own[14] in ("yes", "no")
+    assert own[14] == pts(change) and own[15] in ("yes", "no")
     # ... and so does unlearn_run itself, to the weights: G_c^u is the run's final global G. The demo task
     # has 2 classes (a relabel is the other one), so check the relabel seed too: the client's in round 2
     from fedtext import checkpoint

@@ -47,8 +47,9 @@ with it (no averaging). The paper gives neither λ nor how long the client train
 authors' code (``federated/client.py``, ``client_unlearn``) runs ``local_epochs``
 mini-batch epochs of one cross-entropy over the client's data with the forgotten labels
 replaced in place (each relabelled example weighs as much as a retained one) under a
-linearly decaying AdamW rate; here ``unlearn-steps`` full-batch AdamW steps at
-``unlearn-lr``, and ``unlearn-loss`` picks the weighting (``sets``, the default: λ on the
+linearly decaying AdamW rate; here ``unlearn-steps`` full-batch steps at ``unlearn-lr``
+of ``unlearn-optimizer`` (AdamW as the code, or plain gradient steps: the paper names no
+optimizer), and ``unlearn-loss`` picks the weighting (``sets``, the default: λ on the
 relabelled set's mean; ``examples``: λ per example, the code's at λ = 1; see
 :func:`unlearning_loss`). :func:`forget_split`, :func:`relabel` and :func:`unlearn` are
 the one implementation, used by the client in the ``unlearn-round`` scenario and by
@@ -76,6 +77,9 @@ if TYPE_CHECKING:
 
 INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
 UNLEARN_LOSSES = ("sets", "examples")  # eq. (5): λ weighs the relabelled set / each relabelled example
+# the unlearning update's optimizer (the paper names none): AdamW as the authors' code, or plain
+# gradient steps, which move G in proportion to eq. (5)'s gradient instead of by ~lr per weight
+UNLEARN_OPTIMIZERS: dict[str, type[torch.optim.Optimizer]] = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
 
 
 def make_generator(dim: int, hidden: int, prompts: int) -> torch.nn.Sequential:
@@ -174,9 +178,10 @@ class FedDPGConfig(MethodConfig):
     forget_fraction: float = 0.2  # share of that client's training examples to forget (§4.3: 20%)
     unlearn_lambda: float = 1.0  # λ of eq. (5)
     unlearn_loss: str = "sets"  # sets: mean CE(retained) + λ·mean CE(relabelled); examples: λ per example
-    unlearn_steps: int = 16  # full-batch AdamW steps of the unlearning update (at most, with unlearn-target)
+    unlearn_steps: int = 16  # full-batch steps of the unlearning update (at most, with unlearn-target)
     unlearn_lr: float = 0.0  # their learning rate (0 = feddpg.lr)
     unlearn_target: float = 0.0  # stop once forget-set accuracy (true labels) fell by this many points (0 = never)
+    unlearn_optimizer: str = "adamw"  # adamw (the authors' code) or sgd (plain gradient steps)
 
     def __post_init__(self) -> None:
         check_range(self.key("hidden"), self.hidden, 1)
@@ -193,6 +198,7 @@ class FedDPGConfig(MethodConfig):
         check_range(self.key("unlearn_steps"), self.unlearn_steps, 1)
         check_range(self.key("unlearn_lr"), self.unlearn_lr, 0)
         check_range(self.key("unlearn_target"), self.unlearn_target, 0, 100)
+        check_choice(self.key("unlearn_optimizer"), self.unlearn_optimizer, tuple(UNLEARN_OPTIMIZERS))
 
 
 # ---------------------------------------------------------------------- FedDPGu
@@ -256,8 +262,8 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
     """FedDPGu's local update (§3.3, eq. 5) from the global G ``arrays``.
 
     ``forget`` indexes the rows of ``batch`` to forget; they are relabelled
-    (:func:`relabel`) and each of ``unlearn-steps`` full-batch AdamW steps (learning rate
-    ``unlearn-lr``, or ``lr``) minimises :func:`unlearning_loss` (eq. 5, weighted as
+    (:func:`relabel`) and each of ``unlearn-steps`` full-batch steps of ``unlearn-optimizer``
+    (learning rate ``unlearn-lr``, or ``lr``) minimises :func:`unlearning_loss` (eq. 5, weighted as
     ``unlearn-loss`` says) over all the client's examples. With ``unlearn-target`` = T > 0
     the client stops before a step once its forget set's accuracy against the true labels
     has fallen by T points from where it started (read off the logits of that step's
@@ -278,7 +284,7 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
     metrics = {"forget_accuracy_before": accuracy(model, forget_b), "retained_accuracy_before": accuracy(model, keep_b),
                "forget_examples": float(len(forget))}
     gen = model.load(arrays, trainable=True)
-    opt = torch.optim.AdamW(gen.parameters(), lr=mc.unlearn_lr or mc.lr)
+    opt = UNLEARN_OPTIMIZERS[mc.unlearn_optimizer](gen.parameters(), lr=mc.unlearn_lr or mc.lr)
     losses = []
     for _ in range(mc.unlearn_steps):  # full batch: eq. (5) sums over all the client's examples
         forget_logits = model.logits(relabelled)
