@@ -121,10 +121,11 @@ DEFAULT_SETTINGS = ("4,0.001,1", "16,0.001,1", "8,0.003,1", "16,0.003,0.5", "16,
 def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str], eval_size: int = 0) -> str:
     """Markdown table of unlearning strengths "steps,lr,lambda[,loss[,target[,optimizer]]]" from
     ``before-unlearning.npz`` (loss: ``feddpg.unlearn-loss``, target: ``feddpg.unlearn-target``,
-    optimizer: ``feddpg.unlearn-optimizer``; default the run's), with every other client's change on its local test split and
-    issue 12's criteria. ``eval_size`` > 0: the global accuracy on that many server test
-    texts instead of the run's ``eval-size`` (a paired drop measured on 200 texts moves
-    in steps of 0.5 points and by a few texts flipping either way)."""
+    optimizer: ``feddpg.unlearn-optimizer``; default the run's), with every other client's
+    change on its local test split and issue 12's criteria. ``eval_size`` > 0: the global
+    accuracy on that many server test texts instead of the run's ``eval-size`` (a paired
+    drop measured on 200 texts moves in steps of 0.5 points and by a few texts flipping
+    either way)."""
     import tempfile
 
     from fedtext.methods.feddpg import FedDPGConfig, unlearn_run
