@@ -115,6 +115,8 @@ def table(out: Path) -> str:
     return to_markdown(df)
 
 
+# a tradeoff setting's optional fields after "steps,lr,lambda", in order, and how each is read
+OPTIONAL_FIELDS = (("feddpg.unlearn-loss", str), ("feddpg.unlearn-target", float), ("feddpg.unlearn-optimizer", str))
 DEFAULT_SETTINGS = ("4,0.001,1", "16,0.001,1", "8,0.003,1", "16,0.003,0.5", "16,0.003,1")
 
 
@@ -135,16 +137,15 @@ def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str
     lines = ["| unlearn-steps | unlearn-lr | λ | unlearn-loss | unlearn-target | unlearn-optimizer | steps taken "
              "| forget acc before | forget acc after | retained acc after | global acc before | global acc after "
              "| forget drop | global drop | worst other change | meets criteria |", "|" + "---|" * 16]
+    # a field not given takes the run's value, or the config default for runs recorded before the key existed
+    fallback = {**FedDPGConfig().to_run_config(), **stored}
     for setting in settings:
         steps, lr, lam, *rest = setting.split(",")
-        # not given: the run's value, or the config default for runs recorded before the key existed
-        loss = rest[0] if rest else stored.get("feddpg.unlearn-loss", FedDPGConfig.unlearn_loss)
-        target = float(rest[1]) if len(rest) > 1 else float(stored.get("feddpg.unlearn-target",
-                                                                       FedDPGConfig.unlearn_target))
-        optimizer = rest[2] if len(rest) > 2 else stored.get("feddpg.unlearn-optimizer", FedDPGConfig.unlearn_optimizer)
+        given = dict(zip((key for key, _ in OPTIONAL_FIELDS), rest))
+        optional = {key: cast(given.get(key, fallback[key])) for key, cast in OPTIONAL_FIELDS}
+        loss, target, optimizer = optional.values()
         overrides = {"feddpg.unlearn-steps": int(steps), "feddpg.unlearn-lr": float(lr),
-                     "feddpg.unlearn-lambda": float(lam), "feddpg.unlearn-loss": loss, "feddpg.unlearn-target": target,
-                     "feddpg.unlearn-optimizer": optimizer}
+                     "feddpg.unlearn-lambda": float(lam), **optional}
         if eval_size:
             overrides["eval-size"] = eval_size
         m = unlearn_run(run_dir, client, num_partitions, start="before-unlearning", output=scratch,
