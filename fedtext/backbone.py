@@ -32,8 +32,9 @@ weights asks for :meth:`Backbone.trainable_copy`: a backbone whose trainable ten
 are its own deep copies while the frozen ones stay shared with the process backbone
 (no second copy of what nobody trains). Whatever a client trains lives in its copy
 and is visible to no other client. The similarity head's label vectors are encoded
-by the encoder itself, so a backbone that trains recomputes them at every forward and
-one whose weights are loaded (:meth:`Backbone.load_trainable`) recomputes them once.
+by the plain encoder itself (never under a method's hooks), so a backbone that trains
+recomputes them at every forward and one whose weights are loaded
+(:meth:`Backbone.load_trainable`) recomputes them once.
 """
 
 from __future__ import annotations
@@ -69,6 +70,22 @@ SCORING_FIXED_MB = 160  # what a first scoring call adds regardless of chunk siz
 BUCKET_ROWS = 4  # texts per length group in population scoring (length_buckets)
 POOLED_HEADS = ("similarity", "linear")  # heads that read the mean-pooled encoding, not a [MASK] position
 PLAIN_HEADS = (*POOLED_HEADS, "cls")  # heads without a cloze template: the input is [CLS] text [SEP]
+
+
+@contextlib.contextmanager
+def suspended_hooks(module: torch.nn.Module) -> Iterator[None]:
+    """While open, ``module`` and every submodule run without their forward hooks and
+    forward pre-hooks (a method's prompts or probes); they are all back afterwards, in
+    their order, even if the block raises (a hook registered inside the block is dropped
+    with it). The hook dicts are swapped, not emptied, so the callers' handles stay valid."""
+    saved = [(m, m._forward_hooks, m._forward_pre_hooks) for m in module.modules()]
+    try:
+        for m, hooks, pre in saved:
+            m._forward_hooks, m._forward_pre_hooks = type(hooks)(), type(pre)()
+        yield
+    finally:
+        for m, hooks, pre in saved:
+            m._forward_hooks, m._forward_pre_hooks = hooks, pre
 
 
 def resolve_model_path(name: str) -> str:
@@ -335,16 +352,23 @@ class Backbone:
     def label_vectors(self) -> Tensor:
         """``u_c``: the unit-norm pooled encodings of the label descriptions ``[C, D]``.
 
-        Encoded by this backbone's encoder: once for a frozen one (cached, without
-        gradients; not inference_mode, fedprompt back-propagates through them), at
-        every call for one that trains (gradients flow into the encoder through them).
+        Encoded by this backbone's *plain* encoder: once for a frozen one (cached,
+        without gradients; not inference_mode, fedprompt back-propagates through them),
+        at every call for one that trains (gradients flow into the encoder through
+        them). Never under a method's forward hooks: the first call usually comes from
+        inside a method's forward (fedptuning-v2's prefix hooks overwrite positions
+        1..T of every attention's keys and values), and a label description encoded
+        there would be cached with the prefix in it (cosine 0.32-0.43 to the plain
+        vectors on AG News), so every hook of the encoder is suspended while they are
+        encoded (:func:`suspended_hooks`).
         """
         if self._label_cache is not None and not self.training:
             return self._label_cache
         descriptions = self.encode(list(self.task.descriptions), [0] * self.task.num_classes)
         # Never an inference tensor (the first call may come from score()'s inference_mode):
         # a cached one could not be saved for a later backward (fedprompt, feddpg).
-        with torch.inference_mode(False), torch.set_grad_enabled(self.training and torch.is_grad_enabled()):
+        with torch.inference_mode(False), torch.set_grad_enabled(self.training and torch.is_grad_enabled()), \
+                suspended_hooks(self.encoder):
             hidden = self.encoder(
                 input_ids=descriptions.input_ids, attention_mask=descriptions.attention_mask
             ).last_hidden_state

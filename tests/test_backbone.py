@@ -271,3 +271,45 @@ def test_chunks_are_the_rows_in_order_each_trimmed(backbone):
     for i, p in enumerate(parts):
         width = p.input_ids.shape[1]
         assert torch.equal(p.input_ids, enc.input_ids[2 * i: 2 * i + len(p), :width])
+
+
+def test_label_vectors_are_encoded_by_the_plain_encoder_after_a_fedptuning_v2_forward():
+    """Issue 34's bug: on a fresh backbone the first label-vector call came from inside
+    fedptuning-v2's prefix hooks and cached label descriptions with the prefix in them
+    (cosine 0.32-0.43 to the plain vectors on AG News). The cache must equal the
+    descriptions encoded with no hook at all: mean-pooled, unit-norm encoder states."""
+    from fedtext.backbone import _mean_pool
+    from fedtext.methods.fedptuning_v2 import DeepPromptModel
+    from fedtext.registry import make_config
+
+    fresh = Backbone("all-MiniLM-L6-v2", "similarity", TASKS["ag_news"], 64)  # not the shared, primed one
+    cfg = make_config("fedptuning-v2", task="ag_news", prompt_length=4, max_length=64)
+    model = DeepPromptModel(cfg, fresh)
+    batch = fresh.encode(["Stocks fell sharply on Wall Street today.", "The striker scored twice."], [2, 1])
+    model.evaluate(model.initial_arrays(), [batch])  # first label_vectors call: inside the hooks
+    desc = fresh.encode(list(TASKS["ag_news"].descriptions), [0] * 4)
+    with torch.no_grad():
+        hidden = fresh.encoder(input_ids=desc.input_ids, attention_mask=desc.attention_mask).last_hidden_state
+    plain = torch.nn.functional.normalize(_mean_pool(hidden, desc.attention_mask), dim=-1)
+    torch.testing.assert_close(fresh.label_vectors, plain, atol=1e-5, rtol=1e-5)
+
+
+def test_suspended_hooks_hides_every_hook_and_puts_them_back(backbone):
+    from fedtext.backbone import suspended_hooks
+
+    layer = backbone.encoder.encoder.layer[3]
+    calls: list[str] = []
+    handles = [layer.register_forward_hook(lambda *_: calls.append("post")),
+               layer.register_forward_pre_hook(lambda *_: calls.append("pre"))]
+    batch = backbone.encode(["a fine movie"], [0])
+    try:
+        with suspended_hooks(backbone.encoder), torch.no_grad():
+            backbone.encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        assert calls == []
+        with torch.no_grad():
+            backbone.encoder(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        assert calls == ["pre", "post"]  # back, in order
+    finally:
+        for h in handles:
+            h.remove()
+    assert not layer._forward_hooks and not layer._forward_pre_hooks  # the handles still remove them
