@@ -3,7 +3,10 @@
 The compare runner and the dashboard read nothing but these files, so every method
 shows up in comparisons without code changes there.
 
-* ``config.json``: the run-config, the resolved task, the machine, the start time.
+* ``config.json``: the run-config, the resolved task, the machine, the start time and
+  the run's ``provenance`` (:func:`provenance`: git commit and dirty flag of the code,
+  package versions, Flower's run id, SuperNodes launched and connected). Records from
+  before a field existed lack it; readers show it as unknown.
 * ``rounds.jsonl``: one JSON object per round, appended and flushed as the round ends
   (round 0 = the initial global model). Fields: see :data:`ROUND_FIELDS`.
 * ``summary.json``: written when the run ends, with ``status`` ``finished`` or
@@ -18,6 +21,7 @@ shows up in comparisons without code changes there.
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
 import json
 import logging
 import math
@@ -25,11 +29,12 @@ import os
 import platform
 import resource
 import signal
+import subprocess
 import threading
 import time
 import traceback
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -229,6 +234,79 @@ def machine() -> dict[str, Any]:
     }
 
 
+# The packages whose versions decide a run's numbers (recorded in its provenance).
+PROVENANCE_PACKAGES = ("fedtext", "flwr", "torch", "transformers", "numpy")
+# What the process starting the server knows of the run (None when it does not):
+# Flower's run id, the SuperNodes a simulation launched, the nodes connected at training start.
+LAUNCH_FIELDS = ("flower_run_id", "num_supernodes", "nodes_at_start")
+GIT_TIMEOUT_S = 5.0  # a hung git (network file system, lock) must not hold up a run
+
+
+def provenance(launch: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What made a run: the code (:func:`git_state` of this module's checkout), the package
+    versions (:func:`package_versions`) and ``launch``'s :data:`LAUNCH_FIELDS` (None where
+    not given). Costs three short git calls and no import.
+
+    Parameters
+    ----------
+    launch
+        Fields of :data:`LAUNCH_FIELDS` the caller knows (e.g. ``{"flower_run_id": 7}``).
+
+    Raises
+    ------
+    ValueError
+        ``launch`` holds a key that is not one of :data:`LAUNCH_FIELDS`.
+    """
+    return {**git_state(), "versions": package_versions(), **dict.fromkeys(LAUNCH_FIELDS), **launch_fields(launch)}
+
+
+def launch_fields(fields: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``fields`` as a dict, after checking every key is one of :data:`LAUNCH_FIELDS`
+    (raises ``ValueError`` naming the others)."""
+    unknown = set(fields or {}) - set(LAUNCH_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown provenance fields {sorted(unknown)} (known: {', '.join(LAUNCH_FIELDS)})")
+    return dict(fields or {})
+
+
+def git_state(path: Path = Path(__file__)) -> dict[str, Any]:
+    """``{"git_commit": <40 hex digits>, "git_dirty": <bool>}`` of the git checkout that
+    tracks ``path`` (default: this module), or None values where that cannot be told: git
+    missing or hung (:data:`GIT_TIMEOUT_S`), no checkout, or ``path`` not tracked there (an
+    installed copy inside some repository's ignored virtualenv is not that repository's
+    code). Dirty: a tracked file differs from the commit (untracked files, such as new
+    results, do not count).
+    """
+    path = Path(path).resolve()
+
+    def git(*args: str) -> str | None:
+        try:  # --no-optional-locks: never write the index of a tree others are working in
+            proc = subprocess.run(["git", "--no-optional-locks", "-C", str(path.parent), *args],
+                                  capture_output=True, text=True, timeout=GIT_TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout if proc.returncode == 0 else None
+
+    if git("ls-files", "--error-unmatch", "--", path.name) is None or (commit := git("rev-parse", "HEAD")) is None:
+        return {"git_commit": None, "git_dirty": None}
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"git_commit": commit.strip(), "git_dirty": None if status is None else bool(status.strip())}
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of :data:`PROVENANCE_PACKAGES` (None: not installed) and Python's,
+    read from package metadata (nothing is imported)."""
+
+    def version(name: str) -> str | None:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            return None
+
+    return {**{name: version(name) for name in PROVENANCE_PACKAGES}, "python": platform.python_version()}
+
+
+FINISHED = "finished"  # the status of a run that completed (summary.json); the others: run_status
 HEARTBEAT_FILE = "heartbeat"
 DEFAULT_STALE_AFTER_S = 300.0  # the run-config default of stale-after-s
 _OPEN: "weakref.WeakSet[RunRecorder]" = weakref.WeakSet()  # recorders without a summary yet
@@ -242,12 +320,17 @@ class RunRecorder:
     dead server. ``resume=True`` reopens the existing folder ``<output-dir>/<run_id>``:
     round lines after ``keep_rounds`` are cut (they were written after the checkpoint
     the run resumes from) and an old ``summary.json`` (``failed``) is removed.
+
+    ``launch`` (:data:`LAUNCH_FIELDS`) goes into ``config.json``'s ``provenance`` with the
+    code's (:func:`provenance`); a resumed run records its own process's in its
+    ``resumed`` entry (the code may have changed in between).
     """
 
     def __init__(self, output_dir: str | Path, config: dict[str, Any], run_id: str | None = None,
-                 resume: bool = False, keep_rounds: int | None = None) -> None:
+                 resume: bool = False, keep_rounds: int | None = None,
+                 launch: Mapping[str, Any] | None = None) -> None:
         if resume:
-            self._reopen(Path(output_dir).expanduser().resolve() / str(run_id), config, keep_rounds)
+            self._reopen(Path(output_dir).expanduser().resolve() / str(run_id), config, keep_rounds, launch)
             return
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         name = config.get("run-name") or ""
@@ -269,11 +352,13 @@ class RunRecorder:
         _write_json(self.dir / "config.json", {
             "run_id": self.run_id, "config": config, "machine": machine(),
             "started": _dt.datetime.now().isoformat(timespec="seconds"), "started_epoch": self.start,
+            "provenance": provenance(launch),
         })
         log.info("fedtext: run records -> %s", self.dir)
         self._open()
 
-    def _reopen(self, run_dir: Path, config: dict[str, Any], keep_rounds: int | None) -> None:
+    def _reopen(self, run_dir: Path, config: dict[str, Any], keep_rounds: int | None,
+                launch: Mapping[str, Any] | None) -> None:
         self.dir, self.run_id, self.config = run_dir, run_dir.name, config
         meta = json.loads((run_dir / "config.json").read_text())
         self.start = float(meta.get("started_epoch", time.time()))
@@ -285,10 +370,24 @@ class RunRecorder:
         (run_dir / "summary.json").unlink(missing_ok=True)
         meta["config"] = config  # the same but for RESUMABLE_CHANGES (e.g. more rounds)
         meta.setdefault("resumed", []).append({
-            "from_round": keep_rounds, "at": _dt.datetime.now().isoformat(timespec="seconds"), "machine": machine()})
+            "from_round": keep_rounds, "at": _dt.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
+            "provenance": provenance(launch)})
         _write_json(run_dir / "config.json", meta)
         log.info("fedtext: resuming run %s after round %s -> %s", self.run_id, keep_rounds, run_dir)
         self._open()
+
+    def note_launch(self, **fields: Any) -> None:
+        """Add :data:`LAUNCH_FIELDS` learnt after the start (``nodes_at_start``) to the
+        provenance in ``config.json`` (the last ``resumed`` entry's for a resumed run)."""
+        fields = launch_fields(fields)
+        try:
+            meta = json.loads((self.dir / "config.json").read_text())
+            entry = meta["resumed"][-1] if meta.get("resumed") else meta
+            entry.setdefault("provenance", {}).update(fields)
+            _write_json(self.dir / "config.json", meta)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            # a provenance note must not stop training (a full disk, a hand-edited file)
+            log.warning("fedtext: could not add %s to %s: %s", fields, self.dir / "config.json", exc)
 
     def _open(self) -> None:
         """Start the heartbeat and register for :func:`finish_open_runs`."""
@@ -320,7 +419,7 @@ class RunRecorder:
             fh.flush()
         log.info(progress_line(record, int(self.config.get("num-server-rounds", 0))))
 
-    def finish(self, status: str = "finished", error: str | None = None) -> dict[str, Any]:
+    def finish(self, status: str = FINISHED, error: str | None = None) -> dict[str, Any]:
         """Write ``summary.json`` (idempotent: the first call wins)."""
         path = self.dir / "summary.json"
         if path.exists():
@@ -336,7 +435,7 @@ class RunRecorder:
         )
         _write_json(path, summary)
         self.beat()
-        if status != "finished":
+        if status != FINISHED:
             log.error("fedtext: run %s %s: %s", self.run_id, status, error)
         return summary
 

@@ -59,6 +59,8 @@ class RecordingServer(Server):
 
     def fit(self, num_rounds: int, timeout: float | None):
         try:
+            # Flower's client manager asks the grid for the nodes: those connected as training starts
+            self.recorder.note_launch(nodes_at_start=self._client_manager.num_available())
             if self.strategy.resumed_round:
                 return self._fit_from(self.strategy.resumed_round + 1, num_rounds, timeout)
             return super().fit(num_rounds, timeout)
@@ -90,8 +92,9 @@ class RecordingServer(Server):
         return history, timeit.default_timer() - start
 
 
-def build(cfg: RunConfig) -> tuple[RecordingServer, ServerConfig]:
-    """Load data and model, make the strategy and the server (raises ``ConfigError``)."""
+def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[RecordingServer, ServerConfig]:
+    """Load data and model, make the strategy and the server (raises ``ConfigError``);
+    ``launch`` (:data:`fedtext.records.LAUNCH_FIELDS`) goes into the run's provenance."""
     try:
         task = resolve_task(cfg.task, cfg.dataset)
     except ValueError as exc:
@@ -121,7 +124,7 @@ def build(cfg: RunConfig) -> tuple[RecordingServer, ServerConfig]:
     config = {**cfg.to_run_config(), "resolved-task": task.name, "trainable-parameters": int(trainable)}
     ckpt = resume_checkpoint(cfg, config) if cfg.resume else None
     recorder = RunRecorder(cfg.output_dir, config, run_id=cfg.resume or None, resume=bool(cfg.resume),
-                           keep_rounds=ckpt.round if ckpt else None)
+                           keep_rounds=ckpt.round if ckpt else None, launch=launch)
     log.info(
         "fedtext: method=%s dataset=%s (%d train / %d test, server evaluates %d) task=%s model=%s head=%s",
         cfg.method, cfg.dataset_path or cfg.dataset, len(splits.train), len(splits.test),
@@ -181,34 +184,37 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Chec
     return ckpt
 
 
-def record_config_error(run_config: Mapping[str, Any], error: str) -> None:
+def record_config_error(run_config: Mapping[str, Any], error: str, launch: Mapping[str, Any] | None = None) -> None:
     """Leave a ``failed`` run record for a run that could not start (best effort)."""
     try:
         out = str(run_config.get("output-dir") or RunConfig.output_dir)
         config = {k: v for k, v in run_config.items() if isinstance(v, (str, int, float, bool))}
-        RunRecorder(out, config).finish("failed", error=f"configuration error: {error}")
+        RunRecorder(out, config, launch=launch).finish("failed", error=f"configuration error: {error}")
     except Exception:  # noqa: BLE001 - the error itself is already logged
         log.debug("could not write a record of the configuration error", exc_info=True)
 
 
-def make_server_app(overrides: Mapping[str, Any] | None = None) -> ServerApp:
+def make_server_app(overrides: Mapping[str, Any] | None = None, num_supernodes: int | None = None) -> ServerApp:
     """A ServerApp whose run-config is Flower's, updated with ``overrides``.
 
     ``flwr run`` uses :data:`app` (no overrides); the compare runner and the tests
     call Flower's ``run_simulation`` (which passes an empty run-config) with the
-    overrides they need.
+    overrides they need, and ``num_supernodes``, the simulated clients they launch
+    (recorded in the run's provenance with Flower's run id; None: not known here).
     """
 
     def server_fn(context: Context) -> ServerAppComponents:
         setup_logging()
         install_signal_handlers()  # SIGTERM -> "failed: terminated by SIGTERM" in the record
         run_config = {**context.run_config, **(overrides or {})}
+        # a string: Flower's 64-bit run ids lose digits as JSON numbers in JavaScript readers
+        launch = {"flower_run_id": str(context.run_id), "num_supernodes": num_supernodes}
         try:
             cfg = RunConfig.from_run_config(run_config, METHODS)
-            server, config = build(cfg)
+            server, config = build(cfg, launch)
         except ConfigError as exc:
             log.error("fedtext: configuration error: %s", exc)
-            record_config_error(run_config, str(exc))
+            record_config_error(run_config, str(exc), launch)
             raise
         return ServerAppComponents(server=server, config=config)
 

@@ -27,13 +27,29 @@ held-out clients never train and give the NP accuracy. With ``rotate-holdouts = 
 the i-th seed runs only with the i-th holdout (cyclically): one run per seed, each
 group held out in turn, at 1/len(holdouts) of the cost.
 
-The output folder gets ``experiment.json`` (name, file, methods, seeds), which the
-dashboard and ``python -m simulations.plot`` group runs by. Every run goes through Flower's simulation engine in a fresh process
-(:mod:`simulations.simulate`) and writes its records under ``<out>/runs/``; the table
-(markdown and CSV: final and best accuracy, KB up/down per client-round, total MB,
-model queries, peak client memory, wall time; mean ± std over seeds) is built from
-those records only. The partition depends on (dataset, partition, alpha, seed,
-number of clients) alone, so all methods of a seed see the same clients.
+The output folder (``--out``; default :func:`default_out`: ``simulations/results/<stem>``
+of this checkout for an experiment file inside it, ``<file's folder>/results/<stem>``
+for one elsewhere) gets ``experiment.json`` (name, file, methods, seeds), which the
+dashboard and ``python -m simulations.plot`` group runs by. Every run goes through
+Flower's simulation engine in a fresh process (:mod:`simulations.simulate`) and writes
+its records under ``<out>/runs/``. The partition depends on (dataset, partition, alpha,
+seed, number of clients) alone, so all methods of a seed see the same clients.
+
+A rerun skips every planned run that already *finished* under ``<out>/runs/`` (one line
+per skipped run), so an interrupted sweep continues where it stopped and a finished one
+starts nothing. *Same run* (:func:`same_run`): the planned run's full run-config (the
+experiment's overrides on the defaults) and the recorded one agree on variant, seed,
+holdout and every other key both have, except :data:`NOT_COMPARED` (where records go and
+how a run is watched). So an edited experiment file, or a changed default, reruns what it
+changes; a key added to the harness after a run was recorded does not (its default is
+taken to be the old behaviour). Failed, stale and unfinished runs are redone.
+
+The table (markdown and CSV: final and best accuracy, KB up/down per client-round, total
+MB, model queries, peak client memory, wall time; mean ± std over seeds) is built from
+the records only: finished runs, one per (variant, seed, holdout), the newest where a
+seed finished more than once (:func:`simulations.tables.one_run_per_seed`). Where a
+variant has fewer runs than the experiment asks for, a note under the markdown table
+names the missing seeds.
 """
 
 from __future__ import annotations
@@ -49,9 +65,16 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from fedtext.config import ConfigError, RunConfig
-from fedtext.records import machine
-from simulations.tables import compare_table, load_runs, to_markdown
+from fedtext.records import FINISHED, machine, runs_under
+from simulations.tables import compare_table, load_runs, one_run_per_seed, run_key, to_markdown
+
+REPO = Path(__file__).resolve().parents[1]  # the checkout whose simulations/results/ takes its experiments
+# Run-config keys that say where a run's records go and how it is watched, not what it
+# computes: a finished run recorded under another output folder is the same run.
+NOT_COMPARED = frozenset({"output-dir", "resume", "stale-after-s"})
 
 
 def load_experiment(path: Path) -> dict[str, Any]:
@@ -115,6 +138,57 @@ def plan(exp: dict[str, Any], seeds: list[int] | None) -> list[dict[str, Any]]:
     return runs
 
 
+def default_out(experiment: Path) -> Path:
+    """The output folder of an experiment file when ``--out`` is not given:
+    ``<checkout>/simulations/results/<stem>`` for a file inside this checkout, else
+    ``<the file's folder>/results/<stem>`` (a file elsewhere never writes into the checkout)."""
+    path = experiment.resolve()
+    base = REPO / "simulations" / "results" if path.is_relative_to(REPO) else path.parent / "results"
+    return base / experiment.stem
+
+
+def resolved(overrides: dict[str, Any]) -> dict[str, Any]:
+    """The run-config a planned run records (``config.json``'s ``config``, less the keys the
+    server derives), as JSON gives it back (tuples read as lists)."""
+    from fedtext.registry import METHODS
+
+    return json.loads(json.dumps(RunConfig.from_run_config(overrides, METHODS).to_run_config(), default=str))
+
+
+def same_run(planned: dict[str, Any], recorded: dict[str, Any]) -> bool:
+    """Whether a recorded run-config is the run ``planned`` (a :func:`resolved` config) asks
+    for: same variant, seed and holdout, and the same value of every other key both hold,
+    but for :data:`NOT_COMPARED`."""
+    return run_key(planned) == run_key(recorded) and all(
+        recorded[k] == v for k, v in planned.items() if k in recorded and k not in NOT_COMPARED)
+
+
+def finished_run(planned: dict[str, Any], runs: list[dict[str, Any]]) -> str | None:
+    """The id of a finished run among ``runs`` (:func:`fedtext.records.load_run` dicts) that
+    is :func:`same_run` as ``planned``, or None."""
+    return next((Path(r["dir"]).name for r in runs if r["status"] == FINISHED and r["config"]
+                 and isinstance(r["config"].get("config"), dict) and same_run(planned, r["config"]["config"])),
+                None)
+
+
+def missing_note(rows: pd.DataFrame, runs: list[dict[str, Any]]) -> str:
+    """A note naming, per label, the planned (seed, holdout) runs the table ``rows``
+    (:func:`simulations.tables.one_run_per_seed`'s) lack; ``""`` when none is missing."""
+    have = set(zip(rows["variant"], rows["seed"], rows["holdout"], strict=True))
+    missing: dict[str, list[str]] = {}
+    wanted: dict[str, int] = {}
+    for ov in runs:
+        label, seed, holdout = key = run_key(ov)
+        wanted[label] = wanted.get(label, 0) + 1
+        if key not in have:
+            missing.setdefault(label, []).append(f"seed {seed}" + (f" holdout {holdout}" if holdout else ""))
+    if not missing:
+        return ""
+    parts = [f"{label} has {wanted[label] - len(m)} of {wanted[label]} (missing {', '.join(m)})"
+             for label, m in missing.items()]
+    return "Fewer finished runs than the experiment asks for: " + "; ".join(parts) + ".\n"
+
+
 def run_one(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "") -> int:
     """One simulation in a fresh process (a private Ray per run, or the cluster at ``ray_address``)."""
     pairs = " ".join(f"{k}={_quote(v)}" for k, v in overrides.items())
@@ -141,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("experiment", type=Path, help="TOML file of overrides (see module docstring)")
     ap.add_argument("--seeds", type=int, nargs="+", help="override the experiment's seeds")
     ap.add_argument("--methods", nargs="+", help="override the experiment's methods")
-    ap.add_argument("--out", type=Path, help="output folder (default simulations/results/<experiment name>)")
+    ap.add_argument("--out", type=Path, help="output folder (default: simulations/results/<experiment name> "
+                    "for an experiment file inside this checkout, else results/<experiment name> beside the file)")
     ap.add_argument("--table-only", action="store_true", help="rebuild the table from existing records")
     ap.add_argument("--ray-address", default="", help="run on this running Ray cluster (see README, Performance and scale)")
     args = ap.parse_args(argv)
@@ -154,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, tomllib.TOMLDecodeError, FileNotFoundError) as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2
-    out = args.out or Path("simulations/results") / args.experiment.stem
+    out = args.out or default_out(args.experiment)
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     n = int(exp.get("num-supernodes", 4))
@@ -165,24 +240,35 @@ def main(argv: list[str] | None = None) -> int:
     }, indent=2) + "\n")
     failed = 0
     if not args.table_only:
+        recorded = list(runs_under(runs_dir))
         for i, ov in enumerate(runs, 1):
             ov = {**ov, "output-dir": str(runs_dir.resolve())}
             label = ov.get("run-name") or ov["method"]
             held = f" holdout={ov['holdout']}" if ov.get("holdout") else ""
+            done = finished_run(resolved(ov), recorded)
+            if done:
+                print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held}: skipped, finished as {done}", flush=True)
+                continue
             print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({n} clients)", flush=True)
             t0 = time.time()
             suffix = f"-{ov['holdout']}" if ov.get("holdout") else ""
             rc = run_one(ov, n, out / f"{label}-s{ov['seed']}{suffix}.log", args.ray_address)
             failed += rc != 0
             print(f"    done in {time.time() - t0:.0f} s (exit {rc})", flush=True)
-    table = compare_table(load_runs(runs_dir))
+    rows = one_run_per_seed(load_runs(runs_dir))
+    if rows.empty:
+        print(f"fedtext: no finished run under {runs_dir}: no table", file=sys.stderr)
+        return 1
+    table = compare_table(rows)
     header = (
         f"<!-- {args.experiment} | {n} clients | {dt.date.today()} | "
         f"{machine()['cpu_count']} CPUs, {machine()['platform']} -->\n"
     )
-    (out / "table.md").write_text(header + to_markdown(table))
+    note = missing_note(rows, runs)
+    markdown = to_markdown(table) + (f"\n{note}" if note else "")
+    (out / "table.md").write_text(header + markdown)
     table.to_csv(out / "table.csv", index=False)
-    print(to_markdown(table))
+    print(markdown)
     print(f"table: {out / 'table.md'} and {out / 'table.csv'}")
     return 1 if failed else 0
 

@@ -15,8 +15,9 @@ filter by method, seed and status, and read:
 * per method (or variant) the **mean over seeds with a ± std band**, or every run on its
   own (toggle); one colour per method on every chart;
 * the run list (tick runs to restrict the charts; click a cell for the run's
-  **drill-down**: its rounds with dropped clients and the method's metrics, and its
-  config) and the comparison table (mean ± std), downloadable as CSV or markdown.
+  **drill-down**: its provenance (git commit, package versions, SuperNodes, Flower's
+  run id), its rounds with dropped clients and the method's metrics, and its config)
+  and the comparison table (mean ± std), downloadable as CSV or markdown.
 
 Every ``--refresh`` seconds the page stats the record files; only when one changed are
 the changed files re-read (``rounds.jsonl`` from where the last read stopped) and the
@@ -34,7 +35,8 @@ from typing import Any
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from simulations.dashboard_data import (
-    CHARTS, STATUSES, X_AXES, Chart, Line, RunStore, chart_lines, comparison, round_series, run_detail, runs_table,
+    CHARTS, STATUSES, X_AXES, Chart, Line, RunStore, chart_lines, comparison, round_series, run_detail,
+    run_provenance, runs_table,
 )
 from simulations.tables import to_markdown
 
@@ -174,7 +176,7 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
         dcc.Graph(id="acc-bytes"),
         html.H3("Against the chosen x-axis"),
         html.Div([dcc.Graph(id=gid, style={"width": "49%", "display": "inline-block"}) for gid, _ in GRID]),
-        html.H3("Runs (tick to restrict the charts; click a cell for the run's rounds and config)"),
+        html.H3("Runs (tick to restrict the charts; click a cell for the run's provenance, rounds and config)"),
         dash_table.DataTable(
             id="runs", row_selectable="multi", selected_row_ids=[], sort_action="native", page_size=50,
             style_cell={**small, "padding": "2px 6px"},
@@ -187,6 +189,7 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
         ),
         html.Div(id="detail", children=[
             html.H4("Run", id="detail-title"),
+            html.Pre(id="detail-provenance", style={"fontSize": 11, "background": "#f6f6f6"}),
             dash_table.DataTable(id="detail-rounds", style_cell={**small, "padding": "2px 6px"},
                                  style_table={"overflowX": "auto"}),
             html.Pre(id="detail-config", style={"fontSize": 11, "maxHeight": "300px", "overflow": "auto",
@@ -248,6 +251,7 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
 
     @app.callback(Output("detail-title", "children"), Output("detail-rounds", "data"),
                   Output("detail-rounds", "columns"), Output("detail-config", "children"),
+                  Output("detail-provenance", "children"),
                   Input("runs", "active_cell"), Input("acc-x", "clickData"), Input("acc-bytes", "clickData"),
                   prevent_initial_call=True)
     def drill_down(cell, click_x, click_bytes):
@@ -259,10 +263,10 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
             points = (click or {}).get("points") or []
             run_id = points[0].get("customdata") if points else None  # individual-runs mode only
         if not run_id:
-            return no_update, no_update, no_update, no_update
+            return no_update, no_update, no_update, no_update, no_update
         rounds, text = run_detail(store, run_id)
         return (f"Run {run_id}", rounds.round(4).to_dict("records"),
-                [{"name": c, "id": c} for c in rounds.columns], text)
+                [{"name": c, "id": c} for c in rounds.columns], text, run_provenance(store, run_id))
 
     @app.callback(Output("download", "data"), Input("csv-btn", "n_clicks"), Input("md-btn", "n_clicks"),
                   State("compare", "data"), State("compare", "columns"), prevent_initial_call=True)

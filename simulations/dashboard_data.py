@@ -32,7 +32,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records import finite_number, parse_round_line, run_status, summarize
+from fedtext.records import PROVENANCE_PACKAGES, finite_number, parse_round_line, run_status, summarize
 
 RUN_COLUMNS = [
     "run_id", "experiment", "label", "method", "dataset", "partition", "seed", "holdout", "options", "status",
@@ -485,6 +485,42 @@ def run_detail(root: str | Path | RunStore, run_id: str) -> tuple[pd.DataFrame, 
     text = json.dumps({"run_id": run_id, "status": run["status"], "note": run["note"], "config": run["config"],
                        "summary": run["summary"]}, indent=2, default=str)
     return pd.DataFrame(rows), text
+
+
+UNKNOWN = "unknown"  # a provenance field the record lacks (recorded before it existed) or could not tell
+
+
+def provenance_rows(config_file: dict | None) -> dict[str, str]:
+    """The drill-down's provenance block from a run's ``config.json`` (as loaded, or None):
+    git commit and tree state, package versions, SuperNodes launched, nodes connected at
+    training start, Flower's run id (:func:`fedtext.records.provenance`). A field the
+    record lacks reads :data:`UNKNOWN`; a run recorded before provenance existed still
+    shows its Python version, from ``machine``. A resumed run shows its first start's."""
+    meta = config_file if isinstance(config_file, dict) else {}
+    prov = meta.get("provenance") if isinstance(meta.get("provenance"), dict) else {}
+    versions = prov.get("versions") if isinstance(prov.get("versions"), dict) else {}
+    machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else {}
+    dirty = prov.get("git_dirty")
+    rows = {
+        "git commit": prov.get("git_commit"),
+        "git tree": ("dirty (uncommitted changes)" if dirty else "clean") if isinstance(dirty, bool) else None,
+        **{name: versions.get(name) for name in PROVENANCE_PACKAGES},
+        "python": versions.get("python") or machine.get("python"),
+        "SuperNodes launched": prov.get("num_supernodes"),
+        "nodes at start": prov.get("nodes_at_start"),
+        "Flower run id": prov.get("flower_run_id"),
+    }
+    return {k: UNKNOWN if v is None else str(v) for k, v in rows.items()}
+
+
+def run_provenance(root: str | Path | RunStore, run_id: str) -> str:
+    """A run's provenance block as text, one ``field: value`` line each (:func:`provenance_rows`)."""
+    runs = store(root).loaded([run_id])
+    if not runs:
+        return f"no run {run_id}"
+    rows = provenance_rows(runs[0]["config"])
+    width = max(map(len, rows))
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows.items())
 
 
 # ------------------------------------------------------------------- lines to draw

@@ -70,7 +70,7 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
     started = time.time()
     _record_before_ray_sigterm()
     run_simulation(
-        server_app=make_server_app(overrides),
+        server_app=make_server_app(overrides, num_supernodes),
         client_app=make_client_app(overrides),
         num_supernodes=num_supernodes,
         backend_config=backend_config(cpus_per_client, ray_address),

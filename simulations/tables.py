@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records import finite_number, runs_under, summarize
+from fedtext.records import FINISHED, finite_number, runs_under, summarize
 
 COLUMNS = {
     "final_accuracy": "final acc",
@@ -35,6 +35,17 @@ COLUMNS = {
 }
 
 
+# The columns that tell one run of a table row from another: a variant's runs differ in
+# seed and, for P/NP experiments, in the held-out clients.
+SEED_KEY = ["variant", "dataset", "partition", "seed", "holdout"]
+
+
+def run_key(cfg: dict[str, Any]) -> tuple[Any, Any, str]:
+    """``(variant, seed, holdout)`` of a recorded run-config: the variant is ``run-name``
+    (the compare runner's label) or else the method; no holdout reads ``""``."""
+    return cfg.get("run-name") or cfg.get("method"), cfg.get("seed"), str(cfg.get("holdout") or "")
+
+
 def load_runs(root: str | Path) -> pd.DataFrame:
     """One row per run directory under ``root`` (any depth); unfinished runs included."""
     return run_rows(runs_under(root))
@@ -49,17 +60,19 @@ def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
             continue
         cfg = run["config"].get("config", {})
         summary = run["summary"] or {**summarize(run["rounds"]), "status": run["status"]}
+        variant, seed, holdout = run_key(cfg)
         rows.append(
             {
                 "run_id": run["config"].get("run_id", Path(run["dir"]).name),
+                "started": finite_number(run["config"].get("started_epoch")),
                 "method": cfg.get("method"),
-                "variant": cfg.get("run-name") or cfg.get("method"),
-                "holdout": cfg.get("holdout") or "",
+                "variant": variant,
+                "holdout": holdout,
                 "dataset": Path(str(cfg.get("dataset"))).name,
                 "partition": (f"dirichlet α={cfg.get('alpha')}" if cfg.get("partition") == "dirichlet"
                               else cfg.get("partition")),
                 "alpha": cfg.get("alpha"),
-                "seed": cfg.get("seed"),
+                "seed": seed,
                 "status": summary.get("status"),
                 "rounds_done": summary.get("rounds_done"),
                 "initial_accuracy": summary.get("initial_accuracy"),
@@ -99,6 +112,18 @@ def round_costs(rounds: list[dict[str, Any]]) -> dict[str, float | None]:
                                        / len(metrics)) if distilled else None,
         "server_peak_mb": max(peaks) if peaks else None,
     }
+
+
+def one_run_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """The rows a results table counts: finished runs only (failed, running, stale and
+    malformed ones are left out), and one run per :data:`SEED_KEY`: where a seed finished
+    several times, the newest (latest ``started_epoch`` in its ``config.json``; a record
+    without one counts as oldest). The rows keep their order."""
+    if runs.empty:
+        return runs
+    done = runs[runs["status"] == FINISHED]
+    newest = done.sort_values("started", kind="stable", na_position="first").drop_duplicates(SEED_KEY, keep="last")
+    return done[done.index.isin(newest.index)]
 
 
 def compare_table(runs: pd.DataFrame) -> pd.DataFrame:
