@@ -5,6 +5,7 @@ The Flower smoke runs of both methods are in ``tests/test_integration.py``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
@@ -14,8 +15,10 @@ from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
+from fedtext.backbone import Backbone, EncodedBatch
 from fedtext.data import client_data
-from fedtext.methods.feddpg import FedDPGModel, forget_split, make_generator, relabel, unlearn, unlearning_loss
+from fedtext.methods.feddpg import (FedDPGModel, forget_split, make_generator, mean_embedding, relabel, unlearn,
+                                    unlearning_loss)
 from fedtext.methods.fedptuning_v2 import DeepPromptModel, attention_projections, deep_prompts
 from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
@@ -360,3 +363,146 @@ def test_unlearning_table_compares_the_rounds_around_the_unlearning_round(tmp_pa
     (row,) = unlearning_rows(tmp_path / "runs")
     assert 100 * (0.87 - 0.89) < -2 and row["worst other change"] == pytest.approx(-2)  # float arithmetic
     assert row["meets criteria"]  # losing 2 of 100 texts is "no more than 2 points"
+
+
+# ------------------------------------------- the math, on hand-checkable values
+def test_every_layers_keys_and_values_at_positions_1_to_T_are_that_layers_prefix(backbone: Backbone) -> None:
+    """P-tuning v2: at *every* layer l, both the key and the value projection's outputs at
+    positions 1..T are the prefixes K_l and V_l; [CLS] (position 0) and the text
+    (positions T+1..) keep the projections of their hidden states."""
+    cfg = make_config("fedptuning-v2", prompt_length=3, **SMALL)
+    model = DeepPromptModel(cfg, backbone)
+    layers, t, d = model.layers, 3, backbone.dim
+    assert layers == 6
+    # hand values: K_l = l + 1 and V_l = -(l + 1) in every entry (no projection outputs these)
+    keys = torch.stack([torch.full((t, d), float(l + 1)) for l in range(layers)])
+    values = -keys
+    batch = backbone.encode(["a fine movie", "the market fell sharply today", "bad"], [0, 1, 0])  # 3 rows
+    seen: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def probe(layer: int, kind: str) -> Callable[[torch.nn.Module, tuple, torch.Tensor], None]:
+        def hook(_mod: torch.nn.Module, inp: tuple, out: torch.Tensor) -> None:
+            if out.shape[0] == len(batch):  # the batch's forward, not a label description's
+                seen[(layer, kind)] = (inp[0].detach(), out.detach())
+        return hook
+
+    with deep_prompts(backbone, keys, values), torch.no_grad():
+        # registered after the prefix hooks, so they see the outputs the attention receives
+        probes = [m.register_forward_hook(probe(l, kind)) for l, pair in enumerate(attention_projections(backbone))
+                  for kind, m in zip(("key", "value"), pair, strict=True)]
+        try:
+            model.logits(keys, values, batch)
+        finally:
+            for p in probes:
+                p.remove()
+        projections = attention_projections(backbone)
+        assert sorted(seen) == sorted((l, k) for l in range(layers) for k in ("key", "value"))
+        for (layer, kind), (inp, out) in seen.items():
+            prefix = (keys if kind == "key" else values)[layer]  # = ±(layer + 1) everywhere
+            torch.testing.assert_close(out[:, 1:1 + t], prefix.expand(len(batch), t, d), rtol=0, atol=0)
+            mod = projections[layer][0 if kind == "key" else 1]
+            plain = torch.nn.functional.linear(inp, mod.weight, mod.bias)  # W h + b, no hook
+            torch.testing.assert_close(out[:, :1], plain[:, :1])
+            torch.testing.assert_close(out[:, 1 + t:], plain[:, 1 + t:])
+
+
+def test_generator_is_a_two_layer_relu_mlp_on_hand_values() -> None:
+    """G of eq. (2): W2·ReLU(W1·ē + b1) + b2, here with D = 2, h = 2, |P| = 1."""
+    g = make_generator(2, 2, 1)
+    with torch.no_grad():
+        g[0].weight.copy_(torch.tensor([[1.0, 0.0], [0.0, -1.0]]))
+        g[0].bias.zero_()
+        g[2].weight.copy_(torch.tensor([[1.0, 1.0], [2.0, 3.0]]))
+        g[2].bias.fill_(0.5)
+        # ē = [1, 2]: W1 ē = [1, -2] -> ReLU [1, 0] -> W2 [1, 0] + 0.5 = [1.5, 2.5] (no ReLU: [-0.5, -3.5])
+        out = g(torch.tensor([[1.0, 2.0]]))
+    assert out.tolist() == [[1.5, 2.5]]
+
+
+def test_mean_embedding_on_hand_values_counts_only_attended_tokens() -> None:
+    """ē = (1/n) Σ_i e_i over the n attended tokens of each row, padding excluded."""
+    table = torch.tensor([[0.0, 0.0], [1.0, 2.0], [3.0, 4.0], [10.0, 10.0]])  # ids 0..3, id 0 = padding
+    stub = SimpleNamespace(embeddings=torch.nn.Embedding.from_pretrained(table))
+    batch = EncodedBatch(torch.tensor([[1, 2, 0], [3, 0, 0], [1, 3, 2]]),
+                         torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]]), torch.zeros(3, dtype=torch.long))
+    # row 0: ([1, 2] + [3, 4]) / 2 = [2, 3]; row 1: [10, 10] / 1; row 2: ([1,2] + [10,10] + [3,4]) / 3 = [14/3, 16/3]
+    # (over the padded width 3 row 0 would be [4/3, 2])
+    got = mean_embedding(stub, batch)
+    torch.testing.assert_close(got, torch.tensor([[2.0, 3.0], [10.0, 10.0], [14 / 3, 16 / 3]]))
+
+
+def test_prompt_is_b2_when_W2_is_zero_and_sits_right_after_cls(backbone: Backbone) -> None:
+    """With W2 = 0, G(ē) = b2 for every input, reshaped row-major to [|P|, D] (eq. 2), and
+    z = [CLS] P x_1..x_n (eq. 3, P after [CLS]): the encoder's input positions 1..|P| are P."""
+    model = FedDPGModel(dpg(prompts=2, hidden=3), backbone)
+    w1, b1, w2, _ = model.initial_arrays()
+    # hand values: b2[j] = j / 1000, so P[p, d] = (384·p + d) / 1000, e.g. P[1, 0] = 0.384, P[0, 383] = 0.383
+    b2 = np.arange(2 * 384, dtype=np.float32) / 1000
+    model.load([w1, b1, np.zeros_like(w2), b2])
+    batch = backbone.encode(["a fine movie", "the market fell sharply today", "ok"], [0, 1, 0])
+    expected = torch.as_tensor(b2).reshape(2, 384)
+    assert float(expected[1, 0]) == pytest.approx(0.384) and float(expected[0, 383]) == pytest.approx(0.383)
+    captured: list[dict] = []
+
+    def grab(_mod: torch.nn.Module, _args: tuple, kwargs: dict) -> None:
+        if kwargs.get("inputs_embeds") is not None and len(kwargs["inputs_embeds"]) == len(batch):
+            captured.append(kwargs)
+
+    hook = backbone.encoder.register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            prompts = model.prompts(batch)
+            model.logits(batch)
+    finally:
+        hook.remove()
+    for i in range(len(batch)):  # the same prompt whatever the text
+        torch.testing.assert_close(prompts[i], expected, rtol=0, atol=0)
+    (kw,) = captured
+    x, att = kw["inputs_embeds"], kw["attention_mask"]
+    with torch.no_grad():
+        tok = backbone.embeddings(batch.input_ids)
+    assert tuple(x.shape) == (3, 1 + 2 + batch.input_ids.shape[1] - 1, 384)
+    torch.testing.assert_close(x[:, 0], tok[:, 0])  # [CLS]
+    torch.testing.assert_close(x[:, 1:3], expected.expand(3, 2, 384))  # P at positions 1..|P|
+    torch.testing.assert_close(x[:, 3:], tok[:, 1:])  # then the text and [SEP]
+    assert (att[:, :3] == 1).all()  # [CLS] and the prompt are attended
+    torch.testing.assert_close(att[:, 3:], batch.attention_mask[:, 1:])  # the text's padding stays masked
+
+
+def test_server_mean_of_G_is_uniform_over_three_clients_eq_1() -> None:
+    """Eq. (1): (1/C) Σ_c G_c, whatever each client's example count."""
+    strat = FedDPG(dpg(prompts=1, hidden=2), TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat.begin_round(1)
+    specs = strat.model.global_specs()
+    ups = [[np.full(s.shape, v * (i + 1), np.float32) for i, s in enumerate(specs)] for v in (1.0, 2.0, 6.0)]
+    params, _ = strat.aggregate_fit(1, [fit_res(a, n, pid) for pid, (a, n) in enumerate(zip(ups, (1, 1, 10)))], [])
+    # tensor i: (1 + 2 + 6)(i + 1) / 3 = 3(i + 1); example-weighted would be (1 + 2 + 60)(i + 1) / 12 = 5.25(i + 1)
+    for i, x in enumerate(comm.decode(params)):
+        np.testing.assert_allclose(x, 3.0 * (i + 1), rtol=1e-6)
+
+
+def test_unlearning_loss_on_hand_values_with_unequal_sets() -> None:
+    """Eq. (5) with three retained and two relabelled examples (2 classes), so that a sum and a
+    mean differ in both terms, and each term's sign and λ are visible."""
+    l3 = float(np.log(3.0))
+    l7 = float(np.log(7.0))
+    # retained: CE ln 2 (p = 1/2), ln 4 (p = 1/4), ln 8 (p = 1/8): mean 2 ln 2, sum 6 ln 2
+    keep = torch.tensor([[0.0, 0.0], [l3, 0.0], [l7, 0.0]])
+    keep_labels = torch.tensor([0, 1, 1])
+    # relabelled: CE ln 4 (p = 1/4), ln 8 (p = 1/8): mean 2.5 ln 2, sum 5 ln 2
+    forget = torch.tensor([[l3, 0.0], [0.0, l7]])
+    relabels = torch.tensor([1, 0])
+    ln2 = float(np.log(2.0))
+    # sets, λ = 0.5: 2 ln 2 + 0.5 · 2.5 ln 2 = 3.25 ln 2
+    got = unlearning_loss(keep, keep_labels, forget, relabels, lam=0.5, weighting="sets")
+    assert float(got) == pytest.approx(3.25 * ln2, rel=1e-6)
+    # examples, λ = 0.5: (6 ln 2 + 0.5 · 5 ln 2) / (3 + 0.5 · 2) = 8.5 / 4 ln 2 = 2.125 ln 2
+    got = unlearning_loss(keep, keep_labels, forget, relabels, lam=0.5, weighting="examples")
+    assert float(got) == pytest.approx(2.125 * ln2, rel=1e-6)
+    # λ = 0: the retained term alone, 2 ln 2 in both weightings
+    for weighting in ("sets", "examples"):
+        assert float(unlearning_loss(keep, keep_labels, forget, relabels, 0.0, weighting)) == pytest.approx(
+            2 * ln2, rel=1e-6)
+    # λ = 2, sets: 2 ln 2 + 2 · 2.5 ln 2 = 7 ln 2 (a subtracted term would give -3 ln 2)
+    assert float(unlearning_loss(keep, keep_labels, forget, relabels, 2.0, "sets")) == pytest.approx(7 * ln2, rel=1e-6)

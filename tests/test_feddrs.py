@@ -5,6 +5,7 @@ The Flower smoke runs of both (every FedDRS sampling option) are in ``tests/test
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from types import SimpleNamespace
 
 import numpy as np
@@ -13,13 +14,14 @@ import torch
 from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
+from fedtext.backbone import Backbone
 from fedtext.config import ConfigError
 from fedtext.data import client_data, partition_train
 from fedtext.methods.feddrs import (SAMPLERS, Teaching, adversarial_loss, adversarial_samples, distill_steps,
                                     kl_to_student, parse_sampling, pseudo_labels, random_embeddings, sequence_ends,
                                     target_loss, target_samples, word_embedding_name, wrap)
 from fedtext.registry import METHODS, make_config
-from fedtext.strategy import weighted_mean
+from fedtext.strategy import Upload, weighted_mean
 from fedtext.tasks import TASKS
 from strategies import FedDF, FedDRS
 
@@ -275,3 +277,158 @@ def test_alpha_to_zero_partition_puts_each_client_on_one_label_and_each_label_on
     assert labels == [{i % 2} for i in range(clients)]  # client i: label i mod C only (demo: C = 2)
     if clients == 2:  # as many clients as labels: every label on exactly one client
         assert labels[0] | labels[1] == {0, 1} and labels[0] != labels[1]
+
+
+# ------------------------------------------- the math, on hand-checkable values
+class _FixedLogits:
+    """A stand-in network whose ``embeds_logits`` returns fixed logits and records its input."""
+
+    def __init__(self, probs: list[list[float]]) -> None:
+        self.logits = torch.log(torch.tensor(probs))
+        self.seen: list[torch.Tensor] = []
+
+    def embeds_logits(self, embeds: torch.Tensor) -> torch.Tensor:
+        self.seen.append(embeds)
+        return self.logits
+
+
+def test_adversarial_loss_is_teacher_ce_minus_lambda_student_ce_eq_7(nets: tuple[Backbone, Backbone]) -> None:
+    """Eq. (7) at a fixed θ: ``CE(f(θ; ω_k), γ) − λ·CE(f(θ; ω_S), γ)``, the sign of λ included."""
+    # stand-ins: γ = [0, 1]; the teacher gives γ the probabilities 1/2 and 1/4, the student 1/8 and 1/2
+    teacher = _FixedLogits([[0.5, 0.5], [0.75, 0.25]])
+    student = _FixedLogits([[0.125, 0.875], [0.5, 0.5]])
+    gamma = torch.tensor([0, 1])
+    ends, theta = torch.zeros(2, 3), torch.ones(2, 4, 3)
+    # CE_t = (ln 2 + ln 4) / 2 = 1.5 ln 2, CE_s = (ln 8 + ln 2) / 2 = 2 ln 2;
+    # λ = 0.25: 1.5 ln 2 − 0.25 · 2 ln 2 = ln 2 (a flipped sign would give 2 ln 2)
+    got = adversarial_loss(teacher, student, ends, theta, gamma, lam=0.25)
+    assert float(got) == pytest.approx(np.log(2), rel=1e-6)
+    for net in (teacher, student):  # both see the same [CLS] θ [SEP] sequence
+        (x,) = net.seen
+        assert torch.equal(x, wrap(ends, theta))
+    # the real networks: CE computed here from each one's logits, −log p(γ) averaged by hand
+    real_teacher, real_student = nets
+    ends = sequence_ends(real_student)
+    theta = random_embeddings(real_student, 3, 4, 0.5, np.random.default_rng(8))
+    gamma = torch.tensor([0, 1, 1])
+    with torch.no_grad():
+        x = wrap(ends, theta)
+        ce_t = -torch.log_softmax(real_teacher.embeds_logits(x), -1)[torch.arange(3), gamma].mean()
+        ce_s = -torch.log_softmax(real_student.embeds_logits(x), -1)[torch.arange(3), gamma].mean()
+        got = adversarial_loss(real_teacher, real_student, ends, theta, gamma, lam=0.4)
+    assert abs(float(ce_s)) > 1e-3  # the student's term is there to be weighed
+    assert float(got) == pytest.approx(float(ce_t - 0.4 * ce_s), rel=1e-5, abs=1e-6)
+
+
+def test_with_the_similarity_head_the_embedding_layer_stays_the_clients_average() -> None:
+    """ω^emb is never distilled (§4): with ``head=similarity`` the label descriptions are
+    encoded through the word embeddings, so they *would* get a gradient if distilled
+    (with ``linear`` they get none either way)."""
+    strat = FedDRS(drs(head="similarity", num_server_rounds=2, distill_lr=1e-5, **TINY_DISTILL), TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat.begin_round(1)
+    uploads = _uploads(strat)
+    results = [fit_res([*a, c], n, pid) for pid, ((a, c), n) in enumerate(zip(uploads, (10, 30), strict=True))]
+    params, _ = strat.aggregate_fit(1, results, [])
+    new = comm.decode(params)
+    # ω^emb = (10·e_0 + 30·e_1) / 40, the FedAvg start, to the bit
+    average = weighted_mean([a for a, _ in uploads], [10, 30])
+    names = [s.name for s in strat.model.global_specs()]
+    assert "head.weight" not in names  # the similarity head has no weights of its own
+    emb = names.index(word_embedding_name(strat.model.network))
+    np.testing.assert_array_equal(new[emb], average[emb])
+    moved = [n for i, n in enumerate(names) if not np.array_equal(new[i], average[i])]
+    assert any(".attention." in n for n in moved)  # the task parameters were distilled
+
+
+def _spied_rounds(monkeypatch: pytest.MonkeyPatch, rounds: int, run: int, counts: list[list[float]],
+                  **kw: object) -> tuple[FedDRS, list[dict], list[list[Teaching]]]:
+    """Run server rounds 1..``run`` of a ``rounds``-round FedDRS with the samplers and
+    the distillation replaced by spies: target sampling returns θ = 1 everywhere,
+    adversarial θ = 2, and no student step is taken. Returns the strategy, every
+    sampler call (``kind``, ``round``, ``gamma``, ``lam``) and every iteration's teachings."""
+    strat = FedDRS(drs(num_server_rounds=rounds, **{**TINY_DISTILL, **kw}), TASKS["demo"])
+    calls: list[dict] = []
+    taught: list[list[Teaching]] = []
+    current = {"round": 0}
+
+    def target(teacher: Backbone, ends: torch.Tensor, theta0: torch.Tensor, gamma: torch.Tensor, steps: int,
+               beta: float) -> torch.Tensor:
+        calls.append(dict(kind="target", round=current["round"], gamma=gamma.clone(), lam=None))
+        return torch.full_like(theta0, 1.0)
+
+    def adversarial(teacher: Backbone, student: Backbone, ends: torch.Tensor, theta0: torch.Tensor,
+                    gamma: torch.Tensor, lam: float, steps: int, beta: float) -> torch.Tensor:
+        calls.append(dict(kind="adversarial", round=current["round"], gamma=gamma.clone(), lam=lam))
+        return torch.full_like(theta0, 2.0)
+
+    def distill(student: Backbone, params: list[torch.nn.Parameter], teachings: list[Teaching],
+                logits: Callable[[Backbone, object], torch.Tensor], steps: int, lr: float) -> tuple[float, float]:
+        taught.append(list(teachings))
+        return 1.0, 0.5
+
+    monkeypatch.setattr("strategies.feddrs.target_samples", target)
+    monkeypatch.setattr("strategies.feddrs.adversarial_samples", adversarial)
+    monkeypatch.setattr("strategies.feddrs.distill_steps", distill)
+    base = strat.model.initial_arrays()
+    names = [s.name for s in strat.model.upload_specs()]
+    uploads = [Upload(None, str(pid), 5, dict(zip(names, [*base, np.asarray(c, np.float32)], strict=True)), {})
+               for pid, c in enumerate(counts)]
+    for r in range(1, run + 1):
+        current["round"] = r
+        strat.begin_round(r)
+        strat.aggregate(r, uploads)
+    return strat, calls, taught
+
+
+def test_post_processing_uses_lambda_star_after_the_last_round_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Alg. 1 line 8 and §4: the last round's post-processing samples with λ* (``post-lam``),
+    every earlier round with λ (``lam``), and I* iterations instead of I."""
+    _, calls, taught = _spied_rounds(monkeypatch, 2, 2, [[2, 2], [1, 3]], sampling="adversarial", lam=0.1,
+                                     post_lam=0.7, iterations=1, post_iterations=2)
+    lams = {r: [c["lam"] for c in calls if c["round"] == r] for r in (1, 2)}
+    # round 1: I = 1 iteration x 2 teachers at λ = 0.1; round 2 (the last): I* = 2 iterations x 2 teachers at λ* = 0.7
+    assert lams == {1: [0.1, 0.1], 2: [0.7] * 4}
+    assert len(taught) == 1 + 2
+
+
+def test_every_samplers_samples_reach_the_distillation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``sampling=mixed``: each teacher's data is ``sample-batch`` random, then target, then
+    adversarial pseudo sequences (§4, D_p = {θ^rd, θ^tr, θ^ad}), with the teacher's softmax on all."""
+    strat, calls, taught = _spied_rounds(monkeypatch, 2, 1, [[2, 2], [1, 3]], sampling="mixed", sample_batch=2,
+                                         sample_length=4)
+    assert [c["kind"] for c in calls] == ["target", "adversarial"] * 2  # per teacher, in SAMPLERS order
+    (teachings,) = taught  # round 1: I = 1 iteration, one Teaching per teacher
+    assert len(teachings) == 2
+    student = strat.model.network  # nothing was distilled: still the average
+    ends = sequence_ends(student)
+    # the first teacher's random block is the first draw of the iteration's generator
+    rd = random_embeddings(student, 2, 4, strat.mcfg.noise, np.random.default_rng([strat.cfg.seed, 1, 0, 0xD125]))
+    for k, t in enumerate(teachings):
+        x = t.inputs
+        assert tuple(x.shape) == (3 * 2, 4 + 2, student.dim)  # 3 samplers x 2 sequences of [CLS] 4 [SEP]
+        assert torch.equal(x[:, 0], ends[0].expand(6, -1)) and torch.equal(x[:, -1], ends[1].expand(6, -1))
+        theta = x[:, 1:-1]
+        if k == 0:
+            assert torch.equal(theta[:2], rd)  # θ^rd as drawn
+        assert not torch.isin(theta[:2], torch.tensor([1.0, 2.0])).all()
+        assert (theta[2:4] == 1.0).all()  # θ^tr: the target sampler's output
+        assert (theta[4:6] == 2.0).all()  # θ^ad: the adversarial sampler's output
+        with torch.no_grad():
+            probs = torch.softmax(strat.teacher.load(strat.model.initial_arrays()).embeds_logits(x), -1)
+        torch.testing.assert_close(t.probs, probs)  # every client uploaded the initial model here
+
+
+def test_pseudo_labels_gamma_follow_each_clients_uploaded_label_counts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """γ_k is drawn from client k's ``label_counts`` (§4, §5.2): a client holding only label 0
+    gets γ = 0 everywhere, one holding only label 1 gets γ = 1 (``label-prior=uniform``: both)."""
+    _, calls, _ = _spied_rounds(monkeypatch, 2, 1, [[4, 0], [0, 4]], sampling="target+adversarial", sample_batch=16)
+    # calls: teacher 0's target and adversarial γ, then teacher 1's; p = (4/4, 0/4) and (0/4, 4/4)
+    assert [c["kind"] for c in calls] == ["target", "adversarial"] * 2
+    for c in calls[:2]:
+        assert c["gamma"].tolist() == [0] * 16
+    for c in calls[2:]:
+        assert c["gamma"].tolist() == [1] * 16
+    _, calls, _ = _spied_rounds(monkeypatch, 2, 1, [[4, 0], [0, 4]], sampling="target+adversarial", sample_batch=16,
+                                label_prior="uniform")
+    assert all(set(c["gamma"].tolist()) == {0, 1} for c in calls)  # 16 uniform draws: both labels (seeded)
