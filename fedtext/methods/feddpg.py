@@ -175,7 +175,7 @@ class FedDPGConfig(MethodConfig):
     batch_size: int = 16
     unlearn_round: int = 0  # FedDPGu: the round in which unlearn-client unlearns (0 = never)
     unlearn_client: int = 0  # partition id of the client that asks to forget
-    forget_fraction: float = 0.2  # share of that client's training examples to forget (§4.3: 20%)
+    forget_fraction: float = 0.2  # share of that client's training examples to forget (§4.2.5: 20%)
     unlearn_lambda: float = 1.0  # λ of eq. (5)
     unlearn_loss: str = "sets"  # sets: mean CE(retained) + λ·mean CE(relabelled); examples: λ per example
     unlearn_steps: int = 16  # full-batch steps of the unlearning update (at most, with unlearn-target)
@@ -235,7 +235,11 @@ def unlearning_loss(keep_logits: torch.Tensor | None, keep_labels: torch.Tensor,
     (Σ_r CE + λ·Σ_u CE) / (n_r + λ·n_u): with λ = 1 it is the authors' code
     (``client_unlearn``: one cross-entropy over the client's data with the forgotten
     labels replaced in place), where the relabelled share of the loss is n_u / n_c
-    (20% under §4.3's forget fraction). ``keep_logits = None``: nothing is retained.
+    (20% under §4.2.5's forget fraction). ``keep_logits = None``: nothing is retained.
+
+    The retained set is *all* of the client's other training examples, full batch: §3.3
+    trains on the relabelled data plus "some randomly selected correct samples" and does
+    not say how many; the authors' code keeps them all, and so do we.
     """
     ce = torch.nn.functional.cross_entropy
     if weighting == "sets":
