@@ -67,3 +67,11 @@ def own_processes():
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
+    """Say which random order ran (pytest-randomly prints it only in the header, which
+    ``-q`` hides), so that an order-dependent failure can be replayed exactly."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if config.pluginmanager.hasplugin("randomly") and isinstance(seed, int):
+        terminalreporter.write_line(f"random test order: seed {seed} (replay: python -m pytest tests --randomly-seed={seed})")
