@@ -6,7 +6,8 @@ the trained weights (co-planning), whether and how it pseudo-labels, and the hea
 A fit message carries ``train`` and ``label`` (0/1) and, when labelling, either
 ``pace`` (``"f-n-k"``: keep ``Pace.target`` pseudo labels) or ``label_count`` (static).
 A client first pseudo-labels (§2.3: the downloaded global model infers on its filtered
-unlabelled texts, the most confident become labels, earlier ones re-labelled), then
+unlabelled texts, the most confident become labels, or, with ``pseudo-pick=class-quota``,
+per-class quotas drawn by confidence; earlier ones are re-labelled, not kept), then
 trains one local epoch on gold + pseudo labels. A labelling-only client uploads
 nothing (an empty result, the server does not aggregate it).
 
@@ -28,7 +29,8 @@ from flwr.common import NDArrays, Scalar
 
 from fedtext.backbone import EncodedBatch, _mean_pool
 from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
-from fedtext.methods.fes import FewShotModel, knn_sets, parse_paces, representational_filter, split_pool
+from fedtext.methods.fes import (PSEUDO_PICK_SALT, PSEUDO_PICKS, FewShotModel, knn_sets, parse_paces,
+                                 pseudo_target, representational_filter, split_pool)
 
 
 class FewShotClient(FedTextClient):
@@ -71,7 +73,8 @@ class FewShotClient(FedTextClient):
         t0 = time.time()
         emb = self.proxy_embeddings(list(self.unlabeled["text"]))
         keep = max(1, int(round(self.mcfg.keep_ratio * n)))
-        kept = representational_filter(knn_sets(emb, self.mcfg.neighbours), keep, self.mcfg.rho)
+        neighbours = knn_sets(emb, self.mcfg.neighbours, centre=self.mcfg.centre_proxy)
+        kept = representational_filter(neighbours, keep, self.mcfg.rho)
         self.store(kept=sorted(kept))
         return np.asarray(sorted(kept), dtype=int), time.time() - t0
 
@@ -88,18 +91,22 @@ class FewShotClient(FedTextClient):
 
     # ---------------------------------------------------------- pseudo labels
     def pseudo_label(self, net, config: dict[str, Scalar]) -> dict[str, Scalar]:
-        """Run the global model on the candidate texts; keep the most confident as labels."""
+        """Run the global model on the candidate texts and choose pseudo labels (§2.3):
+        ``pseudo-pick`` (:data:`PSEUDO_PICKS`) picks ``target`` of them (less the gold
+        labels under ``gold-in-target``), replacing every earlier pseudo label."""
         ids, filter_s = self.candidates()
+        server_round = int(config.get("server_round", 0))
         if "pace" in config:
-            target = parse_paces(str(config["pace"]))[0].target(len(ids), int(config.get("server_round", 0)))
+            target = parse_paces(str(config["pace"]))[0].target(len(ids), server_round)
         else:
             target = min(len(ids), int(config.get("label_count", 0)))
+        target = pseudo_target(target, len(self.gold), self.mcfg.gold_in_target)
         t0 = time.time()
         probs, batches = self.predict(net, ids)
         infer_s = time.time() - t0
-        conf = probs.max(1) if len(ids) else np.zeros(0)
-        order = np.argsort(-conf, kind="stable")[:target]
-        chosen, labels = ids[order], probs.argmax(1)[order] if len(ids) else np.zeros(0, int)
+        rng = np.random.default_rng([self.cfg.seed, self.partition_id, server_round, PSEUDO_PICK_SALT])
+        rows, labels = PSEUDO_PICKS[self.mcfg.pseudo_pick](probs, target, rng)
+        chosen = ids[rows]
         self.store(ids=chosen.tolist(), labels=labels.tolist())
         truth = self.unlabeled["label"].to_numpy()[chosen] if len(chosen) else np.zeros(0)
         return {

@@ -13,6 +13,17 @@ the few-shot clients' optimiser: ``lr`` full, ``bias-lr`` bias-only) and tests i
 shallowest (f = 0). Each probed plan also gets its per-round device estimate: measured
 seconds per training batch x steps + its bytes both ways at ``--bandwidth-mbps``.
 Prints one line per probed plan and the chosen ``fes.frozen-layers`` / ``fes.bias-layers``.
+
+Which texts the plans are tested on (``--eval-on``, :data:`EVAL_SETS`):
+
+* ``test`` (default, what ``results/fes_ag_news/fes_plan.txt`` used): the server's test
+  texts, :func:`fedtext.data.server_test` with ``--seed`` and ``--eval-size``. With
+  ``--seed S --eval-size 200`` these are *exactly* the 200 texts that the runs of seed S
+  with ``eval-size=200`` report accuracy on, so a plan chosen this way is chosen on the
+  reported test set.
+* ``heldout``: ``--eval-size`` texts of the dataset's *train* split that are not among
+  the search's own gold texts (seeded): disjoint from every test text any run reports,
+  whatever its seed or ``eval-size``.
 """
 
 from __future__ import annotations
@@ -20,8 +31,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from collections.abc import Callable
 
 import numpy as np
+import pandas as pd
 import torch
 
 from fedtext.backbone import backbone_for
@@ -29,6 +42,21 @@ from fedtext.data import load_splits, server_test
 from fedtext.methods.fes import num_layers, search_depth
 from fedtext.registry import METHODS, make_config
 from fedtext.tasks import resolve_task
+
+
+def heldout_rows(n_train: int, gold_rows: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """``size`` rows (sorted) of a train split of ``n_train`` rows, none of ``gold_rows``, seeded."""
+    rest = np.setdiff1d(np.arange(n_train), gold_rows)
+    rng = np.random.default_rng([seed, 0x4E1D])
+    return np.sort(rng.choice(rest, size=min(size, len(rest)), replace=False))
+
+
+# --eval-on: (base config, train split, the search's gold rows, seed) -> the texts plans are tested on
+EVAL_SETS: dict[str, Callable[..., pd.DataFrame]] = {
+    "test": lambda cfg, train, gold_rows, seed: server_test(cfg),
+    "heldout": lambda cfg, train, gold_rows, seed: train.iloc[
+        heldout_rows(len(train), gold_rows, cfg.eval_size or len(train), seed)].reset_index(drop=True),
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gold", type=int, default=64, help="labelled proxy texts")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--eval-size", type=int, default=200)
+    ap.add_argument("--eval-on", choices=tuple(EVAL_SETS), default="test",
+                    help="test: the server's test texts (the reported ones for the same seed and eval-size); "
+                         "heldout: train-split texts outside the search's gold set, disjoint from every test text")
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--bandwidth-mbps", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
@@ -53,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     train = load_splits(args.dataset).train
     rows = np.random.default_rng([args.seed, 0x91A]).choice(len(train), size=min(args.gold, len(train)), replace=False)
     gold = backbone.encode(list(train["text"].iloc[rows]), list(train["label"].iloc[rows]))
-    test = server_test(cfg0)
+    test = EVAL_SETS[args.eval_on](cfg0, train, rows, args.seed)
     test_batches = backbone.batches(list(test["text"]), list(test["label"]))
     top = max(0, min(args.full_layers, layers))
     results: dict[int, float] = {}

@@ -30,18 +30,34 @@ MLM checkpoint ``head=mlm`` is PET's pattern/verbalizer pair exactly (§2.2).
 
 Where the paper is silent, or the authors' code (UbiquitousLearning/FeS) differs:
 
-* Confidence (§2.3 "top k highest confidence (logits)"): the softmax maximum; PET's
-  code ranks by logits of the predicted class. Same order for the ``similarity`` head
-  up to ties (its logits are ``20 * cos``, one shared scale).
+* Confidence and choice (§2.3 "the data with the top k highest confidence (logits) are
+  added"): by default (``pseudo-pick=top-k``) the ``k`` texts with the largest softmax
+  maximum, each labelled with its argmax (:func:`pick_top_k`). The authors' code
+  (``pet/ipet.py``, ``generate_ipet_train_set``) does not rank: it splits the count into
+  per-class quotas and, within each predicted class, *draws* texts without replacement
+  with probability proportional to their softmax maximum; ``pseudo-pick=class-quota`` is
+  that rule (:func:`pick_class_quota`). Their quotas follow the class counts of the
+  labels the client's unlabelled examples carry (``train_data=unlabeled_data`` in
+  ``pet/modeling.py``): the *true* labels the first time (which a client cannot know),
+  the previous labelling's predictions afterwards (written into the same objects); ours
+  follow the current predictions.
+* Gold labels and the count (§2.3 is silent): by default a client's gold labels come on
+  top of its pseudo-label count; the authors' ``pet/modeling.py`` counts them toward it
+  (``num_new_examples = augmented_point - len(train_data)``): ``gold-in-target=true``
+  (:func:`pseudo_target`).
 * Curriculum (§3.1 "k ... linear increase"): a client labelled in round ``i`` keeps
-  ``floor(|U| * k/100 * i/f)`` pseudo labels, its most confident ones, re-labelling all
-  earlier ones (§2.3); this is the authors' ``augmented_point`` formula. Static pacing
+  ``floor(|U| * k/100 * i/f)`` pseudo labels (its most confident ones under ``top-k``),
+  re-labelling all earlier ones (§2.3); this is the authors' ``augmented_point`` formula. Static pacing
   keeps ``static-labels`` (the paper's "100 pseudo labels per selected client per
   round"; the code keeps min(100, |U|) in total, which is what we do).
 * Filtering: eq. (2) exactly, ``score(u) = sum_{x in E(u)} rho^-|V(x) ∩ L|``; the code
-  also skips voters x that are themselves selected, and uses a 12-layer
+  (``fed/selective_annotating.py``, from vote-k) also skips voters x that are themselves
+  selected, breaks ties by vote count rather than id, and uses a 12-layer
   paraphrase-mpnet proxy with k=150 neighbours, rho=10 and a 10 % keep ratio; we use
-  the process's own frozen MiniLM as the proxy and scale k to the pools here.
+  the process's own frozen MiniLM as the proxy and scale k to the pools here. The
+  authors subtract the mean embedding of the client's texts before the cosine k-NN
+  (``calculate_sentence_transformer_embedding(mean=True)``); we do not by default
+  (§3.2 says "cosine similarity between the embedding vectors"): ``centre-proxy=true``.
 * The configurator (Alg. 1) is not in the authors' code (their pace was swept offline
   with ``sweep_aug.py``); here it runs online as Alg. 1 says, trials one after another.
 * Co-planning: the paper freezes bottom layers, tunes biases of middle ones and fully
@@ -71,6 +87,7 @@ if TYPE_CHECKING:
     from fedtext.config import RunConfig
 
 PACINGS = ("curriculum", "static", "none")
+PSEUDO_PICK_SALT = 0x9E1  # seeds pseudo_pick's RNG apart from every other draw of a client-round
 _LAYER = re.compile(r"(?:^|\.)layer\.(\d+)\.")
 
 
@@ -130,12 +147,15 @@ class PseudoLabelConfig(FewShotConfig):
     static_labels: int = 100  # static pacing: pseudo labels a labelling client keeps (§4.1: 100)
     static_clients: int = 5  # static pacing: labelling clients per round (§4.1: 5)
     infer_batch: int = 4  # texts per inference batch (l_i is measured per batch of this size)
+    pseudo_pick: str = "top-k"  # top-k (§2.3) | class-quota (authors' pet/ipet.py: quotas, drawn ∝ max softmax)
+    gold_in_target: bool = False  # gold labels count toward the pseudo-label target (authors' pet/modeling.py)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_range(self.key("static_labels"), self.static_labels, 0)
         check_range(self.key("static_clients"), self.static_clients, 1)
         check_range(self.key("infer_batch"), self.infer_batch, 1)
+        check_choice(self.key("pseudo_pick"), self.pseudo_pick, tuple(PSEUDO_PICKS))
 
 
 class FewShotModel(NetworkModel):
@@ -231,6 +251,7 @@ class FeSConfig(PseudoLabelConfig):
     keep_ratio: float = 0.25  # share of a client's unlabelled texts the filter keeps
     rho: float = 10.0  # rho > 1 in eq. (2) (authors' code: 10)
     neighbours: int = 16  # k of the k-NN sets V(x) (authors' code: 150 of ~1,200 texts)
+    centre_proxy: bool = False  # subtract the mean proxy embedding before the k-NN (authors' code: yes)
     frozen_layers: int = 4  # §3.3/§4.4's AG News plan, 2/3 frozen: MiniLM-L6 layers 0-3
     bias_layers: int = 2  # the top 1/3 bias-only (layers 4-5), no full layer
 
@@ -333,9 +354,13 @@ def search_depth(accuracy_of: Callable[[int], float], low: int, high: int, toler
 
 
 # ----------------------------------------------------------------------- filtering
-def knn_sets(embeddings: np.ndarray, k: int) -> np.ndarray:
-    """``V(x)``: the ``k`` most cosine-similar other texts of each text, ``[N, k]`` ids."""
+def knn_sets(embeddings: np.ndarray, k: int, centre: bool = False) -> np.ndarray:
+    """``V(x)`` of §3.2: the ``k`` most cosine-similar other texts of each text, ``[N, k]``
+    ids, most similar first (ties: lowest id). ``centre``: subtract the mean embedding
+    first (the authors' code; ``fes.centre-proxy``)."""
     e = np.asarray(embeddings, dtype=np.float64)
+    if centre:
+        e = e - e.mean(axis=0, keepdims=True)
     e = e / np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
     sim = e @ e.T
     np.fill_diagonal(sim, -np.inf)
@@ -349,6 +374,11 @@ def representational_filter(neighbours: np.ndarray, keep: int, rho: float) -> li
     ``score(u) = sum_{x in E(u)} rho^-|V(x) ∩ L|`` with ``E(u) = {x : u in V(x)}`` and
     ``L`` the texts chosen so far; the highest score is chosen (ties: lowest id), then
     scores are updated. Returns ``keep`` ids in selection order.
+
+    Scores are float64 sums (a matrix product): two scores that are exactly equal under
+    eq. (2) but summed from inexact powers (rho = 10: ``1 + 0.1 + 0.1 + 0.1`` in two
+    orders) can differ in the last bit, and then the larger float wins, not the lower id.
+    For rho a power of 2 every score is exact and the tie rule holds exactly.
     """
     n = len(neighbours)
     votes = np.zeros((n, n))  # votes[x, u] = 1 iff u in V(x)
@@ -365,6 +395,59 @@ def representational_filter(neighbours: np.ndarray, keep: int, rho: float) -> li
         free[u] = False
         in_l += votes[:, u]
     return chosen
+
+
+# ------------------------------------------------------------------ pseudo labels
+def pseudo_target(target: int, gold: int, gold_in_target: bool) -> int:
+    """New pseudo labels a client keeps when its pace says ``target`` (§2.3, §3.1): all of
+    them (ours), or ``target - gold`` (never below 0) when its ``gold`` labels count toward
+    the target (``gold-in-target``; the authors' ``num_new_examples = augmented_point -
+    len(train_data)``). Where ``gold >= target`` the authors skip labelling and keep the
+    previous pseudo labels; here the client then holds none (its target is 0)."""
+    return max(0, target - gold) if gold_in_target else target
+
+
+def pick_top_k(probs: np.ndarray, target: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """§2.3's "top k highest confidence": the ``target`` rows of ``probs`` ``[N, C]`` with
+    the largest softmax maximum (ties: lowest row), most confident first, and their argmax
+    labels. ``rng`` is unused (the signature of :data:`PSEUDO_PICKS`)."""
+    rows = np.argsort(-probs.max(1), kind="stable")[:target]
+    return rows, probs.argmax(1)[rows]
+
+
+def pick_class_quota(probs: np.ndarray, target: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """The authors' pseudo-label choice (``pet/ipet.py``: ``generate_ipet_train_set`` and
+    ``_draw_examples_by_label_probability``): each row gets its argmax label; class ``c``
+    gets the quota ``floor(n_c * target / N)`` (``n_c`` rows predicted ``c``; the floors
+    may leave the total below ``target``, as there), drawn without replacement from those
+    rows with probability proportional to their softmax maximum. Rows come class by class.
+    ``target >= 0``.
+
+    The authors' ``n_c`` counts the labels the client's unlabelled examples carry (their
+    ``train_data`` argument is the unlabelled set): the *true* labels, which no client
+    knows, the first time, then the predictions their previous labelling wrote into the
+    same objects. Here it counts the current predictions, so that a quota never exceeds
+    its class (they upsample a class by repeating its texts then). Their
+    RNG is ``np.random.RandomState(seed)`` made afresh every round; ``rng`` here is seeded
+    per (run seed, client, round) by the caller.
+    """
+    n, labels, conf = len(probs), probs.argmax(1), probs.max(1)
+    target = min(target, n)
+    rows_out, labels_out = [np.zeros(0, dtype=int)], [np.zeros(0, dtype=int)]
+    for c in range(probs.shape[1]):
+        rows = np.flatnonzero(labels == c)
+        quota = len(rows) * target // max(n, 1)  # floor(n_c * target / N), exact
+        if quota:
+            rows_out.append(rng.choice(rows, size=quota, replace=False, p=conf[rows] / conf[rows].sum()))
+            labels_out.append(np.full(quota, c))
+    return np.concatenate(rows_out), np.concatenate(labels_out)
+
+
+# ``pseudo-pick``: (softmax rows, how many, seeded RNG) -> (chosen rows, their labels)
+PSEUDO_PICKS: dict[str, Callable[[np.ndarray, int, np.random.Generator], tuple[np.ndarray, np.ndarray]]] = {
+    "top-k": pick_top_k,
+    "class-quota": pick_class_quota,
+}
 
 
 # ------------------------------------------------------------------------ pacing
