@@ -12,6 +12,13 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch a hub
 os.environ.setdefault("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
+if "MUTANT_UNDER_TEST" in os.environ:
+    # Under mutmut (tools/mutation.py), which forks a worker per mutant from a process that
+    # already ran tests: a fork of a process whose OpenMP pool exists hangs on a futex at its
+    # first parallel op. One intra-op thread never starts that pool.
+    import torch
+
+    torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("FEDTEXT_DATA", REPO.parent / "shared" / "data"))

@@ -1,0 +1,251 @@
+"""Mutation testing of the papers' equations: would a one-line wrong version of the math
+still pass the fast tests?
+
+    python tools/mutation.py                 # every group below (tens of minutes on 2 cores)
+    python tools/mutation.py fes feddrs      # some groups
+    python tools/mutation.py --report-only   # re-read the last run's results
+
+mutmut (configured in pyproject's ``[tool.mutmut]``) copies the code into ``mutants/``,
+makes one-line mutants of the functions named in :data:`TARGETS` (an operator, a
+comparison, a constant, an argument, a return value changed) and runs, for each, the
+fast tests that execute that function (``-m "not slow"``: no Flower run). A mutant is
+*killed* when a test fails, *survives* when all pass. The score of a group is
+
+    killed / (mutants - equivalent)
+
+where an *equivalent* mutant (:func:`equivalents`, ``tools/mutation_equivalents/``) computes the same thing as the
+original on every input the code can receive, with one line of why. Timeouts count as
+killed (the mutant broke the loop), "no tests" as survived (nothing checks it).
+
+Exit status 0 when every group scores at least :data:`TARGET_SCORE` and every
+survivor is either killed or listed as equivalent; 1 otherwise. The table goes to
+stdout and to ``docs/mutation.md`` (with the survivors' diffs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import fnmatch
+import os
+import platform
+import re
+import subprocess
+import sys
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+REPORT = REPO / "docs" / "mutation.md"
+TARGET_SCORE = 0.90
+KILLED = {"killed", "timeout", "caught by type check", "segfault"}
+# The fast tests' environment: offline, the shared data beside the real checkout (mutmut runs
+# the tests from its copy in mutants/), one intra-op thread per worker (workers run side by side).
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+       "FEDTEXT_DATA": str(REPO.parent / "shared" / "data"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+# Where each paper's equations live: mutmut's names of the functions (module path, then
+# x_<function> or xǁ<Class>ǁ<method>). The groups are what README's table reports.
+TARGETS: dict[str, tuple[str, ...]] = {
+    "fedbpt": (  # FedBPT: the server's CMA-ES step, σ′ (eq. (4)), the authors' reference step
+        "fedtext.cmaes.x_inv_sqrt",
+        "fedtext.cmaes.x_corrected_sigma",
+        "fedtext.cmaes.x_server_step",
+        "fedtext.cmaes.x_reference_sigma_prime",
+        "fedtext.cmaes.x_reference_local_sigma",
+        "fedtext.cmaes.xǁCMAConstantsǁfor_population",
+        "fedtext.cmaes.xǁReferenceServerESǁtell",
+        "fedtext.cmaes.xǁReferenceServerESǁweights",
+        "strategies.fedbpt.xǁPaperStepǁstep",
+        "strategies.fedbpt.xǁReferenceStepǁstep",
+    ),
+    "feddls": (  # FedDLS: the codecs (LASSO eq. (5)-(6), PCA, quantisation), token uploads, local search
+        "fedtext.compression.x_encode_upload",
+        "fedtext.compression.x_rebuild_prompt",
+        "fedtext.compression.xǁLassoCodecǁcompress",
+        "fedtext.compression.xǁLassoCodecǁencode",
+        "fedtext.compression.xǁLassoCodecǁdecode",
+        "fedtext.compression.xǁPCACodecǁencode",
+        "fedtext.compression.xǁPCACodecǁdecode",
+        "fedtext.compression.xǁQuantCodecǁencode",
+        "fedtext.compression.xǁQuantCodecǁdecode",
+        "fedtext.compression.x__principal_components",
+        "clients.feddls.x_nearest_tokens",
+        "clients.feddls.x_local_search",
+        "strategies.feddls.xǁFedDLSǁaggregate",
+    ),
+    "fes": (  # FeS: representational filter (eq. (2)), AUG-E and the Pacer, pseudo labels, co-planning
+        "fedtext.methods.fes.x_gold_count",
+        "fedtext.methods.fes.x_split_pool",
+        "fedtext.methods.fes.x_layer_capacity",
+        "fedtext.methods.fes.x_plan_predicate",
+        "fedtext.methods.fes.x_search_depth",
+        "fedtext.methods.fes.x_knn_sets",
+        "fedtext.methods.fes.x_representational_filter",
+        "fedtext.methods.fes.xǁPaceǁlabels_round",
+        "fedtext.methods.fes.xǁPaceǁtarget",
+        "fedtext.methods.fes.x_aug_e",
+        "fedtext.methods.fes.xǁPacerǁobserve",
+        "fedtext.methods.fes.xǁPacerǁstart",
+        "fedtext.methods.fes.xǁPacerǁlatency",
+        "fedtext.methods.fes.x_parse_paces",
+        "fedtext.methods.fes.x_pseudo_target",
+        "fedtext.methods.fes.x_pick_top_k",
+        "fedtext.methods.fes.x_pick_class_quota",
+        "clients.fes.xǁFewShotClientǁpseudo_label",
+        "clients.fes.xǁFewShotClientǁpredict",
+    ),
+    "feddrs": (  # FedDRS: samplers (eqs. (6)-(7)), pseudo labels γ, distillation (eq. (8))
+        "fedtext.methods.feddrs.x_wrap",
+        "fedtext.methods.feddrs.x_pseudo_labels",
+        "fedtext.methods.feddrs.x_descend",
+        "fedtext.methods.feddrs.x_target_loss",
+        "fedtext.methods.feddrs.x_adversarial_loss",
+        "fedtext.methods.feddrs.x_target_samples",
+        "fedtext.methods.feddrs.x_adversarial_samples",
+        "fedtext.methods.feddrs.x_kl_to_student",
+        "fedtext.methods.feddrs.x_distill_steps",
+        "strategies.feddrs.xǁDistillStrategyǁaggregate",
+        "strategies.feddrs.xǁDistillStrategyǁbudget",
+        "strategies.feddrs.xǁFedDRSǁdistill",
+    ),
+    "feddpg": (  # FedDPG: G (eq. (2)-(3)), the uniform mean, FedDPGu's unlearning loss (eq. (5))
+        "fedtext.methods.feddpg.x_make_generator",
+        "fedtext.methods.feddpg.x_mean_embedding",
+        "fedtext.methods.feddpg.xǁFedDPGModelǁprompts",
+        "fedtext.methods.feddpg.xǁFedDPGModelǁlogits",
+        "fedtext.methods.feddpg.x_relabel",
+        "fedtext.methods.feddpg.x_forget_split",
+        "fedtext.methods.feddpg.x_unlearning_loss",
+    ),
+    "fedptuning-v2": (  # P-tuning v2: the prefix keys and values at every layer (mutmut leaves
+        # decorated functions alone, so deep_prompts, a @contextmanager, is checked by hand tests only)
+        "fedtext.methods.fedptuning_v2.xǁDeepPromptModelǁinitial_arrays",
+        "fedtext.methods.fedptuning_v2.xǁDeepPromptModelǁlogits",
+    ),
+    "shared": (  # the weighted means and the byte accounting every method's figures rest on
+        "fedtext.strategy.x_weighted_mean",
+        "fedtext.comm.x_payload_bytes",
+        "fedtext.comm.x_expected_bytes",
+        "fedtext.strategy.xǁFedTextStrategyǁsimulated_seconds",
+    ),
+}
+
+EQUIVALENTS = REPO / "tools" / "mutation_equivalents"  # one TOML file per group
+
+
+def equivalents() -> dict[tuple[str, str], str]:
+    """Equivalent mutants, ``(function, mutated line) -> why``: each group's file in
+    :data:`EQUIVALENTS` lists ``[[equivalent]]`` tables with ``function`` (as in
+    :data:`TARGETS`), ``line`` (the mutated line as ``mutmut show`` prints it, stripped)
+    and ``why`` (one line: why it computes the same on every input the code receives).
+    Keyed by the line, not mutmut's number, which shifts when the function changes."""
+    out = {}
+    for path in sorted(EQUIVALENTS.glob("*.toml")):
+        for e in tomllib.loads(path.read_text()).get("equivalent", []):
+            out[(e["function"], e["line"].strip())] = e["why"]
+    return out
+
+
+def group_of(name: str) -> str | None:
+    """The :data:`TARGETS` group a mutant belongs to (``...x_f__mutmut_3`` -> group of ``x_f``)."""
+    function = name.rsplit("__mutmut_", 1)[0]
+    return next((g for g, fns in TARGETS.items() if function in fns), None)
+
+
+def mutmut(*args: str, check: bool = True) -> str:
+    """Run ``mutmut`` in the repo with the fast tests' environment; its stdout."""
+    exe = Path(sys.executable).with_name("mutmut")
+    proc = subprocess.run([str(exe), *args], cwd=REPO, env=ENV, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+        raise SystemExit(f"mutmut {args[0]} failed (exit {proc.returncode})")
+    return proc.stdout
+
+
+def results() -> dict[str, str]:
+    """Every mutant's status from the last run(s): ``name -> killed | survived | ...``."""
+    out = {}
+    for line in mutmut("results", "--all", "true").splitlines():
+        m = re.match(r"\s*(\S+__mutmut_\d+): (.+)$", line)
+        if m:
+            out[m.group(1)] = m.group(2).strip()
+    return out
+
+
+def mutated_line(name: str) -> tuple[str, str]:
+    """``(diff, the first added line stripped)`` of one mutant."""
+    diff = mutmut("show", name, check=False)
+    added = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
+    return diff, (added[0] if added else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("groups", nargs="*", help=f"groups to run, of: {', '.join(TARGETS)} (default: all)")
+    ap.add_argument("--report-only", action="store_true", help="read the last run's results, run nothing")
+    ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
+    args = ap.parse_args(argv)
+    unknown = [g for g in args.groups if g not in TARGETS]
+    if unknown:
+        ap.error(f"unknown group(s) {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
+    groups = args.groups or list(TARGETS)
+    globs = [f"{fn}__mutmut_*" for g in groups for fn in TARGETS[g]]
+    if not args.report_only:
+        subprocess.run([str(Path(sys.executable).with_name("mutmut")), "run", "--max-children",
+                        str(args.max_children), *globs], cwd=REPO, check=False, env=ENV)
+    status = {n: s for n, s in results().items() if any(fnmatch.fnmatch(n, g) for g in globs)}
+    if not status:
+        print("no mutants found: did mutmut run? (python tools/mutation.py without --report-only)")
+        return 1
+    known = equivalents()
+    rows, survivors, equivalent = [], [], []
+    for g in groups:
+        mine = {n: s for n, s in status.items() if group_of(n) == g}
+        counts = Counter("killed" if s in KILLED else s for s in mine.values())
+        equiv = 0
+        for n in sorted(n for n, s in mine.items() if s not in KILLED):
+            diff, line = mutated_line(n)
+            why = known.get((n.rsplit("__mutmut_", 1)[0], line))
+            if why:
+                equiv += 1
+                equivalent.append((g, n, line, why))
+            else:
+                survivors.append((g, n, mine[n], diff))
+        scored = len(mine) - equiv
+        score = counts["killed"] / scored if scored else 1.0
+        rows.append((g, len(mine), counts["killed"], equiv, scored - counts["killed"], score))
+    total = [sum(r[i] for r in rows) for i in (1, 2, 3, 4)]
+    overall = total[1] / max(total[0] - total[2], 1)
+    table = ["| group | mutants | killed | equivalent | survived | score |", "|---|---|---|---|---|---|"]
+    table += [f"| {g} | {m} | {k} | {e} | {s} | {100 * sc:.1f} % |" for g, m, k, e, s, sc in rows]
+    table.append(f"| **all** | {total[0]} | {total[1]} | {total[2]} | {total[3]} | **{100 * overall:.1f} %** |")
+    print("\n".join(table))
+    lines = [
+        "# Mutation testing of the papers' equations",
+        "",
+        f"`python tools/mutation.py {' '.join(args.groups)}`".replace(" `", "`") + f" — {dt.date.today()}, "
+        f"{os.cpu_count()} CPUs, {platform.platform()}; mutmut on the functions listed in "
+        "tools/mutation.py (`TARGETS`), against the fast tests (`-m \"not slow\"`).",
+        "Score = killed / (mutants − equivalent); timeouts count as killed, mutants no test runs as survived.",
+        "",
+        *table,
+        "",
+        "## Equivalent mutants (not counted)",
+        "",
+        *([f"- `{n}` (`{line}`): {why}" for _, n, line, why in equivalent] or ["none"]),
+        "",
+        "## Survivors",
+        "",
+        *([f"### `{n}` ({s})\n\n```diff\n{diff.strip()}\n```\n" for _, n, s, diff in survivors] or ["none"]),
+    ]
+    REPORT.parent.mkdir(exist_ok=True)
+    REPORT.write_text("\n".join(lines) + "\n")
+    print(f"{len(survivors)} survivors; report: {REPORT.relative_to(REPO)}")
+    ok = all(r[5] >= TARGET_SCORE for r in rows) and not survivors
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
