@@ -16,14 +16,15 @@ Prints one line per probed plan and the chosen ``fes.frozen-layers`` / ``fes.bia
 
 Which texts the plans are tested on (``--eval-on``, :data:`EVAL_SETS`):
 
-* ``test`` (default, what ``results/fes_ag_news/fes_plan.txt`` used): the server's test
-  texts, :func:`fedtext.data.server_test` with ``--seed`` and ``--eval-size``. With
-  ``--seed S --eval-size 200`` these are *exactly* the 200 texts that the runs of seed S
-  with ``eval-size=200`` report accuracy on, so a plan chosen this way is chosen on the
-  reported test set.
-* ``heldout``: ``--eval-size`` texts of the dataset's *train* split that are not among
-  the search's own gold texts (seeded): disjoint from every test text any run reports,
-  whatever its seed or ``eval-size``.
+* ``heldout`` (default): ``--eval-size`` texts of the dataset's *train* split that are not
+  among the search's own gold texts (seeded): disjoint from every test text any run
+  reports, whatever its seed or ``eval-size``, so the plan is not chosen on the texts it
+  is then scored on (``results/fes_ag_news/fes_plan.txt``).
+* ``test``: the server's test texts, :func:`fedtext.data.server_test` with ``--seed`` and
+  ``--eval-size``. With ``--seed S --eval-size 200`` these are *exactly* the 200 texts
+  that the runs of seed S with ``eval-size=200`` report accuracy on: how the plan of the
+  committed ``fes-searched`` runs was chosen (``results/fes_ag_news/fes_plan-test-texts.txt``),
+  kept to reproduce it.
 """
 
 from __future__ import annotations
@@ -67,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gold", type=int, default=64, help="labelled proxy texts")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--eval-size", type=int, default=200)
-    ap.add_argument("--eval-on", choices=tuple(EVAL_SETS), default="test",
-                    help="test: the server's test texts (the reported ones for the same seed and eval-size); "
-                         "heldout: train-split texts outside the search's gold set, disjoint from every test text")
+    ap.add_argument("--eval-on", choices=tuple(EVAL_SETS), default="heldout",
+                    help="heldout (default): train-split texts outside the search's gold set, disjoint from every "
+                         "test text; test: the server's test texts (the reported ones for the same seed and eval-size)")
     ap.add_argument("--max-length", type=int, default=64)
     ap.add_argument("--bandwidth-mbps", type=float, default=1.0)
     ap.add_argument("--seed", type=int, default=0)
