@@ -8,7 +8,9 @@ still pass the fast tests?
 mutmut (configured in pyproject's ``[tool.mutmut]``) copies the code into ``mutants/``,
 makes one-line mutants of the functions named in :data:`TARGETS` (an operator, a
 comparison, a constant, an argument, a return value changed) and runs, for each, the
-fast tests that execute that function (``-m "not slow"``: no Flower run). A mutant is
+unit tests (pyproject's test selection, ``-m "not slow"``: no Flower run) that execute
+that function. Statements that only word an error or a log line are not mutated
+(``do_not_mutate_patterns``). A mutant is
 *killed* when a test fails, *survives* when all pass. The score of a group is
 
     killed / (mutants - equivalent)
@@ -29,17 +31,17 @@ import datetime as dt
 import fnmatch
 import os
 import platform
-import re
 import subprocess
+import re
 import sys
 import tomllib
-from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 REPORT = REPO / "docs" / "mutation.md"
 TARGET_SCORE = 0.90
 KILLED = {"killed", "timeout", "caught by type check", "segfault"}
+NOT_RUN = {"not checked", "skipped", "check was interrupted by user"}  # not scored; the run is incomplete
 # The fast tests' environment: offline, the shared data beside the real checkout (mutmut runs
 # the tests from its copy in mutants/), one intra-op thread per worker (workers run side by side).
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
@@ -154,31 +156,38 @@ def group_of(name: str) -> str | None:
     return next((g for g, fns in TARGETS.items() if function in fns), None)
 
 
-def mutmut(*args: str, check: bool = True) -> str:
-    """Run ``mutmut`` in the repo with the fast tests' environment; its stdout."""
-    exe = Path(sys.executable).with_name("mutmut")
-    proc = subprocess.run([str(exe), *args], cwd=REPO, env=ENV, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-        raise SystemExit(f"mutmut {args[0]} failed (exit {proc.returncode})")
-    return proc.stdout
-
-
 def results() -> dict[str, str]:
-    """Every mutant's status from the last run(s): ``name -> killed | survived | ...``."""
+    """Every mutant's status from the last run(s): ``name -> killed | survived | not checked | ...``
+    (mutmut's own records under ``mutants/``, read in-process: one ``mutmut`` call per
+    survivor would cost a second each)."""
+    from mutmut.__main__ import walk_mutatable_files
+    from mutmut.mutation.data import SourceFileMutationData
+    from mutmut.stats import status_by_exit_code
+
     out = {}
-    for line in mutmut("results", "--all", "true").splitlines():
-        m = re.match(r"\s*(\S+__mutmut_\d+): (.+)$", line)
-        if m:
-            out[m.group(1)] = m.group(2).strip()
+    for path in walk_mutatable_files():
+        m = SourceFileMutationData(path=path)
+        m.load()
+        out.update({k: status_by_exit_code[v] for k, v in m.exit_code_by_key.items()})
     return out
 
 
 def mutated_line(name: str) -> tuple[str, str]:
     """``(diff, the first added line stripped)`` of one mutant."""
-    diff = mutmut("show", name, check=False)
+    from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant
+
+    diff = get_diff_for_mutant(name, path=find_mutant(name).path)
     added = [ln[1:].strip() for ln in diff.splitlines() if ln.startswith("+") and not ln.startswith("+++")]
     return diff, (added[0] if added else "")
+
+
+def message_only(diff: str) -> bool:
+    """Whether a mutant changes only lines that word an error or a log message (pyproject's
+    ``do_not_mutate_patterns``, which later runs do not mutate at all): the first line of
+    the statement it changes matches one of them."""
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"].get("do_not_mutate_patterns", [])
+    removed = [ln[1:] for ln in diff.splitlines() if ln.startswith("-") and not ln.startswith("---")]
+    return bool(removed) and any(re.search(p, removed[0]) for p in patterns)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,27 +204,31 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         subprocess.run([str(Path(sys.executable).with_name("mutmut")), "run", "--max-children",
                         str(args.max_children), *globs], cwd=REPO, check=False, env=ENV)
+    os.chdir(REPO)  # mutmut reads its config and records relative to the checkout
     status = {n: s for n, s in results().items() if any(fnmatch.fnmatch(n, g) for g in globs)}
     if not status:
         print("no mutants found: did mutmut run? (python tools/mutation.py without --report-only)")
         return 1
     known = equivalents()
-    rows, survivors, equivalent = [], [], []
+    rows, survivors, equivalent, not_run, messages = [], [], [], 0, 0
     for g in groups:
-        mine = {n: s for n, s in status.items() if group_of(n) == g}
-        counts = Counter("killed" if s in KILLED else s for s in mine.values())
-        equiv = 0
-        for n in sorted(n for n, s in mine.items() if s not in KILLED):
+        mine = {n: s for n, s in status.items() if group_of(n) == g and s not in NOT_RUN}
+        not_run += sum(1 for n, s in status.items() if group_of(n) == g and s in NOT_RUN)
+        killed = equiv = survived = 0
+        for n in sorted(mine):
             diff, line = mutated_line(n)
-            why = known.get((n.rsplit("__mutmut_", 1)[0], line))
-            if why:
+            if message_only(diff):  # not scored, killed or not: see message_only
+                messages += 1
+            elif mine[n] in KILLED:
+                killed += 1
+            elif why := known.get((n.rsplit("__mutmut_", 1)[0], line)):
                 equiv += 1
                 equivalent.append((g, n, line, why))
             else:
+                survived += 1
                 survivors.append((g, n, mine[n], diff))
-        scored = len(mine) - equiv
-        score = counts["killed"] / scored if scored else 1.0
-        rows.append((g, len(mine), counts["killed"], equiv, scored - counts["killed"], score))
+        score = killed / (killed + survived) if killed + survived else 1.0
+        rows.append((g, killed + equiv + survived, killed, equiv, survived, score))
     total = [sum(r[i] for r in rows) for i in (1, 2, 3, 4)]
     overall = total[1] / max(total[0] - total[2], 1)
     table = ["| group | mutants | killed | equivalent | survived | score |", "|---|---|---|---|---|---|"]
@@ -227,8 +240,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`python tools/mutation.py {' '.join(args.groups)}`".replace(" `", "`") + f" — {dt.date.today()}, "
         f"{os.cpu_count()} CPUs, {platform.platform()}; mutmut on the functions listed in "
-        "tools/mutation.py (`TARGETS`), against the fast tests (`-m \"not slow\"`).",
+        "tools/mutation.py (`TARGETS`), against the unit tests of the math (pyproject's "
+        "`[tool.mutmut]` test selection, no Flower run).",
         "Score = killed / (mutants − equivalent); timeouts count as killed, mutants no test runs as survived.",
+        *([f"**Incomplete run: {not_run} mutants of these groups were not checked** (not in the table)."]
+          if not_run else []),
+        *([f"{messages} mutants that only reword an error or log message are not counted "
+           "(pyproject's `do_not_mutate_patterns`; later runs do not make them)."] if messages else []),
         "",
         *table,
         "",
@@ -242,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     REPORT.parent.mkdir(exist_ok=True)
     REPORT.write_text("\n".join(lines) + "\n")
-    print(f"{len(survivors)} survivors; report: {REPORT.relative_to(REPO)}")
-    ok = all(r[5] >= TARGET_SCORE for r in rows) and not survivors
+    print(f"{len(survivors)} survivors, {not_run} not checked; report: {REPORT.relative_to(REPO)}")
+    ok = all(r[5] >= TARGET_SCORE for r in rows) and not survivors and not not_run
     return 0 if ok else 1
 
 
