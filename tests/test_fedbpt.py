@@ -492,3 +492,100 @@ def test_reference_and_ratio_run_two_rounds_through_flower(tmp_path):
     # ratio: 2 forwards per candidate -> fit queries = 3 clients x 8 shots x (2 x 2 x 4 + 2 + 1) (+ client eval)
     assert rounds[1]["model_queries"] >= 3 * 8 * (2 * 2 * 4 + 3)
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+
+
+# ------------------------------------------------ boundaries and the reference step's wiring
+def test_sigma_primes_accept_a_local_population_of_two():
+    """lambda = 2 is the smallest population (mu_l = 1); lambda = 1 is refused."""
+    s = [np.array([0.6, 0.8])]  # sum of squares 0.36 + 0.64 = 1
+    # eq. (12), one client: mu = max(1, 1 // 2) = 1, mu_l = 2 / 2 = 1 -> sqrt(1 / 1 / 1) = 1
+    assert corrected_sigma(s, [0.1], [2]) == pytest.approx(1.0)
+    # two clients, both lambda = 2: mu = 1, the best is client 1 (0.1): sqrt(0.25 / 1 / 1) = 0.5
+    assert corrected_sigma([np.array([2.0]), np.array([0.5])], [0.3, 0.1], [2, 2]) == pytest.approx(0.5)
+    # reference: sqrt(1 / m=1 / mu_l = 2 // 2 = 1) = 1
+    assert reference_sigma_prime(s, 2) == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="lambda_k >= 2"):
+        corrected_sigma(s, [0.1], [1])
+    with pytest.raises(ValueError, match="lambda >= 2"):
+        reference_sigma_prime(s, 1)
+
+
+def test_sigma_prime_breaks_loss_ties_by_client_order():
+    """Tied losses across the mu cut: the best half keeps the earlier clients (a stable
+    sort), also past 16 clients where numpy's default (quick/SIMD) sort reorders ties."""
+    n = 40  # mu = 20
+    losses = [0.75] * 10 + [0.5] * 20 + [0.25] * 10  # the cut falls inside the 0.5 group (clients 10..29)
+    sigmas = [np.array([5.0])] * 10 + [np.array([1.0])] * 10 + [np.array([3.0])] * 10 + [np.array([1.0])] * 10
+    # best 20, stable: clients 30..39 (0.25) then 10..19 (first ten at 0.5), every sigma^2 = 1, lambda = 2 -> mu_l = 1:
+    # sqrt(20 * 1 / 1 / 20) = 1. Any of clients 20..29 in the set (sigma^2 = 9) would give > 1.
+    assert corrected_sigma(sigmas, losses, [2] * n) == pytest.approx(1.0)
+
+
+def _ref_step(clamp="as-run"):
+    from strategies.fedbpt import ReferenceStep
+
+    mcfg = make_config("fedbpt", intrinsic_dim=3, local_steps=2, popsize=5, server_step="reference",
+                       reference_clamp=clamp).method_config
+    return ReferenceStep(mcfg, seed=7)
+
+
+def _ups(z, sigmas, losses):
+    from fedtext.methods.fedbpt import FedBPTUpload
+
+    return [FedBPTUpload(np.asarray(a, np.float64), np.asarray(s, np.float64), float(f))
+            for a, s, f in zip(z, sigmas, losses, strict=True)]
+
+
+def test_reference_step_passes_the_configured_clamp():
+    """fedbpt.reference-clamp reaches the pycma server: on a round whose ratio
+    sigma_after / sigma' > 1, as-logged caps sigma_local at the previous (sigma_0 = 1)."""
+    z = np.array([[1.0, 1.0, 0.9], [1.1, 1.0, 1.0], [1.0, 0.9, 1.0], [1.0, 1.0, 1.1]])  # all moved the same way
+    sig = [np.full(2, 0.8), np.full(2, 0.6), np.full(2, 1.0), np.full(2, 0.7)]
+    fit = [0.3, 0.1, 0.4, 0.2]
+    run, logged = _ref_step("as-run"), _ref_step("as-logged")
+    m_run, m_logged = run.step(_ups(z, sig, fit)), logged.step(_ups(z, sig, fit))
+    assert run.es.clamp == "as-run" and logged.es.clamp == "as-logged"
+    # sigma' = sqrt(2 (0.64 + 0.36 + 1 + 0.49) / 4 / 2) = sqrt(0.6225) = 0.78899
+    assert m_logged["sigma_prime"] == pytest.approx(np.sqrt(0.6225))
+    assert m_run["sigma_after"] == pytest.approx(m_logged["sigma_after"])  # same pycma step, only the clamp differs
+    ratio = m_run["sigma_after"] / m_run["sigma_prime"]
+    assert ratio > 1  # (1.19 / 0.789 = 1.51 here) so the clamps part
+    assert m_run["sigma"] == pytest.approx(ratio * 1.0)  # as-run: never clamped
+    assert m_logged["sigma"] == 1.0  # as-logged: min(max(1.51, 0.5), previous 1.0) = 1.0
+    assert logged.distribution()[1] == 1.0
+
+
+def test_reference_step_with_two_clients_takes_a_step():
+    """m = max(2, clients) = 2: two uploads are a full pycma population and are told;
+    weights: positive half of RecombinationWeights(4), w_i ∝ ln(2.5) - ln(i) = 0.916, 0.223 -> 0.804, 0.196."""
+    step = _ref_step()
+    z = [[0.01, 0.0, 0.0], [0.0, 0.02, 0.0]]
+    metrics = step.step(_ups(z, [np.full(2, 0.8), np.full(2, 0.6)], [0.3, 0.1]))
+    assert step.es.m == 2
+    assert "sigma_after" in metrics and "server_step_skipped" not in metrics
+    w = np.log(2.5) - np.log([1, 2])
+    w /= w.sum()
+    np.testing.assert_allclose(w, [0.80416, 0.19584], atol=1e-5)
+    # ranked: client 1 (0.1), then client 0 (0.3)
+    np.testing.assert_allclose(step.es.mean, w[0] * np.array(z[1]) + w[1] * np.array(z[0]), rtol=1e-9)
+
+
+def test_reference_step_skipped_round_metrics():
+    """Fewer valid uploads than pycma's m: no step; metrics say so and keep sigma_local."""
+    step = _ref_step()
+    # one upload at the first round: m = max(2, 1) = 2 > 1 -> skipped, sigma_local stays sigma_0 = 1
+    metrics = step.step(_ups([[0.01, 0.0, 0.0]], [[0.8, 0.6]], [0.3]))
+    # sigma' = sqrt((0.64 + 0.36) / m=1 / mu_l = 5 // 2 = 2) = sqrt(0.5)
+    assert metrics == pytest.approx({"sigma_prime": np.sqrt(0.5), "sigma": 1.0, "server_step_skipped": 1})
+    assert metrics["server_step_skipped"] == 1 and isinstance(metrics["server_step_skipped"], int)
+    np.testing.assert_array_equal(step.es.mean, np.zeros(3))
+    # a full round, then a short one: the short one reports the kept sigma_local
+    step = _ref_step()
+    z = [[0.01, 0.0, 0.0], [0.0, 0.02, 0.0], [0.0, 0.0, 0.03], [0.01, 0.01, 0.01]]
+    sig = [np.full(2, 0.8), np.full(2, 0.6), np.full(2, 1.0), np.full(2, 0.7)]
+    full = step.step(_ups(z, sig, [0.3, 0.1, 0.4, 0.2]))
+    mean = step.es.mean.copy()
+    short = step.step(_ups(z[:3], sig[:3], [0.3, 0.1, 0.4]))
+    # sigma' = sqrt(2 (0.64 + 0.36 + 1) / 3 / 2) = sqrt(2/3)
+    assert short == pytest.approx({"sigma_prime": np.sqrt(2 / 3), "sigma": full["sigma"], "server_step_skipped": 1})
+    np.testing.assert_array_equal(step.es.mean, mean)
