@@ -589,3 +589,174 @@ def test_reference_step_skipped_round_metrics():
     # sigma' = sqrt(2 (0.64 + 0.36 + 1) / 3 / 2) = sqrt(2/3)
     assert short == pytest.approx({"sigma_prime": np.sqrt(2 / 3), "sigma": full["sigma"], "server_step_skipped": 1})
     np.testing.assert_array_equal(step.es.mean, mean)
+
+
+# ------------------------------------------- CMA-ES constants / server step vs. hand-written tutorial
+def _tutorial_constants(n, mu):
+    """Hansen (2016) Table 1 with equal weights (mu_eff = mu), written out independently."""
+    mueff = float(mu)
+    cs = (mueff + 2) / (n + mueff + 5)
+    ds = 1 + 2 * max(0.0, ((mueff - 1) / (n + 1)) ** 0.5 - 1) + cs
+    cc = (4 + mueff / n) / (n + 4 + 2 * mueff / n)
+    c1 = 2 / ((n + 1.3) ** 2 + mueff)
+    cmu = min(1 - c1, 2 * (mueff - 2 + 1 / mueff) / ((n + 2) ** 2 + mueff))
+    chin = n**0.5 * (1 - 1 / (4 * n) + 1 / (21 * n * n))
+    return cs, ds, cc, c1, cmu, chin
+
+
+@pytest.mark.parametrize("n, mu, expected", [
+    # n=2, mu=10: c_s = 12/17; d_s = 1 + 2 (sqrt(9/3) - 1) + 12/17 (max active, sqrt(3) in (1, 2));
+    # c_c = (4 + 5)/(2 + 4 + 10) = 9/16; c_1 = 2/(3.3^2 + 10) = 2/20.89; c_mu = 2 (8.1)/(16 + 10) = 16.2/26
+    # (< 1 - c_1); chi_n = sqrt(2) (1 - 1/8 + 1/84)
+    (2, 10, (12 / 17, 1 + 2 * (3**0.5 - 1) + 12 / 17, 9 / 16, 2 / 20.89, 16.2 / 26, 2**0.5 * (1 - 1 / 8 + 1 / 84))),
+    # n=2, mu=50: d_s = 1 + 2 (sqrt(49/3) - 1) + 52/57 (sqrt(49/3) = 4.04 > 2); c_1 = 2/(10.89 + 50);
+    # 2 (48.02)/(16 + 50) = 1.455 > 1 - c_1 -> c_mu = 1 - c_1 (the min's first branch)
+    (2, 50, (52 / 57, 1 + 2 * ((49 / 3) ** 0.5 - 1) + 52 / 57, 29 / 56, 2 / 60.89, 1 - 2 / 60.89,
+             2**0.5 * (1 - 1 / 8 + 1 / 84))),
+    # n=5, mu=12: c_s = 14/22; d_s = 1 + 2 (sqrt(11/6) - 1) + 14/22; c_c = 6.4/13.8; c_1 = 2/(6.3^2 + 12);
+    # c_mu = 2 (10 + 1/12)/(49 + 12); chi_n = sqrt(5) (1 - 1/20 + 1/525) (n != 2: n**2 != n*2)
+    (5, 12, (14 / 22, 1 + 2 * ((11 / 6) ** 0.5 - 1) + 14 / 22, 6.4 / 13.8, 2 / (6.3**2 + 12),
+             2 * (10 + 1 / 12) / 61, 5**0.5 * (1 - 1 / 20 + 1 / 525))),
+    # n=10, mu=3: sqrt(2/11) < 1 -> d_s = 1 + c_s = 1 + 5/18
+    (10, 3, (5 / 18, 1 + 5 / 18, (4 + 0.3) / (14 + 0.6), 2 / (11.3**2 + 3), 2 * (1 + 1 / 3) / (144 + 3),
+             10**0.5 * (1 - 1 / 40 + 1 / 2100))),
+])
+def test_cma_constants_field_by_field_against_tutorial(n, mu, expected):
+    k = CMAConstants.for_population(n, mu)
+    assert k.n == n and k.mu == mu
+    got = (k.c_sigma, k.d_sigma, k.c_c, k.c_1, k.c_mu, k.chi_n)
+    np.testing.assert_allclose(got, expected, rtol=1e-12)
+    np.testing.assert_allclose(got, _tutorial_constants(n, mu), rtol=1e-12)
+    # the hand values, rounded: c_s, d_s, c_c, c_1, c_mu, chi_n
+    rounded = {(2, 10): (0.7058823529, 3.1699839681, 0.5625, 0.0957395883, 0.6230769231, 1.2542727428),
+               (2, 50): (0.9122807018, 7.9951844704, 0.5178571429, 0.0328461159, 0.9671538841, 1.2542727428),
+               (5, 12): (0.6363636364, 2.3443764379, 0.4637681159, 0.0386922035, 0.3306010929, 2.1285237557),
+               (10, 3): (0.2777777778, 1.2777777778, 0.2945205479, 0.0153033897, 0.0181405896, 3.0847265652)}
+    np.testing.assert_allclose(got, rounded[(n, mu)], atol=1e-9)
+
+
+def test_inv_sqrt_of_eigenvalues_below_one():
+    from fedtext.cmaes import inv_sqrt
+    # diag(0.25, 4)^{-1/2} = diag(1/0.5, 1/2) = diag(2, 0.5)
+    np.testing.assert_allclose(inv_sqrt(np.diag([0.25, 4.0])), np.diag([2.0, 0.5]), atol=1e-12)
+    # rotated: R diag(0.01, 9) R^T -> R diag(10, 1/3) R^T
+    c, s = np.cos(0.3), np.sin(0.3)
+    R = np.array([[c, -s], [s, c]])
+    np.testing.assert_allclose(inv_sqrt(R @ np.diag([0.01, 9.0]) @ R.T), R @ np.diag([10.0, 1 / 3]) @ R.T,
+                               atol=1e-10)
+
+
+def _reference_server_step(state, solutions, losses, sigma_prime):
+    """Hansen's tutorial update (equal weights, sigma' in place of sigma), written from the equations."""
+    import scipy.linalg
+
+    n = len(state.mean)
+    mu = max(1, len(solutions) // 2)
+    cs, ds, cc, c1, cmu, chin = _tutorial_constants(n, mu)
+    best = sorted(range(len(losses)), key=lambda i: losses[i])[:mu]
+    ys = [(np.asarray(solutions[i], float) - state.mean) / sigma_prime for i in best]
+    yw = sum(ys) / mu
+    mean = state.mean + sigma_prime * yw
+    c_inv_half = np.real(scipy.linalg.fractional_matrix_power(state.C, -0.5))
+    ps = (1 - cs) * state.p_sigma + np.sqrt(cs * (2 - cs) * mu) * c_inv_half @ yw
+    g = state.generation + 1
+    lhs = np.sqrt(ps @ ps) / np.sqrt(1 - (1 - cs) ** (2 * g))
+    h = 1.0 if lhs < (1.4 + 2 / (n + 1)) * chin else 0.0
+    pc = (1 - cc) * state.p_c + h * np.sqrt(cc * (2 - cc) * mu) * yw
+    dh = (1 - h) * cc * (2 - cc)  # tutorial's delta(h_sigma)
+    rank_mu = sum(np.outer(y, y) for y in ys) / mu
+    C = (1 + c1 * dh - c1 - cmu) * state.C + c1 * np.outer(pc, pc) + cmu * rank_mu
+    sigma = sigma_prime * np.exp(cs / ds * (np.sqrt(ps @ ps) / chin - 1))
+    return CMAState(mean, sigma, C, ps, pc, g), h
+
+
+def _assert_states_close(got, want):
+    for f in ("mean", "C", "p_sigma", "p_c"):
+        np.testing.assert_allclose(getattr(got, f), getattr(want, f), rtol=1e-9, atol=1e-12, err_msg=f)
+    assert got.sigma == pytest.approx(want.sigma, rel=1e-9)
+    assert got.generation == want.generation
+
+
+@pytest.mark.parametrize("p_sigma_scale, h_expected", [(0.1, 1.0), (50.0, 0.0)])
+def test_server_step_generations_against_tutorial_reference(p_sigma_scale, h_expected):
+    rng = np.random.default_rng(7)
+    n = 3
+    A = rng.normal(size=(n, n))
+    C0 = A @ A.T + 0.5 * np.eye(n)
+    state = CMAState(np.array([0.7, -1.3, 2.1]), 0.4, C0, p_sigma_scale * np.array([1.0, -2.0, 0.5]),
+                     np.array([0.3, -0.2, 0.9]), 0)
+    ref = state
+    for g in range(1, 5):
+        sols = state.mean + 0.3 * rng.normal(size=(6, n))  # |S| = 6 -> mu = 3
+        losses = list(rng.random(6))
+        sp = 0.25 + 0.05 * g
+        state = server_step(state, sols, losses, sp)
+        ref, h = _reference_server_step(ref, sols, losses, sp)
+        if g == 1:
+            assert h == h_expected  # huge |p_sigma| stalls p_c (h=0), a small one does not
+        _assert_states_close(state, ref)
+        assert state.generation == g
+
+
+def _threshold_state(g, rel):
+    """A state whose new p_sigma = (1-c_s) p_sigma_old (the best mu average at z_t) with
+    |p_sigma| / sqrt(1 - (1-c_s)^(2g)) = rel * (1.4 + 2/(n+1)) chi_n."""
+    n, mu = 4, 2
+    cs, _, _, _, _, chin = _tutorial_constants(n, mu)
+    # n=4: 1.4 + 2/5 = 1.8; chi_n = 2 (1 - 1/16 + 1/336)
+    target = rel * 1.8 * chin * np.sqrt(1 - (1 - cs) ** (2 * g))
+    direction = np.array([1.0, 2.0, -2.0, 4.0]) / 5.0  # unit norm: (1 + 4 + 4 + 16) / 25
+    mean = np.array([0.5, -1.0, 1.5, 2.0])
+    d = np.array([0.1, 0.2, -0.1, 0.3])
+    sols = np.array([mean + d, mean - d, mean + 5 * d, mean - 7 * d])  # best two average to the mean
+    state = CMAState(mean, 0.3, np.diag([1.0, 2.0, 0.5, 1.5]), target / (1 - cs) * direction,
+                     np.array([0.2, -0.1, 0.4, 0.3]), g - 1)
+    return state, sols, [0.1, 0.2, 0.3, 0.4]
+
+
+@pytest.mark.parametrize("g, rel, h_expected", [
+    (1, 1 + 1e-6, 0.0), (1, 1 - 1e-6, 1.0), (2, 1 + 1e-6, 0.0), (2, 1 - 1e-6, 1.0), (3, 1 - 1e-6, 1.0),
+    (3, 1 + 1e-6, 0.0),
+])
+def test_server_step_h_sigma_at_the_threshold(g, rel, h_expected):
+    state, sols, losses = _threshold_state(g, rel)
+    new = server_step(state, sols, losses, 0.2)
+    ref, h = _reference_server_step(state, sols, losses, 0.2)
+    assert h == h_expected
+    _assert_states_close(new, ref)
+    # h_sigma is visible in C: with y_w = 0, p_c = (1-c_c) p_c_old either way, C's factor carries c_h
+    _, _, cc, c1, cmu, _ = _tutorial_constants(4, 2)
+    ys = (sols[:2] - state.mean) / 0.2
+    pc = (1 - cc) * state.p_c
+    C = (1 - c1 - cmu + (1 - h_expected) * c1 * cc * (2 - cc)) * state.C + c1 * np.outer(pc, pc) \
+        + cmu * (ys.T @ ys) / 2
+    np.testing.assert_allclose(new.C, C, rtol=1e-10)
+
+
+def test_server_step_h_sigma_is_strict_at_exact_equality():
+    """|p_sigma| / sqrt(1 - (1-c_s)^(2g)) == (1.4 + 2/(n+1)) chi_n exactly: the indicator is '<', so h = 0."""
+    n, mu, g = 4, 2, 1
+    k = CMAConstants.for_population(n, mu)
+    a = np.sqrt(1 - (1 - k.c_sigma) ** (2 * g))
+    thr = (1.4 + 2 / (n + 1)) * k.chi_n
+    mean = np.array([0.5, -1.0, 1.5, 2.0])
+    d = np.array([0.125, 0.25, -0.125, 0.375])  # dyadic: (mean + d) - mean == d exactly -> y_w == 0 exactly
+    sols = np.array([mean + d, mean - d, mean + 4 * d, mean - 8 * d])
+    # find a float t with |(1-c_s) t| / a == thr bit for bit (scan the floats around thr a / (1-c_s))
+    t = thr * a / (1 - k.c_sigma)
+    for _ in range(2000):
+        if abs((1 - k.c_sigma) * t) / a == thr:
+            break
+        t = np.nextafter(t, np.inf if abs((1 - k.c_sigma) * t) / a < thr else -np.inf)
+    else:
+        pytest.fail("no float p_sigma on the threshold")
+    state = CMAState(mean, 0.3, np.diag([1.0, 2.0, 0.5, 1.5]), np.array([t, 0.0, 0.0, 0.0]),
+                     np.array([0.2, -0.1, 0.4, 0.3]), g - 1)
+    new = server_step(state, sols, [0.1, 0.2, 0.3, 0.4], 0.25)
+    assert np.linalg.norm(new.p_sigma) / a == thr  # on the threshold exactly
+    ys = (sols[:2] - mean) / 0.25
+    pc = (1 - k.c_c) * state.p_c
+    # h = 0: C factor 1 - c_1 - c_mu + c_1 c_c (2 - c_c)
+    C = (1 - k.c_1 - k.c_mu + k.c_1 * k.c_c * (2 - k.c_c)) * state.C + k.c_1 * np.outer(pc, pc) \
+        + k.c_mu * (ys.T @ ys) / 2
+    np.testing.assert_allclose(new.C, C, rtol=1e-12)
