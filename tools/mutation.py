@@ -4,6 +4,13 @@ still pass the fast tests?
     python tools/mutation.py                 # every group below (tens of minutes on 2 cores)
     python tools/mutation.py fes feddrs      # some groups
     python tools/mutation.py --report-only   # re-read the last run's results
+    python tools/mutation.py --all           # re-check every mutant, killed ones too
+
+A run re-checks only the mutants that are not yet killed (never checked, or survived:
+new tests may kill them now); a mutant that a test killed keeps that verdict while its
+function is unchanged (mutmut regenerates, and forgets the verdicts of, a file whose
+source changed: then every mutant of the groups asked is re-checked). ``--all`` drops
+that shortcut.
 
 mutmut (configured in pyproject's ``[tool.mutmut]``) copies the code into ``mutants/``,
 makes one-line mutants of the functions named in :data:`TARGETS` (an operator, a
@@ -172,6 +179,36 @@ def results() -> dict[str, str]:
     return out
 
 
+def stale() -> bool:
+    """Whether mutmut's copy of some mutated file is missing or older than its source (mutmut
+    will regenerate it and forget its verdicts, so none of them may be trusted)."""
+    files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    return any(not (REPO / "mutants" / f).exists()
+               or (REPO / "mutants" / f).stat().st_mtime < (REPO / f).stat().st_mtime for f in files)
+
+
+def sync() -> int:
+    """Copy into ``mutants/`` every test and every unmutated source file that changed since
+    mutmut copied it (mutmut copies them once, when ``mutants/`` is made, and would go on
+    testing with the old ones). Returns how many files were copied."""
+    import filecmp
+    import shutil
+
+    cfg = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]
+    mutated = set(cfg["only_mutate"])
+    copied = 0
+    for root in [*cfg["source_paths"], "tests/"]:
+        for src in (REPO / root).rglob("*.py"):
+            rel = src.relative_to(REPO).as_posix()
+            dst = REPO / "mutants" / rel
+            if rel in mutated or "__pycache__" in rel or (dst.exists() and filecmp.cmp(src, dst, shallow=False)):
+                continue
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+            copied += 1
+    return copied
+
+
 def mutated_line(name: str) -> tuple[str, str]:
     """``(diff, the first added line stripped)`` of one mutant."""
     from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant
@@ -194,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("groups", nargs="*", help=f"groups to run, of: {', '.join(TARGETS)} (default: all)")
     ap.add_argument("--report-only", action="store_true", help="read the last run's results, run nothing")
+    ap.add_argument("--all", action="store_true", help="re-check killed mutants too (default: only the rest)")
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     args = ap.parse_args(argv)
     unknown = [g for g in args.groups if g not in TARGETS]
@@ -201,10 +239,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown group(s) {', '.join(unknown)}; choose from {', '.join(TARGETS)}")
     groups = args.groups or list(TARGETS)
     globs = [f"{fn}__mutmut_*" for g in groups for fn in TARGETS[g]]
-    if not args.report_only:
-        subprocess.run([str(Path(sys.executable).with_name("mutmut")), "run", "--max-children",
-                        str(args.max_children), *globs], cwd=REPO, check=False, env=ENV)
     os.chdir(REPO)  # mutmut reads its config and records relative to the checkout
+    if not args.report_only:
+        if (REPO / "mutants").exists():
+            print(f"{sync()} changed test/source files copied into mutants/")
+        names = globs if args.all or stale() else [
+            n for n, s in results().items() if s not in KILLED and any(fnmatch.fnmatch(n, g) for g in globs)]
+        if names or not results():
+            subprocess.run([str(Path(sys.executable).with_name("mutmut")), "run", "--max-children",
+                            str(args.max_children), *(names or globs)], cwd=REPO, check=False, env=ENV)
     status = {n: s for n, s in results().items() if any(fnmatch.fnmatch(n, g) for g in globs)}
     if not status:
         print("no mutants found: did mutmut run? (python tools/mutation.py without --report-only)")
@@ -227,12 +270,13 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 survived += 1
                 survivors.append((g, n, mine[n], diff))
-        score = killed / (killed + survived) if killed + survived else 1.0
+        score = killed / (killed + survived) if killed + survived else None  # None: nothing checked yet
         rows.append((g, killed + equiv + survived, killed, equiv, survived, score))
     total = [sum(r[i] for r in rows) for i in (1, 2, 3, 4)]
     overall = total[1] / max(total[0] - total[2], 1)
     table = ["| group | mutants | killed | equivalent | survived | score |", "|---|---|---|---|---|---|"]
-    table += [f"| {g} | {m} | {k} | {e} | {s} | {100 * sc:.1f} % |" for g, m, k, e, s, sc in rows]
+    table += [f"| {g} | {m} | {k} | {e} | {s} | {'—' if sc is None else f'{100 * sc:.1f} %'} |"
+              for g, m, k, e, s, sc in rows]
     table.append(f"| **all** | {total[0]} | {total[1]} | {total[2]} | {total[3]} | **{100 * overall:.1f} %** |")
     print("\n".join(table))
     lines = [
@@ -261,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     REPORT.parent.mkdir(exist_ok=True)
     REPORT.write_text("\n".join(lines) + "\n")
     print(f"{len(survivors)} survivors, {not_run} not checked; report: {REPORT.relative_to(REPO)}")
-    ok = all(r[5] >= TARGET_SCORE for r in rows) and not survivors and not not_run
+    ok = all(r[5] is not None and r[5] >= TARGET_SCORE for r in rows) and not survivors and not not_run
     return 0 if ok else 1
 
 
