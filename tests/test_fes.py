@@ -163,6 +163,17 @@ def test_pace_target_grows_linearly_every_f_rounds():
             parse_paces(bad)
 
 
+def test_a_bad_pace_in_a_fit_message_names_fes_paces_in_the_error():
+    """The client parses the server's ``pace`` with ``parse_paces``'s default key: the one
+    line a user reads names the run-config key ``fes.paces`` and shows a valid example
+    (mutants: another default key, another example text)."""
+    for bad in ("0-2-5", "1-2"):
+        with pytest.raises(ConfigError) as err:
+            parse_paces(bad)
+        assert str(err.value) == (f"fes.paces: '{bad}' is not f-n-k with integers f, n >= 1 and k > 0 "
+                                  "(e.g. 1-2-10)")
+
+
 # ------------------------------------------------------------- filtering (eq. 2)
 # V(0)={1,2} V(1)={0,2} V(2)={0,1} V(3)={0,1} V(4)={5,3} V(5)={4,3}
 # E(u) = {x : u in V(x)}: E(0)={1,2,3} E(1)={0,2,3} E(2)={0,1} E(3)={4,5} E(4)={5} E(5)={4}
@@ -269,6 +280,20 @@ def test_knn_sets_centre_subtracts_the_mean_embedding_first():
     e = np.array([[10.0, 1.0], [10.0, -1.0], [10.0, 4.0], [10.0, -4.0]])
     np.testing.assert_array_equal(knn_sets(e, 1), [[1], [0], [0], [1]])
     np.testing.assert_array_equal(knn_sets(e, 1, centre=True), [[2], [3], [0], [1]])
+
+
+def test_knn_sets_compare_the_proxys_float32_embeddings_in_float64():
+    """The proxy (MiniLM) hands float32 embeddings; the cosines of §3.2 are taken in float64.
+
+    x0 = (1, 0), x1 = (1, 2e-4), x2 = (1, 5e-5): angles 0, 2e-4, 5e-5 rad, so in float64
+    x0's nearest is x2 (5e-5 apart), x1's is x2 (1.5e-4) and x2's is x0 (5e-5).
+    In float32 (spacing 1.2e-7 near 1) every squared norm 1 + 4e-8 or 1 + 2.5e-9 and every
+    dot product 1 + 1e-8 rounds to exactly 1: all cosines tie at 1 and the lowest id wins,
+    [[1], [0], [0]] (mutants: ``np.asarray(embeddings)`` without ``dtype=np.float64``).
+    """
+    e = np.array([[1.0, 0.0], [1.0, 2e-4], [1.0, 5e-5]], dtype=np.float32)
+    np.testing.assert_array_equal(knn_sets(e, 1), [[2], [2], [0]])
+    np.testing.assert_array_equal(knn_sets(e, 2), [[2, 1], [2, 0], [0, 1]])
 
 
 def probe(acc: dict[int, float], calls: list[int], limit: int = 12):
@@ -386,6 +411,18 @@ def test_split_pool_unlabeled_size_zero_takes_the_rest_and_the_draw_is_per_seed_
     np.testing.assert_array_equal(a, split_pool(mc, 0, 0, 100)[0])
 
 
+def test_split_pool_is_one_permutation_seeded_by_seed_partition_and_its_salt():
+    """The placement is ``default_rng([seed, partition, 0xFE5]).permutation(pool)``: gold
+    rows first, then ``unlabeled-size`` unlabelled ones. A fixed function of the run
+    config, so every process, and every earlier run's record, names the same gold texts
+    (mutant: another salt)."""
+    mc = cfg_of("fes", gold_labels=6, labelled_clients=2, unlabeled_size=4).method_config
+    for seed, pid in ((0, 0), (7, 1)):
+        order = np.random.default_rng([seed, pid, 0xFE5]).permutation(12)
+        gold, unl = split_pool(mc, seed, pid, 12)  # 6 // 2 = 3 gold texts, then 4 unlabelled
+        assert gold.tolist() == sorted(order[:3].tolist()) and unl.tolist() == sorted(order[3:7].tolist())
+
+
 # ------------------------------------------------ pseudo labels and client state
 def fes_client(pid: int, state: RecordDict, **kw):
     cfg = cfg_of("fes", gold_labels=8, unlabeled_size=40, keep_ratio=0.5, neighbours=4, max_local_steps=2, **kw)
@@ -459,6 +496,87 @@ def test_pseudo_labels_are_the_top_k_most_confident_argmax_relabelled_every_time
     assert client.stored()["ids"] == [4, 0] and client.stored()["labels"] == [2, 1]
     texts, labels, n_pseudo = client.labelled_set()
     assert (texts, labels, n_pseudo) == (["u4", "u0"], [2, 1], 2)
+
+
+def test_fit_message_without_round_is_round_0_and_without_a_count_labels_nothing():
+    """Defaults of a fit message (the train seed also reads a missing ``server_round`` as 0):
+    no ``server_round``: round 0, so the pace's target ``floor(|U| k/100 * 0/f)`` is 0 (round
+    1 would keep floor(5 * 0.5) = 2); neither ``pace`` nor ``label_count``: 0 pseudo labels
+    (mutants: default round 1 or None, default count 1 or None)."""
+    client = stub_client(P1)
+    m = client.pseudo_label(None, {"pace": "1-1-50"})
+    assert client.stored()["ids"] == [] and m["pseudo_labels"] == 0
+    m = client.pseudo_label(None, {"server_round": 1})
+    assert client.stored()["ids"] == [] and m["pseudo_labels"] == 0
+    client.pseudo_label(None, {"server_round": 1, "pace": "1-1-50"})  # the same pace labels in round 1
+    assert client.stored()["ids"] == [4, 1]
+
+
+class FakeNet:
+    """A global model whose logits are ``log(P1)`` rows, looked up by the text id in
+    ``input_ids[:, 0]`` (softmax over the classes gives P1 back); notes each forward's rows."""
+
+    def __init__(self):
+        self.forwards: list[list[int]] = []
+
+    def fixed_weights(self):
+        from contextlib import nullcontext
+
+        return nullcontext()
+
+    def forward(self, prompt, batch):
+        import torch
+
+        rows = batch.input_ids[:, 0].tolist()
+        self.forwards.append(rows)
+        return torch.log(torch.as_tensor(P1[rows]))
+
+
+def predict_client(infer_batch: int = 2):
+    """A stub client with the real ``predict`` and a backbone that encodes text ``u{i}`` as the one token ``i``."""
+    import torch
+
+    from fedtext.backbone import EncodedBatch
+
+    def encode(texts, labels):
+        ids = torch.as_tensor([[int(t[1:])] for t in texts], dtype=torch.long).reshape(len(texts), 1)
+        return EncodedBatch(ids, torch.ones_like(ids), torch.as_tensor(labels, dtype=torch.long))
+
+    client = stub_client(P1, infer_batch=infer_batch)
+    del client.predict  # the class's own
+    client.task = SimpleNamespace(num_classes=3)
+    client.backbone = SimpleNamespace(encode=encode)
+    return client
+
+
+def test_predict_is_the_softmax_over_classes_in_infer_batch_forwards():
+    """``predict``: softmax over the classes of each row (not over the texts of a batch),
+    ``infer-batch`` texts per forward, and the number of forwards (the batches l_i divides by).
+    Texts 4, 1, 3 with infer-batch 2: forwards [4, 1] and [3], rows P1[4], P1[1], P1[3].
+    One text is one forward; no text is no forward and an empty [0, C] result.
+    Mutants: softmax over dim -2 (each column of [4, 1] would sum to 1, [3] would be all 1s),
+    the empty case taken at one text, or returning no [0, 3] array or 1 batch for no text."""
+    client, net = predict_client(infer_batch=2), FakeNet()
+    probs, batches = client.predict(net, np.array([4, 1, 3]))
+    np.testing.assert_allclose(probs, P1[[4, 1, 3]], rtol=1e-12)
+    assert batches == 2 and net.forwards == [[4, 1], [3]]
+    probs, batches = client.predict(net, np.array([2]))
+    np.testing.assert_allclose(probs, P1[[2]], rtol=1e-12)
+    assert batches == 1 and net.forwards[-1] == [2]
+    probs, batches = client.predict(net, np.arange(0))
+    assert probs.shape == (0, 3) and batches == 0 and len(net.forwards) == 3
+
+
+def test_pseudo_labelling_an_empty_pool_runs_no_forward_and_reports_zeros():
+    """A client with no unlabelled text (its pool all gold) told to label: no candidate, no
+    forward, no pseudo label; accuracy -1 (nothing to score) and 0 s per batch, not a
+    division by zero (mutants: ``infer_s / batches`` at 0 batches, 1.0 s, 1 batch)."""
+    client = predict_client()
+    client.unlabeled = client.unlabeled.iloc[:0]
+    m = client.pseudo_label(FakeNet(), {"server_round": 3, "label_count": 4})
+    assert m == {"pseudo_labels": 0, "labelled_candidates": 0, "pseudo_label_accuracy": -1.0,
+                 "infer_batches": 0, "infer_s_per_batch": 0.0, "filter_s": 0.0}
+    assert client.stored() == {"ids": [], "labels": []}
 
 
 def test_pseudo_labelling_reports_seconds_per_inference_batch(monkeypatch):
