@@ -159,24 +159,34 @@ RESUMABLE_CHANGES = {"resume", "num-server-rounds", "stale-after-s", "round-time
 
 
 def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Checkpoint:
-    """The checkpoint ``resume=`` names, after checking the run-config matches it."""
-    run_dir = Path(cfg.output_dir).expanduser().resolve() / cfg.resume
+    """The checkpoint ``resume=`` names, after checking, before anything is loaded from it,
+    that the run folder lies inside ``output-dir`` and that the run-config matches the run's
+    (:func:`fedtext.checkpoint.load` then verifies the checkpoint's signature)."""
+    out = Path(cfg.output_dir).expanduser().resolve()
+    run_dir = out / cfg.resume
+    if not run_dir.resolve().is_relative_to(out) or run_dir.resolve() == out:
+        raise ConfigError(f"resume='{cfg.resume}' resolves to {run_dir.resolve()}, not a run folder inside "
+                          f"output-dir {out}: refused")
     try:
         stored = json.loads((run_dir / "config.json").read_text())["config"]
     except (OSError, ValueError, KeyError, TypeError):
         raise ConfigError(f"resume='{cfg.resume}': no run record at {run_dir} (run ids are folder names "
                           f"under output-dir)") from None
-    try:
-        ckpt = checkpoint.load(run_dir)
-    except FileNotFoundError:
-        raise ConfigError(f"resume='{cfg.resume}': {run_dir} has no checkpoint (it never finished a round)") from None
-    except (ValueError, OSError, EOFError) as exc:
-        raise ConfigError(f"resume='{cfg.resume}': unreadable checkpoint ({exc})") from None
+    if not isinstance(stored, dict):
+        raise ConfigError(f"resume='{cfg.resume}': {run_dir / 'config.json'} holds no run-config")
     changed = sorted(k for k in set(stored) | set(config)
                      if k not in RESUMABLE_CHANGES and stored.get(k) != config.get(k))
     if changed:
         diffs = ", ".join(f"{k}={config.get(k)!r} (run: {stored.get(k)!r})" for k in changed[:5])
         raise ConfigError(f"resume='{cfg.resume}' must use the run's own config; these differ: {diffs}")
+    try:
+        ckpt = checkpoint.load(run_dir)
+    except FileNotFoundError:
+        raise ConfigError(f"resume='{cfg.resume}': {run_dir} has no checkpoint (it never finished a round)") from None
+    except checkpoint.CheckpointError as exc:
+        raise ConfigError(f"resume='{cfg.resume}': {exc}") from None
+    except (ValueError, OSError, EOFError) as exc:
+        raise ConfigError(f"resume='{cfg.resume}': unreadable checkpoint ({exc})") from None
     if ckpt.round >= cfg.num_server_rounds:
         raise ConfigError(f"resume='{cfg.resume}': the run already did {ckpt.round} rounds; "
                           f"set num-server-rounds above {ckpt.round} to continue it")

@@ -107,8 +107,10 @@ def test_a_run_that_cannot_start_leaves_a_failed_record(tmp_path):
 
 
 # ------------------------------------------------------------ checkpoints
-def test_checkpoint_round_trip_keeps_arrays_and_state(tmp_path):
+def test_checkpoint_round_trip_keeps_arrays_and_state(tmp_path, monkeypatch):
     from fedtext.cmaes import ReferenceServerES
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
 
     es = ReferenceServerES(d=5, sigma0=1.0, m=3, seed=7)
     es.tell(np.random.default_rng(0).standard_normal((3, 5)), [0.3, 0.1, 0.2], sigma_prime=0.8)
@@ -123,6 +125,111 @@ def test_checkpoint_round_trip_keeps_arrays_and_state(tmp_path):
     assert es.tell(sol, [0.2, 0.3, 0.1], 0.7) == ck.state["server"].tell(sol, [0.2, 0.3, 0.1], 0.7)
     assert np.array_equal(es.mean, ck.state["server"].mean)
     assert not (tmp_path / "checkpoint.npz.tmp").exists()
+
+
+class _RunsCode:
+    """A pickle that makes a folder when unpickled: proof that a checkpoint's code ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.marker),))
+
+
+def _poison(run_dir: Path, marker: Path, keep_signature: bool) -> None:
+    """Swap the state of ``run_dir``'s checkpoint for a pickle that runs code (an attacker who
+    can write the folder); the old signature stays when ``keep_signature``."""
+    import io
+    import pickle
+
+    with np.load(run_dir / checkpoint.FILE) as z:
+        blobs = {k: z[k] for k in z.files}
+    blobs["state"] = np.frombuffer(pickle.dumps({"server": _RunsCode(marker)}), dtype=np.uint8)
+    if not keep_signature:
+        del blobs["signature"]
+    buf = io.BytesIO()
+    np.savez(buf, **blobs)
+    (run_dir / checkpoint.FILE).write_bytes(buf.getvalue())
+
+
+@pytest.mark.parametrize("attack", ["tampered", "unsigned", "other key"])
+def test_a_checkpoint_not_signed_by_this_users_key_is_refused_before_anything_is_unpickled(
+        tmp_path, monkeypatch, attack):
+    """Issue 35: ``checkpoint.npz``'s state is a pickle. Edited after signing, unsigned (format
+    1), or signed with another key, it is refused, and its code never runs."""
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "mine.key"))
+    run_dir, marker = tmp_path / "run", tmp_path / "code-ran"
+    run_dir.mkdir()
+    if attack == "other key":
+        monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "theirs.key"))
+        checkpoint.save(run_dir, 1, [np.zeros(3, np.float32)], {"server": _RunsCode(marker)})
+        monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "mine.key"))
+        checkpoint.save(tmp_path, 1, [np.zeros(3, np.float32)], {})  # this user has a key of their own
+    else:
+        checkpoint.save(run_dir, 1, [np.zeros(3, np.float32)], {"server": 1})
+        assert checkpoint.load(run_dir).state == {"server": 1}  # untouched, it loads
+        _poison(run_dir, marker, keep_signature=attack == "tampered")
+    with pytest.raises(checkpoint.CheckpointError, match="not signed" if attack == "unsigned" else "does not verify"):
+        checkpoint.load(run_dir)
+    assert not marker.exists()
+
+
+def test_a_checkpoint_resolving_outside_its_run_folder_is_refused(tmp_path, monkeypatch):
+    """Issue 35: a symlink planted in the run folder is not followed, even to a valid checkpoint."""
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    elsewhere, run_dir = tmp_path / "elsewhere", tmp_path / "out" / "run"
+    elsewhere.mkdir()
+    run_dir.mkdir(parents=True)
+    checkpoint.save(elsewhere, 1, [np.zeros(3, np.float32)], {})
+    (run_dir / checkpoint.FILE).symlink_to(elsewhere / checkpoint.FILE)
+    with pytest.raises(checkpoint.CheckpointError, match="outside its run folder"):
+        checkpoint.load(run_dir)
+    with pytest.raises(FileNotFoundError):
+        checkpoint.load(tmp_path / "out" / "nothing")
+
+
+def test_the_key_is_made_once_private_and_a_missing_key_is_one_line(tmp_path, monkeypatch):
+    key = tmp_path / "k" / "checkpoint.key"
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(key))
+    checkpoint.save(tmp_path, 1, [np.zeros(1)], {})
+    first = key.read_bytes()
+    checkpoint.save(tmp_path, 2, [np.zeros(1)], {})
+    assert key.read_bytes() == first and len(first) == checkpoint.KEY_BYTES
+    assert (key.stat().st_mode & 0o777) == 0o600
+    key.unlink()
+    with pytest.raises(checkpoint.CheckpointError, match="no checkpoint key readable"):
+        checkpoint.load(tmp_path)
+
+
+def test_resume_compares_the_config_and_the_folder_before_it_loads_the_checkpoint(tmp_path, monkeypatch):
+    """Issue 35: ``resume=`` with another config, or naming a folder outside output-dir, is a
+    one-line configuration error raised before the checkpoint is read; its code never runs."""
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+    from fedtext.server_app import resume_checkpoint
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    out, marker = tmp_path / "out", tmp_path / "code-ran"
+    cfg = make_config("fedbpt", output_dir=str(out), resume="run", num_server_rounds=3)
+    run_config = cfg.to_run_config()
+    (out / "run").mkdir(parents=True)
+    (out / "run" / "config.json").write_text(json.dumps({"config": {**run_config, "seed": 1}}))
+    checkpoint.save(out / "run", 1, [np.zeros(3, np.float32)], {})
+    _poison(out / "run", marker, keep_signature=False)
+    with pytest.raises(ConfigError, match=r"seed=0 \(run: 1\)"):
+        resume_checkpoint(cfg, run_config)
+    (out / "run" / "config.json").write_text(json.dumps({"config": run_config}))
+    with pytest.raises(ConfigError, match="not signed"):
+        resume_checkpoint(cfg, run_config)
+    assert not marker.exists()
+    with pytest.raises(ConfigError, match="a folder name under output-dir"):  # refused by the config itself
+        make_config("fedbpt", output_dir=str(out), resume="../outside")
+    # a run folder that is a symlink to elsewhere (planted in output-dir) is not followed
+    (tmp_path / "outside").mkdir()
+    (out / "linked").symlink_to(tmp_path / "outside")
+    with pytest.raises(ConfigError, match="not a run folder inside output-dir"):
+        resume_checkpoint(make_config("fedbpt", output_dir=str(out), resume="linked", num_server_rounds=3), run_config)
 
 
 def test_feddls_resyncs_a_client_whose_state_was_lost():
