@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -337,7 +338,10 @@ def _coerce(key: str, raw: Any, type_name: Any) -> Any:
         if type_name == "float":
             if isinstance(raw, bool):
                 raise ValueError
-            return float(raw)
+            value = float(raw)
+            if not math.isfinite(value):  # NaN passes every range check (nan < x is False); inf is no setting
+                raise ConfigError(f"{key} must be a finite number, got {raw!r}")
+            return value
         if type_name == "bool":  # TOML and --run-config give true/false; "true"/"false" strings too
             if isinstance(raw, str) and raw.lower() in ("true", "false"):
                 return raw.lower() == "true"
@@ -348,6 +352,8 @@ def _coerce(key: str, raw: Any, type_name: Any) -> Any:
             if isinstance(raw, (dict, list)):
                 raise ValueError
             return str(raw)
+    except ConfigError:
+        raise
     except (TypeError, ValueError):
         raise ConfigError(f"{key} must be {type_name}, got {raw!r}") from None
     raise ConfigError(f"{key}: unsupported type {type_name}")  # pragma: no cover

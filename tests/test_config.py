@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 
 import pytest
@@ -111,6 +112,30 @@ def test_clients_per_round_above_connected_clients():
     cfg.check_num_clients(5)
     with pytest.raises(ConfigError, match="clients-per-round=5 exceeds the 4 connected clients"):
         cfg.check_num_clients(4)
+
+
+def _float_keys() -> list[tuple[str, str]]:
+    """(method, key) for every float key: the shared ones (under fedprompt) and each method's own."""
+    import dataclasses
+
+    shared = [("fedprompt", k) for k, f in RunConfig.shared_keys().items() if f.type in (float, "float")]
+    own = [(m, k) for m, e in METHODS.items() for k, f in e.config.keys().items() if f.type in (float, "float")]
+    return shared + own
+
+
+def test_there_are_float_keys_to_check():
+    keys = _float_keys()
+    assert ("fedprompt", "alpha") in keys and ("bbt-fed", "bbt-fed.sigma0") in keys and len(keys) > 20
+
+
+@pytest.mark.parametrize("bad", ["nan", float("nan"), "inf", float("-inf")])
+@pytest.mark.parametrize("method,key", _float_keys())
+def test_every_float_key_refuses_nan_and_inf_in_one_line(method, key, bad):
+    """Issue 35: NaN passed every range check (``nan < x`` is False), so ``alpha=nan`` or
+    ``fedprompt.lr=nan`` ran to a ``finished`` record at the initial model."""
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} must be a finite number, got") as err:
+        parse(method=method, **{key: bad})
+    assert "\n" not in str(err.value)
 
 
 def test_values_are_coerced_and_frozen():
