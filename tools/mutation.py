@@ -8,9 +8,9 @@ still pass the fast tests?
 
 A run re-checks only the mutants that are not yet killed (never checked, or survived:
 new tests may kill them now); a mutant that a test killed keeps that verdict while its
-function is unchanged (mutmut regenerates, and forgets the verdicts of, a file whose
-source changed: then every mutant of the groups asked is re-checked). ``--all`` drops
-that shortcut.
+module is unchanged (every target mutant of a module edited since mutmut copied it is
+re-checked). ``--all`` drops that shortcut. Changing ``[tool.mutmut]``'s test selection
+makes mutmut forget every verdict.
 
 mutmut (configured in pyproject's ``[tool.mutmut]``) copies the code into ``mutants/``,
 makes one-line mutants of the functions named in :data:`TARGETS` (an operator, a
@@ -179,12 +179,14 @@ def results() -> dict[str, str]:
     return out
 
 
-def stale() -> bool:
-    """Whether mutmut's copy of some mutated file is missing or older than its source (mutmut
-    will regenerate it and forget its verdicts, so none of them may be trusted)."""
+def stale() -> set[str]:
+    """Modules (``fedtext.cmaes``) whose mutmut copy is missing or older than the source:
+    mutmut regenerates them and forgets the verdicts of their changed functions, so every
+    target mutant in them is re-checked."""
     files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
-    return any(not (REPO / "mutants" / f).exists()
-               or (REPO / "mutants" / f).stat().st_mtime < (REPO / f).stat().st_mtime for f in files)
+    return {f.removesuffix(".py").replace("/", ".") for f in files
+            if not (REPO / "mutants" / f).exists()
+            or (REPO / "mutants" / f).stat().st_mtime < (REPO / f).stat().st_mtime}
 
 
 def sync() -> int:
@@ -243,7 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         if (REPO / "mutants").exists():
             print(f"{sync()} changed test/source files copied into mutants/")
-        names = globs if args.all or stale() else [
+        changed = stale()
+        # globs of the target functions in regenerated modules, plus every other mutant not yet killed
+        names = globs if args.all else [g for g in globs if g.rsplit(".", 1)[0] in changed] + [
             n for n, s in results().items() if s not in KILLED and any(fnmatch.fnmatch(n, g) for g in globs)]
         if names or not results():
             subprocess.run([str(Path(sys.executable).with_name("mutmut")), "run", "--max-children",
