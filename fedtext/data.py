@@ -188,10 +188,13 @@ def _normalise(df: pd.DataFrame, domain: str, source: str) -> pd.DataFrame:
     if "domain" not in df.columns:
         df["domain"] = domain
     df["text"] = df["text"].astype(str)
-    try:
-        df["label"] = df["label"].astype(np.int64)
-    except (TypeError, ValueError):
-        raise ConfigError(f"{source}: labels must be integers 0..C-1") from None
+    numeric = pd.to_numeric(df["label"], errors="coerce")
+    # a float label (0.4, 1.6) would be truncated by astype(int) to another class: refuse it
+    bad = numeric.isna() | (numeric != np.floor(numeric))
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise ConfigError(f"{source}: labels must be integers 0..C-1; row {row} has {df['label'].tolist()[row]!r}")
+    df["label"] = numeric.astype(np.int64)
     if (df["label"] < 0).any():
         raise ConfigError(f"{source}: negative labels found; labels must be integers 0..C-1")
     df["domain"] = df["domain"].astype(str)

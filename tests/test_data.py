@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -99,6 +101,23 @@ def test_local_directory_errors(tmp_path):
     pd.DataFrame({"sentence": ["x"], "label": [0]}).to_csv(tmp_path / "test.csv", index=False)
     with pytest.raises(ConfigError, match=r"missing column\(s\) \['text'\]"):
         load_local(tmp_path)
+
+
+@pytest.mark.parametrize("labels,row,shown", [([0, 0.4, 1.6], 1, "0.4"), ([1, 0, "pos"], 2, "'pos'"),
+                                            ([1.0, 0.0, 2.5], 2, "2.5")])
+def test_a_label_that_is_not_an_integer_is_one_line_not_truncated(tmp_path, labels, row, shown):
+    """Issue 35: labels 0.4 / 1.6 were truncated to 0 / 1 (another class) by astype(int)."""
+    pd.DataFrame({"text": ["a", "b", "c"], "label": labels}).to_csv(tmp_path / "train.csv", index=False)
+    pd.DataFrame({"text": ["d"], "label": [1]}).to_csv(tmp_path / "test.csv", index=False)
+    with pytest.raises(ConfigError, match=rf"labels must be integers 0..C-1; row {row} has {re.escape(shown)}"):
+        load_local(tmp_path)
+
+
+def test_integer_labels_written_as_floats_still_load(tmp_path):
+    pd.DataFrame({"text": ["a", "b"], "label": [1.0, 0.0]}).to_csv(tmp_path / "train.csv", index=False)
+    pd.DataFrame({"text": ["d"], "label": [1]}).to_csv(tmp_path / "test.csv", index=False)
+    splits = load_local(tmp_path)
+    assert splits.train["label"].tolist() == [1, 0] and splits.train["label"].dtype == "int64"
 
 
 def test_hub_name_offline_is_one_clear_line(monkeypatch):
