@@ -760,3 +760,47 @@ def test_server_step_h_sigma_is_strict_at_exact_equality():
     C = (1 - k.c_1 - k.c_mu + k.c_1 * k.c_c * (2 - k.c_c)) * state.C + k.c_1 * np.outer(pc, pc) \
         + k.c_mu * (ys.T @ ys) / 2
     np.testing.assert_allclose(new.C, C, rtol=1e-12)
+
+
+# ------------------------------------------- tie order, the reference defaults, the pycma server's state
+def test_server_step_best_half_breaks_loss_ties_by_client_order() -> None:
+    """Alg. 2 line 1 with tied losses across the mu cut: the best half is a stable sort's,
+    i.e. the earlier clients; 40 uploads (mu = 20), past the 16 where numpy's default
+    (quick/SIMD) argsort reorders ties. Equal weights: the new mean is the best half's mean."""
+    losses = [0.75] * 10 + [0.5] * 20 + [0.25] * 10  # the cut falls inside the 0.5 group (clients 10..29)
+    sols = np.array([[5.0, 5.0]] * 10 + [[1.0, 0.0]] * 10 + [[0.0, 1.0]] * 10 + [[1.0, 0.0]] * 10)
+    new = server_step(CMAState.initial(2, 1.0), sols, losses, 0.5)
+    # best 20, stable: clients 30..39 and 10..19, all at (1, 0): y = (1, 0) / 0.5 = (2, 0), z' = 0 + 0.5 (2, 0).
+    # Any of clients 20..29 (at (0, 1)) in the set would move the second coordinate.
+    np.testing.assert_array_equal(new.mean, [1.0, 0.0])
+
+
+def test_reference_local_sigma_default_clamp_is_as_run() -> None:
+    """``reference_local_sigma``'s default is the code as run (never clamped):
+    0.2 / 1.0 · 1.0 = 0.2, where as-logged would raise it to the floor 0.5."""
+    assert reference_local_sigma(0.2, 1.0, 1.0) == pytest.approx(0.2)
+    assert reference_local_sigma(0.2, 1.0, 1.0, "as-logged") == 0.5
+
+
+def test_reference_tell_leaves_sigma_local_on_pycma_and_silences_only_injection_warnings(monkeypatch) -> None:
+    """After a reference step pycma's sigma is sigma_local (``global_es.sigma``, what the
+    clients are sent); during it, pycma's InjectionWarning (the uploads are injected
+    solutions by design) is silenced and any other warning still reaches the caller."""
+    import warnings
+
+    import cma
+
+    es, z, fit = _mock_reference_round()
+    real_tell = es.es.tell
+
+    def warning_tell(*args, **kwargs):
+        warnings.warn("orphanated injected solution", cma.evolution_strategy.InjectionWarning)
+        warnings.warn("some other pycma warning", UserWarning)
+        return real_tell(*args, **kwargs)
+
+    monkeypatch.setattr(es.es, "tell", warning_tell)
+    with pytest.warns(UserWarning) as record:
+        after = es.tell(z, fit, 0.7)
+    assert [str(w.message) for w in record] == ["some other pycma warning"]
+    assert es.sigma_local == pytest.approx(after / 0.7 * 1.0)  # as-run, sigma_0 = 1
+    assert es.es.sigma == es.sigma_local

@@ -162,6 +162,26 @@ def test_absolute_codecs_hand_computed(vocab):
     np.testing.assert_array_equal(f.decode(f.encode(x, x), x), x.astype(np.float16).astype(np.float32))
 
 
+def test_quant_codes_on_hand_values_float32_arithmetic_and_clip_to_the_float16_scale() -> None:
+    """App. E eq. 17: code = round(clip(w / beta, -1, 1) · k) + k with k = 3 (b = 3), beta the
+    row's max |w| as float16 (eq. 18); the division and the product are float32 (the
+    prompt's dtype), and the clip matters where the float16 beta rounds below max |w|."""
+    q = QuantCodec(3)
+    tiny = 2.0**-24  # float16's smallest subnormal: 1.25 · 2^-24 rounds down to it
+    third = np.float32(1 / 3)  # /2 · 3 = 0.50000001 exactly, 0.5 in float32
+    p = np.array([[2.0, -2.0, 1.0, 0.5],  # w / beta · k = 3, -3, 1.5, 0.75
+                  [2.0, third, 0.0, 0.0],  # 3, 0.5 (float32: rint -> 0, ties to even)
+                  [-1.25 * tiny, 0.0, 0.0, 0.0],  # w / beta = -1.25: clipped to -1
+                  [1.25 * tiny, 0.0, 0.0, 0.0]], np.float32)  # 1.25: clipped to 1
+    packed, beta = q.encode(p, p)
+    assert beta.dtype == np.float16 and beta.tolist() == [2.0, 2.0, tiny, tiny]
+    codes = np.unpackbits(packed)[: p.size * 3].reshape(4, 4, 3) @ np.array([4, 2, 1])  # MSB first
+    assert codes.tolist() == [[6, 0, 5, 4], [6, 3, 3, 3], [0, 3, 3, 3], [6, 3, 3, 3]]
+    np.testing.assert_array_equal(q.decode([packed, beta], p),
+                                  np.array([[2, -2, 4 / 3, 2 / 3], [2, 0, 0, 0], [-tiny, 0, 0, 0], [tiny, 0, 0, 0]],
+                                           np.float32))
+
+
 @pytest.mark.parametrize(
     "compression, extra, per_update",
     [

@@ -506,3 +506,71 @@ def test_unlearning_loss_on_hand_values_with_unequal_sets() -> None:
             2 * ln2, rel=1e-6)
     # λ = 2, sets: 2 ln 2 + 2 · 2.5 ln 2 = 7 ln 2 (a subtracted term would give -3 ln 2)
     assert float(unlearning_loss(keep, keep_labels, forget, relabels, 2.0, "sets")) == pytest.approx(7 * ln2, rel=1e-6)
+
+
+def test_initial_prefixes_are_each_layers_key_and_value_of_the_p0_tokens(backbone: Backbone) -> None:
+    """P-tuning v2's start (module doc): K_l and V_l ``[T, D]`` are layer l's key and value
+    projections ``W_k^l h^l + b_k^l`` / ``W_v^l h^l + b_v^l`` at positions 1..T of
+    ``[CLS] t_1..t_T [SEP]``, where t_1..t_T are the T distinct tokens of the other
+    methods' p0 (:meth:`Backbone.initial_prompt`, seeded by the run seed), and h^l is
+    the input of layer l (``hidden_states[l]``). Float32, the same on every call."""
+    t = 4
+    cfg = make_config("fedptuning-v2", prompt_length=t, seed=3, **SMALL)
+    model = DeepPromptModel(cfg, backbone)
+    keys, values = model.initial_arrays()
+    assert keys.dtype == values.dtype == np.float32 and keys.shape == values.shape == (6, t, backbone.dim)
+    # the p0 tokens, read back from p0's rows of e(V)
+    vocab, p0 = backbone.vocab_embeddings(), backbone.initial_prompt(t, 3)
+    ids = [int(np.flatnonzero((vocab == row).all(1))[0]) for row in p0]
+    assert len(set(ids)) == t  # drawn without replacement
+    seq = torch.tensor([[backbone.cls_id, *ids, backbone.sep_id]])
+    with torch.no_grad():
+        out = backbone.encoder(input_ids=seq, attention_mask=torch.ones_like(seq), output_hidden_states=True)
+    hidden = out.hidden_states  # hidden[l]: the input of layer l
+    for layer, (k_mod, v_mod) in enumerate(attention_projections(backbone)):
+        h = hidden[layer][0, 1:-1]  # the T tokens
+        np.testing.assert_allclose(keys[layer], torch.nn.functional.linear(h, k_mod.weight, k_mod.bias).numpy(),
+                                   rtol=0, atol=1e-5)
+        np.testing.assert_allclose(values[layer], torch.nn.functional.linear(h, v_mod.weight, v_mod.bias).numpy(),
+                                   rtol=0, atol=1e-5)
+    again = model.initial_arrays()
+    assert all(np.array_equal(a, b) for a, b in zip((keys, values), again, strict=True))  # seeded, not random
+
+
+def test_logits_put_T_positions_after_cls_and_mean_pool_only_cls_and_text(backbone: Backbone) -> None:
+    """Fed P-tuning v2's logits (module doc): the encoder sees ``[CLS] x_1..x_T text`` with
+    T placeholder positions (B x (T + L) inputs), and the similarity head pools the mean
+    of the last hidden states over [CLS] and the attended text only (``pool_prompt=False``):
+    logits = 20 · cos(mean_{i ∉ 1..T} h_i, label vectors)."""
+    from fedtext.backbone import SIMILARITY_SCALE
+
+    t = 3
+    cfg = make_config("fedptuning-v2", prompt_length=t, **SMALL)
+    model = DeepPromptModel(cfg, backbone)
+    assert backbone.head == "similarity"
+    keys, values = (torch.as_tensor(a) for a in model.initial_arrays())
+    batch = backbone.encode(["a fine movie", "the market fell sharply today"], [0, 1])  # padded: unequal lengths
+    seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    u = backbone.label_vectors  # u_c first (cached): their own encoder pass is not the batch's
+
+    def probe(_mod: torch.nn.Module, _args: tuple, kwargs: dict, out) -> None:
+        if kwargs.get("inputs_embeds") is not None and len(kwargs["inputs_embeds"]) == len(batch):
+            seen.append((kwargs["inputs_embeds"], kwargs["attention_mask"], out.last_hidden_state))
+
+    handle = backbone.encoder.register_forward_hook(probe, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            logits = model.logits(keys, values, batch)
+    finally:
+        handle.remove()
+    (embeds, att, hidden), = seen
+    b, l = batch.input_ids.shape
+    assert embeds.shape[:2] == att.shape == (b, t + l)
+    # [CLS] x_1..x_T text: the T placeholders are attended, the text keeps its padding mask
+    assert att[:, :1 + t].eq(1).all() and torch.equal(att[:, 1 + t:], batch.attention_mask[:, 1:])
+    pool = att.clone().float()
+    pool[:, 1:1 + t] = 0  # the placeholders are keys and values, not outputs
+    mean = (hidden * pool[..., None]).sum(1) / pool.sum(1, keepdim=True)
+    expected = SIMILARITY_SCALE * torch.nn.functional.normalize(mean, dim=-1) @ u.T
+    torch.testing.assert_close(logits, expected)
