@@ -29,12 +29,13 @@ import os
 import platform
 import resource
 import signal
+import stat
 import subprocess
 import threading
 import time
 import traceback
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -312,6 +313,46 @@ DEFAULT_STALE_AFTER_S = 300.0  # the run-config default of stale-after-s
 _OPEN: "weakref.WeakSet[RunRecorder]" = weakref.WeakSet()  # recorders without a summary yet
 
 
+def run_folder_name(config: Mapping[str, Any], when: _dt.datetime | None = None) -> str:
+    """The folder name of a new run: ``<stamp>-<method>-<dataset>-s<seed>[-<run-name>]``.
+
+    A part the run-config does not hold (a refused start's config may lack any key) is left
+    out rather than written as ``None``, and each part is reduced to one path component
+    (separators become ``_``), so a refused start's odd ``method`` or ``run-name`` can
+    neither read as ``None`` nor point outside ``output-dir``. A run-config that holds its
+    keys, none with a ``/``, is named as it always was.
+
+    Parameters
+    ----------
+    config
+        The flattened run-config (``method``, ``dataset``, ``seed``, ``run-name``).
+    when
+        The start time in the name (default: now).
+
+    Returns
+    -------
+    str
+        E.g. ``20261122-220455-bbt-fed-demo-s0``.
+    """
+    stamp = (when or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    method, dataset, seed = config.get("method"), config.get("dataset"), config.get("seed")
+    parts = [_path_part(x) for x in (
+        stamp,
+        "" if method is None else str(method),
+        "" if dataset is None else Path(str(dataset)).name,
+        "" if seed is None else f"s{seed}",
+        str(config.get("run-name") or ""),
+    )]
+    return "-".join(x for x in parts if x)
+
+
+def _path_part(text: str) -> str:
+    """``text`` as one harmless path component: ``/`` and NUL -> ``_``; ``.``/``..`` -> ``""``
+    (a ``run-name`` such as ``a/b`` used to open a sub-folder that ``status`` never finds)."""
+    text = text.replace("/", "_").replace("\0", "_")
+    return "" if text in (".", "..") else text
+
+
 class RunRecorder:
     """Writes one run's records. Created by the ServerApp, fed by the strategy.
 
@@ -332,12 +373,7 @@ class RunRecorder:
         if resume:
             self._reopen(Path(output_dir).expanduser().resolve() / str(run_id), config, keep_rounds, launch)
             return
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        name = config.get("run-name") or ""
-        base = run_id or "-".join(
-            x for x in (stamp, str(config.get("method")), Path(str(config.get("dataset"))).name,
-                        f"s{config.get('seed')}", name) if x
-        )
+        base = run_id or run_folder_name(config)
         root = Path(output_dir).expanduser().resolve()
         self.dir = root / base
         i = 1
@@ -520,18 +556,25 @@ def read_heartbeat(run_dir: str | Path) -> float | None:
 def run_status(run: dict[str, Any], now: float | None = None) -> tuple[str, str | None]:
     """``(status, reason)`` of a :func:`load_run` dict.
 
+    ``malformed``: a record file is not its record (``problem``: :func:`load_run`'s
+    reason, e.g. ``summary.json: total_bytes_up is a string, not a number``);
     ``finished``/``failed``: from ``summary.json`` (reason: its ``error``);
     ``malformed``: no summary and no readable round although ``rounds.jsonl`` has lines
-    (e.g. binary garbage); ``stale``: no summary and no heartbeat for longer than the
-    run's ``stale-after-s`` (its server died without a word: SIGKILL, a lost SuperLink);
+    (e.g. binary garbage; the reason names the first such line's fault); ``stale``: no
+    summary and no heartbeat for longer than the run's ``stale-after-s`` (its server died
+    without a word: SIGKILL, a lost SuperLink);
     else ``running``. A run from before heartbeats falls back to its newest file's time.
     """
+    if run.get("problem"):  # a record file that is not its record (load_run's readers)
+        return "malformed", str(run["problem"])
     summary = run.get("summary")
     if isinstance(summary, dict) and summary.get("status"):
         return str(summary["status"]), summary.get("error")
     if not run.get("rounds") and run.get("malformed_lines"):
-        return "malformed", "rounds.jsonl has no readable round"
-    cfg = (run.get("config") or {}).get("config") or {}
+        detail = f" ({run['line_problem']})" if run.get("line_problem") else ""
+        return "malformed", f"rounds.jsonl has no readable round{detail}"
+    meta = run.get("config") if isinstance(run.get("config"), dict) else {}
+    cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     try:
         stale_after = float(cfg.get("stale-after-s", DEFAULT_STALE_AFTER_S))
     except (TypeError, ValueError):
@@ -645,42 +688,247 @@ def _write_json(path: Path, obj: Any) -> None:
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 
-def load_run(run_dir: str | Path) -> dict[str, Any]:
-    """Read one run directory, tolerating half-written or malformed files.
+# ------------------------------------------------------------ reading records
+# Every reader (this module, the dashboard, the tables, ``simulations.status``) reads the
+# record files through the functions below: each file is checked once, here, against what
+# the writers above write, and a file that is not that is reported with a one-line reason
+# (``problem``) instead of reaching code that would raise on it.
 
-    A ``config.json`` / ``summary.json`` that is not a JSON object reads as ``None``; a
-    line of ``rounds.jsonl`` that is not a JSON object with an integer ``round`` (e.g. a
-    truncated last line) is skipped and counted in ``malformed_lines``. ``status`` and
-    ``reason`` are :func:`run_status`'s.
+MAX_JSON_DEPTH = 32  # records nest 5 deep at most (config.json: resumed[].provenance.versions)
+_SCALARS = (str, int, float, bool, type(None))
+# config.json's own fields (absent or null: unknown, as in records from before they existed)
+CONFIG_FIELDS: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "started": (str,), "started_epoch": (int, float), "machine": (dict,),
+    "provenance": (dict,), "resumed": (list,),
+}
+# summary.json: totals every reader divides or sums (summarize always writes numbers)...
+SUMMARY_TOTALS = ("rounds_done", "total_bytes_up", "total_bytes_down", "total_resync_bytes",
+                  "total_model_queries", "client_failures")
+# ... numbers that may be unknown (None) ...
+SUMMARY_NUMBERS = ("initial_accuracy", "final_accuracy", "best_accuracy", "final_client_accuracy_mean",
+                   "p_accuracy", "np_accuracy", "p_accuracy_global", "np_accuracy_global",
+                   "mean_bytes_up_per_client", "mean_bytes_down_per_client", "peak_client_rss_mb", "wall_time_s")
+# ... and text: the status and its reason.
+SUMMARY_TEXT = ("run_id", "status", "error")
+
+
+class RecordError(ValueError):
+    """Text that is not a record: not JSON, or nested deeper than :data:`MAX_JSON_DEPTH`."""
+
+
+def decode_json(text: str) -> Any:
+    """``text`` as JSON, refusing what no writer writes.
+
+    Raises
+    ------
+    RecordError
+        Not JSON (including integers too long to convert), or nested deeper than
+        :data:`MAX_JSON_DEPTH` (100 000 nested lists would raise ``RecursionError`` in
+        the decoder, and a few hundred would in any later ``json.dumps``). Its message is
+        one line.
     """
-    run_dir = Path(run_dir)
-    out: dict[str, Any] = {"dir": str(run_dir), "rounds": [], "malformed_lines": 0}
-    for name in ("config", "summary"):
-        p = run_dir / f"{name}.json"
-        try:
-            obj = json.loads(p.read_text()) if p.exists() else None
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            obj = None
-        out[name] = obj if isinstance(obj, dict) else None
-    p = run_dir / "rounds.jsonl"
-    if p.exists():
-        for line in p.read_text(errors="replace").splitlines():
-            record = parse_round_line(line)
-            if record is None:
-                out["malformed_lines"] += 1
-            else:
-                out["rounds"].append(record)
-    out["status"], out["reason"] = run_status(out)
-    return out
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        raise RecordError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:  # JSONDecodeError, and "Exceeds the limit (4300 digits)"
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise RecordError(f"not JSON ({first[:120]})") from None
+    # at most MAX_JSON_DEPTH brackets cannot nest deeper: the common case costs two counts
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(obj) > MAX_JSON_DEPTH:
+        raise RecordError(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    return obj
+
+
+def _depth(obj: Any) -> int:
+    """How deep lists and dicts nest in ``obj`` (``1`` for ``[]``), walked without recursion;
+    stops counting past :data:`MAX_JSON_DEPTH`."""
+    deepest, stack = 0, [(obj, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            item = list(item.values())
+        elif not isinstance(item, list):
+            continue
+        deepest = max(deepest, level)
+        if deepest > MAX_JSON_DEPTH:
+            break
+        stack.extend((child, level + 1) for child in item)
+    return deepest
+
+
+def _kind(value: Any) -> str:
+    """``a list``, ``a string``, ...: the JSON type of ``value`` for a reason line."""
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "an integer",
+             float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def file_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be read as a record file (a directory, a socket or FIFO that a
+    read would block on, no permission), or None: a regular file, or absent."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"{path.name} unreadable ({exc.strerror or type(exc).__name__})"
+    if stat.S_ISDIR(mode):
+        return f"{path.name} is a directory"
+    if not stat.S_ISREG(mode):
+        return f"{path.name} is not a regular file"
+    return None
+
+
+def read_text(path: Path, errors: str = "strict") -> tuple[str | None, str | None]:
+    """``(text, None)`` of a record file, ``(None, None)`` when it does not exist, else
+    ``(None, reason)`` (:func:`file_problem`, not UTF-8 with ``errors="strict"``)."""
+    problem = file_problem(path)
+    if problem:
+        return None, problem
+    try:
+        return path.read_text(encoding="utf-8", errors=errors), None
+    except FileNotFoundError:  # removed between the stat and the read
+        return None, None
+    except UnicodeDecodeError:
+        return None, f"{path.name} is not UTF-8 text"
+    except OSError as exc:
+        return None, f"{path.name} unreadable ({exc.strerror or type(exc).__name__})"
+
+
+def check_config(meta: Any) -> str | None:
+    """Why a decoded ``config.json`` is not a run's config record, or None.
+
+    It must be an object whose ``config`` (the run-config) is an object of single values
+    (Flower's run-config holds only strings, numbers and booleans; a refused start records
+    whatever scalars it was given, so their types are not checked further), and whose own
+    fields (:data:`CONFIG_FIELDS`) have their types. E.g. ``config.seed is a list``.
+    """
+    if not isinstance(meta, dict):
+        return f"config.json holds {_kind(meta)}, not an object"
+    cfg = meta.get("config")
+    if cfg is None:
+        return "config.json has no run-config ('config')"
+    if not isinstance(cfg, dict):
+        return f"config.json: 'config' is {_kind(cfg)}, not an object"
+    for key, value in cfg.items():
+        if not isinstance(value, _SCALARS):
+            return f"config.json: config.{key} is {_kind(value)}, not a single value"
+    for key, types in CONFIG_FIELDS.items():
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            return f"config.json: {key} is {_kind(value)}"
+    return None
+
+
+def check_summary(summary: Any) -> str | None:
+    """Why a decoded ``summary.json`` is not a run summary (:meth:`RunRecorder.finish`), or
+    None: an object whose :data:`SUMMARY_TOTALS` are numbers, :data:`SUMMARY_NUMBERS`
+    numbers or null, :data:`SUMMARY_TEXT` strings or null, and whose ``method``,
+    ``dataset``, ``partition`` and ``seed`` are single values (a string ``total_bytes_up``
+    is malformed). A field that is absent is not checked: older summaries lack some, and
+    readers use ``.get`` with a default."""
+    if not isinstance(summary, dict):
+        return f"summary.json holds {_kind(summary)}, not an object"
+    for key in SUMMARY_TOTALS + SUMMARY_NUMBERS:
+        value = summary.get(key)
+        if key not in summary or (value is None and key in SUMMARY_NUMBERS):
+            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            return f"summary.json: {key} is {_kind(value)}, not a number"
+    for key in SUMMARY_TEXT:
+        value = summary.get(key)
+        if value is not None and not isinstance(value, str):
+            return f"summary.json: {key} is {_kind(value)}, not a string"
+    for key in ("method", "dataset", "partition", "seed"):  # they name the run: single values
+        if not isinstance(summary.get(key), _SCALARS):
+            return f"summary.json: {key} is {_kind(summary[key])}, not a single value"
+    return None
+
+
+def _read_record(path: Path, check: Callable[[Any], str | None]) -> tuple[dict[str, Any] | None, str | None]:
+    """``(object, None)`` of a JSON record file that passes ``check``; ``(None, None)`` when
+    absent; ``(None, reason)`` when unreadable, not JSON, too deep or failing ``check``."""
+    text, problem = read_text(path)
+    if text is None:
+        return None, problem
+    try:
+        obj = decode_json(text)
+    except RecordError as exc:
+        return None, f"{path.name}: {exc}"
+    problem = check(obj)
+    return (None, problem) if problem else (obj, None)
+
+
+def read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A run's ``config.json``: ``(object, None)``, ``(None, None)`` when absent, or
+    ``(None, reason)`` when it is not a config record (:func:`check_config`)."""
+    return _read_record(path, check_config)
+
+
+def read_summary(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """A run's ``summary.json``: ``(object, None)``, ``(None, None)`` when absent (the run
+    has not ended), or ``(None, reason)`` when it is not a summary (:func:`check_summary`)."""
+    return _read_record(path, check_summary)
+
+
+def round_line(line: str) -> tuple[dict[str, Any] | None, str | None]:
+    """One ``rounds.jsonl`` line: ``(record, None)``, or ``(None, reason)`` when it is not a
+    JSON object with an integer ``round`` (a truncated write, garbage, too deep a nesting).
+
+    The record's other fields are not checked: every reader treats a field of the wrong
+    type as missing (:func:`finite_number`), so one garbled field loses that field only.
+    """
+    try:
+        record = decode_json(line)
+    except RecordError as exc:
+        return None, str(exc)
+    if not isinstance(record, dict):
+        return None, f"holds {_kind(record)}, not an object"
+    if not _is_int(record.get("round")):
+        return None, "has no integer 'round'"
+    return record, None
 
 
 def parse_round_line(line: str) -> dict[str, Any] | None:
     """One ``rounds.jsonl`` line as a round record, or None when it is not a JSON object
-    with an integer ``round`` (a truncated or garbled line)."""
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    if isinstance(record, dict) and _is_int(record.get("round")):
-        return record
-    return None
+    with an integer ``round`` (:func:`round_line`)."""
+    return round_line(line)[0]
+
+
+def read_rounds(path: Path) -> tuple[list[dict[str, Any]], int, str | None, str | None]:
+    """A run's ``rounds.jsonl``: ``(records, malformed lines, first malformed line's reason,
+    file problem)``; a file that cannot be read (a directory) has the last, an absent one
+    reads as no rounds."""
+    text, problem = read_text(path, errors="replace")
+    records: list[dict[str, Any]] = []
+    bad, first = 0, None
+    for number, line in enumerate((text or "").splitlines(), 1):
+        record, why = round_line(line)
+        if record is None:
+            bad += 1
+            first = first or f"line {number}: {why}"
+        else:
+            records.append(record)
+    return records, bad, first, problem
+
+
+def load_run(run_dir: str | Path) -> dict[str, Any]:
+    """Read one run directory, tolerating half-written or malformed files.
+
+    Each file is read and checked by its reader (:func:`read_config`, :func:`read_summary`,
+    :func:`read_rounds`). A ``config.json`` / ``summary.json`` that is not its record reads
+    as ``None``; a line of ``rounds.jsonl`` that is not a JSON object with an integer
+    ``round`` (e.g. a truncated last line) is skipped and counted in ``malformed_lines``
+    (the first one's reason in ``line_problem``). ``problem`` is the first file's reason
+    (None: every file present is its record), and makes the run ``malformed``. ``status``
+    and ``reason`` are :func:`run_status`'s.
+    """
+    run_dir = Path(run_dir)
+    out: dict[str, Any] = {"dir": str(run_dir)}
+    out["config"], config_problem = read_config(run_dir / "config.json")
+    out["summary"], summary_problem = read_summary(run_dir / "summary.json")
+    out["rounds"], out["malformed_lines"], out["line_problem"], rounds_problem = read_rounds(run_dir / "rounds.jsonl")
+    out["problem"] = config_problem or summary_problem or rounds_problem
+    out["status"], out["reason"] = run_status(out)
+    return out

@@ -29,7 +29,7 @@ from fedtext import checkpoint, comm
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import load_splits
 from fedtext.model import PromptModel
-from fedtext.records import RunRecorder, exit_reason, install_signal_handlers
+from fedtext.records import RunRecorder, exit_reason, install_signal_handlers, run_folder_name
 from fedtext.registry import METHODS
 from fedtext.strategy import Evaluator
 from fedtext.tasks import resolve_task
@@ -195,11 +195,28 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Chec
 
 
 def record_config_error(run_config: Mapping[str, Any], error: str, launch: Mapping[str, Any] | None = None) -> None:
-    """Leave a ``failed`` run record for a run that could not start (best effort)."""
+    """Leave a ``failed`` run record for a run that could not start (best effort).
+
+    The record's folder is named by the start time and the method (the default method
+    when the run-config names none: the one the run would have used), then the dataset,
+    seed and run-name the run-config holds (:func:`fedtext.records.run_folder_name`): a
+    refused run-config often lacks them, and a folder ``<stamp>-None-None-sNone`` said
+    nothing and sorted as the newest run in ``simulations.status``.
+
+    Parameters
+    ----------
+    run_config
+        Flower's run-config with the overrides, as the refused start got it.
+    error
+        The one-line configuration error.
+    launch
+        :data:`fedtext.records.LAUNCH_FIELDS` known to the caller.
+    """
     try:
         out = str(run_config.get("output-dir") or RunConfig.output_dir)
         config = {k: v for k, v in run_config.items() if isinstance(v, (str, int, float, bool))}
-        RunRecorder(out, config, launch=launch).finish("failed", error=f"configuration error: {error}")
+        name = run_folder_name({**config, "method": config.get("method") or RunConfig.method})
+        RunRecorder(out, config, run_id=name, launch=launch).finish("failed", error=f"configuration error: {error}")
     except Exception:  # noqa: BLE001 - the error itself is already logged
         log.debug("could not write a record of the configuration error", exc_info=True)
 

@@ -17,7 +17,9 @@ filter by method, seed and status, and read:
 * the run list (tick runs to restrict the charts; click a cell for the run's
   **drill-down**: its provenance (git commit, package versions, SuperNodes, Flower's
   run id), its rounds with dropped clients and the method's metrics, and its config)
-  and the comparison table (mean ± std), downloadable as CSV or markdown.
+  and the comparison table (mean ± std), downloadable as CSV or markdown. A run whose
+  record files are malformed (checked as :mod:`fedtext.records` reads them) is always
+  listed, ``malformed`` with the reason in its note, and never charted or counted.
 
 Every ``--refresh`` seconds the page stats the record files; only when one changed are
 the changed files re-read (``rounds.jsonl`` from where the last read stopped) and the

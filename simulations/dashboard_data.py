@@ -25,14 +25,17 @@ import functools
 import json
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from fedtext.records import PROVENANCE_PACKAGES, finite_number, parse_round_line, run_status, summarize
+from fedtext.records import (
+    PROVENANCE_PACKAGES, RecordError, decode_json, file_problem, finite_number, read_config, read_summary,
+    read_text, round_line, run_status, summarize,
+)
 
 RUN_COLUMNS = [
     "run_id", "experiment", "label", "method", "dataset", "partition", "seed", "holdout", "options", "status",
@@ -141,11 +144,13 @@ def compare_experiment(run_dir: Path) -> str | None:
     for folder in (run_dir.parent, run_dir.parent.parent):
         marker = folder / "experiment.json"
         if marker.is_file():
-            try:
-                name = json.loads(marker.read_text()).get("name")
-            except (OSError, ValueError, AttributeError):
-                name = None
-            return str(name or folder.name)
+            text, _ = read_text(marker)
+            try:  # depth-checked: a hand-made marker must not stop the dashboard either
+                meta = decode_json(text) if text is not None else None
+            except RecordError:
+                meta = None
+            name = meta.get("name") if isinstance(meta, dict) else None
+            return str(name if isinstance(name, (str, int, float)) and name else folder.name)
     if run_dir.parent.name == "runs" and (run_dir.parent.parent / "table.md").is_file():
         return run_dir.parent.parent.name
     return None
@@ -177,6 +182,8 @@ class _Rounds:
     guard: bytes = b""  # the last bytes before ``offset``: a rewritten file is re-read whole
     records: list[dict[str, Any]] = field(default_factory=list)
     bad: int = 0  # malformed complete lines
+    first_bad: str | None = None  # the first one's reason, "line 3: not JSON (...)"
+    lines: int = 0  # complete lines read
     tail_bad: int = 0  # an unfinished last line (a write in progress), counted until it ends
 
     def update(self, path: Path) -> None:
@@ -193,9 +200,11 @@ class _Rounds:
             chunk = fh.read()
         end = chunk.rfind(b"\n") + 1  # complete lines only
         for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
-            record = parse_round_line(line)
+            self.lines += 1
+            record, why = round_line(line)
             if record is None:
                 self.bad += 1
+                self.first_bad = self.first_bad or f"line {self.lines}: {why}"
             else:
                 self.records.append(record)
         self.tail_bad = int(bool(chunk[end:].strip()))
@@ -210,19 +219,12 @@ class _Rounds:
         return fh.read(len(self.guard)) == self.guard
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        obj = json.loads(path.read_text()) if path.exists() else None
-    except (OSError, ValueError):  # half written, not UTF-8, not JSON
-        obj = None
-    return obj if isinstance(obj, dict) else None
-
-
 class RunStore:
     """Every run under ``root``, re-read only where a file changed since the last call.
 
     :meth:`runs` returns :func:`fedtext.records.load_run`-shaped dicts (``dir``, ``config``,
-    ``summary``, ``rounds``, ``malformed_lines``) plus the dashboard's derived fields
+    ``summary``, ``rounds``, ``malformed_lines``, ``line_problem``, ``problem``: each file
+    read and checked by the records' own readers) plus the dashboard's derived fields
     (``run_id``, ``cfg``, ``experiment``, ``label``, ``status``, ``summary_or_partial``,
     ``note``). JSON files are re-parsed when their size or mtime changes; ``rounds.jsonl``
     is read from where the last read stopped. Thread-safe (Dash serves callbacks in threads).
@@ -233,13 +235,15 @@ class RunStore:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self._lock = threading.Lock()
-        self._json: dict[Path, tuple[tuple[int, int], dict | None]] = {}
+        self._json: dict[Path, tuple[tuple[int, int], tuple[dict | None, str | None]]] = {}
         self._rounds: dict[Path, _Rounds] = {}
         self._runs: dict[Path, tuple[tuple, dict[str, Any]]] = {}
 
     def _run_dirs(self) -> list[Path]:
-        """Every directory under ``root`` holding any run file (one walk of the tree)."""
-        found = [Path(d) for d, _, files in os.walk(self.root) if any(n in files for n in self.NAMES)]
+        """Every directory under ``root`` holding any run file (one walk of the tree); a
+        directory named like one (``config.json/``) counts, so its run is listed as malformed."""
+        found = [Path(d) for d, dirs, files in os.walk(self.root)
+                 if any(n in files or n in dirs for n in self.NAMES)]
         return sorted(found)
 
     @staticmethod
@@ -278,24 +282,35 @@ class RunStore:
                     self._json.pop(gone / name, None)
             return out
 
-    def _load_json(self, path: Path, stamp: tuple[int, int]) -> dict | None:
+    def _load_json(self, path: Path, stamp: tuple[int, int], reader: Callable[[Path], tuple[dict | None, str | None]]
+                   ) -> tuple[dict | None, str | None]:
+        """``reader(path)`` (:func:`fedtext.records.read_config` / ``read_summary``), cached
+        until the file's stat ``stamp`` changes."""
         cached = self._json.get(path)
         if cached is None or cached[0] != stamp:
-            cached = (stamp, _read_json(path))
+            cached = (stamp, reader(path))
             self._json[path] = cached
         return cached[1]
 
     def _load(self, run_dir: Path, stamps: tuple) -> dict[str, Any]:
         run: dict[str, Any] = {"dir": str(run_dir), "run_id": run_dir.name}
-        run["config"] = self._load_json(run_dir / "config.json", stamps[0])
-        run["summary"] = self._load_json(run_dir / "summary.json", stamps[2])
-        rounds = self._rounds.setdefault(run_dir, _Rounds())
-        try:
-            rounds.update(run_dir / "rounds.jsonl")
-            run["rounds"], run["malformed_lines"] = list(rounds.records), rounds.bad + rounds.tail_bad
-        except OSError as exc:  # unreadable: still listed
-            run["rounds"], run["malformed_lines"] = [], 0
-            run["error"] = str(exc)[:120]
+        run["config"], config_problem = self._load_json(run_dir / "config.json", stamps[0], read_config)
+        run["summary"], summary_problem = self._load_json(run_dir / "summary.json", stamps[2], read_summary)
+        path = run_dir / "rounds.jsonl"
+        rounds_problem = file_problem(path)  # a directory: open() would raise, a FIFO would block
+        if rounds_problem:
+            self._rounds.pop(run_dir, None)
+            run["rounds"], run["malformed_lines"], run["line_problem"] = [], 0, None
+        else:
+            rounds = self._rounds.setdefault(run_dir, _Rounds())
+            try:
+                rounds.update(path)
+                run["rounds"], run["malformed_lines"] = list(rounds.records), rounds.bad + rounds.tail_bad
+                run["line_problem"] = rounds.first_bad
+            except OSError as exc:  # unreadable (no permission): still listed
+                run["rounds"], run["malformed_lines"], run["line_problem"] = [], 0, None
+                rounds_problem = f"rounds.jsonl unreadable ({exc.strerror or type(exc).__name__})"
+        run["problem"] = config_problem or summary_problem or rounds_problem
         return _derive(run)
 
     def loaded(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
@@ -308,23 +323,22 @@ class RunStore:
 
 
 def _derive(run: dict[str, Any]) -> dict[str, Any]:
-    """Status, label, experiment and notes of one loaded run."""
-    cfg_file = run["config"]
-    cfg = cfg_file.get("config") if isinstance(cfg_file, dict) else None
+    """Status, label, experiment and notes of one loaded run.
+
+    A run with a ``problem`` (a record file that is not its record) or without a
+    ``config.json`` (nothing places it in an experiment) is ``malformed``, its reason in
+    the note; its config, when readable, still names it, its rounds are never drawn.
+    """
+    cfg_file = run["config"]  # read_config: None, or an object whose "config" is an object of single values
+    cfg = cfg_file["config"] if cfg_file is not None else None
+    if cfg is None and not run["problem"]:
+        run["problem"] = "config.json missing"
     notes = []
-    if run.get("error"):
-        notes.append(run["error"])
-    if not isinstance(cfg, dict):
-        cfg = None
-        notes.append("config.json missing or malformed")
     if run["malformed_lines"]:
         notes.append(f"{run['malformed_lines']} malformed line(s) in rounds.jsonl")
     summary = run["summary"] or summarize(run["rounds"])  # summarize never raises on garbled fields
     run["cfg"] = cfg or {}
-    if cfg is not None and not run.get("error"):
-        run["status"], run["reason"] = run_status(run)
-    else:
-        run["status"], run["reason"] = "malformed", None
+    run["status"], run["reason"] = run_status(run)
     if run["reason"] and run["status"] != "finished":
         notes.append(str(run["reason"])[:200])
     run["summary_or_partial"] = summary
@@ -371,7 +385,12 @@ def runs_table(root: str | Path | RunStore) -> pd.DataFrame:
             "mb_down": _num(summary.get("total_bytes_down")) / 2**20,
             "note": run["note"],
         })
-    return pd.DataFrame(rows, columns=RUN_COLUMNS)
+    table = pd.DataFrame(rows, columns=RUN_COLUMNS)
+    if table["seed"].isna().any():
+        # a run without a seed (a malformed config) must not turn the others' 0 into 0.0 and
+        # itself into NaN: the seed filter offers and matches the recorded values
+        table["seed"] = pd.Series([row["seed"] for row in rows], index=table.index, dtype=object)
+    return table
 
 
 def _num(v: Any) -> float:
@@ -473,8 +492,9 @@ def run_detail(root: str | Path | RunStore, run_id: str) -> tuple[pd.DataFrame, 
         row = {
             "round": r["round"], "global_accuracy": _opt(r.get("global_accuracy")),
             "global_loss": _opt(r.get("global_loss")), "client_accuracy_mean": _opt(r.get("client_accuracy_mean")),
-            "num_clients": r.get("num_clients"), "bytes_up": r.get("bytes_up"), "bytes_down": r.get("bytes_down"),
-            "model_queries": r.get("model_queries"), "train_loss": _opt(r.get("train_loss")),
+            "num_clients": _cell(r.get("num_clients")), "bytes_up": _cell(r.get("bytes_up")),
+            "bytes_down": _cell(r.get("bytes_down")), "model_queries": _cell(r.get("model_queries")),
+            "train_loss": _opt(r.get("train_loss")),
             "dropped": "; ".join(f"{d.get('client')}: {d.get('reason')}" for d in dropped if isinstance(d, dict)),
             "round_time_s": _opt(r.get("round_time_s")),
         }
@@ -485,6 +505,12 @@ def run_detail(root: str | Path | RunStore, run_id: str) -> tuple[pd.DataFrame, 
     text = json.dumps({"run_id": run_id, "status": run["status"], "note": run["note"], "config": run["config"],
                        "summary": run["summary"]}, indent=2, default=str)
     return pd.DataFrame(rows), text
+
+
+def _cell(v: Any) -> Any:
+    """A round field as a table cell: a single value as it is, anything else (a garbled
+    field's list or object, which a DataTable refuses) as its short text."""
+    return v if isinstance(v, (str, int, float, bool, type(None))) else json.dumps(v)[:80]
 
 
 UNKNOWN = "unknown"  # a provenance field the record lacks (recorded before it existed) or could not tell

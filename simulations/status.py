@@ -8,8 +8,10 @@ Flower 1.41's ``flwr run`` exits 0 even when the ServerApp failed; the run recor
 what happened (:func:`fedtext.records.run_status`): ``finished``; ``failed`` with the
 exception, the configuration error or ``terminated by SIGTERM``; ``stale`` when the
 server stopped writing without a summary (SIGKILL, a SuperLink that died) for longer
-than the run's ``stale-after-s``; ``running``; ``malformed``. Exit status: 0 when every
-run shown finished or is still running, 1 otherwise, 2 when there is no such run.
+than the run's ``stale-after-s``; ``running``; ``malformed`` when a record file is not
+its record (a directory, not JSON, nested too deep, a field of the wrong type: the reason
+names it, as :func:`fedtext.records.load_run`'s readers found it). Exit status: 0 when
+every run shown finished or is still running, 1 otherwise, 2 when there is no such run.
 """
 
 from __future__ import annotations

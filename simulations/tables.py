@@ -53,13 +53,17 @@ def load_runs(root: str | Path) -> pd.DataFrame:
 
 def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
     """The table rows of loaded runs (:func:`fedtext.records.load_run`'s dicts); runs
-    without a readable config are left out."""
+    without a readable config are left out, a ``malformed`` run (a record file that is not
+    its record) is a row of that status with what its rounds give, which no table counts
+    (:func:`one_run_per_seed`). The readers have checked every field used here
+    (:func:`fedtext.records.check_config`, :func:`~fedtext.records.check_summary`)."""
     rows = []
     for run in runs:
         if run["config"] is None:
             continue
-        cfg = run["config"].get("config", {})
-        summary = run["summary"] or {**summarize(run["rounds"]), "status": run["status"]}
+        cfg = run["config"]["config"]
+        summary = (run["summary"] if run["summary"] and run["status"] != "malformed"
+                   else {**summarize(run["rounds"]), "status": run["status"]})
         variant, seed, holdout = run_key(cfg)
         rows.append(
             {

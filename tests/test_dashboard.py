@@ -22,6 +22,7 @@ from simulations.dashboard_data import (
 )
 
 from .conftest import REPO
+from .test_records import MALFORMED
 
 
 def _round(i, acc, up=528, down=528, clients=None, wall=None, **extra):
@@ -211,6 +212,69 @@ def test_run_detail_lists_drops_and_method_metrics(tmp_path):
     rounds, text = run_detail(root, "r")
     assert rounds.loc[1, "dropped"] == "3: NaN in z" and rounds.loc[1, "m:sigma_prime"] == 0.42
     assert json.loads(text)["config"]["config"]["method"] == "fedbpt"
+
+
+def dash_callback(app, output: str, values: dict[str, object]) -> tuple[int, dict]:
+    """POST one callback as the page does, through Flask's test client: ``(HTTP status,
+    response)``. ``output`` is the start of the callback's output key (``..experiment.options``),
+    ``values`` its inputs and states by ``"<id>.<property>"`` (missing: None, as on first load)."""
+    key = next(k for k in app.callback_map if k.startswith(output))
+    callback = app.callback_map[key]
+    outputs = [dict(zip(("id", "property"), o.rsplit(".", 1), strict=True)) for o in key.strip(".").split("...")]
+
+    def props(items: list[dict]) -> list[dict]:
+        return [{**i, "value": values.get(f"{i['id']}.{i['property']}")} for i in items]
+
+    reply = app.server.test_client().post("/_dash-update-component", json={
+        "output": key, "outputs": outputs if key.startswith("..") else outputs[0],
+        "inputs": props(callback["inputs"]), "state": props(callback["state"]), "changedPropIds": list(values)})
+    return reply.status_code, reply.get_json(silent=True) or {}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_run_is_listed_with_its_reason_and_the_rest_render(case, tmp_path):
+    """The issue's cases (a list seed, a string total, 100 000 nested lists, config.json a
+    directory, ``{"config": [..]}``): the dashboard starts, every callback answers 200, the
+    broken run is listed ``malformed`` with its reason and left out of charts and tables,
+    the others render as they would without it."""
+    from simulations.dashboard import make_app
+
+    root = tmp_path / "runs"
+    for run_id, method in (("r1-fedprompt", "fedprompt"), ("r2-bbt-fed", "bbt-fed")):
+        write_run(root, run_id, method, 0, [_round(0, 0.5), _round(1, 0.6), _round(2, 0.7)])
+    clean = runs_table(RunStore(root))
+    write_fn, reason = MALFORMED[case]
+    write_fn(root)
+    app = make_app(root)  # parses every record: a RecursionError here kept the dashboard from starting
+    df = runs_table(RunStore(root)).set_index("run_id")
+    assert df.loc["bad", "status"] == "malformed" and reason in df.loc["bad", "note"]
+    # the others: exactly as before (value by value: with the broken run the seed column is of objects)
+    assert df.drop(index="bad").reset_index().to_dict("records") == clean.to_dict("records")
+    experiment = "demo · iid · 8 shots"
+    # the experiment picker, first load and with every experiment ticked
+    code, reply = dash_callback(app, "..experiment.options", {"version.data": "1"})
+    assert code == 200 and reply["response"]["experiment"]["value"] == [experiment]
+    everything = reply["response"]["experiment"]["options"]
+    code, reply = dash_callback(app, "..experiment.options", {"version.data": "1", "experiment.value": everything})
+    assert code == 200 and reply["response"]["seed-filter"]["options"] == [{"label": "0", "value": 0}]
+    statuses = ["running", "finished", "failed", "stale", "malformed"]
+    code, reply = dash_callback(app, "..runs.data", {"experiment.value": everything, "status-filter.value": statuses})
+    rows = {r["run_id"]: r for r in reply["response"]["runs"]["data"]}
+    assert code == 200 and rows["bad"]["status"] == "malformed" and reason in rows["bad"]["note"]
+    code, reply = dash_callback(app, "..acc-bytes.figure", {
+        "experiment.value": everything, "status-filter.value": statuses, "mode.value": "runs",
+        "x-axis.value": "round", "log-x.value": [], "bytes-dir.value": "bytes"})
+    assert code == 200
+    drawn = {t["customdata"][0] for t in reply["response"]["acc-x"]["figure"]["data"] if t.get("customdata")}
+    assert drawn == {"r1-fedprompt", "r2-bbt-fed"}  # the malformed run is never drawn
+    assert sorted((r["method"], r["runs"]) for r in reply["response"]["compare"]["data"]) == [
+        ("bbt-fed", 1), ("fedprompt", 1)]
+    code, reply = dash_callback(app, "..detail-title", {"runs.active_cell": {"row": 0, "column": 0, "row_id": "bad"}})
+    assert code == 200 and reason in json.loads(reply["response"]["detail-config"]["children"])["note"]
+    # the compare runner's tables read the same records: the broken run is never counted
+    from simulations.tables import compare_table, load_runs, one_run_per_seed
+
+    assert set(compare_table(one_run_per_seed(load_runs(root)))["runs"]) == {1}
 
 
 def _png_size(path: Path) -> tuple[int, int]:

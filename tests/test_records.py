@@ -1,10 +1,14 @@
-"""Run records: summaries from round records, tolerant reading."""
+"""Run records: summaries from round records, tolerant reading, malformed records named."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from pathlib import Path
 
-from fedtext.records import ROUND_FIELDS, RunRecorder, load_run, progress_line, summarize
+import pytest
+
+from fedtext.records import ROUND_FIELDS, RunRecorder, load_run, progress_line, run_folder_name, summarize
 
 ROUNDS = [
     {"round": 0, "global_accuracy": 0.5, "bytes_up": 0, "bytes_down": 0, "model_queries": 0, "num_clients": 0},
@@ -54,3 +58,106 @@ def test_progress_line():
 def test_round_fields_are_documented():
     assert {"round", "global_accuracy", "bytes_up", "bytes_down", "model_queries", "client_peak_rss_mb",
             "wall_time_s", "client_accuracy"} <= set(ROUND_FIELDS)
+
+
+def test_folder_names_leave_out_what_the_config_lacks():
+    import datetime as dt
+
+    when = dt.datetime(2026, 11, 22, 22, 4, 55)
+    full = {"method": "bbt-fed", "dataset": "../shared/data/sst2", "seed": 0, "run-name": "a/b"}
+    assert run_folder_name(full, when) == "20261122-220455-bbt-fed-sst2-s0-a_b"  # "/" opens no sub-folder
+    assert run_folder_name({"method": "x"}, when) == "20261122-220455-x"  # never "None-None-sNone"
+    assert run_folder_name({"method": ".."}, when) == "20261122-220455"
+
+
+# ---------------------------------------------------------- malformed records
+# A run record that is not what the recorder writes: each case writes one into
+# ``<root>/bad`` and gives the words its one-line reason must hold.
+CONFIG = {"method": "bbt-fed", "dataset": "demo", "partition": "iid", "seed": 0, "shots-per-class": 8,
+          "num-server-rounds": 2}
+
+
+def write_record(root: Path, run_id: str, config: object = None, rounds: list | None = None,
+                 summary: object = True) -> Path:
+    """``<root>/<run_id>``'s records as the recorder writes them (``config`` None: :data:`CONFIG`;
+    ``summary`` True: the finished summary of ``rounds``, False: none)."""
+    d = root / run_id
+    d.mkdir(parents=True)
+    rounds = ROUNDS if rounds is None else rounds
+    (d / "config.json").write_text(json.dumps({"run_id": run_id, "config": CONFIG if config is None else config}))
+    (d / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
+    if summary is True:
+        summary = {**summarize(rounds), "run_id": run_id, "status": "finished", "error": None, **CONFIG}
+    if summary:
+        (d / "summary.json").write_text(json.dumps(summary))
+    return d
+
+
+def _list_seed(root: Path) -> Path:
+    return write_record(root, "bad", config={**CONFIG, "seed": [1, 2]})
+
+
+def _string_total(root: Path) -> Path:
+    return write_record(root, "bad", summary={**summarize(ROUNDS), "status": "finished", "total_bytes_up": "2000"})
+
+
+def _deep_nesting(root: Path) -> Path:
+    d = write_record(root, "bad", rounds=[], summary=False)
+    (d / "rounds.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")  # RecursionError in json.loads
+    return d
+
+
+def _config_directory(root: Path) -> Path:
+    d = write_record(root, "bad")
+    (d / "config.json").unlink()
+    (d / "config.json").mkdir()
+    return d
+
+
+def _config_list(root: Path) -> Path:
+    return write_record(root, "bad", config=["method", "bbt-fed"])
+
+
+MALFORMED: dict[str, tuple[Callable[[Path], Path], str]] = {
+    "list seed": (_list_seed, "config.json: config.seed is a list, not a single value"),
+    "string total": (_string_total, "summary.json: total_bytes_up is a string, not a number"),
+    "deep nesting": (_deep_nesting, "rounds.jsonl has no readable round (line 1: nested deeper than 32 levels)"),
+    "config.json a directory": (_config_directory, "config.json is a directory"),
+    "config a list": (_config_list, "config.json: 'config' is a list, not an object"),
+}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_status_names_a_malformed_run_and_shows_the_rest(case, tmp_path, capsys):
+    from simulations import status
+
+    write_record(tmp_path, "good")
+    write_fn, reason = MALFORMED[case]
+    bad = write_fn(tmp_path)
+    run = load_run(bad)
+    assert (run["status"], run["reason"]) == ("malformed", reason)
+    assert load_run(tmp_path / "good")["status"] == "finished"
+    assert status.main([str(tmp_path), "--last", "5"]) == 1  # as for any run that did not finish
+    out = capsys.readouterr().out.splitlines()
+    bad_line = next(line for line in out if line.startswith("bad  "))
+    assert bad_line.startswith("bad  malformed  method=") and bad_line.endswith(f"reason: {reason}")
+    assert any(line.startswith("good  finished  method=bbt-fed  rounds 2/2  acc 0.600") for line in out)
+    assert status.main([str(tmp_path), "--run", "good"]) == 0  # the finished run alone: 0, as always
+
+
+def test_a_deep_line_among_readable_rounds_is_a_malformed_line(tmp_path):
+    d = write_record(tmp_path, "r", summary=False)
+    with open(d / "rounds.jsonl", "a") as fh:
+        fh.write('{"round": 3, "x": ' + "[" * 100 + "]" * 100 + "}\n")  # parses, but deeper than any record
+        fh.write('{"round": 4, "x": ' + "9" * 5000 + "}\n")  # an integer too long to convert: ValueError
+    run = load_run(d)
+    assert [r["round"] for r in run["rounds"]] == [0, 1, 2] and run["malformed_lines"] == 2
+    assert run["status"] == "running" and run["line_problem"] == "line 4: nested deeper than 32 levels"
+
+
+def test_directories_where_files_should_be_are_malformed(tmp_path):
+    for name in ("summary.json", "rounds.jsonl"):
+        d = write_record(tmp_path, f"{name}-dir", summary=False)
+        (d / name).unlink(missing_ok=True)
+        (d / name).mkdir()
+        assert (load_run(d)["status"], load_run(d)["reason"]) == ("malformed", f"{name} is a directory")

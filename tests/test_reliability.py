@@ -106,6 +106,31 @@ def test_a_run_that_cannot_start_leaves_a_failed_record(tmp_path):
     assert status.returncode == 1 and "failed" in status.stdout and "unknown method 'nope'" in status.stdout
 
 
+def test_a_refused_start_is_named_by_method_and_time_never_none(tmp_path):
+    """A refused run-config often lacks dataset and seed: its record's folder is named by
+    the start time, the method (the default one when none is named) and what is known,
+    not ``<stamp>-None-None-sNone``."""
+    import re
+
+    from flwr.app import RecordDict
+    from flwr.common import Context
+
+    from fedtext.config import ConfigError
+    from fedtext.server_app import make_server_app
+
+    cases = {"nope": ({"method": "nope"}, r"\d{8}-\d{6}-nope"),
+             "seed": ({"method": "nope", "seed": 3, "run-name": "../x"}, r"\d{8}-\d{6}-nope-s3-\.\._x"),
+             "default": ({"no-such-key": 1}, r"\d{8}-\d{6}-bbt-fed")}
+    for case, (overrides, name) in cases.items():
+        out = tmp_path / case
+        app = make_server_app({**overrides, "output-dir": str(out)})
+        with pytest.raises(ConfigError):
+            app._server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+        run_dir = _only(out)
+        assert re.fullmatch(name, run_dir.name) and "None" not in run_dir.name, run_dir.name
+        assert load_run(run_dir)["status"] == "failed"
+
+
 # ------------------------------------------------------------ checkpoints
 def test_checkpoint_round_trip_keeps_arrays_and_state(tmp_path, monkeypatch):
     from fedtext.cmaes import ReferenceServerES
