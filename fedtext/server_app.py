@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
 import timeit
 from collections.abc import Mapping
 from pathlib import Path
@@ -95,6 +96,7 @@ class RecordingServer(Server):
 def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[RecordingServer, ServerConfig]:
     """Load data and model, make the strategy and the server (raises ``ConfigError``);
     ``launch`` (:data:`fedtext.records.LAUNCH_FIELDS`) goes into the run's provenance."""
+    check_output_dir(cfg.output_dir)  # before data and model load: a bad path costs no minutes
     try:
         task = resolve_task(cfg.task, cfg.dataset)
     except ValueError as exc:
@@ -135,6 +137,18 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
         strategy.restore(ckpt)
     server = RecordingServer(recorder=recorder, client_manager=SimpleClientManager(), strategy=strategy)
     return server, ServerConfig(num_rounds=cfg.num_server_rounds, round_timeout=cfg.round_timeout_s or None)
+
+
+def check_output_dir(output_dir: str) -> None:
+    """``output-dir`` must be a folder fedtext can create and write in (one line if not)."""
+    root = Path(output_dir).expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root, prefix=".fedtext-write-check-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(f"output-dir={output_dir}: cannot write run records there "
+                          f"({exc.strerror or type(exc).__name__})") from None
 
 
 def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:

@@ -257,6 +257,24 @@ def test_resume_compares_the_config_and_the_folder_before_it_loads_the_checkpoin
         resume_checkpoint(make_config("fedbpt", output_dir=str(out), resume="linked", num_server_rounds=3), run_config)
 
 
+@pytest.mark.parametrize("where", ["/proc/fedtext-x", "file"])
+def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tmp_path, monkeypatch, where):
+    """Issue 35: ``output-dir=/proc/x`` gave a raw traceback after the model had loaded."""
+    from fedtext import server_app
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+
+    if where == "file":
+        (tmp_path / "file").write_text("not a folder")
+        where = str(tmp_path / "file" / "runs")
+    monkeypatch.setattr(server_app, "load_splits", lambda *_: pytest.fail("data loaded before the check"))
+    with pytest.raises(ConfigError, match=rf"^output-dir={where}: cannot write run records there \(") as err:
+        server_app.build(make_config("fedprompt", output_dir=where))
+    assert "\n" not in str(err.value)
+    server_app.check_output_dir(str(tmp_path / "new" / "runs"))  # made when missing
+    assert (tmp_path / "new" / "runs").is_dir() and not list((tmp_path / "new" / "runs").iterdir())
+
+
 def test_feddls_resyncs_a_client_whose_state_was_lost():
     from fedtext.registry import make_config
     from fedtext.tasks import TASKS
