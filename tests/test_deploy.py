@@ -106,10 +106,11 @@ def test_tls_and_node_auth_deployment_runs_two_methods(tmp_path):
         # An unregistered key is refused: node auth is on.
         subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "384", "-N", "", "-f", str(certs / "node-2")],
                        check=True, timeout=60)
+        nodes = []
         for i in range(3):
-            procs.start(f"supernode-{i}", [
+            nodes.append(procs.start(f"supernode-{i}", [
                 "bash", "deploy/supernode.sh", "--partition", str(i), "--num-partitions", "3" if i == 2 else "2",
-                "--superlink", f"127.0.0.1:{port}", "--certs", str(certs), "--port", str(free_port())])
+                "--superlink", f"127.0.0.1:{port}", "--certs", str(certs), "--port", str(free_port())])[0])
         for method, extra in (("bbt-fed", "bbt-fed.popsize=4 bbt-fed.local-steps=2"),
                               ("fedprompt", "fedprompt.local-steps=2")):
             # a SuperNode starts a ClientApp process per message (~10 s here): evaluate on the
@@ -131,6 +132,8 @@ def test_tls_and_node_auth_deployment_runs_two_methods(tmp_path):
             assert sorted(rounds[2]["client_accuracy"]) == ["0", "1"] and rounds[2]["global_accuracy"] is not None
         refused = (tmp_path / "supernode-2.log").read_text()
         assert "Connection successful" not in refused, refused[-2000:]
+        # it does not keep retrying: Flower ends a refused SuperNode with exit code 305 (README says so)
+        assert nodes[2].wait(timeout=120) == 305, refused[-2000:]
     finally:
         procs.stop_all()
     for proc in procs.started:

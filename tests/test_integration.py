@@ -230,6 +230,20 @@ def test_compare_runner_rejects_a_bad_experiment(tmp_path):
     assert proc.returncode == 2 and "unknown method 'fedsgd'" in proc.stderr
 
 
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 now (held together, so they differ)."""
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("flwr", path=str(Path(sys.executable).parent)) is None, reason="flwr CLI not installed")
 def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
@@ -240,7 +254,12 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
     from .conftest import processes_with_token
 
     env, token = own_processes
-    env = {**_env(), **env, "FLWR_HOME": str(tmp_path / "flwr-home")}
+    # Flower's local SuperLink listens on fixed ports (39091 HTTP, 39093 Control) whatever
+    # FLWR_HOME is; Flower reads these two variables for them: free ports of our own, so a
+    # SuperLink elsewhere on the machine can neither fail this test nor receive its run.
+    http_port, control_port = _free_ports(2)
+    env = {**_env(), **env, "FLWR_HOME": str(tmp_path / "flwr-home"),
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port), "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
     cmd = [str(Path(sys.executable).parent / "flwr"), "run", ".", "--stream",
            "--run-config", f"num-server-rounds=1 output-dir='{tmp_path / 'runs'}'"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
@@ -252,7 +271,15 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
     assert summary["status"] == "finished" and summary["final_accuracy"] is not None
     last = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()][-1]
     assert last["num_clients"] == 2 and len(last["client_accuracy"]) == 2  # README: "the 2 simulated clients"
-    assert processes_with_token(token), "expected the detached local SuperLink of flwr run to be running"
+    mine = processes_with_token(token)
+    assert mine, "expected the detached local SuperLink of flwr run to be running"
+    cmdlines = []
+    for pid in mine:
+        try:
+            cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
+        except OSError:  # a short-lived child that ended meanwhile
+            pass
+    assert any(b"--port" in c and str(http_port).encode() in c for c in cmdlines), "SuperLink not on our port"
 
 
 @pytest.mark.slow
