@@ -574,3 +574,98 @@ def test_logits_put_T_positions_after_cls_and_mean_pool_only_cls_and_text(backbo
     mean = (hidden * pool[..., None]).sum(1) / pool.sum(1, keepdim=True)
     expected = SIMILARITY_SCALE * torch.nn.functional.normalize(mean, dim=-1) @ u.T
     torch.testing.assert_close(logits, expected)
+
+
+def test_relabel_adds_the_drawn_shift_modulo_C_on_hand_values() -> None:
+    """§3.3's relabelling, ŷ = (y + s) mod C with s drawn uniformly from 1..C-1 by the
+    generator, on C = 4 classes (with C = 2 every s is 1 and y + s ≡ y - s; with C ≥ 3
+    the direction decides which wrong class a seeded client picks)."""
+    labels = np.array([0, 1, 2, 3, 0, 3])
+    shifts = np.random.default_rng(0).integers(1, 4, size=6)  # the same draws relabel makes
+    assert shifts.tolist() == [3, 2, 2, 1, 1, 1]
+    # (0+3, 1+2, 2+2, 3+1, 0+1, 3+1) mod 4; y - s would give [1, 3, 0, 2, 3, 2]
+    got = relabel(labels, 4, np.random.default_rng(0))
+    assert got.tolist() == [3, 3, 0, 0, 1, 0]
+
+
+def test_unlearning_loss_defaults_to_the_sets_weighting() -> None:
+    """Eq. (5) without ``weighting``: mean_r CE + λ·mean_u CE (``sets``), not the
+    per-example (Σ_r CE + λ·Σ_u CE) / (n_r + λ·n_u)."""
+    l3, l7, ln2 = float(np.log(3.0)), float(np.log(7.0)), float(np.log(2.0))
+    keep = torch.tensor([[0.0, 0.0], [l3, 0.0], [l7, 0.0]])  # CE ln 2, ln 4, ln 8 against [0, 1, 1]
+    forget = torch.tensor([[l3, 0.0], [0.0, l7]])  # CE ln 4, ln 8 against [1, 0]
+    got = unlearning_loss(keep, torch.tensor([0, 1, 1]), forget, torch.tensor([1, 0]), 0.5)
+    # sets: 2 ln 2 + 0.5 · 2.5 ln 2 = 3.25 ln 2 (examples would be 2.125 ln 2)
+    assert float(got) == pytest.approx(3.25 * ln2, rel=1e-6)
+
+
+@pytest.mark.parametrize("lam", [0.5, 0.25, 1.0])
+def test_examples_weighting_with_nothing_retained_is_the_relabelled_mean(lam: float) -> None:
+    """``examples`` weighting of eq. (5) with no retained set: λ·Σ_u CE / (λ·n_u) = mean_u CE
+    for every λ > 0, also when the total weight λ·n_u is below 1 (here n_u = 1: weights
+    0.5, 0.25 and 1). One relabelled example with CE ln 4 (p = 1/4 on class 1)."""
+    forget = torch.tensor([[float(np.log(3.0)), 0.0]])
+    got = unlearning_loss(None, torch.zeros(0, dtype=torch.long), forget, torch.tensor([1]), lam, "examples")
+    assert float(got) == pytest.approx(np.log(4.0), rel=1e-6)
+
+
+def test_examples_weighting_with_zero_total_weight_is_zero_not_nan() -> None:
+    """``examples`` weighting with λ = 0 and nothing retained (``forget-fraction`` = 1,
+    ``unlearn-lambda`` = 0 are valid): every weight is 0, so the loss is the empty sum 0
+    (and its gradient 0), not 0/0."""
+    forget = torch.tensor([[float(np.log(3.0)), 0.0], [0.0, 1.0]], requires_grad=True)
+    got = unlearning_loss(None, torch.zeros(0, dtype=torch.long), forget, torch.tensor([1, 0]), 0.0, "examples")
+    assert float(got.detach()) == 0.0
+    (grad,) = torch.autograd.grad(got, [forget])
+    assert torch.equal(grad, torch.zeros_like(forget))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float16])
+def test_mean_embedding_keeps_the_embedding_dtype(dtype: torch.dtype) -> None:
+    """ē = (1/n) Σ_i e_i (eq. 2's input) is computed and returned in the embeddings' own
+    precision (the mask is cast to it), e.g. for a half-precision table."""
+    table = torch.tensor([[0.0, 0.0], [1.0, 2.0], [3.0, 4.0], [10.0, 10.0]], dtype=dtype)
+    stub = SimpleNamespace(embeddings=torch.nn.Embedding.from_pretrained(table))
+    batch = EncodedBatch(torch.tensor([[1, 2, 0], [3, 0, 0]]), torch.tensor([[1, 1, 0], [1, 0, 0]]),
+                         torch.zeros(2, dtype=torch.long))
+    got = mean_embedding(stub, batch)
+    # row 0: ([1, 2] + [3, 4]) / 2 = [2, 3]; row 1: [10, 10] / 1 (exact in every float type)
+    assert got.dtype == dtype
+    assert got.tolist() == [[2.0, 3.0], [10.0, 10.0]]
+
+
+def test_prompt_input_feeds_cls_P_sep_to_the_encoder(backbone: Backbone) -> None:
+    """§4.2.2's ``prompt`` input: the encoder sees z = [CLS] P [SEP] (eq. 3 without x), P =
+    reshape(G(ē)) (eq. 2), so the text reaches the PLM only through ē. With W2 = 0, P = b2
+    reshaped to [|P|, D] for every text; with G's initial W2, two texts get two prompts and
+    hence two logit rows."""
+    model = FedDPGModel(dpg(prompts=2, hidden=3, input="prompt"), backbone)
+    w1, b1, w2, _ = model.initial_arrays()
+    b2 = np.arange(2 * 384, dtype=np.float32) / 1000  # P[p, d] = (384·p + d) / 1000
+    model.load([w1, b1, np.zeros_like(w2), b2])
+    batch = backbone.encode(["a fine movie", "the market fell sharply today", "ok"], [0, 1, 0])
+    captured: list[dict] = []
+
+    def grab(_mod: torch.nn.Module, _args: tuple, kwargs: dict) -> None:
+        if kwargs.get("inputs_embeds") is not None and len(kwargs["inputs_embeds"]) == len(batch):
+            captured.append(kwargs)
+
+    hook = backbone.encoder.register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            model.logits(batch)
+    finally:
+        hook.remove()
+    (kw,) = captured
+    x, att = kw["inputs_embeds"], kw["attention_mask"]
+    with torch.no_grad():
+        cls_sep = backbone.embeddings(torch.tensor([backbone.cls_id, backbone.sep_id]))
+    assert tuple(x.shape) == (3, 1 + 2 + 1, 384)  # [CLS] P_1 P_2 [SEP], whatever the text length
+    torch.testing.assert_close(x[:, 1:3], torch.as_tensor(b2).reshape(2, 384).expand(3, 2, 384), rtol=0, atol=0)
+    torch.testing.assert_close(x[:, 0], cls_sep[0].expand(3, 384))
+    torch.testing.assert_close(x[:, 3], cls_sep[1].expand(3, 384))
+    assert (att == 1).all()
+    model.load([w1, b1, w2, b2])  # G's own W2: P depends on ē, so the texts' logits differ
+    with torch.no_grad():
+        logits = model.logits(batch)
+    assert not torch.allclose(logits[0], logits[1], atol=1e-5)
