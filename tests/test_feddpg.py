@@ -431,6 +431,25 @@ def test_mean_embedding_on_hand_values_counts_only_attended_tokens() -> None:
     torch.testing.assert_close(got, torch.tensor([[2.0, 3.0], [10.0, 10.0], [14 / 3, 16 / 3]]))
 
 
+
+def _encoder_calls(backbone, batch, run) -> list[dict]:
+    """The keyword arguments of every encoder call on ``batch``'s rows that ``run()`` makes
+    (under no_grad): what the encoder was fed (inputs_embeds, attention_mask)."""
+    captured: list[dict] = []
+
+    def grab(_mod: torch.nn.Module, _args: tuple, kwargs: dict) -> None:
+        if kwargs.get("inputs_embeds") is not None and len(kwargs["inputs_embeds"]) == len(batch):
+            captured.append(kwargs)
+
+    hook = backbone.encoder.register_forward_pre_hook(grab, with_kwargs=True)
+    try:
+        with torch.no_grad():
+            run()
+    finally:
+        hook.remove()
+    return captured
+
+
 def test_prompt_is_b2_when_W2_is_zero_and_sits_right_after_cls(backbone: Backbone) -> None:
     """With W2 = 0, G(ē) = b2 for every input, reshaped row-major to [|P|, D] (eq. 2), and
     z = [CLS] P x_1..x_n (eq. 3, P after [CLS]): the encoder's input positions 1..|P| are P."""
@@ -442,19 +461,9 @@ def test_prompt_is_b2_when_W2_is_zero_and_sits_right_after_cls(backbone: Backbon
     batch = backbone.encode(["a fine movie", "the market fell sharply today", "ok"], [0, 1, 0])
     expected = torch.as_tensor(b2).reshape(2, 384)
     assert float(expected[1, 0]) == pytest.approx(0.384) and float(expected[0, 383]) == pytest.approx(0.383)
-    captured: list[dict] = []
-
-    def grab(_mod: torch.nn.Module, _args: tuple, kwargs: dict) -> None:
-        if kwargs.get("inputs_embeds") is not None and len(kwargs["inputs_embeds"]) == len(batch):
-            captured.append(kwargs)
-
-    hook = backbone.encoder.register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            prompts = model.prompts(batch)
-            model.logits(batch)
-    finally:
-        hook.remove()
+    with torch.no_grad():
+        prompts = model.prompts(batch)
+    captured = _encoder_calls(backbone, batch, lambda: model.logits(batch))
     for i in range(len(batch)):  # the same prompt whatever the text
         torch.testing.assert_close(prompts[i], expected, rtol=0, atol=0)
     (kw,) = captured
@@ -644,19 +653,7 @@ def test_prompt_input_feeds_cls_P_sep_to_the_encoder(backbone: Backbone) -> None
     b2 = np.arange(2 * 384, dtype=np.float32) / 1000  # P[p, d] = (384·p + d) / 1000
     model.load([w1, b1, np.zeros_like(w2), b2])
     batch = backbone.encode(["a fine movie", "the market fell sharply today", "ok"], [0, 1, 0])
-    captured: list[dict] = []
-
-    def grab(_mod: torch.nn.Module, _args: tuple, kwargs: dict) -> None:
-        if kwargs.get("inputs_embeds") is not None and len(kwargs["inputs_embeds"]) == len(batch):
-            captured.append(kwargs)
-
-    hook = backbone.encoder.register_forward_pre_hook(grab, with_kwargs=True)
-    try:
-        with torch.no_grad():
-            model.logits(batch)
-    finally:
-        hook.remove()
-    (kw,) = captured
+    (kw,) = _encoder_calls(backbone, batch, lambda: model.logits(batch))
     x, att = kw["inputs_embeds"], kw["attention_mask"]
     with torch.no_grad():
         cls_sep = backbone.embeddings(torch.tensor([backbone.cls_id, backbone.sep_id]))
