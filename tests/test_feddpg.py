@@ -431,7 +431,6 @@ def test_mean_embedding_on_hand_values_counts_only_attended_tokens() -> None:
     torch.testing.assert_close(got, torch.tensor([[2.0, 3.0], [10.0, 10.0], [14 / 3, 16 / 3]]))
 
 
-
 def _encoder_calls(backbone, batch, run) -> list[dict]:
     """The keyword arguments of every encoder call on ``batch``'s rows that ``run()`` makes
     (under no_grad): what the encoder was fed (inputs_embeds, attention_mask)."""
