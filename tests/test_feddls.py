@@ -125,6 +125,32 @@ def test_lasso_alpha_maps_to_sklearn_and_recovers_a_sparse_residual(vocab):
     assert got[c] == pytest.approx(-0.5, abs=1e-4)
 
 
+def test_lasso_selection_is_eq_8_soft_thresholding_on_orthogonal_embeddings_hand_computed() -> None:
+    """Eqs. (8)-(10) where eq. (8) has a closed form: for mutually orthogonal e(v), the minimiser of
+    ``||e(V)^T x - R||^2 + alpha ||x||_1`` is x*_v = sign(z_v) max(|z_v| - alpha / 2, 0) / ||e(v)||^2 with
+    z_v = <e(v), R> (no intercept); eq. (9) keeps the top Phi by |x*| (zeros by |z|), eq. (10) refits
+    them by least squares. Every screen here is wider than the vocabulary: one selection, at Phi."""
+    # alpha's scale: z = (0.6, 1.0), ||e||^2 = (1, 4), alpha / 2 = 0.5 -> x* = (0.1, 0.125): id 1,
+    # refit 2 · 0.5 / 4 = 0.25 (at alpha / 2 = 1/3 instead, x* = (0.27, 0.17) would keep id 0)
+    codec = LassoCodec(np.array([[1.0, 0.0], [0.0, 2.0]], np.float32), phi=1, alpha=1.0, screen=100)
+    ids, x = codec.compress(np.array([0.6, 0.5], np.float32))
+    assert ids.tolist() == [1] and x.tolist() == pytest.approx([0.25])
+    # no intercept: R = e(0) + e(1) / 2 with e(0) constant; z = (4, 2), ||e||^2 = 4, alpha / 2 = 0.1 ->
+    # x* = (0.975, 0.475): id 0, refit 1 (an intercept would absorb e(0) and keep id 1)
+    codec = LassoCodec(np.array([[1, 1, 1, 1], [1, 1, -1, -1]], np.float32), phi=1, alpha=0.2, screen=100)
+    ids, x = codec.compress(np.array([1.5, 1.5, 0.5, 0.5], np.float32))
+    assert ids.tolist() == [0] and x.tolist() == pytest.approx([1.0])
+    # ties: e(V) = I, R = (1, 0.08, 0.05), alpha / 2 = 0.1 -> x* = (0.9, 0, 0); Phi = 2 keeps id 0, then
+    # of the zeros the larger |<e, R>|: id 1 (0.08 > 0.05); refit (1, 0.08)
+    codec = LassoCodec(np.eye(3, dtype=np.float32), phi=2, alpha=0.2, screen=100)
+    ids, x = codec.compress(np.array([1.0, 0.08, 0.05], np.float32))
+    assert ids.tolist() == [0, 1] and x.tolist() == pytest.approx([1.0, 0.08])
+    # Phi = |V|: nothing to select, every token in vocabulary order, refit = R itself
+    codec = LassoCodec(np.eye(3, dtype=np.float32), phi=3, alpha=0.2, screen=100)
+    ids, x = codec.compress(np.array([0.05, 0.1, 1.0], np.float32))
+    assert ids.tolist() == [0, 1, 2] and x.tolist() == pytest.approx([0.05, 0.1, 1.0])
+
+
 def test_lasso_error_falls_with_phi_and_keeps_exactly_phi(vocab):
     p, prev = _aggregate_like(vocab, np.random.default_rng(0))
     errors = []
@@ -142,6 +168,19 @@ def test_lasso_unchanged_positions_cost_nothing_in_error(vocab):
     codec = LassoCodec(vocab, phi=5, alpha=0.2, screen=100)
     update = codec.encode(prev.copy(), prev)
     np.testing.assert_array_equal(codec.decode(update, prev), prev)
+
+
+def test_lasso_decode_is_eq_11_on_hand_values_and_rejects_the_first_id_past_the_vocabulary() -> None:
+    """Eq. (11): p'^t = p'^t_{-1} + e(V)_I^T x from the float16 weights; the largest valid id is
+    |V| - 1, and |V| itself is refused with a reason (not an IndexError)."""
+    codec = LassoCodec(TOY, phi=2, alpha=0.2, screen=5)
+    prev = np.array([[1.0, 1.0], [0.0, 0.0]], np.float32)
+    ids = np.array([[4, 3], [0, 1]], np.uint16)  # id 4 = |V| - 1: the last row of TOY
+    weights = np.array([[0.5, 1.0], [2.0, -1.0]], np.float16)
+    # row 0: (1, 1) + 0.5 (2, 0.1) + 1 (-1, 0) = (1, 1.05); row 1: 2 (1, 0) - (0, 1) = (2, -1)
+    np.testing.assert_allclose(codec.decode([ids, weights], prev), [[1.0, 1.05], [2.0, -1.0]], rtol=1e-6)
+    with pytest.raises(ValueError, match="token id 5 outside the vocabulary of 5"):
+        codec.decode([np.array([[5, 0], [0, 1]], np.uint16), weights], prev)
 
 
 def test_absolute_codecs_hand_computed(vocab):
@@ -180,6 +219,23 @@ def test_quant_codes_on_hand_values_float32_arithmetic_and_clip_to_the_float16_s
     np.testing.assert_array_equal(q.decode([packed, beta], p),
                                   np.array([[2, -2, 4 / 3, 2 / 3], [2, 0, 0, 0], [-tiny, 0, 0, 0], [tiny, 0, 0, 0]],
                                            np.float32))
+
+
+def test_pca_centres_on_the_vocabulary_mean_and_keeps_the_top_component_hand_computed() -> None:
+    """App. E eqs. 13-16 with the mean: mu = mean of e(V) per dimension, E_c = the top-n
+    principal directions of e(V) - mu, p' = mu + ((p - mu) E_c[:n]^T) E_c[:n]."""
+    # e(V) - mu = (-2, 0), (2, 0), (0, 1), (0, -1) with mu = (2, 5): covariance diag(8, 2),
+    # so the top component is ±(1, 0) and the second ±(0, 1)
+    toy = np.array([[0.0, 5.0], [4.0, 5.0], [2.0, 6.0], [2.0, 4.0]], np.float32)
+    codec = PCACodec(toy, 1)
+    np.testing.assert_array_equal(codec.mu, [2.0, 5.0])
+    np.testing.assert_allclose(np.abs(codec.components), [[1.0, 0.0]], atol=1e-6)
+    np.testing.assert_allclose(np.abs(PCACodec(toy, 2).components), [[1.0, 0.0], [0.0, 1.0]], atol=1e-6)
+    # n = 1 keeps dimension 0 and resets dimension 1 to its mean, 5 (sign-free)
+    p = np.array([[3.0, 7.0], [0.0, 5.0], [-1.0, 2.0]], np.float32)
+    coefficients = codec.encode(p, p)[0]
+    np.testing.assert_allclose(np.abs(coefficients), [[1.0], [2.0], [3.0]], atol=1e-3)
+    np.testing.assert_allclose(codec.decode([coefficients], p), [[3.0, 5.0], [0.0, 5.0], [-1.0, 5.0]], atol=1e-3)
 
 
 @pytest.mark.parametrize(
@@ -253,6 +309,29 @@ def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog):
     expected = np.stack([(vocab[a] + vocab[b]) / 2, (prev[1] + vocab[b]) / 2, prev[2]])  # eq. (5), uniform
     np.testing.assert_allclose(comm.decode(params)[0], expected.astype(np.float16).astype(np.float32))
     assert metrics["positions_changed"] == 1.5
+    # ||p' - p|| / ||p - p'_{-1}||: the float16 download's error relative to the round's residual
+    rel = np.linalg.norm(comm.decode(params)[0] - expected) / np.linalg.norm(expected - prev)
+    assert metrics["compression_rel_error"] == pytest.approx(rel, rel=1e-4) and 0 < rel < 1e-3
+
+
+def test_server_records_the_version_each_client_reports_and_keeps_it_when_none_is_reported() -> None:
+    """§4.3's incremental download: after aggregation the server holds, per client, the p' version
+    its upload reports (``dls_version``); an upload without one keeps the version the server knew
+    (0, p'_0, for a client it has never heard from)."""
+    cfg = make_config("feddls", prompt_length=3, max_length=64, compression="full")
+    strat = FedDLS(cfg, TASKS["demo"])
+    strat.global_arrays = [strat.initial_arrays()[0]]
+    for rnd in (1, 2, 3):
+        strat.begin_round(rnd)
+        ups = [_upload(pid, [SENTINEL] * 3) for pid in (0, 1, 2)] if rnd == 3 else [
+            _upload(pid, [SENTINEL] * 3) for pid in (0, 1)]
+        for _, res in ups:
+            res.metrics["dls_version"] = rnd - 1  # the p' each client searched from
+        if rnd == 3:  # node1 (known at version 1) and node2 (never seen) report nothing
+            del ups[1][1].metrics["dls_version"], ups[2][1].metrics["dls_version"]
+        strat.aggregate_fit(rnd, ups, [])
+        assert strat.record.dropped == []
+    assert strat.synced == {"node0": 2, "node1": 1, "node2": 0}
 
 
 # ------------------------------------------------------------------ P/NP records

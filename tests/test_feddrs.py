@@ -168,6 +168,35 @@ def test_a_distillation_step_lowers_the_kl_it_optimises_eq_8(nets):
     assert after < before and after == pytest.approx(direct, rel=1e-5)
 
 
+def test_distill_steps_take_plain_adamw_steps_on_eq_8_and_report_the_first_and_last_loss() -> None:
+    """Eq. (8) by AdamW without weight decay, hand-computed on a 2-class student whose logits
+    are its one parameter w (w_0 = (1, 1), σ(w_0) = (1/2, 1/2)) and a teacher p = (3/4, 1/4).
+
+    KL(p || σ(w_0)) = 3/4 ln(3/2) - 1/4 ln 2; ∇_w = σ(w_0) - p = (-1/4, 1/4), so Adam's first
+    step moves each weight by lr against the gradient's sign (m̂ / √v̂ = ±1). With
+    lr = ln(3) / 2, w_1 = (1 + ln 3 / 2, 1 - ln 3 / 2), σ(w_1) = (3/4, 1/4) = p and the KL is 0.
+    Any decoupled weight decay would also shrink w_1 by lr · decay · w_0 toward 0 (a shift
+    the softmax cannot see, hence checked on w itself)."""
+    lr = float(np.log(3) / 2)
+    kl_0 = 0.75 * np.log(1.5) - 0.25 * np.log(2)
+    teacher = [Teaching(None, torch.tensor([[0.75, 0.25]]))]
+
+    def logits(net: torch.Tensor, _: object) -> torch.Tensor:
+        return net[None]
+
+    w = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
+    before, after = distill_steps(w, [w], teacher, logits, steps=1, lr=lr)
+    assert before == pytest.approx(kl_0, rel=1e-6) and after == pytest.approx(0.0, abs=1e-6)
+    np.testing.assert_allclose(w.detach().numpy(), [1 + lr, 1 - lr], rtol=1e-6)
+    # two steps: "before" is still the loss at w_0 (not at w_1, where it is 0); "after" at w_2
+    w = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
+    before, after = distill_steps(w, [w], teacher, logits, steps=2, lr=lr)
+    assert before == pytest.approx(kl_0, rel=1e-6)
+    with torch.no_grad():
+        assert after == pytest.approx(float(kl_to_student(w[None], teacher[0].probs)), rel=1e-6)
+    assert after > 1e-3  # Adam's second step overshoots p: w_2 is not w_1
+
+
 def test_kl_matches_its_definition_on_hand_values():
     p = torch.tensor([[0.5, 0.5], [0.9, 0.1]])
     logits = torch.log(torch.tensor([[0.25, 0.75], [0.5, 0.5]]))
@@ -208,6 +237,9 @@ def test_a_round_averages_the_embedding_layer_exactly_and_distils_the_task_param
     m = strat.record.method_metrics
     assert m["distill_iterations"] == 1 and m["post_processing"] == 0
     assert m["server_distill_s"] > 0 and m["server_peak_rss_mb"] > 100
+    # the distillation's (start, end) joins the round's busy intervals; its length is server_distill_s
+    ((t0, t1),) = strat.record.intervals
+    assert m["server_distill_s"] == pytest.approx(t1 - t0) and t1 > t0 > 1e9
     assert m["distill_kl_after"] < m["distill_kl_before"]
 
 
