@@ -120,6 +120,17 @@ def test_pseudo_labels_follow_the_clients_label_counts_or_are_uniform():
     assert set(uniform) == {0, 1, 2, 3}
 
 
+@pytest.mark.parametrize("counts", [[2**24, 1, 1], [3e38, 3e38]])
+def test_pseudo_labels_take_large_float32_counts_in_float64(counts):
+    """γ's distribution p = counts / Σ counts in float64: a float32 sum of [2**24, 1, 1] drops
+    the ones (p would sum past rng.choice's tolerance) and of [3e38, 3e38] overflows to inf
+    (p = 0); either crashed the server's round on counts check_upload accepts."""
+    c = np.array(counts, np.float32)
+    p = c.astype(np.float64) / c.astype(np.float64).sum()
+    drawn = pseudo_labels(c, 64, len(counts), np.random.default_rng(5)).numpy()
+    assert np.array_equal(drawn, np.random.default_rng(5).choice(len(counts), size=64, p=p))
+
+
 def test_target_sampling_lowers_the_teachers_cross_entropy_to_gamma_eq_6(nets):
     teacher, student = nets
     ends, rng = sequence_ends(student), np.random.default_rng(3)

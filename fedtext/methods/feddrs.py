@@ -216,7 +216,10 @@ def random_embeddings(net: Backbone, n: int, length: int, noise: float, rng: np.
 def pseudo_labels(counts: np.ndarray | None, n: int, num_classes: int, rng: np.random.Generator) -> Tensor:
     """γ_k: n labels drawn from the client's label distribution ``counts`` (``None``:
     uniform)."""
-    p = None if counts is None else np.asarray(counts, dtype=np.float64) / float(np.sum(counts))
+    # in float64 throughout: counts arrive as float32 arrays, whose own sum drops small counts
+    # beside large ones (2**24 + 1 + 1 -> 2**24), leaving p summing past rng.choice's tolerance
+    c = None if counts is None else np.asarray(counts, dtype=np.float64)
+    p = None if c is None else c / c.sum()
     return torch.as_tensor(rng.choice(num_classes, size=n, p=p), dtype=torch.long)
 
 
