@@ -431,3 +431,25 @@ def test_holdout_names_are_checked_before_training(tmp_path):
     with pytest.raises(ConfigError, match="holdout by domain name \\('dvd'\\) needs partition=domain"):
         build(make_config("feddls", partition="iid", holdout="dvd", **base))
     assert not (tmp_path / "runs").exists()  # nothing started
+
+
+def test_lasso_solver_is_configured_as_written_eq_8(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The LASSO of eq. (8) runs as sklearn's Lasso with alpha / (2 D) (sklearn divides the
+    squared error by 2 n_samples, n_samples = D here), no intercept (eq. 8 has none) and a
+    2,000-sweep cap (twice sklearn's default: where the solver has not converged, the
+    selection depends on where it stopped, so the cap is part of the method as run). Once
+    per stage: screen, then Φ."""
+    import sklearn.linear_model
+
+    made: list[dict] = []
+
+    class Spy(sklearn.linear_model.Lasso):
+        def __init__(self, **kwargs) -> None:
+            made.append(kwargs)
+            super().__init__(**kwargs)
+
+    monkeypatch.setattr(sklearn.linear_model, "Lasso", Spy)
+    vocab = np.random.default_rng(0).standard_normal((12, 5)).astype(np.float32)
+    LassoCodec(vocab, phi=2, alpha=0.3, screen=6).compress(np.ones(5, np.float32))
+    assert made == [{"alpha": 0.3 / (2 * 5), "fit_intercept": False, "max_iter": 2000}] * 2
+
