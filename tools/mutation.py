@@ -8,7 +8,7 @@ still pass the fast tests?
 
 A run re-checks only the mutants that are not yet killed (never checked, or survived:
 new tests may kill them now); a mutant that a test killed keeps that verdict while its
-module is unchanged (every target mutant of a module edited since mutmut copied it is
+function is unchanged (every mutant of a target function edited since mutmut copied it is
 re-checked). ``--all`` drops that shortcut. Changing ``[tool.mutmut]``'s test selection
 makes mutmut forget every verdict.
 
@@ -34,6 +34,7 @@ stdout and to ``docs/mutation.md`` (with the survivors' diffs).
 from __future__ import annotations
 
 import argparse
+import ast
 import datetime as dt
 import fnmatch
 import os
@@ -179,14 +180,37 @@ def results() -> dict[str, str]:
     return out
 
 
-def stale() -> set[str]:
-    """Modules (``fedtext.cmaes``) whose mutmut copy is missing or older than the source:
-    mutmut regenerates them and forgets the verdicts of their changed functions, so every
-    target mutant in them is re-checked."""
-    files = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
-    return {f.removesuffix(".py").replace("/", ".") for f in files
-            if not (REPO / "mutants" / f).exists()
-            or (REPO / "mutants" / f).stat().st_mtime < (REPO / f).stat().st_mtime}
+def _function_node(tree: ast.Module, mangled: str, orig: bool = False) -> ast.FunctionDef | None:
+    """The definition of mutmut's ``x_f`` / ``xǁClassǁm`` in a parsed source file, or with
+    ``orig`` the copy of the original mutmut keeps in its file (``<mangled>__mutmut_orig``)."""
+    cls, name = mangled.split("ǁ")[1:] if mangled.startswith("xǁ") else (None, mangled[2:])
+    name = mangled + "__mutmut_orig" if orig else name
+    body = tree.body
+    if cls is not None:
+        found = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == cls), None)
+        body = found.body if found else []
+    return next((n for n in body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None)
+
+
+def changed() -> set[str]:
+    """Target functions (as in :data:`TARGETS`) whose source differs from the original that
+    mutmut keeps in its copy (``<name>__mutmut_orig``): mutmut regenerates their mutants and
+    forgets their verdicts, so they are re-checked whole."""
+    def same(a: ast.FunctionDef | None, b: ast.FunctionDef | None) -> bool:
+        return (a is not None and b is not None and ast.dump(a.args) == ast.dump(b.args)
+                and [ast.dump(x) for x in a.body] == [ast.dump(x) for x in b.body])
+
+    out, trees = set(), {}
+    for fn in (f for fns in TARGETS.values() for f in fns):
+        module, _, mangled = fn.rpartition(".")
+        path = module.replace(".", "/") + ".py"
+        for root in ("", "mutants/"):
+            if root + path not in trees:
+                file = REPO / (root + path)
+                trees[root + path] = ast.parse(file.read_text()) if file.exists() else ast.Module(body=[], type_ignores=[])
+        if not same(_function_node(trees[path], mangled), _function_node(trees["mutants/" + path], mangled, orig=True)):
+            out.add(fn)
+    return out
 
 
 def sync() -> int:
@@ -245,9 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.report_only:
         if (REPO / "mutants").exists():
             print(f"{sync()} changed test/source files copied into mutants/")
-        changed = stale()
-        # globs of the target functions in regenerated modules, plus every other mutant not yet killed
-        names = globs if args.all else [g for g in globs if g.rsplit(".", 1)[0] in changed] + [
+        edited = changed()
+        # every mutant of an edited target function, and every other one not yet killed
+        names = globs if args.all else [g for g in globs if g.removesuffix("__mutmut_*") in edited] + [
             n for n, s in results().items() if s not in KILLED and any(fnmatch.fnmatch(n, g) for g in globs)]
         if names or not results():
             subprocess.run([str(Path(sys.executable).with_name("mutmut")), "run", "--max-children",
