@@ -190,6 +190,61 @@ def test_weighted_mean_hand_computed_and_bit_identical_to_flower():
     np.testing.assert_array_equal(weighted_mean(clients, [3, 5, 7])[0], flower[0])
 
 
+def test_weighted_mean_of_integer_arrays_casts_the_scale_like_flower() -> None:
+    """Guards FedAvg's integer-dtype branch: like Flower's ``aggregate_inplace``, a scale
+    ``n_k / n`` that cannot cast to the array's dtype is first cast to it (truncated),
+    then multiplied in place, so every result stays an array of the input's dtype.
+
+    One client: scale 4 / 4 = 1.0 -> 1, the arrays come back unchanged (0-d included).
+    Two clients of 2 examples: scale 0.5 -> 0 each, so 0 * x + 0 * y = 0.
+    """
+    from flwr.server.strategy.aggregate import aggregate_inplace
+
+    a = [np.array([3, 7], np.uint16), np.array(5, np.int64)]
+    b = [np.array([1, 9], np.uint16), np.array(2, np.int64)]
+    for out, want in ((weighted_mean([a], [4]), [[3, 7], 5]), (weighted_mean([a, b], [2, 2]), [[0, 0], 0])):
+        assert [type(x) for x in out] == [np.ndarray, np.ndarray]
+        assert [x.dtype for x in out] == [np.dtype(np.uint16), np.dtype(np.int64)]
+        for got, expected in zip(out, want, strict=True):
+            np.testing.assert_array_equal(got, expected)
+    assert a[0].tolist() == [3, 7] and int(a[1]) == 5  # inputs untouched
+    flower = aggregate_inplace([fit_res(a, 2, 0), fit_res(b, 2, 1)])
+    for got, expected in zip(weighted_mean([a, b], [2, 2]), flower, strict=True):
+        np.testing.assert_array_equal(got, expected)
+        assert got.dtype == expected.dtype
+
+
+@pytest.mark.parametrize("short_first", [True, False])
+def test_weighted_mean_rejects_clients_with_different_array_counts(short_first: bool) -> None:
+    """Guards FedAvg's one-to-one pairing of arrays across clients: a client with one
+    array fewer (or more) than the first is an error, as in Flower's ``aggregate_inplace``,
+    not a mean silently truncated to (or padded with) the first client's arrays.
+
+    Parameters
+    ----------
+    short_first
+        Whether the first client or the second one uploads fewer arrays.
+    """
+    full = [np.ones(2, np.float32), np.ones(3, np.float32)]
+    short = [np.ones(2, np.float32)]
+    clients = [short, full] if short_first else [full, short]
+    with pytest.raises(ValueError, match="longer" if short_first else "shorter"):
+        weighted_mean(clients, [1, 1])
+
+
+def test_simulated_seconds_is_compute_plus_bytes_over_the_link(backbone) -> None:
+    """Guards FeS §4.1's device-time emulation: ``fit_time_s`` (0 when a client reports
+    none) plus ``nbytes / (bandwidth-mbps * 10**6)`` seconds.
+
+    At 2 MB/s: 1.5 s of compute + 3,000,000 B / 2,000,000 B/s = 1.5 + 1.5 = 3.0 s;
+    no ``fit_time_s`` and 1,000,000 B: 0 + 0.5 = 0.5 s. All exact in binary floats.
+    """
+    strat = FedPrompt(make_config("fedprompt", max_length=64, bandwidth_mbps=2.0), TASKS["demo"])
+    assert strat.simulated_seconds({"fit_time_s": 1.5}, 3_000_000) == 3.0
+    assert strat.simulated_seconds({"train_loss": 0.5}, 1_000_000) == 0.5
+    assert strat.simulated_seconds({"fit_time_s": 0.25}, 0) == 0.25
+
+
 def test_uploads_are_decoded_once_into_named_arrays(bbt):
     z1, z2 = np.arange(D, dtype=np.float32), np.ones(D, np.float32)
     uploads = bbt.validate([fit_res([z1], 1, 0), fit_res([z2], 3, 1)], [])
