@@ -96,6 +96,83 @@ def test_client_local_search_on_the_backbone_is_non_increasing(backbone):
     assert backbone.queries - q0 == n * (1 + 4 * 3)  # current loss once, then K=3 per step
 
 
+def test_candidates_depend_on_the_direction_of_p_t_only_eq_7_hand_computed() -> None:
+    """Eq. (7) ranks by cosine distance, which ignores ||p^t||: C(s · vec) = C(vec) for every s > 0,
+    down to float32's smallest subnormal (where ||vec|| underflows to 0 and the 1e-12 guard divides).
+    vec ∝ (5, 1): cosines 0.9988 (id 4), 0.981 (0), 0.832 (2), 0.196 (1), -0.981 (3)."""
+    unit = TOY / np.linalg.norm(TOY, axis=1, keepdims=True)
+    ids = np.arange(len(TOY))
+    tiny = np.float32(2.0**-149)  # (5, 1) · tiny is exact: 5 and 1 subnormal steps
+    for vec in (np.array([5.0, 1.0], np.float32), np.array([0.05, 0.01], np.float32),
+                np.array([5.0, 1.0], np.float32) * tiny):
+        assert nearest_tokens(vec, unit, ids, TOY, 3).tolist() == [4, 0, 2]
+
+
+def test_candidates_are_the_k_nearest_of_a_wide_vocabulary_for_every_k_eq_7() -> None:
+    """Eq. (7) on 600 unit embeddings at angles rank_i · π / 600 (rank a seeded permutation of the
+    ids): the cosine to the rank-0 token falls with the rank, so with that token at t, C(p^t) is the
+    ids of ranks 1..K, nearest first, for every K (wide enough that selecting the K + 1 nearest is a
+    real partial sort, not a full one)."""
+    n = 600
+    rank = np.random.default_rng(1).permutation(n)
+    theta = rank * (np.pi / n)
+    vocab = np.stack([np.cos(theta), np.sin(theta)], axis=1).astype(np.float32)
+    unit = vocab / np.linalg.norm(vocab, axis=1, keepdims=True)
+    by_rank = np.argsort(rank)  # by_rank[r]: the id of rank r; by_rank[0] sits at (1, 0)
+    for k in range(1, n - 1):
+        got = nearest_tokens(vocab[by_rank[0]], unit, np.arange(n), vocab, k)
+        assert got.tolist() == by_rank[1:k + 1].tolist(), k
+
+
+def test_candidates_index_the_vocabulary_even_when_none_is_left() -> None:
+    """C(p^t) of eq. (7) is an int64 id array: where the only allowed id is the token already at t,
+    it is empty and still indexes e(V) (``[0, D]``)."""
+    unit = TOY / np.linalg.norm(TOY, axis=1, keepdims=True)
+    cands = nearest_tokens(TOY[2], unit[[2]], np.array([2]), TOY, 3)
+    assert cands.dtype == np.int64 and TOY[cands].shape == (0, 2)
+
+
+def test_local_search_moves_to_the_lowest_loss_candidate_and_keeps_ties_eq_6() -> None:
+    """Eq. (6): p^t becomes the candidate of C(p^t) with the lowest loss (not the nearest one), and
+    only if that loss is strictly lower than the current loss: a tie keeps p^t."""
+    vocab = np.array([[0.0], [1.0], [2.0], [3.0]], np.float32)
+    table = {0.0: 4.0, 1.0: 2.0, 2.0: 2.0, 3.0: 5.0}  # loss of the one-token prompt [[v]]
+    cands = {3.0: [0, 1], 1.0: [2], 0.0: [1]}  # C(p^t), nearest first
+
+    def loss_of(prompts: np.ndarray) -> np.ndarray:
+        return np.array([table[float(q[0, 0])] for q in prompts])
+
+    res = local_search(np.array([[3.0]], np.float32), loss_of, lambda v: np.array(cands[float(v[0])]), vocab, 2,
+                       np.random.default_rng(0))  # T = 1: every step searches t = 0
+    # step 1: C = (0, 1) at losses (4, 2) -> id 1 (2 < 5); step 2: C = (2,) at loss 2, not < 2 -> keep id 1
+    assert res.token_ids.tolist() == [1] and res.prompt.tolist() == [[1.0]] and res.losses == [5.0, 2.0, 2.0]
+
+
+def test_local_search_works_on_a_float32_copy_and_marks_kept_positions_minus_one() -> None:
+    """Alg. 3 searches a float32 copy: the caller's p' (kept in the node's state for eq. 11) is not
+    written, every prompt ``loss_of`` sees and p_i are float32, and a position that kept p'^t
+    reports -1 (the upload's sentinel) while a changed one reports its id."""
+    target = np.array([[2.0, 0.1], [0.0, 1.0]], np.float32)  # TOY[4], TOY[1]
+    seen: list[np.dtype] = []
+
+    def loss_of(prompts: np.ndarray) -> np.ndarray:
+        seen.append(prompts.dtype)
+        return ((prompts - target) ** 2).sum(axis=(1, 2))
+
+    cands = {tuple(TOY[i].tolist()): c for i, c in {0: [4, 2], 1: [2, 0], 4: [0, 2]}.items()}
+    visits = iter([0, 1, 0, 1])
+    rng = SimpleNamespace(integers=lambda n: next(visits))  # t = 0, 1, 0, 1
+    start = np.array([[1.0, 0.0], [0.0, 1.0]], np.float32)  # TOY[0], TOY[1]
+    res = local_search(start, loss_of, lambda v: np.array(cands[tuple(v.tolist())]), TOY, 4, rng)
+    # loss 1 + 0.01; t=0: id 4 -> 0 (id 2: 1.81); t=1: ids 2, 0 cost 1, 2 -> keep; t=0: ids 0, 2
+    # cost 1.01, 1.81 -> keep; t=1: keep
+    assert res.losses == pytest.approx([1.01, 0.0, 0.0, 0.0, 0.0])
+    assert res.token_ids.tolist() == [4, -1]
+    assert res.prompt.dtype == np.float32 and set(seen) == {np.dtype(np.float32)}
+    np.testing.assert_array_equal(res.prompt, target)
+    np.testing.assert_array_equal(start, np.array([[1.0, 0.0], [0.0, 1.0]], np.float32))
+
+
 # --------------------------------------------------------------- download codecs
 @pytest.fixture(scope="module")
 def vocab(backbone):
