@@ -140,8 +140,11 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
 
 
 def check_output_dir(output_dir: str) -> None:
-    """``output-dir`` must be a folder fedtext can create and write in (one line if not)."""
-    root = Path(output_dir).expanduser()
+    """``output-dir`` must be a folder fedtext can create and write in (one line if not).
+    Tried by making it and a file in it; what the try made is removed again, so a run
+    refused later for another reason leaves nothing behind."""
+    root = Path(output_dir).expanduser().absolute()
+    made = [d for d in (root, *root.parents) if not d.exists()]  # deepest first
     try:
         root.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=root, prefix=".fedtext-write-check-"):
@@ -149,6 +152,12 @@ def check_output_dir(output_dir: str) -> None:
     except OSError as exc:
         raise ConfigError(f"output-dir={output_dir}: cannot write run records there "
                           f"({exc.strerror or type(exc).__name__})") from None
+    finally:
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:  # never made, or no longer empty
+                pass
 
 
 def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:

@@ -271,8 +271,11 @@ def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tmp_path, mo
     with pytest.raises(ConfigError, match=rf"^output-dir={where}: cannot write run records there \(") as err:
         server_app.build(make_config("fedprompt", output_dir=where))
     assert "\n" not in str(err.value)
-    server_app.check_output_dir(str(tmp_path / "new" / "runs"))  # made when missing
-    assert (tmp_path / "new" / "runs").is_dir() and not list((tmp_path / "new" / "runs").iterdir())
+    server_app.check_output_dir(str(tmp_path / "new" / "runs"))  # writable: tried, and nothing left
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    server_app.check_output_dir(str(tmp_path / "kept"))
+    assert (tmp_path / "kept").is_dir() and not list((tmp_path / "kept").iterdir())
 
 
 def test_feddls_resyncs_a_client_whose_state_was_lost():
