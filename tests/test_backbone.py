@@ -298,6 +298,9 @@ def test_suspended_hooks_hides_every_hook_and_puts_them_back(backbone):
     from fedtext.backbone import suspended_hooks
 
     layer = backbone.encoder.encoder.layer[3]
+    # hooks already there stay (transformers installs its own output-capturing hooks on the
+    # layers the first time hidden states are asked for, and keeps them)
+    before = (dict(layer._forward_hooks), dict(layer._forward_pre_hooks))
     calls: list[str] = []
     handles = [layer.register_forward_hook(lambda *_: calls.append("post")),
                layer.register_forward_pre_hook(lambda *_: calls.append("pre"))]
@@ -312,4 +315,4 @@ def test_suspended_hooks_hides_every_hook_and_puts_them_back(backbone):
     finally:
         for h in handles:
             h.remove()
-    assert not layer._forward_hooks and not layer._forward_pre_hooks  # the handles still remove them
+    assert (dict(layer._forward_hooks), dict(layer._forward_pre_hooks)) == before  # the handles still remove them
