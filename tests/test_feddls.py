@@ -391,6 +391,25 @@ def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog):
     assert metrics["compression_rel_error"] == pytest.approx(rel, rel=1e-4) and 0 < rel < 1e-3
 
 
+def test_server_round_metrics_count_changed_positions_and_the_update_on_hand_values(backbone) -> None:
+    """The round's method metrics: positions_changed = mean over clients of the positions not
+    sent as the sentinel (T = 4: 1 and 2 changed -> 1.5; counting the sentinels would give
+    2.5); update_bytes = what the download of this round's update weighs; a round where no
+    client changed anything has a zero residual and a relative error of 0, not 0/0."""
+    cfg = make_config("feddls", prompt_length=4, max_length=64, compression="full")
+    strat = FedDLS(cfg, TASKS["demo"])
+    strat.global_arrays = [strat.initial_arrays()[0]]
+    nat = backbone.natural_token_ids()
+    a, b, s = int(nat[100]), int(nat[200]), SENTINEL
+    strat.begin_round(1)
+    params, metrics = strat.aggregate_fit(1, [_upload(0, [a, s, s, s]), _upload(1, [b, b, s, s])], [])
+    assert metrics["positions_changed"] == 1.5
+    assert metrics["update_bytes"] == comm.expected_bytes(strat.updates[-1]) > 0
+    strat.begin_round(2)
+    params, metrics = strat.aggregate_fit(2, [_upload(0, [s, s, s, s]), _upload(1, [s, s, s, s])], [])
+    assert metrics["positions_changed"] == 0.0 and metrics["compression_rel_error"] == 0.0
+
+
 def test_server_records_the_version_each_client_reports_and_keeps_it_when_none_is_reported() -> None:
     """§4.3's incremental download: after aggregation the server holds, per client, the p' version
     its upload reports (``dls_version``); an upload without one keeps the version the server knew
