@@ -36,11 +36,17 @@ def nearest_tokens(
     the current value is always an option of eq. (6) and costs no query.
     """
     sims = unit_vocab @ (vec / max(float(np.linalg.norm(vec)), 1e-12))  # cos = 1 - cosine distance
-    m = min(k + 1, len(ids))
-    top = np.argpartition(-sims, m - 1)[:m]
-    top = top[np.lexsort((ids[top], -sims[top]))]  # by similarity, ties by id (deterministic)
-    keep = [i for i in ids[top] if not np.array_equal(vocab[i], vec)]
-    return np.array(keep[:k], dtype=np.int64)
+    # A full sort by similarity, ties by id: exact wherever ties fall (a partial sort of the
+    # k + 1 nearest picks among entries tied at its cut arbitrarily) and however many copies
+    # of p^t the vocabulary holds (each is skipped and the next candidate taken). |V| log |V|
+    # for |V| = 28,034 natural tokens is ~3 ms, beside K forwards of the batch per step.
+    keep: list[int] = []
+    for i in ids[np.lexsort((ids, -sims))]:
+        if len(keep) == k:
+            break
+        if not np.array_equal(vocab[i], vec):
+            keep.append(int(i))
+    return np.array(keep, dtype=np.int64)
 
 
 def local_search(

@@ -124,6 +124,21 @@ def test_candidates_are_the_k_nearest_of_a_wide_vocabulary_for_every_k_eq_7() ->
         assert got.tolist() == by_rank[1:k + 1].tolist(), k
 
 
+def test_candidates_break_ties_by_id_at_the_cut_and_skip_every_copy_of_p_t() -> None:
+    """C(p^t) of eq. (7), nearest first and ties by id wherever they fall: with p^t = (1, 0),
+    ids 1, 2 and 4 all at cosine 0.6 and K = 2 the candidates are [1, 2] (a partial sort of
+    the K + 1 nearest picked among the tied ones arbitrarily); and a vocabulary holding two
+    copies of p^t still gives K candidates (skipping both)."""
+    vocab = np.array([[1, 0], [0.6, 0.8], [0.6, -0.8], [-1, 0], [0.6, 0.8], [0, 1]], np.float32)
+    unit = vocab / np.linalg.norm(vocab, axis=1, keepdims=True)
+    ids = np.arange(len(vocab))
+    for order in (ids, ids[::-1], np.random.default_rng(3).permutation(len(vocab))):
+        assert nearest_tokens(vocab[0], unit[order], ids[order], vocab, 2).tolist() == [1, 2]
+    twice = np.array([[1, 0], [1, 0], [0.9, 0.1], [0, 1]], np.float32)
+    got = nearest_tokens(twice[0], twice / np.linalg.norm(twice, axis=1, keepdims=True), np.arange(4), twice, 2)
+    assert got.tolist() == [2, 3]
+
+
 def test_candidates_index_the_vocabulary_even_when_none_is_left() -> None:
     """C(p^t) of eq. (7) is an int64 id array: where the only allowed id is the token already at t,
     it is empty and still indexes e(V) (``[0, D]``)."""
