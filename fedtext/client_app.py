@@ -85,8 +85,8 @@ class Node(NumPyClient):
 
     def get_properties(self, config: dict[str, Scalar]) -> dict[str, Scalar]:
         if int(config.get("domain", 0)):
-            return self.build().get_properties(config)
-        return {"partition_id": self.partition_id}
+            return {**self.build().get_properties(config), "num_partitions": self.num_partitions}
+        return {"partition_id": self.partition_id, "num_partitions": self.num_partitions}
 
     def fit(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, dict[str, Scalar]]:
         self.maybe_fail("fit", config)

@@ -159,6 +159,7 @@ class RunConfig:
     resume: str = ""
     client_failure_rate: float = 0.0
     round_timeout_s: float = 0.0
+    upload_bound: float = 100.0
     # simulated device time (every method)
     bandwidth_mbps: float = 1.0
     method_config: MethodConfig | None = None
@@ -231,6 +232,7 @@ class RunConfig:
         check_range("max-client-memory-mb", self.max_client_memory_mb, 0)
         check_range("stale-after-s", self.stale_after_s, 0)
         check_range("round-timeout-s", self.round_timeout_s, 0)
+        check_range("upload-bound", self.upload_bound, 0)
         check_range("bandwidth-mbps", self.bandwidth_mbps, 0, low_open=True)
         if not 0 <= self.client_failure_rate < 1:
             raise ConfigError(f"client-failure-rate must be in [0, 1), got {self.client_failure_rate}")

@@ -24,6 +24,7 @@ import functools
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -335,6 +336,22 @@ def partition_train(cfg: RunConfig, partition_id: int, num_partitions: int) -> p
         raise ConfigError(f"partition-id {partition_id} outside 0..{num_partitions - 1}")
     partitioner = _partitioned(cfg.dataset, cfg.partition, cfg.alpha, cfg.seed, num_partitions)
     return partitioner.load_partition(partition_id).to_pandas()
+
+
+def partition_sizes(cfg: RunConfig, num_partitions: int) -> list[int]:
+    """Train rows of every client ``0..num_partitions-1`` (the server's feasibility check
+    and ``num_examples`` bound; raises ``ConfigError`` where the cut is impossible)."""
+    partitioner = _partitioned(cfg.dataset, cfg.partition, cfg.alpha, cfg.seed, num_partitions)
+    return [_rows(partitioner, pid) for pid in range(num_partitions)]
+
+
+def _rows(partitioner: Any, partition_id: int) -> int:
+    """Rows of one partition; 0 where flwr-datasets cannot make it (an iid shard past
+    the end of the data raises ``IndexError``)."""
+    try:
+        return partitioner.load_partition(partition_id).num_rows
+    except (IndexError, ValueError):
+        return 0
 
 
 def sample_shots(df: pd.DataFrame, shots_per_class: int, rng: np.random.Generator) -> np.ndarray:

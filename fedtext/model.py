@@ -70,6 +70,33 @@ class Model:
         """Why a (spec-conforming) upload is invalid, or ``None``."""
         return None
 
+    def check_scale(self, upload: dict[str, np.ndarray], reference: dict[str, np.ndarray],
+                    bound: float) -> str | None:
+        """Why an upload's magnitudes cannot be an honest client's, or ``None``.
+
+        Finite poison passes every spec (a fedprompt prompt of 1e30 made the global
+        loss NaN, and every later honest upload was dropped against it), so each float
+        array that shares its name with a global array must satisfy
+
+            max |x| <= bound * max(1, max |global array of that name|)
+
+        (``upload-bound``; 0: no bound). Relative to the global array, so one key fits
+        prompts (|x| ~ 0.1-1: limit 100), pretrained weights (MiniLM's largest |w| ~ 10-20)
+        and z; the ``max(1, .)`` keeps a zero-initialised array (z_0 = 0, a zero bias)
+        from allowing nothing. A method whose upload arrays are named otherwise overrides
+        this (FedBPT's packed ``z|sigmas|loss``).
+        """
+        if not bound:
+            return None
+        for name, x in upload.items():
+            ref = reference.get(name)
+            if ref is None or x.dtype.kind != "f" or not x.size:
+                continue
+            reason = _over_bound(name, x, ref, bound)
+            if reason:
+                return reason
+        return None
+
     def trainable_parameters(self) -> int:
         """How many numbers a client optimises (the compare tables' "trainable params");
         default: the size of the global arrays."""
@@ -176,3 +203,13 @@ class NetworkModel(Model):
     def evaluate(self, arrays: Sequence[np.ndarray], batches: Sequence[EncodedBatch]) -> tuple[float, float]:
         with self.load(arrays).fixed_weights() as net:
             return net.evaluate(None, batches)
+
+
+def _over_bound(name: str, x: np.ndarray, ref: np.ndarray, bound: float) -> str | None:
+    """``upload-bound``'s test of one array against the global array ``ref`` (see
+    :meth:`Model.check_scale`): the reason, or ``None``."""
+    scale = max(1.0, float(np.abs(ref).max())) if ref.size else 1.0
+    largest = float(np.abs(x).max())
+    if largest > bound * scale:
+        return f"{name}: |value| {largest:.3g} exceeds upload-bound {bound:g} x {scale:.3g} (its global scale)"
+    return None

@@ -493,6 +493,20 @@ def exit_reason(exc: BaseException) -> str:
     return "".join(traceback.format_exception_only(exc)).strip()
 
 
+def signal_reason(signum: int, parent_at_start: int, parent_now: int) -> str:
+    """The record's reason for a run ended by signal ``signum``.
+
+    Flower's ServerApp process watches the process that started it (the SuperLink,
+    ``flwr.supercore.app_utils.start_parent_process_monitor``) and, when it is gone,
+    sends itself SIGINT: a killed SuperLink read as ``terminated by SIGINT``, as if a
+    user had pressed Ctrl-C. A process whose parent changed (it was re-parented, so the
+    parent died) says so instead."""
+    name = signal.Signals(signum).name
+    if parent_now != parent_at_start and parent_at_start > 1:
+        return f"the process that started the ServerApp (pid {parent_at_start}, the SuperLink) stopped ({name})"
+    return f"terminated by {name}"
+
+
 def install_signal_handlers() -> bool:
     """Record ``failed: terminated by SIGTERM`` (SIGINT, SIGHUP, SIGQUIT alike) in every
     open run before the process goes down the way it would have without us.
@@ -505,6 +519,7 @@ def install_signal_handlers() -> bool:
     """
     if threading.current_thread() is not threading.main_thread():
         return False
+    parent = os.getppid()  # the SuperLink, for a ServerApp it started (Flower's subprocess isolation)
     for sig in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None), getattr(signal, "SIGQUIT", None)):
         if sig is None:
             continue
@@ -513,7 +528,7 @@ def install_signal_handlers() -> bool:
             continue
 
         def handler(signum: int, frame: Any, previous: Any = previous) -> None:
-            finish_open_runs("failed", f"terminated by {signal.Signals(signum).name}")
+            finish_open_runs("failed", signal_reason(signum, parent, os.getppid()))
             if callable(previous):
                 previous(signum, frame)
             elif previous != signal.SIG_IGN:

@@ -47,6 +47,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -61,7 +62,7 @@ from flwr.server.strategy import FedAvg
 from fedtext import checkpoint, comm
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.config import ConfigError, RunConfig
-from fedtext.data import server_test
+from fedtext.data import load_splits, partition_sizes, partition_train, server_test
 from fedtext.model import Model
 from fedtext.records import RoundRecord, RunRecorder
 from fedtext.tasks import Task
@@ -191,6 +192,9 @@ class FedTextStrategy(FedAvg):
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
         self.record = RoundRecord(round=0)
         self._down_bytes: dict[str, int] = {}  # cid -> bytes sent this round (simulated time)
+        self._partition_rows: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> train rows
+        self.valid_rounds = 0  # rounds of this process that aggregated at least one valid upload
+        self.drop_reasons: Counter[str] = Counter()  # every drop's reason, digits masked (the run's common reason)
         self._t0 = time.time()
 
     def __repr__(self) -> str:
@@ -213,7 +217,13 @@ class FedTextStrategy(FedAvg):
 
     def fit_config(self, server_round: int) -> dict[str, Scalar]:
         """Config sent with every fit instruction; subclasses may add keys."""
-        return {"server_round": server_round}
+        return {"server_round": server_round, **self.run_key()}
+
+    def run_key(self) -> dict[str, Scalar]:
+        """``{"run_key": <run id>}`` when the run is recorded: the run folder's name, the
+        same after ``resume=``, under which clients journal their node state
+        (:mod:`fedtext.node_state`); nothing in unit tests without a recorder."""
+        return {"run_key": self.recorder.run_id} if self.recorder is not None else {}
 
     def download(self, server_round: int, proxy: ClientProxy, purpose: str) -> tuple[list[np.ndarray], dict[str, Scalar]]:
         """What ``proxy`` is sent for ``purpose`` ("fit" or "evaluate"): the arrays and
@@ -284,16 +294,45 @@ class FedTextStrategy(FedAvg):
         with ThreadPoolExecutor(max_workers=min(PROPERTIES_WORKERS, len(new))) as pool:
             answers = list(pool.map(ask, new))
         for proxy, props in zip(new, answers, strict=True):
-            self.learn(proxy, props.get("partition_id", proxy.cid), props.get("domain") or None)
+            self.learn(proxy, props.get("partition_id", proxy.cid), props.get("domain") or None,
+                       props.get("num_partitions"))
+        self.check_partitions({int(i["num_partitions"]) for i in self.client_info.values()
+                               if i.get("num_partitions") is not None})
 
-    def learn(self, proxy: ClientProxy, pid: Any, domain: str | None = None) -> None:
+    def learn(self, proxy: ClientProxy, pid: Any, domain: str | None = None, num_partitions: Any = None) -> None:
         """Cache who ``proxy`` is, from its properties."""
         self.client_info[proxy.cid] = {
             "partition_id": str(pid),
+            "num_partitions": num_partitions if isinstance(num_partitions, int) and num_partitions > 0 else None,
             "domain": domain,
             "participant": self.cfg.is_participant(pid, domain),
             "order": (0, int(pid)) if isinstance(pid, int) else (1, str(pid)),
         }
+
+    def check_partitions(self, counts: set[int]) -> None:
+        """Partition feasibility, on the server, before a client trains (a ConfigError
+        that fails the run in one line): the nodes agree on the number of partitions,
+        and the train split cut into that many leaves every client a row (flwr-datasets'
+        Dirichlet draw may be impossible, ``alpha=0.001`` on 10 rows; an iid cut of 10
+        rows into 16 clients left some empty and their IndexError came back every round).
+        Each count is checked once (the sizes are cached for :meth:`max_examples`)."""
+        if len(counts) > 1:
+            raise ConfigError(f"the nodes disagree on num-partitions: {sorted(counts)} (node configs)")
+        for parts in counts:
+            if (0, parts) in self._partition_rows:
+                continue
+            sizes = partition_sizes(self.cfg, parts)
+            empty = [pid for pid, n in enumerate(sizes) if n == 0]
+            if empty:
+                raise ConfigError(
+                    f"partition={self.cfg.partition} leaves {len(empty)} of {parts} clients without training rows "
+                    f"(first: partition {empty[0]}; {sum(sizes)} train rows): use fewer clients or more data")
+            self.check_sizes(sizes)
+            self._partition_rows.update({(pid, parts): n for pid, n in enumerate(sizes)})
+
+    def check_sizes(self, sizes: list[int]) -> None:
+        """The method's own feasibility check of the clients' train rows (``sizes[pid]``;
+        raise ``ConfigError``); nothing by default."""
 
     @property
     def needs_domain(self) -> bool:
@@ -309,18 +348,30 @@ class FedTextStrategy(FedAvg):
         return sorted(found, key=lambda p: self.info(p)["order"])
 
     def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
-        """``clients-per-round`` participants drawn with ``default_rng([seed, round])``."""
+        """``clients-per-round`` participants drawn with ``default_rng([seed, round])``.
+
+        Too few participants in this process's first round is a configuration error
+        (``holdout`` or ``clients-per-round`` against the federation). Later it is a
+        runtime fault, a node lost mid-run: the server has waited ``CONNECT_TIMEOUT_S``
+        for enough nodes, then the round goes on with the participants there are (none:
+        the round trains nobody), and the record notes the shortfall as a drop."""
         client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=CONNECT_TIMEOUT_S)
         participants = self.clients(client_manager, participants_only=True)
-        if not participants:
-            raise ConfigError(f"holdout='{self.cfg.holdout}' leaves no participant client to train")
         n = self.cfg.clients_per_round or len(participants)
-        if n > len(participants):
+        if n <= len(participants) and participants:
+            return self.draw(participants, n, server_round, 0x5A3)
+        connected = len(client_manager.all())
+        if server_round <= self.resumed_round + 1:
+            if not participants:
+                raise ConfigError(f"holdout='{self.cfg.holdout}' leaves no participant client to train")
             raise ConfigError(
                 f"clients-per-round={n} exceeds the {len(participants)} participant clients "
-                f"({len(client_manager.all())} connected, holdout='{self.cfg.holdout}')"
+                f"({connected} connected, holdout='{self.cfg.holdout}')"
             )
-        return self.draw(participants, n, server_round, 0x5A3)
+        reason = f"node lost: {len(participants)} of {n} participants connected ({connected} nodes)"
+        log.warning("round %d: %s; the round goes on with them", server_round, reason)
+        self.record.drop("missing", reason)
+        return self.draw(participants, len(participants), server_round, 0x5A3)
 
     def draw(self, pool: list[ClientProxy], n: int, server_round: int, salt: int) -> list[ClientProxy]:
         """``n`` clients of ``pool`` without replacement, kept in pool order, drawn with
@@ -399,15 +450,19 @@ class FedTextStrategy(FedAvg):
         r = self.record
         r.bytes_up, r.num_clients = sum(up), len(uploads)
         r.bytes_up_per_client = _mean([u for (_, res), u in zip(results, up, strict=True) if self.is_upload(res)])
-        r.fit_queries = sum(int(res.metrics.get("queries", 0)) for _, res in results)
-        r.client_rss_mb += [float(res.metrics.get("peak_rss_mb", 0)) for _, res in results]
-        for (proxy, res), u in zip(results, up, strict=True):
+        # telemetry of every result whose metrics are well typed (a dropped upload still cost its queries)
+        typed = [(proxy, res, u) for (proxy, res), u in zip(results, up, strict=True)
+                 if check_metrics(res.metrics, FIT_METRICS) is None]
+        r.fit_queries = sum(int(res.metrics.get("queries", 0)) for _, res, _ in typed)
+        r.client_rss_mb += [float(res.metrics.get("peak_rss_mb", 0)) for _, res, _ in typed]
+        for proxy, res, u in typed:
             r.timing(res.metrics, "fit_time_s")
             r.sim_s.append(self.simulated_seconds(res.metrics, self._down_bytes.get(proxy.cid, 0) + u))
         r.train_loss = _mean([float(u.metrics["train_loss"]) for u in uploads if "train_loss" in u.metrics])
         if not uploads:
             log.warning("round %d: no valid client result; global model unchanged", server_round)
             return None, {}
+        self.valid_rounds += 1
         arrays, metrics = self.aggregate(server_round, uploads)
         r.method_metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         if arrays is None:
@@ -423,21 +478,32 @@ class FedTextStrategy(FedAvg):
 
     def validate(self, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]) -> list[Upload]:
         """Decode every result once; keep those meeting the model's upload specs and
-        checks, note the others (and every failure) in the round record with a reason."""
+        checks, note the others (and every failure) in the round record with a reason.
+
+        In order: typed telemetry (:func:`check_metrics`), ``0 < num_examples <=`` the
+        client's partition (:meth:`max_examples`: FedAvg's weight ``n_k / n`` made one
+        client claiming 10^12 examples the whole global model), decodable arrays meeting
+        ``model.upload_specs()`` (count, shape, dtype, finite, range),
+        ``model.check_upload`` (e.g. sigma > 0, C positive definite) and
+        ``model.check_scale`` against the global arrays (``upload-bound``).
+        """
         specs = self.model.upload_specs()
+        reference = self.global_named()
         uploads = []
         for proxy, res in results:
             pid = str(res.metrics.get("partition_id", proxy.cid))
-            reason = None
-            if res.num_examples <= 0:
-                reason = f"num_examples={res.num_examples}"
-            else:
+            reason = check_metrics(res.metrics, FIT_METRICS)
+            limit = self.max_examples(proxy)
+            if reason is None and not 0 < res.num_examples <= limit:
+                reason = f"num_examples={res.num_examples} outside 1..{limit} (the client's training rows)"
+            if reason is None:
                 try:
                     arrays = comm.decode(res.parameters)
                     reason = comm.check_arrays(arrays, specs)
                     if reason is None:
                         named = {s.name: a for s, a in zip(specs, arrays, strict=True)}
-                        reason = self.model.check_upload(named)
+                        reason = (self.model.check_upload(named)
+                                  or self.model.check_scale(named, reference, self.cfg.upload_bound))
                 except Exception as exc:  # noqa: BLE001 - undecodable payload
                     reason = f"cannot decode upload: {type(exc).__name__}"
             if reason is None:
@@ -447,6 +513,27 @@ class FedTextStrategy(FedAvg):
         for failure in failures:
             self._failed(failure, "fit")
         return uploads
+
+    def global_named(self) -> dict[str, np.ndarray]:
+        """The global arrays by their :meth:`Model.global_specs` names (``upload-bound``'s reference)."""
+        names = [s.name for s in self.model.global_specs()]
+        return dict(zip(names, self.global_arrays, strict=False))
+
+    def max_examples(self, proxy: ClientProxy) -> int:
+        """The most examples a client can train on: the rows of its partition when the
+        server knows its partition id and the federation's number of partitions
+        (``client-ids=ask``: both come with its properties; the server partitions the
+        same train split the same way, :func:`fedtext.data.partition_train`), else the
+        whole train split (``client-ids=lazy``). FeS's pseudo labels come from the
+        partition's own unlabelled rows, so gold + pseudo stays within it too."""
+        info = self.client_info.get(proxy.cid, {})
+        pid, parts = info.get("partition_id"), info.get("num_partitions")
+        if parts is not None and str(pid).isdigit():
+            key = (int(pid), int(parts))
+            if key not in self._partition_rows:
+                self._partition_rows[key] = len(partition_train(self.cfg, *key))
+            return self._partition_rows[key]
+        return len(load_splits(self.cfg.dataset).train)
 
     def _failed(self, failure: Any, phase: str) -> None:
         """Record a failed client under its partition id (and tell :meth:`client_failed`)."""
@@ -475,6 +562,7 @@ class FedTextStrategy(FedAvg):
     def _drop(self, client: Any, reason: str) -> None:
         log.warning("round %d: dropped client %s: %s", self.record.round, client, reason)
         self.record.drop(client, reason)
+        self.drop_reasons[re.sub(r"\d+", "N", reason)] += 1
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         """Server-side evaluation of the global model on eval rounds (and round 0)."""
@@ -505,7 +593,7 @@ class FedTextStrategy(FedAvg):
         instructions = []
         for proxy in self.sample_eval_clients(server_round, client_manager):
             arrays, extra = self.download(server_round, proxy, "evaluate")
-            config = {"server_round": server_round, "final": final, **extra}
+            config = {"server_round": server_round, "final": final, **self.run_key(), **extra}
             instructions.append((Tracked(proxy), EvaluateIns(comm.encode(arrays), config)))
         self.record.eval_bytes_down = sum(comm.payload_bytes(ins.parameters) for _, ins in instructions)
         self.record.clients_evaluated = len(instructions)
@@ -519,11 +607,19 @@ class FedTextStrategy(FedAvg):
     ) -> tuple[float | None, dict[str, Scalar]]:
         for failure in failures:
             self._failed(failure, "evaluate")
-        # A client too small for a local test split reports 0 examples: not an accuracy of 0.
-        results = [(p, r) for p, r in results if r.num_examples > 0]
-
         def pid(p: ClientProxy, res: EvaluateRes) -> str:
             return str(res.metrics.get("partition_id", p.cid))
+
+        checked = []
+        for p, res in results:
+            reason = check_eval_reply(res, self.cfg.client_test_size)
+            if reason is None:
+                checked.append((p, res))
+            else:
+                log.warning("round %d: dropped evaluation of client %s: %s", server_round, pid(p, res), reason)
+                self.record.drop(pid(p, res), f"evaluate reply: {reason}")
+        # A client too small for a local test split reports 0 examples: not an accuracy of 0.
+        results = [(p, r) for p, r in checked if r.num_examples > 0]
 
         accs = {pid(p, r): float(r.metrics["accuracy"]) for p, r in results}
         rec = self.record
@@ -557,7 +653,68 @@ class FedTextStrategy(FedAvg):
             if self.record.round > 0:  # after the line: a kill in between redoes this round on resume
                 self.save_checkpoint(self.record.round)
             if self.record.round == self.cfg.num_server_rounds:
-                self.recorder.finish("finished")
+                error = self.never_valid()
+                self.recorder.finish("failed" if error else "finished", error=error)
+
+
+    def never_valid(self) -> str | None:
+        """Why a run whose rounds never aggregated a valid client result failed (``None``
+        when one did): it would otherwise read ``finished`` at its initial model (every
+        client failing on ``fedprompt.lr`` it cannot use, or every upload dropped). The
+        reason is the most common drop reason, with how often it occurred. A resumed run
+        counts its rounds before the checkpoint as valid (they are not recounted)."""
+        if self.valid_rounds or self.resumed_round or self.cfg.num_server_rounds == 0:
+            return None
+        if not self.drop_reasons:
+            return f"no client result in {self.cfg.num_server_rounds} rounds"
+        reason, count = self.drop_reasons.most_common(1)[0]
+        total = sum(self.drop_reasons.values())
+        return (f"no valid client result in {self.cfg.num_server_rounds} rounds; {count} of {total} client "
+                f"results dropped with: {reason}")
+
+
+#: Telemetry keys a fit reply may carry that the server reads as numbers (missing ones
+#: are fine); a method's own metrics are numbers too (Flower allows str/bytes/bool).
+FIT_METRICS = ("queries", "peak_rss_mb", "fit_time_s", "train_loss", "load_s", "busy_start", "busy_end",
+               "startup_start", "startup_end")
+EVAL_METRICS = ("accuracy", "post_accuracy", "queries", "peak_rss_mb", "eval_time_s", "load_s", "busy_start",
+                "busy_end", "startup_start", "startup_end")
+
+
+def check_metrics(metrics: dict[str, Scalar], numeric: tuple[str, ...]) -> str | None:
+    """Why a reply's metrics cannot be used, or ``None``: each of ``numeric`` present must
+    be a finite int or float (``queries="lots"`` stopped a whole run in ``int()``), and
+    ``queries`` a whole number >= 0."""
+    for key in numeric:
+        if key not in metrics:
+            continue
+        v = metrics[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            return f"metric {key}={v!r} is not a finite number"
+    q = metrics.get("queries", 0)
+    if q < 0 or q != int(q):
+        return f"metric queries={q!r} is not a whole number >= 0"
+    return None
+
+
+def check_eval_reply(res: EvaluateRes, max_examples: int) -> str | None:
+    """Why an evaluate reply cannot be used, or ``None``: typed metrics, an ``accuracy``
+    in [0, 1] (a reply without one raised ``KeyError`` and lost the round's evaluation),
+    ``post_accuracy`` likewise, a finite loss, and ``0 <= num_examples <= client-test-size``
+    (the local test split's size; the loss is weighted by it)."""
+    reason = check_metrics(res.metrics, EVAL_METRICS)
+    if reason:
+        return reason
+    if "accuracy" not in res.metrics:
+        return "no accuracy"
+    for key in ("accuracy", "post_accuracy"):
+        if key in res.metrics and not 0 <= res.metrics[key] <= 1:
+            return f"{key}={res.metrics[key]!r} outside [0, 1]"
+    if not np.isfinite(res.loss):
+        return f"loss={res.loss!r} is not finite"
+    if not 0 <= res.num_examples <= max_examples:
+        return f"num_examples={res.num_examples} outside 0..{max_examples} (client-test-size)"
+    return None
 
 
 def weighted_mean(arrays: list[list[np.ndarray]], weights: list[int]) -> list[np.ndarray]:

@@ -80,6 +80,21 @@ class FewShotStrategy(FedTextStrategy):
         """Gold holders (clients ``0..L-1``; every client under ``oracle``)."""
         return self.mcfg.oracle or (pid.isdigit() and gold_count(self.mcfg, int(pid)) > 0)
 
+    def check_sizes(self, sizes: list[int]) -> None:
+        """``gold-labels`` must fit: client k < L holds gold_count(k) of its pool (its
+        partition less the local test split, :func:`fedtext.data.client_data`); a larger
+        count was capped silently, so the run had fewer gold labels than it said
+        (``oracle`` labels every pool text whatever the count)."""
+        if self.mcfg.oracle:
+            return
+        for pid, rows in enumerate(sizes):
+            pool = rows - min(self.cfg.client_test_size, rows // 5)
+            if gold_count(self.mcfg, pid) > pool:
+                raise ConfigError(
+                    f"{self.mcfg.key('gold_labels')}={self.mcfg.gold_labels} puts {gold_count(self.mcfg, pid)} gold "
+                    f"labels on client {pid}, which has {pool} texts to label (lower it, or raise "
+                    f"{self.mcfg.key('labelled_clients')})")
+
     # ------------------------------------------------------------ sampling
     def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
         """``G_train`` among labelled participants, ``G_label`` among all participants

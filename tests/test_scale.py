@@ -154,9 +154,10 @@ def test_a_node_answers_who_it_is_without_building_its_client(monkeypatch):
     client = ca.make_client({"method": "fedprompt"}, {"partition-id": 3, "num-partitions": 5})
     from flwr.common import GetPropertiesIns
 
-    assert dict(client.get_properties(GetPropertiesIns({})).properties) == {"partition_id": 3}
+    assert dict(client.get_properties(GetPropertiesIns({})).properties) == {"partition_id": 3, "num_partitions": 5}
     assert built == []
-    assert dict(client.get_properties(GetPropertiesIns({"domain": 1})).properties)["domain"] == "books"
+    with_domain = dict(client.get_properties(GetPropertiesIns({"domain": 1})).properties)
+    assert (with_domain["domain"], with_domain["num_partitions"]) == ("books", 5)
     assert built == [3]
     from fedtext.config import ConfigError
 

@@ -45,7 +45,7 @@ from fedtext.cmaes import REFERENCE_CLAMPS, SIGMA_UPDATES, CMAState
 from fedtext.comm import ArraySpec
 from fedtext.config import ConfigError, check_choice, check_range
 from fedtext.methods.subspace import SubspaceConfig
-from fedtext.model import SubspaceModel
+from fedtext.model import SubspaceModel, _over_bound
 
 DOWNLOADS = ("full", "compact")
 SERVER_STEPS = ("paper", "reference")
@@ -97,10 +97,24 @@ class FedBPTModel(SubspaceModel):
         return FedBPTUpload(u[: self.d], u[self.d : -1], float(u[-1]))
 
     def check_upload(self, upload: dict[str, np.ndarray]) -> str | None:
-        sigmas = self.unpack_upload(upload).sigmas
-        if not (sigmas > 0).all():
-            return f"local step sizes must be > 0, got min {sigmas.min():.3g}"
+        u = self.unpack_upload(upload)
+        if not (u.sigmas > 0).all():
+            return f"local step sizes must be > 0, got min {u.sigmas.min():.3g}"
+        if u.loss < 0:  # a cross-entropy, or a ratio of two: never negative; a negative one would always rank best
+            return f"fitness must be >= 0, got {u.loss:.3g}"
         return None
+
+    def check_scale(self, upload: dict[str, np.ndarray], reference: dict[str, np.ndarray],
+                    bound: float) -> str | None:
+        """``upload-bound`` on the packed upload: z^k against the global z, each
+        sigma^k_{t,i} against the global sigma_t (sigma's range: (0, bound * max(1, sigma_t)];
+        a local CMA-ES of I steps changes sigma by a small factor, a 1e30 sigma enters
+        eq. (4)'s sigma' and every later round)."""
+        if not bound:
+            return None
+        u = self.unpack_upload(upload)
+        return (_over_bound("z", u.z, reference["z"], bound)
+                or _over_bound("sigma", u.sigmas, reference["sigma"], bound))
 
 
 @dataclass(frozen=True)
