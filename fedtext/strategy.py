@@ -195,6 +195,7 @@ class FedTextStrategy(FedAvg):
         self._partition_rows: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> train rows
         self.valid_rounds = 0  # rounds of this process that aggregated at least one valid upload
         self.drop_reasons: Counter[str] = Counter()  # every drop's reason, digits masked (the run's common reason)
+        self._drop_example: dict[str, str] = {}  # masked reason -> its first drop's own words
         self._t0 = time.time()
 
     def __repr__(self) -> str:
@@ -562,7 +563,9 @@ class FedTextStrategy(FedAvg):
     def _drop(self, client: Any, reason: str) -> None:
         log.warning("round %d: dropped client %s: %s", self.record.round, client, reason)
         self.record.drop(client, reason)
-        self.drop_reasons[re.sub(r"\d+", "N", reason)] += 1
+        kind = re.sub(r"\d+", "N", reason)  # one kind whatever the round or client numbers in it
+        self.drop_reasons[kind] += 1
+        self._drop_example.setdefault(kind, reason)
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         """Server-side evaluation of the global model on eval rounds (and round 0)."""
@@ -667,10 +670,10 @@ class FedTextStrategy(FedAvg):
             return None
         if not self.drop_reasons:
             return f"no client result in {self.cfg.num_server_rounds} rounds"
-        reason, count = self.drop_reasons.most_common(1)[0]
+        kind, count = self.drop_reasons.most_common(1)[0]
         total = sum(self.drop_reasons.values())
         return (f"no valid client result in {self.cfg.num_server_rounds} rounds; {count} of {total} client "
-                f"results dropped with: {reason}")
+                f"results dropped like this one: {self._drop_example[kind]}")
 
 
 #: Telemetry keys a fit reply may carry that the server reads as numbers (missing ones

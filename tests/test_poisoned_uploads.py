@@ -232,8 +232,8 @@ def test_a_run_whose_results_were_never_valid_ends_failed_with_the_common_reason
     bad = np.full_like(fedprompt.global_arrays[0], np.nan)
     summary = run_rounds(fedprompt, 3, lambda r: [fit_res([bad], 2, 0), fit_res([bad], 2, 1), fit_res([bad], 0, 2)])
     assert summary["status"] == "failed"
-    assert summary["error"] == ("no valid client result in 3 rounds; 6 of 9 client results dropped with: "
-                                "prompt: N non-finite values")
+    assert summary["error"] == ("no valid client result in 3 rounds; 6 of 9 client results dropped like this one: "
+                                "prompt: 768 non-finite values")  # 2 x 384 prompt values
 
 
 def test_a_run_whose_clients_all_failed_ends_failed_with_their_error(fedprompt):
