@@ -496,14 +496,16 @@ def exit_reason(exc: BaseException) -> str:
 def signal_reason(signum: int, parent_at_start: int, parent_now: int) -> str:
     """The record's reason for a run ended by signal ``signum``.
 
-    Flower's ServerApp process watches the process that started it (the SuperLink,
-    ``flwr.supercore.app_utils.start_parent_process_monitor``) and, when it is gone,
-    sends itself SIGINT: a killed SuperLink read as ``terminated by SIGINT``, as if a
-    user had pressed Ctrl-C. A process whose parent changed (it was re-parented, so the
-    parent died) says so instead."""
+    Under a SuperLink, the ServerApp process is started by the SuperLink's SuperExec,
+    which exits when the SuperLink dies; the orphaned ServerApp keeps retrying the
+    SuperLink and, when one answers that no longer knows its run (a restarted SuperLink),
+    Flower sends it SIGINT (``flwr.supercore.retry``): a killed SuperLink read as
+    ``terminated by SIGINT``, as if a user had pressed Ctrl-C. A process whose parent
+    changed (it was re-parented, so the parent died) says what happened instead."""
     name = signal.Signals(signum).name
     if parent_now != parent_at_start and parent_at_start > 1:
-        return f"the process that started the ServerApp (pid {parent_at_start}, the SuperLink) stopped ({name})"
+        return (f"the SuperLink went away: the process that started the ServerApp (pid {parent_at_start}) "
+                f"had stopped ({name})")
     return f"terminated by {name}"
 
 

@@ -40,7 +40,7 @@ def test_signal_reason_names_a_dead_parent_and_otherwise_the_signal():
     assert signal_reason(signal.SIGINT, 4242, 4242) == "terminated by SIGINT"
     assert signal_reason(signal.SIGTERM, 4242, 4242) == "terminated by SIGTERM"
     assert signal_reason(signal.SIGINT, 4242, 1) == (
-        "the process that started the ServerApp (pid 4242, the SuperLink) stopped (SIGINT)")
+        "the SuperLink went away: the process that started the ServerApp (pid 4242) had stopped (SIGINT)")
     assert signal_reason(signal.SIGINT, 1, 7) == "terminated by SIGINT"  # started by init: no SuperLink to blame
 
 
@@ -65,8 +65,8 @@ def test_a_killed_superlink_is_recorded_as_such(tmp_path: Path):
             time.sleep(0.1)
         record = json.loads(summary.read_text())
         assert record["status"] == "failed"
-        assert record["error"] == (f"the process that started the ServerApp (pid {link.pid}, the SuperLink) "
-                                   "stopped (SIGINT)")
+        assert record["error"] == (f"the SuperLink went away: the process that started the ServerApp "
+                                   f"(pid {link.pid}) had stopped (SIGINT)")
     finally:
         if link.poll() is None:
             link.kill()
