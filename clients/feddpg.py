@@ -19,7 +19,7 @@ class FedDPGClient(FedTextClient):
     nothing else. With ``unlearn=1`` in the fit config the client forgets
     ``feddpg.forget-fraction`` of its examples instead (:func:`fedtext.methods.feddpg.unlearn`)
     and keeps their indices in ``context.state``, so that no later round trains on
-    them again.
+    them again (journalled by :mod:`fedtext.node_state`: a resumed run keeps them too).
     """
 
     model: FedDPGModel

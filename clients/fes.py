@@ -14,7 +14,8 @@ nothing (an empty result, the server does not aggregate it).
 What survives between rounds lives in ``context.state`` (``self.state``), because
 Flower builds a new client object for every message: the pseudo labels (text ids
 into this client's unlabelled pool and labels) and, computed once, the ids the
-representational filter kept. A client that sits rounds out keeps them.
+representational filter kept. A client that sits rounds out keeps them, and a resumed
+run's clients get them back from the node-state journal (:mod:`fedtext.node_state`).
 """
 
 from __future__ import annotations

@@ -16,6 +16,12 @@ message a process answers also carries when this module's imports ran
 (``startup_start``, ``startup_end``): a new Ray actor spends ~4 s on 2 cores importing
 torch and transformers, which is start-up, not per-round overhead.
 
+The node's fedtext state (``context.state``: FeS's pseudo labels, FedDPGu's forgotten
+indices, FedDLS's p') is journalled to ``<output-dir>/<run_key>/node-state/`` around every
+fit and evaluate (:mod:`fedtext.node_state`), so that a run resumed from its checkpoint
+(``resume=``), or a restarted SuperNode, continues with the state each client held after
+the checkpointed round; a method's client only ever sees ``self.state``.
+
 ``client-failure-rate`` (a testing aid for simulations) makes each fit or evaluate
 message fail with that probability, drawn from (seed, partition, round, message kind):
 half of the failures raise, the other half sleep past ``round-timeout-s`` so that the
@@ -41,6 +47,7 @@ from flwr.common import Context, NDArrays, Scalar
 from fedtext.client import FedTextClient
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import client_data
+from fedtext.node_state import Journal
 from fedtext.registry import METHODS
 from fedtext.tasks import resolve_task
 
@@ -71,11 +78,13 @@ class Node(NumPyClient):
     domain name), which is the one case that needs the data.
     """
 
-    def __init__(self, cfg: RunConfig, partition_id: int, num_partitions: int, state: RecordDict | None) -> None:
+    def __init__(self, cfg: RunConfig, partition_id: int, num_partitions: int, state: RecordDict | None,
+                 flower_run: int | None = None) -> None:
         self.cfg = cfg
         self.partition_id = partition_id
         self.num_partitions = num_partitions
-        self.state = state
+        self.state = state if state is not None else RecordDict()
+        self.flower_run = flower_run  # Flower's run id (context.run_id), stamped into journal entries
 
     def build(self) -> FedTextClient:
         """The method's client for this node (data partition, shots, backbone)."""
@@ -90,11 +99,11 @@ class Node(NumPyClient):
 
     def fit(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, dict[str, Scalar]]:
         self.maybe_fail("fit", config)
-        return self._timed(lambda c: c.fit(parameters, config))
+        return self._timed("fit", config, lambda c: c.fit(parameters, config))
 
     def evaluate(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[float, int, dict[str, Scalar]]:
         self.maybe_fail("evaluate", config)
-        return self._timed(lambda c: c.evaluate(parameters, config))
+        return self._timed("evaluate", config, lambda c: c.evaluate(parameters, config))
 
     def maybe_fail(self, kind: str, config: dict[str, Scalar]) -> None:
         """Fail this message with probability ``client-failure-rate`` (seeded, see module doc)."""
@@ -110,33 +119,44 @@ class Node(NumPyClient):
         raise InjectedFailure(f"injected {kind} failure of client {self.partition_id} in round {server_round} "
                               f"(client-failure-rate={rate})")
 
-    def _timed(self, call: Callable[[FedTextClient], tuple[Any, int, dict[str, Scalar]]]):
+    def _timed(self, kind: str, config: dict[str, Scalar],
+               call: Callable[[FedTextClient], tuple[Any, int, dict[str, Scalar]]]):
+        """Run ``call`` on the built client, between the journal's restore and record of
+        the node state (:mod:`fedtext.node_state`; nothing without ``run_key``), with the
+        timing metrics the server's round record reads. ``load_s`` includes the restore."""
         start = time.time()
+        server_round = int(config.get("server_round", 0))
+        journal = Journal.of(self.cfg.output_dir, config, self.partition_id, self.flower_run)
+        before = journal.prepare(self.state, server_round, kind) if journal else {}
         client = self.build()
         built = time.time()
         out, n, metrics = call(client)
+        if journal:
+            journal.record(self.state, server_round, kind, before)
         startup = _STARTUP.copy()
         _STARTUP.clear()  # the first message of this process carries it, no other
         return out, n, {**metrics, **startup, "load_s": built - start, "busy_start": start, "busy_end": time.time()}
 
 
 def make_client(
-    run_config: Mapping[str, Any], node_config: Mapping[str, Any], state: RecordDict | None = None
+    run_config: Mapping[str, Any], node_config: Mapping[str, Any], state: RecordDict | None = None,
+    flower_run: int | None = None,
 ) -> Client:
-    """This node's client from the run-config, its node config and its state
-    (``context.state``, which persists on the node between rounds)."""
+    """This node's client from the run-config, its node config, its state
+    (``context.state``, which persists on the node between rounds) and Flower's run id."""
     cfg = RunConfig.from_run_config(run_config, METHODS)
     partition_id, num_partitions = node_partition(node_config)
     if not 0 <= partition_id < num_partitions:
         raise ConfigError(f"partition-id {partition_id} outside 0..{num_partitions - 1}")
-    return Node(cfg, partition_id, num_partitions, state).to_client()
+    return Node(cfg, partition_id, num_partitions, state, flower_run).to_client()
 
 
 def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
     """A ClientApp whose run-config is Flower's, updated with ``overrides``."""
 
     def client_fn(context: Context) -> Client:
-        return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state)
+        return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state,
+                           context.run_id)
 
     return ClientApp(client_fn=client_fn)
 

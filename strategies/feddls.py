@@ -35,8 +35,12 @@ is smaller: the absolute p' (``dls_absolute``, ``4 T D + 128`` B; T=50: 76,928 B
 every update from p'_0 (with ``lasso``, ~1.3 KB per round so far; both give exactly
 the server's p', the same ``decode`` running on both sides). Those bytes count in
 ``bytes_down`` and, apart, in the round's ``resync_bytes``. Update history and client versions are checkpointed
-(``checkpoint_attrs``); a resumed simulation has new node ids, whose fresh nodes start
-from p'_0 like any client that has not trained yet.
+(``checkpoint_attrs``). A resumed run's nodes get their p' and version back from their
+node-state journal (:mod:`fedtext.node_state`); the server, which keys versions by node id
+and sees new node ids after a resume (simulation), sends them every update from p'_0
+and each client applies only those after the version it holds (the first round after a
+resume downloads more bytes than the uninterrupted run, with the same p'). A node
+without a journal starts from p'_0 and is resynced as above.
 """
 
 from __future__ import annotations
