@@ -39,7 +39,9 @@ log = logging.getLogger("fedtext")
 
 
 def setup_logging() -> None:
-    """Route fedtext's logger through Flower's, so ``flwr run --stream`` shows it."""
+    """Route fedtext's logger through Flower's, so ``flwr run --stream`` shows it, and
+    drop the Flower lines that only repeat fedtext's or warn of what fedtext does on
+    purpose (:class:`QuietFlower`)."""
     from flwr.common.logger import FLOWER_LOGGER
 
     fedtext_log = logging.getLogger("fedtext")
@@ -48,6 +50,36 @@ def setup_logging() -> None:
             fedtext_log.addHandler(handler)
         fedtext_log.setLevel(logging.INFO)
         fedtext_log.propagate = False
+    quiet_flower()
+
+
+class QuietFlower(logging.Filter):
+    """Flower log lines a fedtext run does not print (each says why):
+
+    * ``fit progress: (round, loss, {'accuracy': ...}, seconds)`` -- Flower's
+      ``Server.fit`` tuple after every round; fedtext's own round line says the same
+      with names (and the round record has it all);
+    * ``DEPRECATED FEATURE: The `run_simulation` function is deprecated`` --
+      ``python -m simulations.simulate`` and the compare runner call it on purpose
+      (in-process runs with overrides); docs/flower.md says what replaces it.
+
+    "No evaluate_metrics_aggregation_fn provided" is not filtered: fedtext provides one
+    (:func:`fedtext.strategy.weighted_accuracy`).
+    """
+
+    DROPPED = ("fit progress: (", "The `run_simulation` function is deprecated")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        return not any(d in text for d in self.DROPPED)
+
+
+def quiet_flower() -> None:
+    """Install :class:`QuietFlower` on Flower's logger (once per process)."""
+    from flwr.common.logger import FLOWER_LOGGER
+
+    if not any(isinstance(f, QuietFlower) for f in FLOWER_LOGGER.filters):
+        FLOWER_LOGGER.addFilter(QuietFlower())
 
 
 class RecordingServer(Server):

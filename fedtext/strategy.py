@@ -180,6 +180,7 @@ class FedTextStrategy(FedAvg):
             min_available_clients=1,
             accept_failures=True,
             on_fit_config_fn=self.fit_config,
+            evaluate_metrics_aggregation_fn=weighted_accuracy,
         )
         self.cfg = cfg
         self.mcfg = cfg.method_config
@@ -740,6 +741,13 @@ def weighted_mean(arrays: list[list[np.ndarray]], weights: list[int]) -> list[np
         for total_x, x in zip(out, client, strict=True):
             np.add(total_x, scaled(x, scale[k]), out=total_x)
     return out
+
+
+def weighted_accuracy(metrics: list[tuple[int, dict[str, Scalar]]]) -> dict[str, Scalar]:
+    """Flower's ``evaluate_metrics_aggregation_fn``: the clients' accuracy weighted by their
+    test examples (what Flower's history keeps; fedtext's round record has each client's)."""
+    total = sum(n for n, _ in metrics)
+    return {"accuracy": sum(n * float(m["accuracy"]) for n, m in metrics) / total} if total else {}
 
 
 def failure_reason(failure: Any) -> str:

@@ -63,9 +63,14 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
 
     from fedtext.client_app import make_client_app
     from fedtext.registry import METHODS
-    from fedtext.server_app import make_server_app
+    from fedtext.server_app import make_server_app, quiet_flower
 
     cfg = RunConfig.from_run_config(overrides, METHODS)  # fail before Ray starts
+    quiet_flower()  # before run_simulation logs its deprecation notice
+    # Ray's FutureWarning on every start ("Ray will no longer override accelerator visible
+    # devices env var if num_gpus=0"): opt in to that future behaviour, which is what a
+    # CPU client (num_gpus=0) wants anyway; the variable is the one the warning names.
+    os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     cfg.check_num_clients(num_supernodes)
     started = time.time()
     _record_before_ray_sigterm()
