@@ -82,7 +82,7 @@ class Splits:
     @property
     def string_labels(self) -> bool:
         """Whether the labels are names (strings) rather than integers."""
-        return self.train["label"].dtype == object
+        return not pd.api.types.is_integer_dtype(self.train["label"])
 
     @property
     def num_classes(self) -> int:
@@ -248,10 +248,10 @@ _normalise = normalise  # the name before issue 37
 
 def _check_kinds(train: pd.DataFrame, test: pd.DataFrame, source: str) -> None:
     """Both splits (and every domain) hold integer labels, or both label names."""
-    kinds = {("names" if df["label"].dtype == object else "integers") for df in (train, test)}
-    mixed = train["label"].dtype == object and not all(isinstance(v, str) for v in train["label"])
-    mixed |= test["label"].dtype == object and not all(isinstance(v, str) for v in test["label"])
-    if len(kinds) > 1 or mixed:
+    names = [not pd.api.types.is_integer_dtype(df["label"]) for df in (train, test)]
+    mixed = any(is_names and not all(isinstance(v, str) for v in df["label"])  # domains of both kinds, concatenated
+                for is_names, df in zip(names, (train, test)))
+    if len(set(names)) > 1 or mixed:
         raise ConfigError(f"{source}: some files have integer labels and others label names; use one kind")
 
 
@@ -346,6 +346,7 @@ def load_splits(dataset: str, text_column: str = "text", label_column: str = "la
 
 
 # ------------------------------------------------------------------ labels and task
+SORTED_LABELS = "the train split's labels (sorted)"  # where label names come from when nothing names them
 @dataclass(frozen=True)
 class Labelled:
     """A run's data and task: ``splits`` with labels 0..C-1 and the ``task`` they belong
@@ -407,7 +408,7 @@ def label_data(splits: Splits, task: str, label_names: tuple[str, ...] = (), des
     base: Task | None = None
     if task != "auto":
         base = TASKS[task]
-    elif not label_names and not (task_file and task_file.labels):
+    elif not label_names and task_file is None:  # a folder with its own task file is not a built-in one
         try:
             base = resolve_task("auto", dataset)
         except ValueError:
@@ -421,7 +422,7 @@ def label_data(splits: Splits, task: str, label_names: tuple[str, ...] = (), des
     elif splits.names:
         names, source = splits.names, f"the hub's label names of '{dataset}'"
     elif splits.string_labels:
-        names, source = tuple(sorted(set(splits.train["label"]))), "the train split's labels (sorted)"
+        names, source = tuple(sorted(set(splits.train["label"]))), SORTED_LABELS
     else:
         raise ConfigError(
             f"cannot guess the task of dataset '{dataset}': its labels are integers without names; set "
@@ -429,7 +430,7 @@ def label_data(splits: Splits, task: str, label_names: tuple[str, ...] = (), des
             f"task= one of: {', '.join(sorted(TASKS))}"
         )
     if base is not None:
-        extra = [k for k in task_file.task_fields] if task_file else []
+        extra = list(task_file.task_fields) if task_file else []
         if descriptions:
             extra.append("label-descriptions")
         if extra:
@@ -449,22 +450,26 @@ def label_data(splits: Splits, task: str, label_names: tuple[str, ...] = (), des
                                   f"({', '.join(names)}) from {source}")
         resolved = custom_task(tf.name or default_name, names, tf.verbalizer, descriptions or tf.descriptions,
                                tf.template)
-    what = f"task {resolved.name}" if source.startswith("task ") else f"{source} (task {resolved.name})"
+    named = {"label-names": "label-names", f"task {resolved.name}": source, SORTED_LABELS: "the train split",
+             (task_file.path if task_file else None): TASK_FILE}.get(source, "the hub's label names")
+    what = named if named.startswith("task ") else f"{source} (task {resolved.name})"
     hint = ("set task=auto and give the names by label-names= or a task.toml (docs/own-data.md)"
             if base is not None else "fix the names, or the data's labels")
+    if source == SORTED_LABELS:
+        hint = "the test split has labels the train split lacks; name every class by label-names= or a task.toml"
     if splits.string_labels:
         index = {name: i for i, name in enumerate(names)}
         present = sorted(set(splits.train["label"]) | set(splits.test["label"]))
         if set(present) != set(names):
             raise ConfigError(f"dataset '{dataset}': its labels do not fit {what}: the data has {len(present)} "
-                              f"classes ({_short(present)}), {what} has {len(names)} ({_short(names)}); {hint}")
+                              f"classes ({_short(present)}), {named} has {len(names)} ({_short(names)}); {hint}")
         splits = Splits(*(df.assign(label=df["label"].map(index).astype(np.int64)) for df in (splits.train,
                                                                                               splits.test)))
     else:
         present = sorted(set(splits.train["label"].tolist()) | set(splits.test["label"].tolist()))
         if set(present) != set(range(len(names))):
             raise ConfigError(f"dataset '{dataset}': its labels do not fit {what}: the data has {len(present)} "
-                              f"classes (labels {_short(present)}), {what} has {len(names)} "
+                              f"classes (labels {_short(present)}), {named} has {len(names)} "
                               f"(0..{len(names) - 1}: {_short(names)}); {hint}")
         if splits.names:
             splits = Splits(splits.train, splits.test)

@@ -198,7 +198,7 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Chec
     changed = sorted(k for k in set(stored) | set(config)
                      if k not in RESUMABLE_CHANGES and stored.get(k, before.get(k)) != config.get(k))
     if changed:
-        diffs = ", ".join(f"{k}={config.get(k)!r} (run: {stored.get(k)!r})" for k in changed[:5])
+        diffs = ", ".join(f"{k}={config.get(k)!r} (run: {stored.get(k, before.get(k))!r})" for k in changed[:5])
         raise ConfigError(f"resume='{cfg.resume}' must use the run's own config; these differ: {diffs}")
     try:
         ckpt = checkpoint.load(run_dir)
