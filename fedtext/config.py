@@ -42,7 +42,7 @@ HEADS = ("similarity", "tied", "mlm", "linear", "cls")
 PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Keys the server adds to a run's recorded config (config.json), derived from the rest.
-# resolved-labels: the label names in id order (a string label in the data is the id of its name)
+# resolved-labels: the label names in id order as a JSON list (a string label in the data is the id of its name)
 DERIVED_KEYS = ("resolved-task", "resolved-labels", "trainable-parameters")
 # Keys that were shared before the per-method configs, and where they went.
 RENAMED = {

@@ -115,8 +115,9 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     evaluator = Evaluator(cfg, task)
     check_prompt_fits(cfg, evaluator.backbone)
     trainable = cfg.method_config.model_class(cfg, evaluator.backbone).trainable_parameters()
-    config = {**cfg.to_run_config(), "resolved-task": task.name, "resolved-labels": list(data.label_names),
-              "trainable-parameters": int(trainable)}
+    # resolved-labels: a JSON list as text (the run-config holds single values; a name may hold a comma)
+    config = {**cfg.to_run_config(), "resolved-task": task.name,
+              "resolved-labels": json.dumps(list(data.label_names)), "trainable-parameters": int(trainable)}
     ckpt = resume_checkpoint(cfg, config) if cfg.resume else None
     recorder = RunRecorder(cfg.output_dir, config, run_id=cfg.resume or None, resume=bool(cfg.resume),
                            keep_rounds=ckpt.round if ckpt else None, launch=launch)

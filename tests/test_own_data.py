@@ -88,7 +88,7 @@ def test_string_labels_in_a_sentence_column_run_with_task_auto(tmp_path):
     _build(tmp_path, dataset=str(folder), text_column="sentence")
     (config_json,) = (tmp_path / "runs").rglob("config.json")
     config = json.loads(config_json.read_text())["config"]
-    assert config["resolved-labels"] == ["neg", "neu", "pos"] and config["resolved-task"] == "reviews3"
+    assert json.loads(config["resolved-labels"]) == ["neg", "neu", "pos"] and config["resolved-task"] == "reviews3"
     assert config["text-column"] == "sentence" and config["label-column"] == "label"
 
 
@@ -257,7 +257,7 @@ def test_a_run_recorded_before_the_new_keys_still_resumes(tmp_path):
     run = tmp_path / "runs" / "old-run"
     run.mkdir(parents=True)
     cfg = make_config("fedbpt", output_dir=str(tmp_path / "runs"), resume="old-run")
-    config = {**cfg.to_run_config(), "resolved-task": "demo", "resolved-labels": ["negative", "positive"]}
+    config = {**cfg.to_run_config(), "resolved-task": "demo", "resolved-labels": '["negative", "positive"]'}
     old = {k: v for k, v in config.items()
            if k not in ("text-column", "label-column", "label-names", "label-descriptions", "resolved-labels")}
     (run / "config.json").write_text(json.dumps({"config": old}))
@@ -283,7 +283,7 @@ def test_a_three_class_csv_of_ones_own_runs_end_to_end(tmp_path):
     run = _only_run(out)
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     config = json.loads((run / "config.json").read_text())["config"]
-    assert config["resolved-labels"] == ["neg", "neu", "pos"] and config["resolved-task"] == "reviews3"
+    assert json.loads(config["resolved-labels"]) == ["neg", "neu", "pos"] and config["resolved-task"] == "reviews3"
     rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == [0, 1] and rounds[-1]["num_clients"] == 2
     assert 0.0 <= rounds[-1]["global_accuracy"] <= 1.0
