@@ -662,21 +662,26 @@ def losses(logits: Tensor, labels: Tensor) -> Tensor:
 def backbone_for(cfg: "RunConfig", task: Task) -> "Backbone":
     """The process's frozen backbone for a run (its model, resolved head, task, max length),
     with the run's ``max-client-memory-mb`` as its scoring budget."""
-    backbone = get_backbone(cfg.model, cfg.resolved_head, task.name, cfg.max_length)
+    backbone = get_backbone(cfg.model, cfg.resolved_head, task, cfg.max_length)
     backbone.memory_budget_mb = cfg.max_client_memory_mb
     return backbone
 
 
-@functools.lru_cache(maxsize=2)
-def get_backbone(model: str, head: str, task_name: str, max_length: int) -> Backbone:
-    """One frozen backbone per process (a Ray actor hosts many simulated clients).
+def get_backbone(model: str, head: str, task: Task | str, max_length: int) -> Backbone:
+    """One frozen backbone per process (a Ray actor hosts many simulated clients), per
+    model, head, task (a :class:`Task`, or a built-in task's name) and max length.
 
     Never train it: ask it for a :meth:`Backbone.trainable_copy`.
     """
-    from transformers.utils import logging as hf_logging
-
     from fedtext.tasks import TASKS
+
+    return _get_backbone(model, head, TASKS[task] if isinstance(task, str) else task, max_length)
+
+
+@functools.lru_cache(maxsize=2)
+def _get_backbone(model: str, head: str, task: Task, max_length: int) -> Backbone:
+    from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no weight-loading bars in every client process
     hf_logging.set_verbosity_error()
-    return Backbone(model, head, TASKS[task_name], max_length)
+    return Backbone(model, head, task, max_length)

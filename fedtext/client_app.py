@@ -46,10 +46,9 @@ from flwr.common import Context, NDArrays, Scalar
 
 from fedtext.client import FedTextClient
 from fedtext.config import ConfigError, RunConfig
-from fedtext.data import client_data
+from fedtext.data import client_data, labelled
 from fedtext.node_state import Journal
 from fedtext.registry import METHODS
-from fedtext.tasks import resolve_task
 
 _STARTUP = {"startup_start": _IMPORT_START, "startup_end": time.time()}  # reported once per process
 
@@ -88,7 +87,7 @@ class Node(NumPyClient):
 
     def build(self) -> FedTextClient:
         """The method's client for this node (data partition, shots, backbone)."""
-        task = resolve_task(self.cfg.task, self.cfg.dataset)
+        task = labelled(self.cfg).task
         data = client_data(self.cfg, self.partition_id, self.num_partitions)
         return METHODS[self.cfg.method].client(self.cfg, task, data, state=self.state)
 

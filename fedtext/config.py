@@ -42,7 +42,8 @@ HEADS = ("similarity", "tied", "mlm", "linear", "cls")
 PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Keys the server adds to a run's recorded config (config.json), derived from the rest.
-DERIVED_KEYS = ("resolved-task", "trainable-parameters")
+# resolved-labels: the label names in id order as a JSON list (a string label in the data is the id of its name)
+DERIVED_KEYS = ("resolved-task", "resolved-labels", "trainable-parameters")
 # Keys that were shared before the per-method configs, and where they went.
 RENAMED = {
     "bbt-fed-average": "bbt-fed.average",
@@ -133,6 +134,11 @@ class RunConfig:
     client_ids: str = "ask"
     dataset: str = "demo"
     task: str = "auto"
+    # one's own data (docs/own-data.md): columns, label names and descriptions
+    text_column: str = "text"
+    label_column: str = "label"
+    label_names: str = ""
+    label_descriptions: str = ""
     partition: str = "iid"
     alpha: float = 0.5
     shots_per_class: int = 8
@@ -261,6 +267,18 @@ class RunConfig:
             raise ConfigError(
                 f"unknown task '{self.task}'; choose one of: auto, {', '.join(sorted(TASKS))}"
             )
+        for key in ("text-column", "label-column"):
+            if not getattr(self, key.replace("-", "_")).strip():
+                raise ConfigError(f"{key} must name a column, got ''")
+        names, descriptions = self.label_name_list, self.label_description_list
+        if self.label_descriptions and self.task != "auto":
+            raise ConfigError(f"label-descriptions builds a task of its own: set task=auto (task {self.task} has "
+                              "its own descriptions)")
+        if descriptions and not names:
+            raise ConfigError("label-descriptions needs label-names (one description per name, in the same order)")
+        if descriptions and len(descriptions) != len(names):
+            raise ConfigError(f"label-descriptions gives {len(descriptions)} descriptions for {len(names)} "
+                              f"label-names; give one per name, separated by '|'")
         if looks_like_path(self.dataset) and not Path(self.dataset).expanduser().is_dir():
             raise ConfigError(
                 f"dataset path '{self.dataset}' does not exist (resolved to "
@@ -284,6 +302,16 @@ class RunConfig:
         return self.clients_per_round if self.clients_per_eval == -1 else self.clients_per_eval
 
     @property
+    def label_name_list(self) -> tuple[str, ...]:
+        """``label-names`` split at commas (id order; empty: not given)."""
+        return _split_list("label-names", self.label_names, ",")
+
+    @property
+    def label_description_list(self) -> tuple[str, ...]:
+        """``label-descriptions`` split at ``|`` (descriptions hold commas)."""
+        return _split_list("label-descriptions", self.label_descriptions, "|")
+
+    @property
     def holdout_set(self) -> frozenset[str]:
         """Non-participant clients named by ``holdout`` (partition ids or domain names)."""
         return frozenset(x.strip() for x in self.holdout.split(",") if x.strip())
@@ -299,6 +327,19 @@ class RunConfig:
         if looks_like_path(self.dataset):
             return Path(self.dataset).expanduser().resolve()
         return None
+
+
+def _split_list(key: str, value: str, sep: str) -> tuple[str, ...]:
+    """``"a, b,c"`` -> ``("a", "b", "c")``; one line for an empty item or a repeated one."""
+    if not value.strip():
+        return ()
+    items = tuple(x.strip() for x in value.split(sep))
+    if not all(items):
+        raise ConfigError(f"{key}='{value}' has an empty item; separate the items with '{sep}'")
+    twice = sorted({x for x in items if items.count(x) > 1})
+    if twice:
+        raise ConfigError(f"{key}='{value}' names {', '.join(twice)} twice")
+    return items
 
 
 def _suggest(key: str, method: str, methods: Mapping[str, MethodEntry], shared: Mapping[str, Any]) -> str:

@@ -11,6 +11,12 @@ Three sources, one shape (``pandas.DataFrame`` with ``text``, ``label``, ``domai
 * a Hugging Face hub name (``sst2``, ``ag_news``, ...) through ``datasets`` when a hub
   is reachable; offline this fails with one line that says so.
 
+Other column names are read through ``text-column`` / ``label-column``; labels are
+integers 0..C-1 or label names (strings). :func:`labelled` then resolves the run's task
+and maps string labels to ids (docs/own-data.md): a name's position in ``label-names``,
+the folder's ``task.toml``, the built-in task's labels, or the sorted distinct train
+labels. The data's classes must be exactly the task's, else one ``ConfigError`` line.
+
 Clients are cut from the train split by flwr-datasets partitioners (``iid``,
 ``dirichlet`` on the label, ``domain`` = one client per natural domain). Inside its
 partition each client holds out a local test split, then samples ``k`` labelled shots
@@ -30,17 +36,18 @@ import numpy as np
 import pandas as pd
 
 from fedtext.config import ConfigError, RunConfig, looks_like_path
+from fedtext.tasks import TASK_FILE, TASKS, Task, TaskFile, custom_task, read_task_file, resolve_task
 
 log = logging.getLogger("fedtext")
 
-def _read_tsv(path: Path) -> pd.DataFrame:
+def _read_tsv(path: Path, label_column: str = "label") -> pd.DataFrame:
     """A TSV as GLUE writes it: quotes are text (``QUOTE_NONE``), except that a file
     whose labels only parse with quoted fields (texts with tabs or newlines inside
     quotes) is read that way."""
     df = pd.read_csv(path, sep="\t", quoting=3, keep_default_na=False)
-    if "label" in df.columns and not _integer_like(df["label"]):
+    if label_column in df.columns and not _integer_like(df[label_column]):
         quoted = pd.read_csv(path, sep="\t", keep_default_na=False)
-        if "label" in quoted.columns and _integer_like(quoted["label"]):
+        if label_column in quoted.columns and _integer_like(quoted[label_column]):
             log.info("fedtext: %s has quoted fields with tabs or newlines; read with quoting", path)
             return quoted
     return df
@@ -50,21 +57,32 @@ def _integer_like(col: pd.Series) -> bool:
     return bool(pd.to_numeric(col, errors="coerce").notna().all())
 
 
-_READERS = {
+_READERS = {  # path, label column -> frame
     ".tsv": _read_tsv,
-    ".csv": lambda p: pd.read_csv(p, keep_default_na=False),
-    ".jsonl": lambda p: pd.read_json(p, lines=True),
-    ".parquet": pd.read_parquet,
+    ".csv": lambda p, _label: pd.read_csv(p, keep_default_na=False),
+    ".jsonl": lambda p, _label: pd.read_json(p, lines=True),
+    ".parquet": lambda p, _label: pd.read_parquet(p),
 }
 _TEST_NAMES = ("test", "dev", "validation")
 
 
 @dataclass(frozen=True)
 class Splits:
-    """A dataset's train and test splits (columns ``text``, ``label``, ``domain``)."""
+    """A dataset's train and test splits (columns ``text``, ``label``, ``domain``).
+
+    As loaded (:func:`load_splits`) the labels are integers (``int64``) or label names
+    (``str``, both splits alike); after :func:`labelled` integers 0..C-1. ``names``: the
+    label names the source itself gives (a hub dataset's ``ClassLabel``), else empty.
+    """
 
     train: pd.DataFrame
     test: pd.DataFrame
+    names: tuple[str, ...] = ()
+
+    @property
+    def string_labels(self) -> bool:
+        """Whether the labels are names (strings) rather than integers."""
+        return not pd.api.types.is_integer_dtype(self.train["label"])
 
     @property
     def num_classes(self) -> int:
@@ -149,18 +167,12 @@ def make_demo(n_per_domain: int = 300, seed: int = 1234) -> Splits:
 
 
 # ---------------------------------------------------------------------- local files
-def _read_split(directory: Path, names: tuple[str, ...]) -> pd.DataFrame | None:
+def _read_split(directory: Path, names: tuple[str, ...], label_column: str = "label") -> tuple[pd.DataFrame, Path] | None:
     for name in names:
         for ext, reader in _READERS.items():
             path = directory / f"{name}{ext}"
             if path.is_file():
-                df = _read_file(reader, path)
-                missing = {"text", "label"} - set(df.columns)
-                if missing:
-                    raise ConfigError(f"{path}: missing column(s) {sorted(missing)}; need text, label")
-                if len(df) == 0:
-                    raise ConfigError(f"{path}: a header but no rows")
-                return df
+                return _read_file(lambda p: reader(p, label_column), path), path
     return None
 
 
@@ -184,51 +196,100 @@ def _read_file(reader, path: Path) -> pd.DataFrame:
         raise ConfigError(f"{path}: cannot be parsed ({first[:200]})") from None
 
 
-def _normalise(df: pd.DataFrame, domain: str, source: str) -> pd.DataFrame:
-    df = df.copy()
-    if "domain" not in df.columns:
-        df["domain"] = domain
-    df["text"] = df["text"].astype(str)
-    numeric = pd.to_numeric(df["label"], errors="coerce")
+def normalise(df: pd.DataFrame, domain: str, source: str, text_column: str = "text",
+              label_column: str = "label") -> pd.DataFrame:
+    """One split as read -> columns ``text``, ``label``, ``domain`` (local files and hub
+    datasets alike).
+
+    ``text_column`` / ``label_column`` name the columns to read (one line naming the
+    columns present when one is missing). Labels stay integers (``int64``; a float such as
+    0.4 or a negative number is refused) or, when no label reads as a number, label
+    names (``str``, stripped); a column mixing numbers and names is refused.
+    """
+    missing = [c for c in (text_column, label_column) if c not in df.columns]
+    if missing:
+        keys = " / ".join(k for k, c in (("text-column", text_column), ("label-column", label_column)) if c in missing)
+        raise ConfigError(f"{source}: missing column(s) {missing}; it has {[str(c) for c in df.columns]} "
+                          f"(set {keys} to the one to read)")
+    if len(df) == 0:
+        raise ConfigError(f"{source}: a header but no rows")
+    out = pd.DataFrame({
+        "text": df[text_column].astype(str).to_numpy(),
+        "label": _labels(df[label_column], source),
+        "domain": df["domain"].astype(str).to_numpy() if "domain" in df.columns else domain,
+    })
+    return out
+
+
+def _labels(col: pd.Series, source: str) -> np.ndarray:
+    """A label column -> ``int64`` labels, or ``object`` label names (see :func:`normalise`)."""
+    values = col.tolist()
+    absent = col.isna().to_numpy() | np.array([isinstance(v, str) and not v.strip() for v in values], dtype=bool)
+    if absent.any():
+        row = int(np.flatnonzero(absent)[0])
+        raise ConfigError(f"{source}: row {row} has no label ({values[row]!r})")
+    numeric = pd.to_numeric(col, errors="coerce")
+    if numeric.isna().all() and all(isinstance(v, str) for v in values):  # label names
+        return np.array([v.strip() for v in values], dtype=object)
     # a float label (0.4, 1.6) would be truncated by astype(int) to another class: refuse it
     bad = numeric.isna() | (numeric != np.floor(numeric))
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
-        raise ConfigError(f"{source}: labels must be integers 0..C-1; row {row} has {df['label'].tolist()[row]!r}")
-    df["label"] = numeric.astype(np.int64)
-    if (df["label"] < 0).any():
+        mixed = " among numbers (label names: every label a name)" if numeric.notna().any() and numeric.isna().any() else ""
+        raise ConfigError(f"{source}: labels must be integers 0..C-1; row {row} has {values[row]!r}{mixed}")
+    labels = numeric.astype(np.int64).to_numpy()
+    if (labels < 0).any():
         raise ConfigError(f"{source}: negative labels found; labels must be integers 0..C-1")
-    df["domain"] = df["domain"].astype(str)
-    return df[["text", "label", "domain"]].reset_index(drop=True)
+    return labels
 
 
-def load_local(directory: Path) -> Splits:
+_normalise = normalise  # the name before issue 37
+
+
+def _check_kinds(train: pd.DataFrame, test: pd.DataFrame, source: str) -> None:
+    """Both splits (and every domain) hold integer labels, or both label names."""
+    names = [not pd.api.types.is_integer_dtype(df["label"]) for df in (train, test)]
+    mixed = any(is_names and not all(isinstance(v, str) for v in df["label"])  # domains of both kinds, concatenated
+                for is_names, df in zip(names, (train, test)))
+    if len(set(names)) > 1 or mixed:
+        raise ConfigError(f"{source}: some files have integer labels and others label names; use one kind")
+
+
+def load_local(directory: Path, text_column: str = "text", label_column: str = "label") -> Splits:
     """Load ``train``/``test`` files from ``directory`` or from its domain sub-dirs."""
-    train = _read_split(directory, ("train",))
+    train = _read_split(directory, ("train",), label_column)
     if train is not None:
-        test = _read_split(directory, _TEST_NAMES)
+        test = _read_split(directory, _TEST_NAMES, label_column)
         if test is None:
             raise ConfigError(f"{directory}: found train.* but no test.*, dev.* or validation.*")
-        return Splits(
-            _normalise(train, directory.name, str(directory)),
-            _normalise(test, directory.name, str(directory)),
+        splits = Splits(
+            normalise(train[0], directory.name, str(train[1]), text_column, label_column),
+            normalise(test[0], directory.name, str(test[1]), text_column, label_column),
         )
+        _check_kinds(splits.train, splits.test, str(directory))
+        return splits
     trains, tests = [], []
     for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
-        tr, te = _read_split(sub, ("train",)), _read_split(sub, _TEST_NAMES)
+        tr, te = _read_split(sub, ("train",), label_column), _read_split(sub, _TEST_NAMES, label_column)
         if tr is not None and te is not None:
-            trains.append(_normalise(tr, sub.name, str(sub)))
-            tests.append(_normalise(te, sub.name, str(sub)))
+            trains.append(normalise(tr[0], sub.name, str(tr[1]), text_column, label_column))
+            tests.append(normalise(te[0], sub.name, str(te[1]), text_column, label_column))
     if not trains:
         raise ConfigError(
             f"{directory}: no train.{{tsv,csv,jsonl,parquet}} with test/dev file, "
             "neither directly nor in domain sub-directories"
         )
-    return Splits(pd.concat(trains, ignore_index=True), pd.concat(tests, ignore_index=True))
+    splits = Splits(pd.concat(trains, ignore_index=True), pd.concat(tests, ignore_index=True))
+    _check_kinds(splits.train, splits.test, str(directory))
+    return splits
 
 
-def load_hub(name: str) -> Splits:
-    """Load a Hugging Face hub dataset (online only) into the common shape."""
+_HUB_TEXT_COLUMNS = ("text", "sentence", "content", "review")  # tried in turn for text-column=text
+
+
+def load_hub(name: str, text_column: str = "text", label_column: str = "label") -> Splits:
+    """Load a Hugging Face hub dataset (online only) into the common shape, through the
+    same :func:`normalise` as local files; a ``ClassLabel`` column's names come along."""
     import datasets
 
     try:
@@ -239,30 +300,187 @@ def load_hub(name: str) -> Splits:
             f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); offline? point dataset= at a "
             "local directory (README: Local data)"
         ) from None
-    test_name = next((s for s in _TEST_NAMES if s in dd and min(dd[s]["label"]) >= 0), None)
-    if "train" not in dd or test_name is None:
+    return hub_splits(name, {split: dd[split] for split in dd}, text_column, label_column)
+
+
+def hub_splits(name: str, dd: dict[str, Any], text_column: str = "text", label_column: str = "label") -> Splits:
+    """A hub dataset's splits (``datasets.Dataset`` objects by split name) -> :class:`Splits`:
+    ``train`` and the first of test/dev/validation whose labels are given (GLUE's test
+    split has -1 everywhere)."""
+    if "train" not in dd:
+        raise ConfigError(f"hub dataset '{name}' has no train split (it has {', '.join(dd)})")
+    columns = list(dd["train"].column_names)
+    if label_column not in columns:
+        raise ConfigError(f"hub dataset '{name}': missing column(s) ['{label_column}']; it has {columns} "
+                          "(set label-column to the one to read)")
+
+    def labelled_split(split: str) -> bool:
+        labels = dd[split][label_column] if label_column in dd[split].column_names else []
+        return len(labels) > 0 and not any(isinstance(v, (int, np.integer)) and v < 0 for v in labels)
+
+    test_name = next((s for s in _TEST_NAMES if s in dd and labelled_split(s)), None)
+    if test_name is None:
         raise ConfigError(f"hub dataset '{name}' has no labelled train and test/validation splits")
-    frames = []
-    for split in ("train", test_name):
-        df = dd[split].to_pandas()
-        text_col = next((c for c in ("text", "sentence", "content", "review") if c in df), None)
-        if text_col is None:
-            raise ConfigError(f"hub dataset '{name}': no text column among {list(df.columns)}")
-        frames.append(_normalise(df.rename(columns={text_col: "text"}), name, name))
-    return Splits(*frames)
+    if text_column == "text":
+        text_column = next((c for c in _HUB_TEXT_COLUMNS if c in columns), "text")
+    frames = [normalise(dd[split].to_pandas(), name, f"hub dataset '{name}' ({split})", text_column, label_column)
+              for split in ("train", test_name)]
+    _check_kinds(*frames, f"hub dataset '{name}'")
+    feature = getattr(dd["train"], "features", {}).get(label_column)
+    names = tuple(str(n) for n in getattr(feature, "names", None) or ())
+    return Splits(*frames, names=names)
 
 
 @functools.lru_cache(maxsize=4)
-def load_splits(dataset: str) -> Splits:
-    """Load ``demo``, a local directory or a hub dataset (cached per process)."""
+def load_splits(dataset: str, text_column: str = "text", label_column: str = "label") -> Splits:
+    """Load ``demo``, a local directory or a hub dataset (cached per process), labels as
+    the data has them (:func:`labelled` maps them to a task's ids)."""
     if dataset == "demo":
         return make_demo()
     if looks_like_path(dataset):
         path = Path(dataset).expanduser().resolve()
         if not path.is_dir():
             raise ConfigError(f"dataset path '{dataset}' does not exist (resolved to {path})")
-        return load_local(path)
-    return load_hub(dataset)
+        return load_local(path, text_column, label_column)
+    return load_hub(dataset, text_column, label_column)
+
+
+# ------------------------------------------------------------------ labels and task
+SORTED_LABELS = "the train split's labels (sorted)"  # where label names come from when nothing names them
+@dataclass(frozen=True)
+class Labelled:
+    """A run's data and task: ``splits`` with labels 0..C-1 and the ``task`` they belong
+    to. ``label_names``: the names in id order that the data's labels were read by (a
+    string label in the data is the id of its name here); ``source``: where they came from."""
+
+    task: Task
+    splits: Splits
+    label_names: tuple[str, ...]
+    source: str
+
+
+def data_key(cfg: RunConfig) -> tuple[str, ...]:
+    """The run-config keys that decide the labelled data (a cache key)."""
+    return (cfg.dataset, cfg.task, cfg.text_column, cfg.label_column, cfg.label_names, cfg.label_descriptions)
+
+
+def labelled(cfg: RunConfig) -> Labelled:
+    """The run's task and its data with labels 0..C-1 (cached per process; every error one
+    ``ConfigError`` line). See :func:`label_data` for the rules."""
+    return _labelled(*data_key(cfg))
+
+
+@functools.lru_cache(maxsize=4)
+def _labelled(dataset: str, task: str, text_column: str, label_column: str, label_names: str,
+              label_descriptions: str) -> Labelled:
+    cfg = RunConfig(dataset=dataset, task=task, text_column=text_column, label_column=label_column,
+                    label_names=label_names, label_descriptions=label_descriptions)
+    splits = load_splits(dataset, text_column, label_column)
+    path = cfg.dataset_path
+    task_file = None
+    if path is not None and (path / TASK_FILE).is_file():
+        try:
+            task_file = read_task_file(path / TASK_FILE)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    default_name = path.name if path is not None else dataset
+    return label_data(splits, task, cfg.label_name_list, cfg.label_description_list, task_file,
+                      dataset=dataset, default_name=default_name)
+
+
+def label_data(splits: Splits, task: str, label_names: tuple[str, ...] = (), descriptions: tuple[str, ...] = (),
+               task_file: TaskFile | None = None, dataset: str = "", default_name: str = "custom") -> Labelled:
+    """Resolve the task of ``splits`` and map their labels to its ids.
+
+    The label names (id order) come from the first of: ``label_names`` (run-config
+    ``label-names``), the task file's ``labels``, the built-in task (``task=<name>``, or
+    the one ``task=auto`` guesses from the dataset's name when neither of the first two
+    is given), the hub's ``ClassLabel`` names, the sorted distinct string labels of the
+    train split. With a built-in task the names only read the data's labels (as many as
+    the task has classes); otherwise the task is built from them (:func:`custom_task`),
+    with the task file's verbalizer, descriptions (or ``descriptions``) and template.
+
+    String labels map to their name's position; integer labels stay. The labels of train
+    and test together must be exactly the task's classes, else one ``ConfigError`` line
+    (a 3-class dataset with ``task=ag_news``, a label past the last class, a label-names
+    or task file that names other classes than the data has).
+    """
+    base: Task | None = None
+    if task != "auto":
+        base = TASKS[task]
+    elif not label_names and task_file is None:  # a folder with its own task file is not a built-in one
+        try:
+            base = resolve_task("auto", dataset)
+        except ValueError:
+            base = None
+    if label_names:
+        names, source = tuple(label_names), "label-names"
+    elif task_file and task_file.labels:
+        names, source = task_file.labels, task_file.path
+    elif base is not None:
+        names, source = base.labels, f"task {base.name}"
+    elif splits.names:
+        names, source = splits.names, f"the hub's label names of '{dataset}'"
+    elif splits.string_labels:
+        names, source = tuple(sorted(set(splits.train["label"]))), SORTED_LABELS
+    else:
+        raise ConfigError(
+            f"cannot guess the task of dataset '{dataset}': its labels are integers without names; set "
+            f"label-names=<name of 0>,<name of 1>,..., add a {TASK_FILE} to the folder (docs/own-data.md), or set "
+            f"task= one of: {', '.join(sorted(TASKS))}"
+        )
+    if base is not None:
+        extra = list(task_file.task_fields) if task_file else []
+        if descriptions:
+            extra.append("label-descriptions")
+        if extra:
+            raise ConfigError(f"task={base.name} brings its own verbalizer, descriptions and template; "
+                              f"{', '.join(extra)} ({task_file.path if task_file else 'run-config'}) would be "
+                              "ignored: set task=auto to build the task from them")
+        if len(names) != base.num_classes:
+            raise ConfigError(f"{source} gives {len(names)} label names ({', '.join(names)}) but task {base.name} "
+                              f"has {base.num_classes} classes ({', '.join(base.labels)})")
+        resolved = base
+    else:
+        tf = task_file or TaskFile(path="")
+        for key, given in (("verbalizer", tf.verbalizer), ("descriptions", descriptions or tf.descriptions)):
+            if given and len(given) != len(names):
+                where = "label-descriptions" if key == "descriptions" and descriptions else f"{tf.path}: {key}"
+                raise ConfigError(f"{where} gives {len(given)} entries for the {len(names)} label names "
+                                  f"({', '.join(names)}) from {source}")
+        resolved = custom_task(tf.name or default_name, names, tf.verbalizer, descriptions or tf.descriptions,
+                               tf.template)
+    named = {"label-names": "label-names", f"task {resolved.name}": source, SORTED_LABELS: "the train split",
+             (task_file.path if task_file else None): TASK_FILE}.get(source, "the hub's label names")
+    what = named if named.startswith("task ") else f"{source} (task {resolved.name})"
+    hint = ("set task=auto and give the names by label-names= or a task.toml (docs/own-data.md)"
+            if base is not None else "fix the names, or the data's labels")
+    if source == SORTED_LABELS:
+        hint = "the test split has labels the train split lacks; name every class by label-names= or a task.toml"
+    if splits.string_labels:
+        index = {name: i for i, name in enumerate(names)}
+        present = sorted(set(splits.train["label"]) | set(splits.test["label"]))
+        if set(present) != set(names):
+            raise ConfigError(f"dataset '{dataset}': its labels do not fit {what}: the data has {len(present)} "
+                              f"classes ({_short(present)}), {named} has {len(names)} ({_short(names)}); {hint}")
+        splits = Splits(*(df.assign(label=df["label"].map(index).astype(np.int64)) for df in (splits.train,
+                                                                                              splits.test)))
+    else:
+        present = sorted(set(splits.train["label"].tolist()) | set(splits.test["label"].tolist()))
+        if set(present) != set(range(len(names))):
+            raise ConfigError(f"dataset '{dataset}': its labels do not fit {what}: the data has {len(present)} "
+                              f"classes (labels {_short(present)}), {named} has {len(names)} "
+                              f"(0..{len(names) - 1}: {_short(names)}); {hint}")
+        if splits.names:
+            splits = Splits(splits.train, splits.test)
+    return Labelled(task=resolved, splits=splits, label_names=tuple(names), source=source)
+
+
+def _short(items: Any, limit: int = 8) -> str:
+    """``a, b, c`` (the first ``limit`` and how many more)."""
+    items = [str(x) for x in items]
+    more = f", ... ({len(items) - limit} more)" if len(items) > limit else ""
+    return ", ".join(items[:limit]) + more
 
 
 # ---------------------------------------------------------------------- partitions
@@ -298,12 +516,14 @@ def _partitioner(cfg: RunConfig, num_partitions: int, num_rows: int):
 
 
 @functools.lru_cache(maxsize=2)
-def _partitioned(dataset: str, partition: str, alpha: float, seed: int, num_partitions: int):
-    """Build the partitioner once per process (partitions are computed lazily, once)."""
+def _partitioned(data: tuple[str, ...], partition: str, alpha: float, seed: int, num_partitions: int):
+    """Build the partitioner once per process (partitions are computed lazily, once);
+    ``data``: :func:`data_key` of the run."""
     import datasets
 
+    dataset = data[0]
     cfg = RunConfig(dataset=dataset, partition=partition, alpha=alpha, seed=seed)
-    splits = load_splits(dataset)
+    splits = _labelled(*data).splits
     if partition == "domain" and num_partitions != len(splits.domains):
         raise ConfigError(
             f"partition=domain needs one client per domain: {len(splits.domains)} domains "
@@ -334,14 +554,14 @@ def partition_train(cfg: RunConfig, partition_id: int, num_partitions: int) -> p
     """Rows of the train split that belong to client ``partition_id``."""
     if not 0 <= partition_id < num_partitions:
         raise ConfigError(f"partition-id {partition_id} outside 0..{num_partitions - 1}")
-    partitioner = _partitioned(cfg.dataset, cfg.partition, cfg.alpha, cfg.seed, num_partitions)
+    partitioner = _partitioned(data_key(cfg), cfg.partition, cfg.alpha, cfg.seed, num_partitions)
     return partitioner.load_partition(partition_id).to_pandas()
 
 
 def partition_sizes(cfg: RunConfig, num_partitions: int) -> list[int]:
     """Train rows of every client ``0..num_partitions-1`` (the server's feasibility check
     and ``num_examples`` bound; raises ``ConfigError`` where the cut is impossible)."""
-    partitioner = _partitioned(cfg.dataset, cfg.partition, cfg.alpha, cfg.seed, num_partitions)
+    partitioner = _partitioned(data_key(cfg), cfg.partition, cfg.alpha, cfg.seed, num_partitions)
     return [_rows(partitioner, pid) for pid in range(num_partitions)]
 
 
@@ -393,7 +613,7 @@ def client_data(cfg: RunConfig, partition_id: int, num_partitions: int) -> Clien
 
 def server_test(cfg: RunConfig) -> pd.DataFrame:
     """The global test split the server evaluates on (``eval-size`` rows, seeded)."""
-    test = load_splits(cfg.dataset).test
+    test = labelled(cfg).splits.test
     if cfg.eval_size and cfg.eval_size < len(test):
         rng = np.random.default_rng([cfg.seed, 0x7E57])
         test = test.iloc[np.sort(rng.choice(len(test), cfg.eval_size, replace=False))]

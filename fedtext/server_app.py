@@ -27,13 +27,12 @@ from flwr.server import Server, ServerApp, ServerAppComponents, ServerConfig, Si
 from flwr.server.history import History
 
 from fedtext import checkpoint, comm
-from fedtext.config import ConfigError, RunConfig
-from fedtext.data import load_splits
+from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
+from fedtext.data import labelled
 from fedtext.model import PromptModel
 from fedtext.records import RunRecorder, exit_reason, install_signal_handlers, run_folder_name
 from fedtext.registry import METHODS
 from fedtext.strategy import Evaluator
-from fedtext.tasks import resolve_task
 
 log = logging.getLogger("fedtext")
 
@@ -129,19 +128,12 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     """Load data and model, make the strategy and the server (raises ``ConfigError``);
     ``launch`` (:data:`fedtext.records.LAUNCH_FIELDS`) goes into the run's provenance."""
     check_output_dir(cfg.output_dir)  # before data and model load: a bad path costs no minutes
-    try:
-        task = resolve_task(cfg.task, cfg.dataset)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    splits = load_splits(cfg.dataset)
+    # the task and the labels 0..C-1 (string labels mapped by name); the data's classes must be the task's
+    data = labelled(cfg)
+    task, splits = data.task, data.splits
     if splits.train["label"].nunique() < 2:
         log.warning("fedtext: the training data has a single class (%s): every method will learn a constant",
                     splits.train["label"].iloc[0])
-    if splits.num_classes > task.num_classes:
-        raise ConfigError(
-            f"dataset has labels up to {splits.num_classes - 1} but task '{task.name}' has "
-            f"{task.num_classes} classes"
-        )
     if cfg.post_tune_steps and not issubclass(cfg.method_config.model_class, PromptModel):
         raise ConfigError(f"post-tune-steps tunes a prompt; method {cfg.method} has none (set post-tune-steps=0)")
     for name in sorted(cfg.holdout_set - {x for x in cfg.holdout_set if x.isdigit()}):
@@ -155,7 +147,9 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     evaluator = Evaluator(cfg, task)
     check_prompt_fits(cfg, evaluator.backbone)
     trainable = cfg.method_config.model_class(cfg, evaluator.backbone).trainable_parameters()
-    config = {**cfg.to_run_config(), "resolved-task": task.name, "trainable-parameters": int(trainable)}
+    # resolved-labels: a JSON list as text (the run-config holds single values; a name may hold a comma)
+    config = {**cfg.to_run_config(), "resolved-task": task.name,
+              "resolved-labels": json.dumps(list(data.label_names)), "trainable-parameters": int(trainable)}
     ckpt = resume_checkpoint(cfg, config) if cfg.resume else None
     recorder = RunRecorder(cfg.output_dir, config, run_id=cfg.resume or None, resume=bool(cfg.resume),
                            keep_rounds=ckpt.round if ckpt else None, launch=launch)
@@ -164,6 +158,9 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
         cfg.method, cfg.dataset_path or cfg.dataset, len(splits.train), len(splits.test),
         evaluator.num_examples, task.name, cfg.model, cfg.resolved_head,
     )
+    if data.source != f"task {task.name}":
+        log.info("fedtext: %d classes, label ids 0..%d = %s (names from %s)", task.num_classes, task.num_classes - 1,
+                 ", ".join(data.label_names), data.source)
     strategy = METHODS[cfg.method].strategy(cfg, task, evaluator, recorder)
     if ckpt is not None:
         strategy.restore(ckpt)
@@ -229,10 +226,12 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Chec
                           f"under output-dir)") from None
     if not isinstance(stored, dict):
         raise ConfigError(f"resume='{cfg.resume}': {run_dir / 'config.json'} holds no run-config")
+    # a run recorded before a key existed ran with its default; a derived key it lacks is not compared
+    before = {**RunConfig().to_run_config(), **{k: config.get(k) for k in DERIVED_KEYS}}
     changed = sorted(k for k in set(stored) | set(config)
-                     if k not in RESUMABLE_CHANGES and stored.get(k) != config.get(k))
+                     if k not in RESUMABLE_CHANGES and stored.get(k, before.get(k)) != config.get(k))
     if changed:
-        diffs = ", ".join(f"{k}={config.get(k)!r} (run: {stored.get(k)!r})" for k in changed[:5])
+        diffs = ", ".join(f"{k}={config.get(k)!r} (run: {stored.get(k, before.get(k))!r})" for k in changed[:5])
         raise ConfigError(f"resume='{cfg.resume}' must use the run's own config; these differ: {diffs}")
     try:
         ckpt = checkpoint.load(run_dir)

@@ -62,7 +62,7 @@ from flwr.server.strategy import FedAvg
 from fedtext import checkpoint, comm
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.config import ConfigError, RunConfig
-from fedtext.data import load_splits, partition_sizes, partition_train, server_test
+from fedtext.data import labelled, partition_sizes, partition_train, server_test
 from fedtext.model import Model
 from fedtext.records import RoundRecord, RunRecorder
 from fedtext.tasks import Task
@@ -535,7 +535,7 @@ class FedTextStrategy(FedAvg):
             if key not in self._partition_rows:
                 self._partition_rows[key] = len(partition_train(self.cfg, *key))
             return self._partition_rows[key]
-        return len(load_splits(self.cfg.dataset).train)
+        return len(labelled(self.cfg).splits.train)
 
     def _failed(self, failure: Any, phase: str) -> None:
         """Record a failed client under its partition id (and tell :meth:`client_failed`)."""

@@ -39,10 +39,9 @@ import pandas as pd
 import torch
 
 from fedtext.backbone import backbone_for
-from fedtext.data import load_splits, server_test
+from fedtext.data import labelled, server_test
 from fedtext.methods.fes import num_layers, search_depth
 from fedtext.registry import METHODS, make_config
-from fedtext.tasks import resolve_task
 
 
 def heldout_rows(n_train: int, gold_rows: np.ndarray, size: int, seed: int) -> np.ndarray:
@@ -79,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
 
     base = dict(dataset=args.dataset, max_length=args.max_length, eval_size=args.eval_size, seed=args.seed)
     cfg0 = make_config("fes", **base)
-    task = resolve_task(cfg0.task, cfg0.dataset)
+    task = labelled(cfg0).task
     backbone = backbone_for(cfg0, task)
     layers = num_layers(backbone)
-    train = load_splits(args.dataset).train
+    train = labelled(cfg0).splits.train
     rows = np.random.default_rng([args.seed, 0x91A]).choice(len(train), size=min(args.gold, len(train)), replace=False)
     gold = backbone.encode(list(train["text"].iloc[rows]), list(train["label"].iloc[rows]))
     test = EVAL_SETS[args.eval_on](cfg0, train, rows, args.seed)

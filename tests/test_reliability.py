@@ -267,7 +267,7 @@ def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tmp_path, mo
     if where == "file":
         (tmp_path / "file").write_text("not a folder")
         where = str(tmp_path / "file" / "runs")
-    monkeypatch.setattr(server_app, "load_splits", lambda *_: pytest.fail("data loaded before the check"))
+    monkeypatch.setattr(server_app, "labelled", lambda *_: pytest.fail("data loaded before the check"))
     with pytest.raises(ConfigError, match=rf"^output-dir={where}: cannot write run records there \(") as err:
         server_app.build(make_config("fedprompt", output_dir=where))
     assert "\n" not in str(err.value)

@@ -327,9 +327,8 @@ def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, for
     """
     from fedtext import checkpoint
     from fedtext.backbone import backbone_for
-    from fedtext.data import client_data, server_test
+    from fedtext.data import client_data, labelled, server_test
     from fedtext.registry import METHODS
-    from fedtext.tasks import resolve_task
     from fedtext.config import RunConfig
 
     run_dir = Path(run_dir)
@@ -341,7 +340,7 @@ def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, for
     cfg = RunConfig.from_run_config(run_config, METHODS)
     if cfg.method != "feddpg":
         raise ValueError(f"{run_dir} is a {cfg.method} run; unlearning needs a feddpg run")
-    task = resolve_task(cfg.task, cfg.dataset)
+    task = labelled(cfg).task
     backbone = backbone_for(cfg, task)
     model = FedDPGModel(cfg, backbone)
     if start == "before-unlearning":
