@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import struct
@@ -299,6 +300,15 @@ def test_plot_command_writes_pngs_of_the_requested_size(tmp_path):
         assert png.stat().st_size > 5_000 and _png_size(png) == (400, 240)
         svg = (out / f"{name}.svg").read_text()
         assert "exp-a" in svg and "exp-b" in svg  # small multiples: one subplot per experiment
+    # rounds 0 and 1: ticks at 0 and 1 only (matplotlib's own would add 0.2, 0.4, ...), in each subplot;
+    # matplotlib writes each text of an SVG as a comment, the x ticks before the axis title
+    texts = re.findall(r"<!-- (.*?) -->", (out / "accuracy-vs-round.svg").read_text())
+    x_ticks, ticks = [], []
+    for text in texts:
+        if text == "Round":
+            x_ticks.append(ticks)
+        ticks = ticks + [text] if re.fullmatch(r"[-−\d.]+", text) else []
+    assert x_ticks == [["0", "1"], ["0", "1"]]
     empty = tmp_path / "empty"
     empty.mkdir()
     rc = subprocess.run([sys.executable, "-m", "simulations.plot", str(empty)], cwd=REPO, capture_output=True,
