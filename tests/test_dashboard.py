@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from simulations.dashboard_data import (
-    CHARTS, RunStore, aggregate, chart_lines, color_of, comparison, experiment_of, round_series, run_detail,
-    runs_table,
+    ABSENT, CHARTS, RunStore, aggregate, chart_lines, color_of, comparison, config_diff, experiment_of,
+    round_series, run_detail, runs_table,
 )
 
 from .conftest import REPO
@@ -213,6 +213,27 @@ def test_run_detail_lists_drops_and_method_metrics(tmp_path):
     rounds, text = run_detail(root, "r")
     assert rounds.loc[1, "dropped"] == "3: NaN in z" and rounds.loc[1, "m:sigma_prime"] == 0.42
     assert json.loads(text)["config"]["config"]["method"] == "fedbpt"
+
+
+def test_config_diff_lists_only_the_keys_that_differ(tmp_path):
+    root = tmp_path / "runs"
+    rounds = [_round(0, 0.5)]
+    write_run(root, "a", "bbt-fed", 0, rounds, **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 1.0, "alpha": 1})
+    write_run(root, "b", "bbt-fed", 1, rounds, **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 0.5, "alpha": 1.0})
+    write_run(root, "c", "fedprompt", 0, rounds, **{"fedprompt.lr": 0.01, "alpha": 1, "flag": True})
+    write_run(root, "d", "fedprompt", 0, rounds, **{"fedprompt.lr": 0.01, "alpha": 1, "flag": 1})
+    diff = config_diff(root, ["b", "a"])
+    # one column per run in the order asked; only the differing keys, in the configs' order;
+    # 1 and 1.0 differ (the records say which one a run was given)
+    assert list(diff.columns) == ["b", "a"] and list(diff.index) == ["seed", "bbt-fed.sigma0", "alpha"]
+    assert diff.loc["seed"].tolist() == [1, 0] and diff.loc["bbt-fed.sigma0"].tolist() == [0.5, 1.0]
+    diff = config_diff(root, ["a", "c", "nope"])  # a key only one run has differs; an unknown id is left out
+    assert list(diff.columns) == ["a", "c"]
+    assert list(diff.index) == ["method", "bbt-fed.popsize", "bbt-fed.sigma0", "fedprompt.lr", "flag"]
+    assert diff.loc["fedprompt.lr"].tolist() == [ABSENT, 0.01] and diff.loc["bbt-fed.popsize", "c"] == ABSENT
+    assert list(config_diff(root, ["c", "d"]).index) == ["flag"]  # true and 1 differ
+    assert config_diff(root, ["a", "a"]).empty and config_diff(root, ["a"]).empty
+    assert config_diff(root, ["c", "d", "c"]).columns.tolist() == ["c", "d"]
 
 
 def dash_callback(app, output: str, values: dict[str, object]) -> tuple[int, dict]:
