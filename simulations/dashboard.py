@@ -3,9 +3,9 @@
     python -m simulations.dashboard --runs runs/            # or: fedtext-dashboard --runs runs/
     python -m simulations.dashboard --runs simulations/results --port 8050
 
-Serves http://127.0.0.1:8050. Pick an **experiment** (a compare-runner output folder, or
-hand-started runs of one dataset/partition/shots; several = small multiples side by side),
-filter by method, seed and status, and read:
+Serves http://127.0.0.1:8050. In the sidebar pick **experiments** (a compare-runner output
+folder, or hand-started runs of one dataset/partition/shots; several = small multiples side by
+side) from a searchable multi-select, filter by method, seed and status, and read:
 
 * **accuracy vs cumulative bytes** (up + down, up or down; log x), the view these papers
   are about, on top;
@@ -14,12 +14,17 @@ filter by method, seed and status, and read:
   bytes up / down / both, cumulative queries; log toggle);
 * per method (or variant) the **mean over seeds with a ± std band**, or every run on its
   own (toggle); one colour per method on every chart;
-* the run list (tick runs to restrict the charts; click a cell for the run's
+* round axes tick whole numbers only; every chart's title sits below Plotly's toolbar;
+* the run list (tick runs to restrict the charts and to see their **config diff**: the keys
+  whose values differ between the ticked runs, one column per run; click a cell for the run's
   **drill-down**: its provenance (git commit, package versions, SuperNodes, Flower's
   run id), its rounds with dropped clients and the method's metrics, and its config)
   and the comparison table (mean ± std), downloadable as CSV or markdown. A run whose
   record files are malformed (checked as :mod:`fedtext.records` reads them) is always
   listed, ``malformed`` with the reason in its note, and never charted or counted.
+
+Tables are as wide as the page and scroll sideways inside it; the stylesheet is
+``simulations/assets/dashboard.css`` (served by Dash itself: the page needs no network).
 
 Every ``--refresh`` seconds the page stats the record files; only when one changed are
 the changed files re-read (``rounds.jsonl`` from where the last read stopped) and the
@@ -29,6 +34,7 @@ charts redrawn. It reads nothing but the run records (:mod:`simulations.dashboar
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from pathlib import Path
@@ -37,8 +43,8 @@ from typing import Any
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from simulations.dashboard_data import (
-    CHARTS, STATUSES, X_AXES, Chart, Line, RunStore, chart_lines, comparison, round_series, run_detail,
-    run_provenance, runs_table,
+    CHARTS, STATUSES, X_AXES, Chart, Line, RunStore, chart_lines, comparison, config_diff, integer_dtick,
+    round_series, run_detail, run_provenance, runs_table,
 )
 from simulations.tables import to_markdown
 
@@ -47,11 +53,24 @@ GRID = [("acc-x", "accuracy"), ("client-x", "client-accuracy"), ("loss-x", "loss
         ("queries-x", "queries"), ("memory-x", "memory"), ("wall-x", "wall")]
 BYTES_DIRECTIONS = {"bytes": "up + down", "bytes-up": "up", "bytes-down": "down"}
 DEFAULT_STATUSES = ["running", "finished", "failed", "stale"]
+FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif'
+TITLE_TOP = 34  # px from a chart's top to its title: below the toolbar (about 30 px high)
+GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "svg"}}
+ASSETS = Path(__file__).resolve().parent / "assets"  # the page's stylesheet (served locally, works offline)
 
 
 def _rgba(hex_color: str, alpha: float) -> str:
     r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
+
+
+def chart_title(chart: Chart, x_axis: str, limit: int = 56) -> str:
+    """``<metric> vs <x-axis>``, the x-axis without its parenthesis (the axis title has it),
+    the metric's too when the whole would be longer than ``limit`` characters (it must fit
+    a chart half the page wide)."""
+    x_title = X_AXES[x_axis].title.split(" (")[0].lower()
+    text = f"{chart.title} vs {x_title}"
+    return text if len(text) <= limit else f"{chart.title.split(' (')[0]} vs {x_title}"
 
 
 def figure(lines: list[Line], chart: Chart, x_axis: str, log_x: bool, experiments: list[str],
@@ -61,16 +80,27 @@ def figure(lines: list[Line], chart: Chart, x_axis: str, log_x: bool, experiment
     n = max(1, len(experiments))
     gap = 0.06 if n > 1 else 0.0
     layout: dict[str, Any] = {
-        "title": {"text": f"{chart.title} vs {X_AXES[x_axis].title.lower()}", "font": {"size": 14}},
-        "height": height, "margin": {"l": 50, "r": 10, "t": 50 if n > 1 else 40, "b": 40},
+        # the title sits at the top left, below the band Plotly's toolbar (modebar) takes
+        # at the top right, so the toolbar never covers it, however long the title is
+        "title": {"text": chart_title(chart, x_axis), "font": {"size": 14},
+                  "x": 0, "xref": "container", "xanchor": "left", "y": 1, "yref": "container",
+                  "yanchor": "top", "pad": {"l": 10, "t": TITLE_TOP}},
+        "height": height, "margin": {"l": 55, "r": 10, "t": TITLE_TOP + (46 if n > 1 else 28), "b": 45},
+        "font": {"family": FONT, "color": "#1f2933"}, "paper_bgcolor": "#fff", "plot_bgcolor": "#fff",
         "legend": {"font": {"size": 10}}, "hovermode": "closest", "annotations": [],
     }
+    integer_x = x_axis == "round" and not log_x  # rounds are whole numbers: no tick between two
+    top = max((max(line.x) for line in lines if line.x), default=1)
     for i in range(n):
         sfx = "" if i == 0 else str(i + 1)
         lo, hi = i / n + (gap / 2 if i else 0), (i + 1) / n - (gap / 2 if i < n - 1 else 0)
         layout[f"xaxis{sfx}"] = {"domain": [lo, hi], "anchor": f"y{sfx}", "type": "log" if log_x else "linear",
-                                 "title": {"text": X_AXES[x_axis].title, "font": {"size": 11}}}
-        layout[f"yaxis{sfx}"] = {"anchor": f"x{sfx}"}
+                                 "title": {"text": X_AXES[x_axis].title, "font": {"size": 11}},
+                                 "gridcolor": "#eceff3", "zeroline": False}
+        if integer_x:
+            layout[f"xaxis{sfx}"].update({"tickmode": "linear", "tick0": 0, "tickformat": "d",
+                                          "dtick": integer_dtick(top, max(3, 10 // n))})
+        layout[f"yaxis{sfx}"] = {"anchor": f"x{sfx}", "gridcolor": "#eceff3", "zeroline": False}
         if n > 1:
             layout["annotations"].append({"text": f"<b>{experiments[i]}</b>", "x": (lo + hi) / 2, "y": 1.0,
                                           "xref": "paper", "yref": "paper", "yanchor": "bottom",
@@ -139,69 +169,131 @@ def default_experiment(table) -> list[str]:
     return [ok.sort_values("run_id").iloc[-1]["experiment"]]
 
 
-def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
-    """The Dash app over ``runs_dir`` (its record files stat'ed every ``refresh_s`` seconds)."""
-    store = RunStore(runs_dir)
-    runs_table(store)  # parse the records (and import the method registry) before the first page load
-    app = Dash(__name__, title="fedtext dashboard")
-    small = {"fontSize": 12}
-    control = {"display": "inline-block", "verticalAlign": "top", "marginRight": "14px"}
-    app.layout = html.Div([
-        html.H2("fedtext: compare strategies"),
-        html.Div(f"records: {runs_dir}", id="root"),
-        dcc.Interval(id="tick", interval=int(refresh_s * 1000)),
-        dcc.Store(id="version"),
-        html.Div([
-            html.Div([html.B("Experiment (several = side by side)"),
-                      dcc.Checklist(id="experiment", inputStyle={"marginRight": "4px"})], style=control),
-            html.Div([html.B("Methods (none ticked = all)"),
-                      dcc.Checklist(id="method-filter", value=[], inputStyle={"marginRight": "4px"})], style=control),
-            html.Div([html.B("Seeds (none ticked = all)"),
-                      dcc.Checklist(id="seed-filter", value=[], inline=True)], style=control),
-            html.Div([html.B("Status"), dcc.Checklist(id="status-filter", options=list(STATUSES),
-                                                          value=DEFAULT_STATUSES, inline=True)], style=control),
-        ]),
-        html.Div([
-            html.Div([html.B("Seeds"), dcc.RadioItems(
-                id="mode", value="mean", inline=True,
-                options=[{"label": "mean ± std", "value": "mean"}, {"label": "individual runs", "value": "runs"}])],
-                style=control),
-            html.Div([html.B("X-axis"), dcc.RadioItems(
-                id="x-axis", value="round", inline=True, inputStyle={"marginLeft": "8px"},
-                options=[{"label": a.title.split(" (")[0], "value": k} for k, a in X_AXES.items()])], style=control),
-            html.Div([dcc.Checklist(id="log-x", options=[{"label": "log x", "value": "log"}], value=[])],
-                     style=control),
-        ], style={"marginTop": "6px"}),
-        html.H3("Accuracy vs communication"),
-        dcc.RadioItems(id="bytes-dir", value="bytes", inline=True,
-                       options=[{"label": f"bytes {v}", "value": k} for k, v in BYTES_DIRECTIONS.items()]),
-        dcc.Graph(id="acc-bytes"),
-        html.H3("Against the chosen x-axis"),
-        html.Div([dcc.Graph(id=gid, style={"width": "49%", "display": "inline-block"}) for gid, _ in GRID]),
-        html.H3("Runs (tick to restrict the charts; click a cell for the run's provenance, rounds and config)"),
-        dash_table.DataTable(
+def _control(label: str, component: Any, help_text: str | None = None) -> html.Div:
+    children = [html.Label(label, className="control-label"), component]
+    if help_text:
+        children.append(html.Div(help_text, className="control-help"))
+    return html.Div(children, className="control")
+
+
+def _controls() -> list[Any]:
+    """The sidebar: what to chart. Multi-selects are searchable dropdowns, so twenty
+    experiments take one line until opened."""
+    return [
+        _control("Experiments", dcc.Dropdown(id="experiment", multi=True, searchable=True, clearable=True,
+                                             placeholder="pick experiments…", optionHeight=30, maxHeight=360),
+                 "several = side by side (small multiples)"),
+        _control("Methods", dcc.Dropdown(id="method-filter", value=[], multi=True, placeholder="all methods")),
+        _control("Seeds", dcc.Dropdown(id="seed-filter", value=[], multi=True, placeholder="all seeds")),
+        _control("Status", dcc.Checklist(id="status-filter", options=list(STATUSES), value=DEFAULT_STATUSES,
+                                         inline=True, className="options inline")),
+        _control("Seeds drawn as", dcc.RadioItems(
+            id="mode", value="mean", className="options",
+            options=[{"label": "mean ± std", "value": "mean"}, {"label": "individual runs", "value": "runs"}])),
+        _control("X-axis (the grid)", dcc.RadioItems(
+            id="x-axis", value="round", className="options",
+            options=[{"label": a.title.split(" (")[0], "value": k} for k, a in X_AXES.items()])),
+        _control("Scale", dcc.Checklist(id="log-x", options=[{"label": "log x", "value": "log"}], value=[],
+                                        className="options")),
+    ]
+
+
+TABLE_CELL = {"fontSize": 12, "padding": "3px 8px", "textAlign": "left", "whiteSpace": "nowrap",
+              "overflow": "hidden", "textOverflow": "ellipsis", "minWidth": "56px", "maxWidth": "240px",
+              "fontFamily": FONT}
+TABLE_HEADER = {"fontWeight": 600, "backgroundColor": "#f0f3f7"}
+# tables never wider than their card: wider content scrolls sideways inside it
+TABLE_BOX = {"overflowX": "auto", "maxWidth": "100%"}
+WIDE_COLUMNS = [  # (column, min width): ids and notes stay readable, the rest shrinks to its values
+    {"if": {"column_id": "run_id"}, "minWidth": "210px", "maxWidth": "300px"},
+    {"if": {"column_id": "experiment"}, "maxWidth": "200px"},
+    {"if": {"column_id": "note"}, "minWidth": "160px", "maxWidth": "320px"},
+    {"if": {"column_id": "key"}, "minWidth": "160px", "fontWeight": 600},
+]
+
+
+def _card(title: str, body: list[Any], hint: Any = None, extra: Any = None, title_id: str | None = None,
+          **kwargs) -> html.Section:
+    head = [html.H2(title, id=title_id) if title_id else html.H2(title)]
+    head += [html.Span(hint, className="hint")] if hint is not None else []
+    head += [extra] if extra is not None else []  # a component with no children is falsy
+    return html.Section([html.Div(head, className="card-head"), *body], className="card", **kwargs)
+
+
+def _content() -> list[Any]:
+    """The main column: the prominent accuracy-vs-bytes chart first, then the grid, the run
+    list, the ticked runs' config diff, a run's drill-down and the comparison table."""
+    table = {"style_cell": TABLE_CELL, "style_header": TABLE_HEADER, "style_table": TABLE_BOX,
+             "style_cell_conditional": WIDE_COLUMNS}
+    return [
+        _card("Accuracy vs communication", [dcc.Graph(id="acc-bytes", config=GRAPH_CONFIG)],
+              extra=dcc.RadioItems(id="bytes-dir", value="bytes", inline=True, className="options",
+                                   options=[{"label": f"bytes {v}", "value": k} for k, v in BYTES_DIRECTIONS.items()]),
+              id="card-bytes"),
+        _card("Against the chosen x-axis",
+              [html.Div([dcc.Graph(id=gid, config=GRAPH_CONFIG) for gid, _ in GRID], className="grid",
+                        id="grid")],
+              hint="two charts a row; one when several experiments are side by side", id="card-grid"),
+        _card("Runs", [dash_table.DataTable(
             id="runs", row_selectable="multi", selected_row_ids=[], sort_action="native", page_size=50,
-            style_cell={**small, "padding": "2px 6px"},
+            tooltip_delay=300, tooltip_duration=None, **table,
             style_data_conditional=[
                 {"if": {"filter_query": '{status} = "malformed"'}, "backgroundColor": "#fde2e2"},
                 {"if": {"filter_query": '{status} = "failed"'}, "backgroundColor": "#fff1d6"},
                 {"if": {"filter_query": '{status} = "stale"'}, "backgroundColor": "#ececec"},
                 {"if": {"filter_query": '{status} = "running"'}, "backgroundColor": "#e3f1ff"},
             ],
-        ),
-        html.Div(id="detail", children=[
-            html.H4("Run", id="detail-title"),
-            html.Pre(id="detail-provenance", style={"fontSize": 11, "background": "#f6f6f6"}),
-            dash_table.DataTable(id="detail-rounds", style_cell={**small, "padding": "2px 6px"},
-                                 style_table={"overflowX": "auto"}),
-            html.Pre(id="detail-config", style={"fontSize": 11, "maxHeight": "300px", "overflow": "auto",
-                                                "background": "#f6f6f6"}),
-        ]),
-        html.H3("Comparison (mean ± std over the charted runs of a method)"),
-        html.Button("CSV", id="csv-btn"), html.Button("Markdown", id="md-btn"),
-        dcc.Download(id="download"),
-        dash_table.DataTable(id="compare", style_cell={**small, "padding": "2px 6px"}),
-    ], style={"fontFamily": "sans-serif", "margin": "12px"})
+        )], hint="tick runs to restrict the charts and compare their configs; click a cell for the run's "
+                 "provenance, rounds and config", id="card-runs"),
+        _card("Config diff", [html.Div(id="config-diff-note", className="empty-note"),
+                              dash_table.DataTable(id="config-diff", merge_duplicate_headers=True, **table)],
+              hint="the keys whose values differ between the ticked runs, one column per run", id="card-diff"),
+        _card("Run", [
+            html.Pre(id="detail-provenance", className="block"),
+            dash_table.DataTable(id="detail-rounds", **table),
+            html.Pre(id="detail-config", className="block"),
+        ], hint="click a run's cell in the run list, or a line's point in individual-runs mode",
+            title_id="detail-title", id="detail"),
+        _card("Comparison", [dcc.Download(id="download"),
+                             dash_table.DataTable(id="compare", **table)],
+              hint="mean ± std over the charted runs of a method",
+              extra=html.Div([html.Button("CSV", id="csv-btn", className="btn"),
+                              html.Button("Markdown", id="md-btn", className="btn")], className="buttons"),
+              id="card-compare"),
+    ]
+
+
+def _note_tooltips(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The full text of a run's id and note on hover (cells cut long text with an ellipsis)."""
+    return [{c: {"value": str(r[c]), "type": "text"} for c in ("run_id", "note") if r.get(c)} for r in rows]
+
+
+def _diff_table(table, runs) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Config-diff rows and two-line headers (the run's label above its id) for a DataTable."""
+    labels = runs.set_index("run_id")["label"].to_dict() if not runs.empty else {}
+    columns = [{"name": ["", "key"], "id": "key"}] + [
+        {"name": [str(labels.get(c) or ""), c], "id": c} for c in table.columns]
+    rows = [{"key": key, **{c: v if isinstance(v, str) else json.dumps(v) for c, v in row.items()}}
+            for key, row in table.iterrows()]
+    return rows, columns
+
+
+def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
+    """The Dash app over ``runs_dir`` (its record files stat'ed every ``refresh_s`` seconds)."""
+    store = RunStore(runs_dir)
+    runs_table(store)  # parse the records (and import the method registry) before the first page load
+    app = Dash(__name__, title="fedtext dashboard", assets_folder=str(ASSETS))
+    app.layout = html.Div([
+        html.Header([html.H1("fedtext · compare strategies"), html.Span(f"records: {runs_dir}", id="root",
+                                                                        className="records")],
+                    className="topbar"),
+        dcc.Interval(id="tick", interval=int(refresh_s * 1000)),
+        dcc.Store(id="version"),
+        html.Div([
+            html.Aside(_controls(), className="sidebar", id="sidebar"),
+            html.Main(_content(), className="content", id="content"),
+        ], className="shell"),
+    ])
 
     @app.callback(Output("version", "data"), Input("tick", "n_intervals"), State("version", "data"))
     def poll(_, last):
@@ -226,7 +318,7 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
     def log_default(x_axis):
         return ["log"] if X_AXES[x_axis].log else []
 
-    @app.callback(Output("runs", "data"), Output("runs", "columns"),
+    @app.callback(Output("runs", "data"), Output("runs", "columns"), Output("runs", "tooltip_data"),
                   Input("version", "data"), Input("experiment", "value"), Input("method-filter", "value"),
                   Input("seed-filter", "value"), Input("status-filter", "value"))
     def refresh_runs(_, experiments, methods, seeds, statuses):
@@ -235,12 +327,28 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
         # malformed runs are always listed (whatever experiment their broken config suggests)
         df = table[table["run_id"].isin(shown) | (table["status"] == "malformed")].round(4)
         df["id"] = df["run_id"]
-        columns = [{"name": c, "id": c} for c in df.columns if c != "id"]
-        return df.to_dict("records"), columns
+        columns = [{"name": c, "id": c, **({"type": "numeric"} if df[c].dtype.kind in "if" else {})}
+                   for c in df.columns if c != "id"]
+        rows = df.to_dict("records")
+        return rows, columns, _note_tooltips(rows)
+
+    @app.callback(Output("config-diff", "data"), Output("config-diff", "columns"),
+                  Output("config-diff-note", "children"),
+                  Input("version", "data"), Input("runs", "selected_row_ids"))
+    def refresh_diff(_, ticked):
+        ticked = list(ticked or [])
+        if len(ticked) < 2:
+            return [], [], "Tick two or more runs in the run list to see how their configs differ."
+        table = config_diff(store, ticked)
+        rows, columns = _diff_table(table, runs_table(store))
+        if table.empty:
+            return [], [], f"The {len(table.columns)} ticked runs have the same config."
+        keys = "1 key differs" if len(rows) == 1 else f"{len(rows)} keys differ"
+        return rows, columns, f"{keys} between the {len(table.columns)} ticked runs."
 
     @app.callback(
         [Output("acc-bytes", "figure")] + [Output(gid, "figure") for gid, _ in GRID]
-        + [Output("compare", "data"), Output("compare", "columns")],
+        + [Output("compare", "data"), Output("compare", "columns"), Output("grid", "className")],
         Input("version", "data"), Input("experiment", "value"), Input("method-filter", "value"),
         Input("seed-filter", "value"), Input("status-filter", "value"), Input("mode", "value"),
         Input("x-axis", "value"), Input("log-x", "value"), Input("bytes-dir", "value"),
@@ -249,7 +357,9 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
     def refresh_charts(_, experiments, methods, seeds, statuses, mode, x_axis, log_x, bytes_dir, ticked):
         figs, table = render(store, experiments or [], methods, seeds, statuses, mode, x_axis,
                              "log" in (log_x or []), bytes_dir, ticked)
-        return figs + [table.to_dict("records"), [{"name": c, "id": c} for c in table.columns]]
+        wide = len(experiments or []) > 1  # small multiples get the full width
+        return figs + [table.to_dict("records"), [{"name": c, "id": c} for c in table.columns],
+                       "grid one" if wide else "grid"]
 
     @app.callback(Output("detail-title", "children"), Output("detail-rounds", "data"),
                   Output("detail-rounds", "columns"), Output("detail-config", "children"),

@@ -513,6 +513,42 @@ def _cell(v: Any) -> Any:
     return v if isinstance(v, (str, int, float, bool, type(None))) else json.dumps(v)[:80]
 
 
+ABSENT = "(not set)"  # a config key one of the compared runs lacks
+
+
+def config_diff(root: str | Path | RunStore, run_ids: list[str]) -> pd.DataFrame:
+    """How the configs of ``run_ids`` differ: one row per config key whose value is not the
+    same in every run (a key a run lacks differs, shown as :data:`ABSENT`), one column per
+    run in the order given, the keys in the order the runs' configs list them. Values are
+    compared as JSON (``1`` and ``1.0``, ``true`` and ``1`` differ); a run id with no
+    record is left out. Empty (no rows) when the configs are the same."""
+    by_id = {r["run_id"]: r for r in store(root).loaded(run_ids)}
+    ids = [i for i in dict.fromkeys(run_ids) if i in by_id]
+    cfgs = [by_id[i]["cfg"] for i in ids]
+    keys = list(dict.fromkeys(k for cfg in cfgs for k in cfg))
+    rows = {}
+    for key in keys:
+        if len({json.dumps(cfg[key], sort_keys=True, default=str) if key in cfg else None for cfg in cfgs}) > 1:
+            rows[key] = [cfg[key] if key in cfg else ABSENT for cfg in cfgs]
+    table = pd.DataFrame.from_dict(rows, orient="index", columns=ids, dtype=object)
+    table.index.name = "key"
+    return table
+
+
+def integer_dtick(top: float, max_ticks: int = 8) -> int:
+    """The tick step of an axis of whole numbers (rounds) from 0 to ``top``: the smallest of
+    1, 2, 5, 10, 20, 50, ... that gives at most ``max_ticks`` intervals, so no tick falls
+    between two rounds."""
+    top, max_ticks = max(float(top), 1.0), max(int(max_ticks), 1)
+    step, scale = 1, 1
+    while True:
+        for m in (1, 2, 5):
+            step = m * scale
+            if top / step <= max_ticks:
+                return step
+        scale *= 10
+
+
 UNKNOWN = "unknown"  # a provenance field the record lacks (recorded before it existed) or could not tell
 
 

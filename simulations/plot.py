@@ -30,6 +30,7 @@ def plot(results: str | Path, out: str | Path | None = None, x_axes: list[str] |
 
     matplotlib.use("Agg")  # headless
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     results = Path(results)
     store = RunStore(results)
@@ -58,6 +59,8 @@ def plot(results: str | Path, out: str | Path | None = None, x_axes: list[str] |
                             label=line.name)
                 if log:
                     ax.set_xscale("log")
+                elif x_axis == "round":  # rounds are whole numbers: no tick between two
+                    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
                 ax.set_xlabel(X_AXES[x_axis].title, fontsize=8)
                 ax.set_title(exp, fontsize=9)
                 ax.tick_params(labelsize=7)

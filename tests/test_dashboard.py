@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import socket
 import struct
@@ -17,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from simulations.dashboard_data import (
-    CHARTS, RunStore, aggregate, chart_lines, color_of, comparison, experiment_of, round_series, run_detail,
-    runs_table,
+    ABSENT, CHARTS, RunStore, aggregate, chart_lines, color_of, comparison, config_diff, experiment_of,
+    integer_dtick, round_series, run_detail, runs_table,
 )
 
 from .conftest import REPO
@@ -214,6 +215,53 @@ def test_run_detail_lists_drops_and_method_metrics(tmp_path):
     assert json.loads(text)["config"]["config"]["method"] == "fedbpt"
 
 
+def test_config_diff_lists_only_the_keys_that_differ(tmp_path):
+    root = tmp_path / "runs"
+    rounds = [_round(0, 0.5)]
+    write_run(root, "a", "bbt-fed", 0, rounds, **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 1.0, "alpha": 1})
+    write_run(root, "b", "bbt-fed", 1, rounds, **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 0.5, "alpha": 1.0})
+    write_run(root, "c", "fedprompt", 0, rounds, **{"fedprompt.lr": 0.01, "alpha": 1, "flag": True})
+    write_run(root, "d", "fedprompt", 0, rounds, **{"fedprompt.lr": 0.01, "alpha": 1, "flag": 1})
+    diff = config_diff(root, ["b", "a"])
+    # one column per run in the order asked; only the differing keys, in the configs' order;
+    # 1 and 1.0 differ (the records say which one a run was given)
+    assert list(diff.columns) == ["b", "a"] and list(diff.index) == ["seed", "bbt-fed.sigma0", "alpha"]
+    assert diff.loc["seed"].tolist() == [1, 0] and diff.loc["bbt-fed.sigma0"].tolist() == [0.5, 1.0]
+    diff = config_diff(root, ["a", "c", "nope"])  # a key only one run has differs; an unknown id is left out
+    assert list(diff.columns) == ["a", "c"]
+    assert list(diff.index) == ["method", "bbt-fed.popsize", "bbt-fed.sigma0", "fedprompt.lr", "flag"]
+    assert diff.loc["fedprompt.lr"].tolist() == [ABSENT, 0.01] and diff.loc["bbt-fed.popsize", "c"] == ABSENT
+    assert list(config_diff(root, ["c", "d"]).index) == ["flag"]  # true and 1 differ
+    assert config_diff(root, ["a", "a"]).empty and config_diff(root, ["a"]).empty
+    assert config_diff(root, ["c", "d", "c"]).columns.tolist() == ["c", "d"]
+
+
+def test_round_axes_tick_whole_numbers():
+    assert [integer_dtick(top) for top in (0, 1, 3, 8, 9, 16, 17, 40, 41, 100, 1000)] == [
+        1, 1, 1, 1, 2, 2, 5, 5, 10, 20, 200]
+    assert integer_dtick(10, max_ticks=2) == 5 and integer_dtick(3, max_ticks=0) == 5
+    from simulations.dashboard import figure
+    from simulations.dashboard_data import Line
+
+    lines = [Line("e1", "m", "m", "#636EFA", [0, 1, 2, 3], [0.5, 0.6, 0.7, 0.8]),
+             Line("e2", "m", "m", "#636EFA", [0, 30], [0.5, 0.6])]
+    layout = figure(lines, CHARTS["accuracy"], "round", False, ["e1", "e2"])["layout"]
+    for axis in ("xaxis", "xaxis2"):  # one step for the subplots, a whole number
+        assert layout[axis]["tickformat"] == "d" and layout[axis]["tickmode"] == "linear"
+        assert layout[axis]["dtick"] == 10 and layout[axis]["tick0"] == 0
+    from simulations.dashboard import chart_title
+
+    assert chart_title(CHARTS["accuracy"], "bytes") == "Global accuracy vs cumulative bytes, up + down"
+    assert chart_title(CHARTS["client-accuracy"], "bytes") == "Mean client accuracy vs cumulative bytes, up + down"
+    assert chart_title(CHARTS["client-accuracy"], "round") == "Mean client accuracy (local test splits) vs round"
+    bytes_layout = figure(lines, CHARTS["accuracy"], "bytes", True, ["e1"])["layout"]
+    assert "dtick" not in bytes_layout["xaxis"]  # other axes keep Plotly's ticks
+    # the title stays below the toolbar's band at the top, at the left; the plot below both
+    title = layout["title"]
+    assert title["yref"] == "container" and title["yanchor"] == "top" and title["pad"]["t"] >= 30
+    assert title["xanchor"] == "left" and layout["margin"]["t"] >= title["pad"]["t"] + 40
+
+
 def dash_callback(app, output: str, values: dict[str, object]) -> tuple[int, dict]:
     """POST one callback as the page does, through Flask's test client: ``(HTTP status,
     response)``. ``output`` is the start of the callback's output key (``..experiment.options``),
@@ -299,6 +347,15 @@ def test_plot_command_writes_pngs_of_the_requested_size(tmp_path):
         assert png.stat().st_size > 5_000 and _png_size(png) == (400, 240)
         svg = (out / f"{name}.svg").read_text()
         assert "exp-a" in svg and "exp-b" in svg  # small multiples: one subplot per experiment
+    # rounds 0 and 1: ticks at 0 and 1 only (matplotlib's own would add 0.2, 0.4, ...), in each subplot;
+    # matplotlib writes each text of an SVG as a comment, the x ticks before the axis title
+    texts = re.findall(r"<!-- (.*?) -->", (out / "accuracy-vs-round.svg").read_text())
+    x_ticks, ticks = [], []
+    for text in texts:
+        if text == "Round":
+            x_ticks.append(ticks)
+        ticks = ticks + [text] if re.fullmatch(r"[-−\d.]+", text) else []
+    assert x_ticks == [["0", "1"], ["0", "1"]]
     empty = tmp_path / "empty"
     empty.mkdir()
     rc = subprocess.run([sys.executable, "-m", "simulations.plot", str(empty)], cwd=REPO, capture_output=True,
@@ -343,10 +400,18 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+RECORDS = ("config.json", "rounds.jsonl", "summary.json", "experiment.json")
+
+
 @pytest.fixture
 def experiments(tmp_path) -> Path:
-    """Two compare-runner experiments (2 methods x 2 seeds each), a running run, a broken one."""
+    """The committed records (simulations/results: 19 experiments, 179 runs; record files
+    only) plus two compare-runner experiments (2 methods x 2 seeds each), a running run and
+    a broken one: 21 experiments."""
     results = tmp_path / "results"
+    committed = REPO / "simulations" / "results"
+    shutil.copytree(committed, results, ignore=lambda d, names: [
+        n for n in names if not ((Path(d) / n).is_dir() or n in RECORDS)])
     for name, base in (("exp-a", 0.5), ("exp-b", 0.6)):
         runs_dir = write_experiment(results, name)
         for seed in (0, 1):
@@ -364,17 +429,53 @@ def experiments(tmp_path) -> Path:
     return results
 
 
+# The page's layout, measured in the browser: every plotly graph's id, the boxes (left, top,
+# right, bottom; CSS px) of its title and experiment names and of its toolbar (modebar), its
+# x-axes' tick labels; where the charts start; how wide the tables and the page are.
+LAYOUT_JS = """
+const box = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+const graphs = [...document.querySelectorAll('.dash-graph')].map(g => ({
+  id: g.id, box: box(g),
+  modebar: g.querySelector('.modebar') ? box(g.querySelector('.modebar')) : null,
+  titles: [...g.querySelectorAll('.gtitle, .annotation-text')].map(t => ({text: t.textContent, box: box(t)})),
+  xticks: [...g.querySelectorAll('.xaxislayer-above text')].map(t => t.textContent),
+}));
+const tables = {};
+for (const id of ['runs', 'config-diff', 'compare', 'detail-rounds']) {
+  const t = document.getElementById(id);
+  const scroller = t && [...t.querySelectorAll('*')].find(e => getComputedStyle(e).overflowX === 'auto');
+  tables[id] = t ? {box: box(t), scroller: scroller ? box(scroller) : null,
+                    content: scroller ? scroller.scrollWidth : null} : null;
+}
+return {graphs, tables, vw: document.documentElement.clientWidth, vh: window.innerHeight,
+        page: document.documentElement.scrollWidth,
+        charts_top: document.getElementById('acc-bytes').getBoundingClientRect().top};
+"""
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"),
                     reason="Debian chromium + chromium-driver not installed (.ci/run installs them)")
 def test_dashboard_in_headless_chromium(experiments, tmp_path):
     """Pick an experiment, switch the x-axis to cumulative bytes, see one line plus band per
-    method, open a run's drill-down, download the table, follow a running run live."""
+    method, open a run's drill-down, download the table, follow a running run live; the
+    layout with the 21 experiments of the committed records and the fixture at 1400 x 900:
+    the charts start in the first screen, the picker never pushes them down, no chart title
+    lies under its toolbar, round axes tick whole numbers, the tables fit the page (scrolling
+    sideways inside), two ticked runs' config diff lists exactly the keys that differ.
+    Screenshots: the test's tmp dir (and ``$DASH_SHOTS_DIR`` when set)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
+    all_experiments = sorted(runs_table(RunStore(experiments))["experiment"].unique())
+    assert len(all_experiments) >= 20
     port = _free_port()
     log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen(
@@ -385,10 +486,11 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
     opts.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
                  "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1400,2400"):
+                 "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1400,900"):
         opts.add_argument(flag)
     opts.add_experimental_option("prefs", {"download.default_directory": str(tmp_path / "dl")})
     driver = None
+    shots = []
 
     def traces(d, graph: str) -> list[dict]:
         return d.execute_script(
@@ -401,8 +503,36 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
             "const g = document.querySelector(arguments[0] + ' .js-plotly-plot');"
             "return g && g.layout && g.layout.xaxis ? g.layout.xaxis.type : null;", f"#{graph}")
 
+    def click(d, element) -> None:  # in the middle of the screen: never under the sticky top bar
+        d.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+        element.click()
+
     def tick(d, group: str, text: str) -> None:  # a checklist / radio option, by its label
-        next(label for label in d.find_elements(By.CSS_SELECTOR, f"#{group} label") if label.text == text).click()
+        click(d, next(label for label in d.find_elements(By.CSS_SELECTOR, f"#{group} label") if label.text == text))
+
+    def pick(d, name: str) -> None:  # the experiment picker: type to search, take the one option left
+        box = d.find_element(By.CSS_SELECTOR, "#experiment input")
+        box.send_keys(name)
+        WebDriverWait(d, 10).until(lambda d: [o.text for o in d.find_elements(
+            By.CSS_SELECTOR, "#experiment .VirtualizedSelectOption")] == [name])
+        box.send_keys(Keys.ENTER)
+        WebDriverWait(d, 10).until(lambda d: name in chips(d))  # (Escape now would clear them all)
+
+    def chips(d) -> list[str]:
+        return [c.text.strip() for c in d.find_elements(By.CSS_SELECTOR, "#experiment .Select-value-label")]
+
+    def unpick(d, name: str) -> None:
+        chip = next(c for c in d.find_elements(By.CSS_SELECTOR, "#experiment .Select-value")
+                    if c.find_element(By.CSS_SELECTOR, ".Select-value-label").text.strip() == name)
+        chip.find_element(By.CSS_SELECTOR, ".Select-value-icon").click()
+        WebDriverWait(d, 10).until(lambda d: name not in chips(d))
+
+    def shoot(d, name: str) -> Path:
+        path = tmp_path / name
+        d.save_screenshot(str(path))
+        assert path.stat().st_size > 10_000
+        shots.append(path)
+        return path
 
     try:
         for _ in range(100):  # wait for the server to listen
@@ -418,15 +548,23 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         wait.until(lambda d: "2027-exp-b-bbt-s2" in d.find_element(By.ID, "runs").text)
         assert "2026-exp-a-fp-s0" not in driver.find_element(By.ID, "runs").text
         assert "malformed" in driver.find_element(By.ID, "runs").text  # always listed
+        assert chips(driver) == ["exp-b"]
+        facts = driver.execute_script(LAYOUT_JS)
+        # 21 experiments to choose from, and the charts start in the first screen
+        assert facts["charts_top"] < facts["vh"] / 3, facts["charts_top"]
+        first_top = facts["charts_top"]
         # pick exp-a instead
-        tick(driver, "experiment", "exp-a")
-        tick(driver, "experiment", "exp-b")
+        pick(driver, "exp-a")
+        unpick(driver, "exp-b")
         wait.until(lambda d: "2026-exp-a-fp-s0" in d.find_element(By.ID, "runs").text
                    and "2027-exp-b-bbt-s2" not in d.find_element(By.ID, "runs").text)
         # accuracy vs round: one mean line and one ± std band per method (2 seeds each)
         wait.until(lambda d: sorted((t["meta"], t["name"]) for t in traces(d, "acc-x")) == [
             ("band", "bbt-fed (n=2) band"), ("band", "fedprompt (n=2) band"),
             ("line", "bbt-fed (n=2)"), ("line", "fedprompt (n=2)")])
+        # rounds 0-2: the ticks are 0, 1, 2 (Plotly's own were 0, 0.5, 1, 1.5, 2)
+        wait.until(lambda d: next(g for g in d.execute_script(LAYOUT_JS)["graphs"]
+                                  if g["id"] == "acc-x")["xticks"] == ["0", "1", "2"])
         # switch the x-axis to cumulative bytes (log by default): still one line + band per method
         tick(driver, "x-axis", "Cumulative bytes, up + down")
         wait.until(lambda d: x_type(d, "acc-x") == "log" and any(
@@ -434,23 +572,25 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
             for t in traces(d, "acc-x")))
         assert sorted(t["meta"] for t in traces(driver, "acc-x")) == ["band", "band", "line", "line"]
         assert x_type(driver, "acc-bytes") == "log"  # the prominent accuracy-vs-bytes chart
-        driver.save_screenshot(str(tmp_path / "dashboard-bytes.png"))
-        assert (tmp_path / "dashboard-bytes.png").stat().st_size > 10_000
+        shoot(driver, "dashboard-bytes.png")
+        for g in driver.execute_script(LAYOUT_JS)["graphs"]:  # half-page charts, the longest titles
+            assert g["titles"] and all(g["box"][0] <= t["box"][0] and t["box"][2] <= g["box"][2]
+                                       and not _overlap(t["box"], g["modebar"]) for t in g["titles"]), g
         # individual runs: one line per run
         tick(driver, "mode", "individual runs")
         wait.until(lambda d: len([t for t in traces(d, "acc-x") if t["meta"] == "line"]) == 4)
         # drill-down: click a run's cell -> its rounds (with the dropped client and reason) and config
         cell = next(c for c in driver.find_elements(By.CSS_SELECTOR, "#runs td") if c.text == "2026-exp-a-bbt-s0")
-        cell.click()
+        click(driver, cell)
         wait.until(lambda d: "NaN in z" in d.find_element(By.ID, "detail-rounds").text)
         assert '"method": "bbt-fed"' in driver.find_element(By.ID, "detail-config").text
         # small multiples: both experiments side by side
-        tick(driver, "experiment", "exp-b")
+        pick(driver, "exp-b")
         wait.until(lambda d: {t["xaxis"] for t in traces(d, "acc-x")} == {"x", "x2"})
         # the comparison table downloads as markdown and CSV
         wait.until(lambda d: "fedprompt" in d.find_element(By.ID, "compare").text)
         for button, name in (("md-btn", "comparison.md"), ("csv-btn", "comparison.csv")):
-            driver.find_element(By.ID, button).click()
+            click(driver, driver.find_element(By.ID, button))
             wait.until(lambda d, n=name: (tmp_path / "dl" / n).exists() and (tmp_path / "dl" / n).stat().st_size)
         assert "| fedprompt | demo | iid | 4 |" in (tmp_path / "dl" / "comparison.md").read_text()
         assert (tmp_path / "dl" / "comparison.csv").read_text().startswith("method,dataset,partition,runs")
@@ -465,7 +605,76 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
 
         wait.until(lambda d: " running 2 " in f" {row_of(d, '2027-exp-b-bbt-s2')} "
                    and "malformed line" not in row_of(d, "2027-exp-b-bbt-s2"))
-        driver.save_screenshot(str(tmp_path / "dashboard-live.png"))
+        shoot(driver, "dashboard-live.png")
+
+        # ---- the committed records: two experiments side by side, mean ± std against the round
+        for name in ("fedbpt_sst2", "sst2_baselines"):
+            pick(driver, name)
+        for name in ("exp-a", "exp-b"):
+            unpick(driver, name)
+        tick(driver, "mode", "mean ± std")
+        tick(driver, "x-axis", "Round")
+        wait.until(lambda d: {t["xaxis"] for t in traces(d, "acc-x")} == {"x", "x2"}
+                   and any(t["name"] == "fedbpt (n=3)" for t in traces(d, "acc-x"))
+                   and "20261122-120932-fedbpt-sst2-s0" in d.find_element(By.ID, "runs").text)
+        driver.execute_script("window.scrollTo(0, 0)")
+        time.sleep(0.5)  # the last relayout
+        facts = driver.execute_script(LAYOUT_JS)
+        shoot(driver, "dashboard-main.png")
+        # the picker holds two chips in the sidebar: the charts did not move
+        assert facts["charts_top"] == pytest.approx(first_top, abs=1)
+        # no chart's title or experiment name lies under its toolbar
+        graphs = {g["id"]: g for g in facts["graphs"]}
+        assert set(graphs) == {"acc-bytes", "acc-x", "client-x", "loss-x", "queries-x", "memory-x", "wall-x"}
+        for g in graphs.values():
+            bar = g["modebar"]
+            assert bar and bar[2] - bar[0] > 50 and bar[3] - bar[1] > 10, g  # a toolbar that takes room
+            assert any(t["text"].startswith(("Global", "Mean", "Client", "Cumulative", "Wall")) for t in g["titles"])
+            assert {t["text"] for t in g["titles"]} >= {"fedbpt_sst2", "sst2_baselines"}
+            clash = [t["text"] for t in g["titles"] if _overlap(t["box"], bar)]
+            assert not clash, (g["id"], clash, bar)
+            cut = [t["text"] for t in g["titles"] if t["box"][0] < g["box"][0] or t["box"][2] > g["box"][2]]
+            assert not cut, (g["id"], cut, g["box"])  # no title runs past its chart's edge
+            if g["id"] != "acc-bytes":  # against the round: whole numbers only
+                ticks = g["xticks"]
+                assert len(ticks) >= 4 and all(re.fullmatch(r"\d+", t) for t in ticks), (g["id"], ticks)
+        # the page never scrolls sideways; a wide table scrolls inside its card
+        assert facts["page"] <= facts["vw"], (facts["page"], facts["vw"])
+        runs_box = facts["tables"]["runs"]
+        assert runs_box["box"][2] <= facts["vw"] and runs_box["scroller"][2] <= facts["vw"]
+        assert runs_box["content"] > runs_box["scroller"][2] - runs_box["scroller"][0]  # wider: it scrolls
+        # ---- config diff: tick two runs of different methods
+        picked = ["20261122-120932-fedbpt-sst2-s0", "20261122-125205-fedprompt-sst2-s1"]
+        for run_id in picked:
+            row = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#runs tr") if run_id in r.text)
+            click(driver, row.find_element(By.CSS_SELECTOR, "input[type=checkbox]"))
+        cfgs = [json.loads((experiments / "fedbpt_sst2" / "runs" / r / "config.json").read_text())["config"]
+                for r in picked]
+        keys = list(dict.fromkeys([*cfgs[0], *cfgs[1]]))
+        differing = [k for k in keys if k not in cfgs[0] or k not in cfgs[1] or cfgs[0][k] != cfgs[1][k]]
+        assert {"method", "seed", "fedbpt.popsize", "fedprompt.lr"} <= set(differing)
+        assert "dataset" not in differing and len(differing) < len(keys) / 2
+
+        def diff_keys(d) -> list[str]:
+            return [c.text for c in d.find_elements(By.CSS_SELECTOR, '#config-diff td[data-dash-column="key"]')]
+
+        wait.until(lambda d: diff_keys(d) == differing)
+        header = driver.find_element(By.ID, "config-diff").text
+        assert all(r in header for r in picked) and "fedbpt" in header and "fedprompt" in header
+        row = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#config-diff tr") if r.text.startswith("seed"))
+        assert row.text.split() == ["seed", "0", "1"]  # one column per run, in the order ticked
+        assert f"{len(differing)} keys differ between the 2 ticked runs" in driver.find_element(
+            By.ID, "config-diff-note").text
+        facts = driver.execute_script(LAYOUT_JS)
+        assert facts["tables"]["config-diff"]["box"][2] <= facts["vw"] and facts["page"] <= facts["vw"]
+        driver.execute_script("document.getElementById('card-diff').scrollIntoView({block: 'center'})")
+        time.sleep(0.3)
+        shoot(driver, "dashboard-config-diff.png")
+        if os.environ.get("DASH_SHOTS_DIR"):  # a copy for a person to look at
+            out = Path(os.environ["DASH_SHOTS_DIR"])
+            out.mkdir(parents=True, exist_ok=True)
+            for path in shots:
+                shutil.copy(path, out / path.name)
     finally:
         if driver is not None:
             driver.quit()
