@@ -30,24 +30,14 @@ from fedtext import checkpoint, comm
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import load_splits
 from fedtext.model import PromptModel
+from fedtext.progress import setup_logging
 from fedtext.records import RunRecorder, exit_reason, install_signal_handlers, run_folder_name
 from fedtext.registry import METHODS
 from fedtext.strategy import Evaluator
 from fedtext.tasks import resolve_task
+from fedtext.tracking import check_installed
 
 log = logging.getLogger("fedtext")
-
-
-def setup_logging() -> None:
-    """Route fedtext's logger through Flower's, so ``flwr run --stream`` shows it."""
-    from flwr.common.logger import FLOWER_LOGGER
-
-    fedtext_log = logging.getLogger("fedtext")
-    if not fedtext_log.handlers:
-        for handler in FLOWER_LOGGER.handlers:
-            fedtext_log.addHandler(handler)
-        fedtext_log.setLevel(logging.INFO)
-        fedtext_log.propagate = False
 
 
 class RecordingServer(Server):
@@ -97,6 +87,7 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     """Load data and model, make the strategy and the server (raises ``ConfigError``);
     ``launch`` (:data:`fedtext.records.LAUNCH_FIELDS`) goes into the run's provenance."""
     check_output_dir(cfg.output_dir)  # before data and model load: a bad path costs no minutes
+    check_installed(cfg.trackers)  # tracker=wandb without wandb installed: one line, now
     try:
         task = resolve_task(cfg.task, cfg.dataset)
     except ValueError as exc:
@@ -126,7 +117,7 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     config = {**cfg.to_run_config(), "resolved-task": task.name, "trainable-parameters": int(trainable)}
     ckpt = resume_checkpoint(cfg, config) if cfg.resume else None
     recorder = RunRecorder(cfg.output_dir, config, run_id=cfg.resume or None, resume=bool(cfg.resume),
-                           keep_rounds=ckpt.round if ckpt else None, launch=launch)
+                           keep_rounds=ckpt.round if ckpt else None, launch=launch, trackers=cfg.trackers)
     log.info(
         "fedtext: method=%s dataset=%s (%d train / %d test, server evaluates %d) task=%s model=%s head=%s",
         cfg.method, cfg.dataset_path or cfg.dataset, len(splits.train), len(splits.test),
@@ -178,7 +169,7 @@ def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
 # Keys a resumed run may change: how long to wait, how to report; not what is learnt.
 # trainable-parameters is derived (runs recorded before it existed lack it).
 RESUMABLE_CHANGES = {"resume", "num-server-rounds", "stale-after-s", "round-timeout-s", "client-failure-rate",
-                     "trainable-parameters"}
+                     "trainable-parameters", "tracker"}
 
 
 def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Checkpoint:

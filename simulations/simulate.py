@@ -22,6 +22,7 @@ from typing import Any
 
 from fedtext.config import ConfigError, RunConfig
 from fedtext.records import exit_reason, finish_open_runs, install_signal_handlers, runs_since
+from fedtext.tracking import check_installed
 
 
 def parse_pairs(text: str) -> dict[str, Any]:
@@ -67,6 +68,7 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
 
     cfg = RunConfig.from_run_config(overrides, METHODS)  # fail before Ray starts
     cfg.check_num_clients(num_supernodes)
+    check_installed(cfg.trackers)  # tracker=wandb without wandb: exit 2 now, not a failed run
     started = time.time()
     _record_before_ray_sigterm()
     run_simulation(
