@@ -30,7 +30,7 @@ class BBTFedClient(SubspaceClient):
             seed=client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0))),
             bound=mc.bound,
         )
-        for _ in range(mc.local_steps):
+        for _ in self.progress(range(mc.local_steps), "CMA-ES", unit="iterations"):
             es.tell(self.fitness(es.ask()))  # popsize candidates, one batched forward
         z = es.mean.astype(np.float32)
         final = float(self.fitness(z[None])[0])

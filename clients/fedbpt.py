@@ -47,7 +47,7 @@ class FedBPTClient(SubspaceClient):
         )
         rng = np.random.default_rng(seed)
         sigmas = []
-        for _ in range(mc.local_steps):
+        for _ in self.progress(range(mc.local_steps), "CMA-ES", unit="iterations"):
             sigmas.append(es.sigma)  # sigma^k_{t,j}: the step size this iteration samples with
             es.tell(self.objective(es.ask(), rng))  # lambda candidates, batched forwards
         z = es.mean

@@ -84,7 +84,8 @@ class FewShotClient(FedTextClient):
         model of §3.2: all-MiniLM-L6-v2 is a Sentence-BERT), ``[N, D]``."""
         out = []
         with torch.no_grad():
-            for b in self.backbone.encode(texts, [0] * len(texts)).chunks(batch):
+            chunks = self.backbone.encode(texts, [0] * len(texts)).chunks(batch)
+            for b in self.progress(chunks, "filter embeddings", -(-len(texts) // batch), "batches"):
                 h = self.backbone.encoder(input_ids=b.input_ids, attention_mask=b.attention_mask).last_hidden_state
                 out.append(_mean_pool(h, b.attention_mask).numpy())
                 self.backbone.counter.n += len(b)
@@ -127,7 +128,9 @@ class FewShotClient(FedTextClient):
         texts = list(self.unlabeled["text"].iloc[ids])
         out = []
         with net.fixed_weights():
-            for b in self.backbone.encode(texts, [0] * len(texts)).chunks(self.mcfg.infer_batch):
+            chunks = self.backbone.encode(texts, [0] * len(texts)).chunks(self.mcfg.infer_batch)
+            total = -(-len(texts) // self.mcfg.infer_batch)  # pragma: no mutate (progress line only)
+            for b in self.progress(chunks, "pseudo-labelling", total, "batches"):  # pragma: no mutate
                 out.append(torch.softmax(net.forward(None, b), -1).numpy())
         return np.concatenate(out), len(out)
 
@@ -160,7 +163,8 @@ class FewShotClient(FedTextClient):
         t0 = time.time()
         net.encoder.train()
         try:
-            loss = gradient_steps(steps, lambda b: net.forward(None, b), self.optimizer(net))
+            loss = gradient_steps(steps, lambda b: net.forward(None, b), self.optimizer(net),
+                                  f"client {self.partition_id}: local training")
         finally:
             net.encoder.eval()
         return loss, len(steps), time.time() - t0

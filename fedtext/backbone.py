@@ -53,6 +53,7 @@ import torch
 from torch import Tensor
 
 from fedtext.config import DEFAULT_MODEL, ConfigError, RunConfig
+from fedtext.progress import Progress, track
 from fedtext.records import current_rss_mb
 from fedtext.tasks import Task
 
@@ -562,21 +563,32 @@ class Backbone:
             raise ValueError(f"prompts must be [P, T, {self.dim}] or [P, {len(batch)}, T, {self.dim}], "
                              f"got {tuple(prompts.shape)}")
         groups = length_buckets(batch, BUCKET_ROWS) if len(prompts) > 1 else None
+        pieces = [(prompts, batch)] if groups is None else [
+            (prompts if prompts.ndim == 3 else prompts[:, rows], batch.take(rows).trimmed()) for rows in groups]
+        sizes = [self._chunk_rows(p, b) for p, b in pieces]
+        calls = sum(-(-len(p) // size) for (p, _), size in zip(pieces, sizes, strict=True))
+        with Progress(f"scoring {len(prompts)} prompts on {len(batch)} texts", calls, "encoder calls") as bar:
+            parts = [self._score_chunks(p, b, size, bar) for (p, b), size in zip(pieces, sizes, strict=True)]
         if groups is None:
-            return self._score_chunks(prompts, batch)
-        parts = [self._score_chunks(prompts if prompts.ndim == 3 else prompts[:, rows], batch.take(rows).trimmed())
-                 for rows in groups]
+            return parts[0]
         out = parts[0].new_empty(len(prompts), len(batch), parts[0].shape[-1])
         for rows, logits in zip(groups, parts, strict=True):
             out[:, torch.as_tensor(rows)] = logits
         return out
 
-    def _score_chunks(self, prompts: Tensor, batch: EncodedBatch) -> Tensor:
-        """:meth:`score` of ``prompts`` on one batch, ``chunk_tokens`` tokens per encoder call."""
+    def _chunk_rows(self, prompts: Tensor, batch: EncodedBatch) -> int:
+        """Prompts per encoder call for ``batch``: ``chunk_tokens`` tokens per call."""
         seq = batch.input_ids.shape[1] + prompts.shape[-2]
-        chunk = max(1, self.chunk_tokens(seq) // (len(batch) * seq))
+        return max(1, self.chunk_tokens(seq) // (len(batch) * seq))
+
+    def _score_chunks(self, prompts: Tensor, batch: EncodedBatch, chunk: int, bar: Progress) -> Tensor:
+        """:meth:`score` of ``prompts`` on one batch, ``chunk`` prompts per encoder call."""
+        out = []
         with torch.inference_mode():
-            return torch.cat([self._logits(prompts[i : i + chunk], batch) for i in range(0, len(prompts), chunk)])
+            for i in range(0, len(prompts), chunk):
+                out.append(self._logits(prompts[i : i + chunk], batch))
+                bar.advance()
+            return torch.cat(out)
 
     def activation_bytes_per_token(self, seq_len: int) -> float:
         """Inference activation bytes per token at sequence length ``seq_len``:
@@ -618,7 +630,7 @@ class Backbone:
         function of the batch returning ``[T, D]`` or per-input ``[B, T, D]`` prompts.
         """
         loss, correct, n = 0.0, 0, 0
-        for batch in batches:
+        for batch in track(batches, "evaluation", unit="batches"):
             p = prompt(batch) if callable(prompt) else prompt
             logits = self.score(None if p is None else np.asarray(p)[None], batch)[0]
             loss += float(torch.nn.functional.cross_entropy(logits, batch.labels, reduction="sum"))

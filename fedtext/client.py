@@ -43,6 +43,7 @@ from fedtext.blackbox import WhitenedCMA
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
 from fedtext.model import Model, SubspaceModel
+from fedtext.progress import track
 from fedtext.prompts import project, projection
 from fedtext.records import peak_rss_mb
 from fedtext.tasks import Task
@@ -69,11 +70,13 @@ def minibatches(batch: EncodedBatch, size: int, steps: int, rng: np.random.Gener
 
 
 def gradient_steps(batches: Iterable[EncodedBatch], logits: Callable[[EncodedBatch], torch.Tensor],
-                   opt: torch.optim.Optimizer) -> float:
+                   opt: torch.optim.Optimizer, what: str = "local training", total: int | None = None) -> float:
     """One ``opt`` step on the mean cross-entropy of ``logits(batch)`` per mini-batch
-    (the gradient methods' local loop); returns the mean loss over the steps."""
+    (the gradient methods' local loop); returns the mean loss over the steps. A loop
+    longer than a few seconds reports its progress as ``what`` (:mod:`fedtext.progress`;
+    ``total``: the steps, for an ETA, default ``len(batches)`` where it has one)."""
     step_losses = []
-    for batch in batches:
+    for batch in track(batches, what, total, unit="steps"):
         loss = torch.nn.functional.cross_entropy(logits(batch), batch.labels)
         opt.zero_grad()
         loss.backward()
@@ -134,6 +137,11 @@ class FedTextClient(NumPyClient):
         """The global arrays a download stands for (default: the download itself)."""
         return arrays
 
+    def progress(self, items: Iterable, what: str, total: int | None = None, unit: str = "steps") -> Iterator:
+        """``items``, with a progress line ``client <partition id>: <what>`` when they take
+        long (:func:`fedtext.progress.track`)."""
+        return track(items, f"client {self.partition_id}: {what}", total, unit)
+
     @property
     def domain(self) -> str:
         """This client's domain when its data has exactly one, else ``""``."""
@@ -160,7 +168,7 @@ class FedTextClient(NumPyClient):
             mean=np.zeros(cfg.post_tune_dim), sigma=cfg.post_tune_sigma, cov=None, popsize=cfg.post_tune_popsize,
             seed=client_seed(cfg, self.partition_id, self.POST_TUNE_ROUND),
         )
-        for _ in range(cfg.post_tune_steps):
+        for _ in self.progress(range(cfg.post_tune_steps), "post-tuning (CMA-ES)", unit="iterations"):
             es.tell(self.prompt_losses(project(prompt, a, es.ask())))
         return project(prompt, a, es.mean)
 

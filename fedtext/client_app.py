@@ -48,6 +48,7 @@ from fedtext.client import FedTextClient
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import client_data, labelled
 from fedtext.node_state import Journal
+from fedtext.progress import setup_logging
 from fedtext.registry import METHODS
 
 _STARTUP = {"startup_start": _IMPORT_START, "startup_end": time.time()}  # reported once per process
@@ -154,6 +155,7 @@ def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
     """A ClientApp whose run-config is Flower's, updated with ``overrides``."""
 
     def client_fn(context: Context) -> Client:
+        setup_logging()  # the client's progress lines (fedtext.progress) reach Flower's console
         return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state,
                            context.run_id)
 

@@ -168,6 +168,8 @@ class RunConfig:
     upload_bound: float = 100.0
     # simulated device time (every method)
     bandwidth_mbps: float = 1.0
+    # experiment tracking (every method; fedtext.tracking)
+    tracker: str = ""
     method_config: MethodConfig | None = None
 
     # ------------------------------------------------------------------ parsing
@@ -286,6 +288,9 @@ class RunConfig:
             )
         if not self.output_dir:
             raise ConfigError("output-dir must not be empty")
+        from fedtext.tracking import parse as parse_trackers  # a leaf module, imported as tasks is
+
+        parse_trackers(self.tracker)
 
     def check_num_clients(self, num_clients: int) -> None:
         """Raise ``ConfigError`` if more clients per round are asked than exist."""
@@ -310,6 +315,13 @@ class RunConfig:
     def label_description_list(self) -> tuple[str, ...]:
         """``label-descriptions`` split at ``|`` (descriptions hold commas)."""
         return _split_list("label-descriptions", self.label_descriptions, "|")
+
+    @property
+    def trackers(self) -> tuple[str, ...]:
+        """The experiment trackers ``tracker`` names (``()``: none; :mod:`fedtext.tracking`)."""
+        from fedtext.tracking import parse as parse_trackers
+
+        return parse_trackers(self.tracker)
 
     @property
     def holdout_set(self) -> frozenset[str]:

@@ -16,6 +16,11 @@ shows up in comparisons without code changes there.
   older than its ``stale-after-s`` is ``stale`` (its server was killed with SIGKILL, or
   the SuperLink died), not ``running`` forever: :func:`run_status`.
 * ``checkpoint.npz``: the server's state after the last finished round (``fedtext.server_app``: ``resume=<run-id>`` continues from it).
+* ``run.log``: the ``fedtext`` logger's lines while the run is open (round lines,
+  warnings, progress lines), appended from when the recorder opens the run (or
+  reopens it on resume) until it finishes (:class:`RunLogHandler`).
+* ``tensorboard/``, ``wandb/``: the files of the experiment trackers ``tracker=`` names
+  (:mod:`fedtext.tracking`), fed from the same round records and summary.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from fedtext.tracking import Trackers
 
 log = logging.getLogger("fedtext")
 
@@ -353,6 +360,34 @@ def _path_part(text: str) -> str:
     return "" if text in (".", "..") else text
 
 
+RUN_LOG_FILE = "run.log"
+_LEVEL_BEFORE_RUN_LOGS = logging.NOTSET  # the fedtext logger's level before the first open run log
+
+
+class RunLogHandler(logging.Handler):
+    """Appends the ``fedtext`` logger's records to a run's ``run.log``.
+
+    The file is opened for each line (a run writes a few lines a round) so that no
+    descriptor stays open; a line that cannot be written (a full disk, a removed
+    folder) is skipped silently: the console still has it.
+    """
+
+    fedtext_run_log = True  # not a console route (fedtext.progress.setup_logging)
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(logging.INFO)
+        self.path = path
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        except Exception:  # noqa: BLE001 - a log line must never stop a run
+            pass
+
+
 class RunRecorder:
     """Writes one run's records. Created by the ServerApp, fed by the strategy.
 
@@ -365,11 +400,17 @@ class RunRecorder:
     ``launch`` (:data:`LAUNCH_FIELDS`) goes into ``config.json``'s ``provenance`` with the
     code's (:func:`provenance`); a resumed run records its own process's in its
     ``resumed`` entry (the code may have changed in between).
+
+    ``trackers`` (names of :data:`fedtext.tracking.TRACKERS`, their packages checked
+    before) get every round record and the summary too (:class:`fedtext.tracking.Trackers`).
+    The ``fedtext`` logger's lines go to ``run.log`` in the folder from the start until
+    :meth:`finish` (:class:`RunLogHandler`).
     """
 
     def __init__(self, output_dir: str | Path, config: dict[str, Any], run_id: str | None = None,
                  resume: bool = False, keep_rounds: int | None = None,
-                 launch: Mapping[str, Any] | None = None) -> None:
+                 launch: Mapping[str, Any] | None = None, trackers: tuple[str, ...] = ()) -> None:
+        self._tracker_names = tuple(trackers)
         if resume:
             self._reopen(Path(output_dir).expanduser().resolve() / str(run_id), config, keep_rounds, launch)
             return
@@ -382,6 +423,7 @@ class RunRecorder:
             self.dir = root / f"{base}-{i}"
         self.dir.mkdir(parents=True)
         self.run_id = self.dir.name
+        self._attach_log()
         self.start = time.time()
         self.rounds: list[dict[str, Any]] = []
         self.config = config
@@ -396,6 +438,7 @@ class RunRecorder:
     def _reopen(self, run_dir: Path, config: dict[str, Any], keep_rounds: int | None,
                 launch: Mapping[str, Any] | None) -> None:
         self.dir, self.run_id, self.config = run_dir, run_dir.name, config
+        self._attach_log()
         meta = json.loads((run_dir / "config.json").read_text())
         self.start = float(meta.get("started_epoch", time.time()))
         kept = [r for r in load_run(run_dir)["rounds"] if keep_rounds is None or r["round"] <= keep_rounds]
@@ -425,8 +468,31 @@ class RunRecorder:
             # a provenance note must not stop training (a full disk, a hand-edited file)
             log.warning("fedtext: could not add %s to %s: %s", fields, self.dir / "config.json", exc)
 
+    def _attach_log(self) -> None:
+        """Start appending the ``fedtext`` logger's lines to ``run.log`` (INFO and up: a
+        logger left at Python's default WARNING is set to INFO until :meth:`finish`)."""
+        global _LEVEL_BEFORE_RUN_LOGS
+        logger = logging.getLogger("fedtext")
+        if not any(getattr(h, "fedtext_run_log", False) for h in logger.handlers):
+            _LEVEL_BEFORE_RUN_LOGS = logger.level
+        self._log_handler = RunLogHandler(self.dir / RUN_LOG_FILE)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        logger.addHandler(self._log_handler)
+
+    def _detach_log(self) -> None:
+        handler = getattr(self, "_log_handler", None)
+        if handler is None:
+            return
+        logger = logging.getLogger("fedtext")
+        logger.removeHandler(handler)
+        self._log_handler = None
+        if not logger.handlers:  # the last open run, and nothing routes the logger (setup_logging) since:
+            logger.setLevel(_LEVEL_BEFORE_RUN_LOGS)  # the level the first one found
+
     def _open(self) -> None:
-        """Start the heartbeat and register for :func:`finish_open_runs`."""
+        """Start the trackers and the heartbeat, and register for :func:`finish_open_runs`."""
+        self.trackers = Trackers(self._tracker_names, self.dir, self.run_id, self.config)
         stale = float(self.config.get("stale-after-s", DEFAULT_STALE_AFTER_S))
         self.heartbeat_s = max(0.5, min(30.0, stale / 10))
         self._closed = threading.Event()
@@ -454,6 +520,7 @@ class RunRecorder:
             fh.write(json.dumps(record) + "\n")
             fh.flush()
         log.info(progress_line(record, int(self.config.get("num-server-rounds", 0))))
+        self.trackers.log_round(record)
 
     def finish(self, status: str = FINISHED, error: str | None = None) -> dict[str, Any]:
         """Write ``summary.json`` (idempotent: the first call wins)."""
@@ -473,6 +540,8 @@ class RunRecorder:
         self.beat()
         if status != FINISHED:
             log.error("fedtext: run %s %s: %s", self.run_id, status, error)
+        self.trackers.finish(summary)
+        self._detach_log()
         return summary
 
 

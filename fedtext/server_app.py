@@ -30,26 +30,13 @@ from fedtext import checkpoint, comm
 from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.data import labelled
 from fedtext.model import PromptModel
+from fedtext.progress import setup_logging
 from fedtext.records import RunRecorder, exit_reason, install_signal_handlers, run_folder_name
 from fedtext.registry import METHODS
 from fedtext.strategy import Evaluator
+from fedtext.tracking import check_installed
 
 log = logging.getLogger("fedtext")
-
-
-def setup_logging() -> None:
-    """Route fedtext's logger through Flower's, so ``flwr run --stream`` shows it, and
-    drop the Flower lines that only repeat fedtext's or warn of what fedtext does on
-    purpose (:class:`QuietFlower`)."""
-    from flwr.common.logger import FLOWER_LOGGER
-
-    fedtext_log = logging.getLogger("fedtext")
-    if not fedtext_log.handlers:
-        for handler in FLOWER_LOGGER.handlers:
-            fedtext_log.addHandler(handler)
-        fedtext_log.setLevel(logging.INFO)
-        fedtext_log.propagate = False
-    quiet_flower()
 
 
 class QuietFlower(logging.Filter):
@@ -128,6 +115,7 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     """Load data and model, make the strategy and the server (raises ``ConfigError``);
     ``launch`` (:data:`fedtext.records.LAUNCH_FIELDS`) goes into the run's provenance."""
     check_output_dir(cfg.output_dir)  # before data and model load: a bad path costs no minutes
+    check_installed(cfg.trackers)  # tracker=wandb without wandb installed: one line, now
     # the task and the labels 0..C-1 (string labels mapped by name); the data's classes must be the task's
     data = labelled(cfg)
     task, splits = data.task, data.splits
@@ -152,7 +140,7 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
               "resolved-labels": json.dumps(list(data.label_names)), "trainable-parameters": int(trainable)}
     ckpt = resume_checkpoint(cfg, config) if cfg.resume else None
     recorder = RunRecorder(cfg.output_dir, config, run_id=cfg.resume or None, resume=bool(cfg.resume),
-                           keep_rounds=ckpt.round if ckpt else None, launch=launch)
+                           keep_rounds=ckpt.round if ckpt else None, launch=launch, trackers=cfg.trackers)
     log.info(
         "fedtext: method=%s dataset=%s (%d train / %d test, server evaluates %d) task=%s model=%s head=%s",
         cfg.method, cfg.dataset_path or cfg.dataset, len(splits.train), len(splits.test),
@@ -207,7 +195,7 @@ def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
 # Keys a resumed run may change: how long to wait, how to report; not what is learnt.
 # trainable-parameters is derived (runs recorded before it existed lack it).
 RESUMABLE_CHANGES = {"resume", "num-server-rounds", "stale-after-s", "round-timeout-s", "client-failure-rate",
-                     "trainable-parameters"}
+                     "trainable-parameters", "tracker"}
 
 
 def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Checkpoint:
@@ -286,6 +274,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None, num_supernodes: 
 
     def server_fn(context: Context) -> ServerAppComponents:
         setup_logging()
+        quiet_flower()  # Flower's lines that repeat fedtext's (docs/flower.md)
         install_signal_handlers()  # SIGTERM -> "failed: terminated by SIGTERM" in the record
         run_config = {**context.run_config, **(overrides or {})}
         # a string: Flower's 64-bit run ids lose digits as JSON numbers in JavaScript readers

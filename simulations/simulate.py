@@ -22,6 +22,7 @@ from typing import Any
 
 from fedtext.config import ConfigError, RunConfig
 from fedtext.records import exit_reason, finish_open_runs, install_signal_handlers, runs_since
+from fedtext.tracking import check_installed
 
 
 def parse_pairs(text: str) -> dict[str, Any]:
@@ -72,6 +73,7 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
     # CPU client (num_gpus=0) wants anyway; the variable is the one the warning names.
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     cfg.check_num_clients(num_supernodes)
+    check_installed(cfg.trackers)  # tracker=wandb without wandb: exit 2 now, not a failed run
     started = time.time()
     _record_before_ray_sigterm()
     run_simulation(

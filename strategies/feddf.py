@@ -41,13 +41,18 @@ class FedDF(DistillStrategy):
         self.aux = self.backbone.batches(aux, [0] * len(aux), self.mcfg.aux_batch)  # labels unused
 
     def distill(self, server_round, student, models, uploads, iterations, post):
-        with torch.no_grad():  # the ensemble's logits on each aux batch: (1/K) sum_k f(x; w_k)
-            ensemble = [torch.zeros(len(b), self.task.num_classes) for b in self.aux]
-            for arrays in models:
-                teacher = self.teacher.load(arrays)
-                for total, batch in zip(ensemble, self.aux, strict=True):
-                    total += teacher.forward(None, batch) / len(models)
-        teachings = [Teaching(b, torch.softmax(z, -1)) for b, z in zip(self.aux, ensemble, strict=True)]
-        params = [p for _, p in student.named_trainable()]
-        return distill_steps(student, params, teachings, lambda net, b: net.forward(None, b),
-                             iterations * self.mcfg.distill_steps, self.mcfg.distill_lr)
+        # one part per teacher's pass over the aux texts, one for the student's steps
+        with self.progress(server_round, post, len(models) + 1, "parts") as bar:
+            with torch.no_grad():  # the ensemble's logits on each aux batch: (1/K) sum_k f(x; w_k)
+                ensemble = [torch.zeros(len(b), self.task.num_classes) for b in self.aux]
+                for arrays in models:
+                    teacher = self.teacher.load(arrays)
+                    for total, batch in zip(ensemble, self.aux, strict=True):
+                        total += teacher.forward(None, batch) / len(models)
+                    bar.advance()
+            teachings = [Teaching(b, torch.softmax(z, -1)) for b, z in zip(self.aux, ensemble, strict=True)]
+            params = [p for _, p in student.named_trainable()]
+            kl = distill_steps(student, params, teachings, lambda net, b: net.forward(None, b),
+                               iterations * self.mcfg.distill_steps, self.mcfg.distill_lr)
+            bar.advance()
+        return kl

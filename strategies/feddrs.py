@@ -32,6 +32,7 @@ from fedtext.backbone import Backbone
 from fedtext.config import RunConfig
 from fedtext.methods.feddrs import (Teaching, adversarial_samples, distill_steps, pseudo_labels, random_embeddings,
                                     sequence_ends, target_samples, word_embedding_name, wrap)
+from fedtext.progress import Progress
 from fedtext.records import RunRecorder, peak_rss_mb
 from fedtext.strategy import Evaluator, Upload, weighted_mean
 from fedtext.tasks import Task
@@ -84,6 +85,11 @@ class DistillStrategy(FedAvgStrategy):
         distillation loss before the first and after the last student step."""
         raise NotImplementedError
 
+    def progress(self, server_round: int, post: bool, total: int, unit: str) -> Progress:
+        """The progress line of a round's distillation (:mod:`fedtext.progress`)."""
+        stage = "post-processing" if post else f"round {server_round}"
+        return Progress(f"{self.cfg.method} server distillation, {stage}", total, unit)
+
 
 class FedDRS(DistillStrategy):
     """FedDRS (Alg. 1): distil ω^f from pseudo-embeddings sampled per teacher.
@@ -103,26 +109,30 @@ class FedDRS(DistillStrategy):
         ends = sequence_ends(student)
         n, classes = mc.sample_batch, self.task.num_classes
         kl = []  # (before, after) of each iteration's distillation
-        for it in range(iterations):
-            rng = np.random.default_rng([self.cfg.seed, server_round, it, 0xD125])
-            teachings = []
-            for arrays, upload in zip(models, uploads, strict=True):
-                teacher = self.teacher.load(arrays)
-                counts = upload.arrays["label_counts"] if mc.label_prior == "client" else None
-                thetas = []
-                for kind in mc.samplers:
-                    theta = random_embeddings(student, n, mc.sample_length, mc.noise, rng)
-                    if kind == "target":
-                        theta = target_samples(teacher, ends, theta, pseudo_labels(counts, n, classes, rng),
-                                               mc.sample_steps, mc.beta)
-                    elif kind == "adversarial":
-                        theta = adversarial_samples(teacher, student, ends, theta,
-                                                    pseudo_labels(counts, n, classes, rng), lam,
-                                                    mc.sample_steps, mc.beta)
-                    thetas.append(theta)
-                x = wrap(ends, torch.cat(thetas))
-                with torch.no_grad():
-                    teachings.append(Teaching(x, torch.softmax(teacher.embeds_logits(x), -1)))
-            kl.append(distill_steps(student, params, teachings, lambda net, x: net.embeds_logits(x),
-                                    mc.distill_steps, mc.distill_lr))
+        # one part per teacher sampled and one per iteration's student steps
+        with self.progress(server_round, post, iterations * (len(models) + 1), "parts") as bar:  # pragma: no mutate
+            for it in range(iterations):
+                rng = np.random.default_rng([self.cfg.seed, server_round, it, 0xD125])
+                teachings = []
+                for arrays, upload in zip(models, uploads, strict=True):
+                    teacher = self.teacher.load(arrays)
+                    counts = upload.arrays["label_counts"] if mc.label_prior == "client" else None
+                    thetas = []
+                    for kind in mc.samplers:
+                        theta = random_embeddings(student, n, mc.sample_length, mc.noise, rng)
+                        if kind == "target":
+                            theta = target_samples(teacher, ends, theta, pseudo_labels(counts, n, classes, rng),
+                                                   mc.sample_steps, mc.beta)
+                        elif kind == "adversarial":
+                            theta = adversarial_samples(teacher, student, ends, theta,
+                                                        pseudo_labels(counts, n, classes, rng), lam,
+                                                        mc.sample_steps, mc.beta)
+                        thetas.append(theta)
+                    x = wrap(ends, torch.cat(thetas))
+                    with torch.no_grad():
+                        teachings.append(Teaching(x, torch.softmax(teacher.embeds_logits(x), -1)))
+                    bar.advance()  # pragma: no mutate
+                kl.append(distill_steps(student, params, teachings, lambda net, x: net.embeds_logits(x),
+                                        mc.distill_steps, mc.distill_lr))
+                bar.advance()  # pragma: no mutate
         return kl[0][0], kl[-1][1]
