@@ -311,17 +311,17 @@ def ten_rows(tmp_path):
 
 
 def test_clients_left_without_rows_are_a_configuration_error_before_round_one(backbone, ten_rows):
-    strat = FedPrompt(make_config("fedprompt", dataset=ten_rows, max_length=64), TASKS["demo"])
+    strat = FedPrompt(make_config("fedprompt", dataset=ten_rows, task="demo", max_length=64), TASKS["demo"])
     with pytest.raises(ConfigError, match=r"partition=iid leaves 6 of 16 clients without training rows "
                                           r"\(first: partition 10; 10 train rows\)"):
         strat.sample_clients(1, _nodes(16))
-    ok = FedPrompt(make_config("fedprompt", dataset=ten_rows, max_length=64), TASKS["demo"])
+    ok = FedPrompt(make_config("fedprompt", dataset=ten_rows, task="demo", max_length=64), TASKS["demo"])
     assert len(ok.sample_clients(1, _nodes(5))) == 5
     assert ok.max_examples(SimpleNamespace(cid="n0")) == 2  # 10 rows / 5 clients
 
 
 def test_an_impossible_dirichlet_split_is_a_configuration_error_before_round_one(backbone, ten_rows):
-    strat = FedPrompt(make_config("fedprompt", dataset=ten_rows, partition="dirichlet", alpha=0.001, max_length=64),
+    strat = FedPrompt(make_config("fedprompt", dataset=ten_rows, task="demo", partition="dirichlet", alpha=0.001, max_length=64),
                       TASKS["demo"])
     with pytest.raises(ConfigError, match="could not split 10 rows into 4 clients"):
         strat.sample_clients(1, _nodes(4))

@@ -95,7 +95,7 @@ def test_a_tracker_without_its_package_is_one_config_line_before_anything_loads(
     # the server refuses before loading data or the model (a dataset that does not exist is
     # only found later: the tracker's error comes first)
     cfg = make_config("bbt-fed", tracker="missing", output_dir=str(tmp_path / "out"))
-    monkeypatch.setattr(server_app, "load_splits", lambda *_: pytest.fail("data loaded before the tracker check"))
+    monkeypatch.setattr(server_app, "labelled", lambda *_: pytest.fail("data loaded before the tracker check"))
     with pytest.raises(ConfigError, match="tracker=missing needs"):
         server_app.build(cfg)
 
