@@ -377,7 +377,9 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path):
 
     def resume(**changes):
         cfg = make_config("fedbpt", **{**stored_fields, **changes, "resume": run_dir.name})
-        return resume_checkpoint(cfg, {**cfg.to_run_config(), "resolved-task": "demo"})
+        # the derived keys as build() makes them (resolved-labels: the task's names, a JSON list as text)
+        return resume_checkpoint(cfg, {**cfg.to_run_config(), "resolved-task": "demo",
+                                       "resolved-labels": stored["resolved-labels"]})
 
     stored = json.loads((run_dir / "config.json").read_text())["config"]
     stored_fields = {"output_dir": str(out), "shots_per_class": 4, "client_test_size": 8, "eval_size": 40,
