@@ -128,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BaseException as exc:  # Ray's driver turns SIGTERM into SystemExit(15) in this thread
         finish_open_runs("failed", exit_reason(exc))
-        raise
+        # Flower runs the ServerApp in a non-daemon thread; stopped while it identifies
+        # clients (failures there are tolerated) it went on training and kept this process
+        # alive for minutes after SIGTERM. The record is written: stop the process now.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(exc.code if isinstance(exc, SystemExit) and isinstance(exc.code, int) and exc.code else 1)
     return exit_code(runs)
 
 

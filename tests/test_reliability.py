@@ -417,7 +417,8 @@ def test_client_failures_at_30_percent_are_recorded_and_the_run_completes(tmp_pa
 def test_sigterm_is_recorded_as_terminated_by_sigterm(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
                              f"{FEDBPT} num-server-rounds=20 output-dir={tmp_path / 'term'}"], cwd=REPO, env=_env(),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr.log").open("w"),
+                            start_new_session=True)  # a file, not a pipe: an unread pipe fills (64 KiB) and blocks the run
     try:
         deadline = time.time() + 300
         while time.time() < deadline and not list((tmp_path / "term").glob("*/rounds.jsonl")):
