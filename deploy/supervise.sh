@@ -8,7 +8,7 @@
 #   e.g. deploy/supervise.sh deploy/supernode.sh --partition 0 --num-partitions 2 \
 #          --superlink 127.0.0.1:9093 --certs deploy/secrets
 # SIGTERM/SIGINT to this script stops the command and the loop. For a service manager
-# instead, see the systemd unit in README "Deployment".
+# instead, see the systemd unit in docs/deployment.md.
 set -uo pipefail
 [ $# -ge 1 ] || { echo "usage: $0 COMMAND [ARG ...]" >&2; exit 2; }
 child=""

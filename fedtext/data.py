@@ -298,7 +298,7 @@ def load_hub(name: str, text_column: str = "text", label_column: str = "label") 
         raise ConfigError(
             f"cannot load dataset '{name}' from the Hugging Face hub ({type(exc).__name__}: "
             f"{str(exc).splitlines()[0][:160] if str(exc) else ''}); offline? point dataset= at a "
-            "local directory (README: Local data)"
+            "local directory (docs/data.md)"
         ) from None
     return hub_splits(name, {split: dd[split] for split in dd}, text_column, label_column)
 

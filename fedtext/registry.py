@@ -8,7 +8,7 @@ and client both build; so this table is all there is to keep in sync, and
 
 Adding a method: ``fedtext/methods/<m>.py`` (config + model), ``strategies/<m>.py``,
 ``clients/<m>.py``, its defaults under ``[tool.flwr.app.config.<m>]`` in pyproject, and
-one line below (README, "Add a method").
+one line below (docs/add-a-method.md).
 """
 
 from __future__ import annotations

@@ -28,8 +28,8 @@ draws ``clients-per-round`` of them with ``default_rng([seed, round])``. With
 ``client-ids=lazy`` nobody is asked: the draw is over the connected clients in node-id
 order, and partition ids reach the records with the results. That saves one message per
 client, which matters in Flower 1.41's simulation engine, whose in-memory state scans
-every node for every pending message (10,000 clients: see README "Performance and
-scale"); the price is that simulated node ids are random, so the same seed trains
+every node for every pending message (10,000 clients: see
+docs/performance.md, "Federation size"); the price is that simulated node ids are random, so the same seed trains
 other partitions in another run. Non-participants never train; they evaluate the
 global model (and post-tune it on the last round) like everyone else, which gives
 the P/NP accuracies of FedDLS §5.1.

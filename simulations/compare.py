@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="output folder (default: simulations/results/<experiment name> "
                     "for an experiment file inside this checkout, else results/<experiment name> beside the file)")
     ap.add_argument("--table-only", action="store_true", help="rebuild the table from existing records")
-    ap.add_argument("--ray-address", default="", help="run on this running Ray cluster (see README, Performance and scale)")
+    ap.add_argument("--ray-address", default="", help="run on this running Ray cluster (see docs/performance.md)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:

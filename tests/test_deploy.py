@@ -1,4 +1,4 @@
-"""A real deployment on this machine, through the scripts README "Deployment" shows.
+"""A real deployment on this machine, through the scripts docs/deployment.md shows.
 
 One SuperLink (persistent state database, TLS from ``deploy/make_certs.sh``, SuperNode
 authentication) on 127.0.0.1 only (``deploy/superlink.sh``), its Fleet API published by
@@ -162,7 +162,7 @@ def flwr_json(env: dict[str, str], *args: str) -> dict:
 
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
-    """README's real-use recipe as shipped: certificates, SuperLink on loopback, Fleet gateway
+    """docs/deployment.md's real-use recipe as shipped: certificates, SuperLink on loopback, Fleet gateway
     on PUBLIC, 2 registered SuperNodes (online) and 1 unregistered, all through the gateway."""
     tmp = tmp_path_factory.mktemp("deploy")
     try:
@@ -317,6 +317,6 @@ def test_tls_and_node_auth_deployment_runs_two_methods(deployment):
         assert sorted(rounds[2]["client_accuracy"]) == ["0", "1"] and rounds[2]["global_accuracy"] is not None
     refused = (d.tmp / "supernode-2.log").read_text()
     assert "Connection successful" not in refused, refused[-2000:]
-    # it does not keep retrying: Flower reports exit code 305 and the SuperNode stops (README says so)
+    # it does not keep retrying: Flower reports exit code 305 and the SuperNode stops (docs/deployment.md says so)
     assert "Exit Code: 305" in refused, refused[-2000:]
     d.nodes[2].wait(timeout=120)  # ended (raises TimeoutExpired if it were still trying)

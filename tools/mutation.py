@@ -56,7 +56,7 @@ ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INS
        "FEDTEXT_DATA": str(REPO.parent / "shared" / "data"), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # Where each paper's equations live: mutmut's names of the functions (module path, then
-# x_<function> or xǁ<Class>ǁ<method>). The groups are what README's table reports.
+# x_<function> or xǁ<Class>ǁ<method>). The groups are what docs/testing.md's table reports.
 TARGETS: dict[str, tuple[str, ...]] = {
     "fedbpt": (  # FedBPT: the server's CMA-ES step, σ′ (eq. (4)), the authors' reference step
         "fedtext.cmaes.x_inv_sqrt",

@@ -29,7 +29,7 @@ auxiliary text from another source (the paper: BookCorpus; here ``feddf.aux-data
 e.g. SST-2 sentences for an AG News federation), with the same student-step budget.
 
 Choices where the paper is silent or where this machine forces a scale (written
-down, as README "Methods" repeats):
+down, as docs/methods.md repeats):
 
 * **ω^emb** is the word-embedding matrix only: it is what a pseudo-embedding replaces.
   Position/type embeddings and the embedding LayerNorm act on θ, so they are task
