@@ -79,12 +79,18 @@ def test_every_relative_link_and_image_resolves(page):
 
 
 def test_every_figure_is_a_committed_png_made_by_the_plot_command_on_its_page():
+    """Figures of results come from ``simulations.plot`` on the records beside them; the
+    dashboard's screenshots from the browser test, whose command the page gives."""
     shown = 0
     for page in PAGES:
         text = page.read_text()
         for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
             path = (page.parent / image).resolve()
             assert path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
+            if path.parent == REPO / "docs" / "screenshots":  # the browser test's screenshots
+                assert "DASH_SHOTS_DIR=docs/screenshots python -m pytest" in text, (page, image)
+                shown += 1
+                continue
             assert path.parent.name == "figures" and (path.parent.parent / "runs").is_dir(), image
             assert f"python -m simulations.plot {path.parent.parent.relative_to(REPO)}" in text, (page, image)
             shown += 1
