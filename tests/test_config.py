@@ -165,3 +165,59 @@ def test_unknown_task_for_unnamed_dataset(tmp_path):
         resolve_task("auto", str(tmp_path))
     assert resolve_task("auto", "../shared/data/sst2").name == "sst2"
     assert resolve_task("auto", "../shared/data/amazon/").name == "amazon"
+
+
+def _doc_value(cell: str) -> str:
+    """A default as docs/run-config.md writes it: `text` or a bare number/bool."""
+    return cell.strip().strip("`")
+
+
+def _same(doc: str, value) -> bool:
+    if isinstance(value, bool):
+        return doc == str(value).lower()
+    if isinstance(value, (int, float)):
+        try:
+            return float(doc.replace("−", "-")) == float(value)
+        except ValueError:
+            return False
+    return doc == str(value) or (doc in ("", '""') and value == "")
+
+
+def test_docs_run_config_tables_agree_with_the_dataclasses():
+    """docs/run-config.md repeats every key with its default: each shared key's row and each
+    method row whose defaults are listed plainly (one per key) must equal the dataclass
+    defaults, and every key of every method must have a row."""
+    text = (REPO / "docs" / "run-config.md").read_text()
+    rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])] for line in text.splitlines()
+            if line.startswith("| `")]
+    shared = RunConfig().to_run_config()
+    documented_shared: dict[str, str] = {}
+    for r in (r for r in rows if len(r) == 3):  # `a`, `b` | 1, 2 | ... : one default per key
+        keys = [_doc_value(k) for k in r[0].split(",")]
+        values = r[1].split(", ") if len(keys) > 1 else [r[1]]
+        assert len(values) == len(keys), r
+        documented_shared.update(zip(keys, values, strict=True))
+    derived = {"resolved-labels"}  # written by the app, not set by a user
+    assert set(shared) - derived <= set(documented_shared), set(shared) - derived - set(documented_shared)
+    for key, cell in documented_shared.items():
+        assert key in shared, f"docs/run-config.md documents unknown key {key}"
+        assert _same(_doc_value(cell), shared[key]), (key, cell, shared[key])
+    covered: dict[str, set[str]] = {name: set() for name in METHODS}
+    checked = 0
+    for r in (r for r in rows if len(r) == 4):
+        methods = [_doc_value(m) for m in r[0].split(",")]
+        keys = [_doc_value(k) for k in r[1].split(",")]
+        for name in methods:
+            assert name in METHODS, r[0]
+            covered[name] |= set(keys)
+        plain = [_doc_value(v) for v in r[2].split(", ")] if not re.search(r"[(;]", r[2]) else []
+        if len(plain) == len(keys):
+            for name in methods:
+                defaults = METHODS[name].config().to_run_config()
+                for key, doc in zip(keys, plain, strict=True):
+                    assert _same(doc, defaults[f"{name}.{key}"]), (name, key, doc, defaults[f"{name}.{key}"])
+                    checked += 1
+    for name in METHODS:
+        own = {k.split(".", 1)[1] for k in METHODS[name].config().to_run_config()}
+        assert own <= covered[name], (name, own - covered[name])
+    assert checked >= 60
