@@ -16,8 +16,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from clients import (BBTFedClient, FedAvgClient, FedBPTClient, FedCLSClient, FedDFClient, FedDLSClient, FedDPGClient,
-                     FedDRSClient, FedFSLBiasClient, FedFSLClient, FedPromptClient, FedPTuningV2Client, FeSClient)
+from clients.bbt_fed import BBTFedClient
+from clients.fedavg import FedAvgClient
+from clients.fedbpt import FedBPTClient
+from clients.feddf import FedDFClient
+from clients.feddls import FedDLSClient
+from clients.feddpg import FedDPGClient
+from clients.feddrs import FedDRSClient
+from clients.fedprompt import FedPromptClient
+from clients.fedptuning_v2 import FedPTuningV2Client
+from clients.fes import FedCLSClient, FedFSLBiasClient, FedFSLClient, FeSClient
 from fedtext.client import FedTextClient
 from fedtext.config import MethodConfig, RunConfig, kebab
 from fedtext.methods.bbt_fed import BBTFedConfig
@@ -30,8 +38,16 @@ from fedtext.methods.fes import FedCLSConfig, FedFSLBiasConfig, FedFSLConfig, Fe
 from fedtext.methods.fedprompt import FedPromptConfig
 from fedtext.methods.fedptuning_v2 import FedPTuningV2Config
 from fedtext.strategy import FedTextStrategy
-from strategies import (BBTFed, FedAvgStrategy, FedBPT, FedCLS, FedDF, FedDLS, FedDPG, FedDRS, FedFSL, FedFSLBias,
-                        FedPrompt, FedPTuningV2, FeS)
+from strategies.bbt_fed import BBTFed
+from strategies.fedavg import FedAvgStrategy
+from strategies.fedbpt import FedBPT
+from strategies.feddf import FedDF
+from strategies.feddls import FedDLS
+from strategies.feddpg import FedDPG
+from strategies.feddrs import FedDRS
+from strategies.fedprompt import FedPrompt
+from strategies.fedptuning_v2 import FedPTuningV2
+from strategies.fes import FedCLS, FedFSL, FedFSLBias, FeS
 
 
 @dataclass(frozen=True)

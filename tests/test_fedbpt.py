@@ -18,7 +18,8 @@ from fedtext.config import ConfigError
 from fedtext.registry import METHODS, make_config
 from fedtext.data import client_data
 from fedtext.tasks import TASKS
-from strategies import BBTFed, FedBPT
+from strategies.bbt_fed import BBTFed
+from strategies.fedbpt import FedBPT
 
 
 # --------------------------------------------------------------------------- sigma'

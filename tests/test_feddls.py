@@ -27,7 +27,7 @@ from fedtext.registry import METHODS, make_config
 from fedtext.data import client_data
 from fedtext.records import participant_accuracy
 from fedtext.tasks import TASKS
-from strategies import FedDLS
+from strategies.feddls import FedDLS
 
 # ------------------------------------------------------------------ upload codec
 TOY = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [2.0, 0.1]], np.float32)

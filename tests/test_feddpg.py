@@ -22,7 +22,7 @@ from fedtext.methods.feddpg import (FedDPGModel, forget_split, make_generator, m
 from fedtext.methods.fedptuning_v2 import DeepPromptModel, attention_projections, deep_prompts
 from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
-from strategies import FedDPG
+from strategies.feddpg import FedDPG
 
 SMALL = dict(max_length=64, shots_per_class=8, client_test_size=8, eval_size=20)
 

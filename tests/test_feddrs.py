@@ -23,7 +23,8 @@ from fedtext.methods.feddrs import (SAMPLERS, Teaching, adversarial_loss, advers
 from fedtext.registry import METHODS, make_config
 from fedtext.strategy import Upload, weighted_mean
 from fedtext.tasks import TASKS
-from strategies import FedDF, FedDRS
+from strategies.feddf import FedDF
+from strategies.feddrs import FedDRS
 
 SMALL = dict(max_length=48, shots_per_class=4, client_test_size=8, eval_size=20)
 TINY_DISTILL = dict(sample_batch=2, sample_length=4, sample_steps=1, distill_steps=1)

@@ -25,7 +25,7 @@ from fedtext.methods.fes import (PSEUDO_PICK_SALT, Pace, Pacer, aug_e, gold_coun
                                  representational_filter, search_depth, split_pool)
 from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
-from strategies import FeS
+from strategies.fes import FeS
 
 SMALL = dict(max_length=32, client_test_size=0, eval_size=20, shots_per_class=4)
 

@@ -37,7 +37,7 @@ def test_evaluate_metrics_are_aggregated_so_flower_does_not_warn(caplog):
 
     from fedtext.registry import make_config
     from fedtext.tasks import TASKS
-    from strategies import FedPrompt
+    from strategies.fedprompt import FedPrompt
 
     strat = FedPrompt(make_config("fedprompt", prompt_length=2, max_length=64), TASKS["demo"])
     strat.begin_round(1)

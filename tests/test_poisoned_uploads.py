@@ -25,7 +25,10 @@ from fedtext.config import ConfigError
 from fedtext.records import RunRecorder
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS
-from strategies import BBTFed, FedBPT, FedPrompt, FeS
+from strategies.bbt_fed import BBTFed
+from strategies.fedbpt import FedBPT
+from strategies.fedprompt import FedPrompt
+from strategies.fes import FeS
 
 D = 6  # intrinsic dim of the subspace methods here
 STEPS = 2  # FedBPT local steps

@@ -281,7 +281,7 @@ def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tmp_path, mo
 def test_feddls_resyncs_a_client_whose_state_was_lost():
     from fedtext.registry import make_config
     from fedtext.tasks import TASKS
-    from strategies import FedDLS
+    from strategies.feddls import FedDLS
 
     strat = FedDLS(make_config("feddls", max_length=64, prompt_length=4), TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
@@ -316,7 +316,7 @@ def test_feddls_resyncs_a_client_whose_state_was_lost():
     assert len(arrays) == 1 and np.array_equal(arrays[0], p0)
     assert strat.record.resync_bytes == 4 * p0.size + comm.NPY_HEADER_BYTES
     # a client with no state takes it as its p' of version 203
-    from clients import FedDLSClient
+    from clients.feddls import FedDLSClient
 
     assert FedDLSClient.synced_prompt(_Stateless(strat), arrays, extra)[0] == 203
 

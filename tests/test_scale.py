@@ -21,7 +21,7 @@ import torch
 from fedtext.records import RoundRecord, busy_seconds
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS
-from strategies import FedPrompt
+from strategies.fedprompt import FedPrompt
 
 from .conftest import REPO
 from .test_strategy import _manager

@@ -14,7 +14,8 @@ from fedtext.records import ROUND_FIELDS, RoundRecord, RunRecorder
 from fedtext.registry import make_config
 from fedtext.strategy import weighted_mean
 from fedtext.tasks import TASKS
-from strategies import BBTFed, FedPrompt
+from strategies.bbt_fed import BBTFed
+from strategies.fedprompt import FedPrompt
 
 D = 6  # intrinsic dim of the mock runs
 
