@@ -35,7 +35,11 @@ from fedtext.methods.fes import (PSEUDO_PICK_SALT, PSEUDO_PICKS, FewShotModel, k
 
 
 class FewShotClient(FedTextClient):
-    """Gold labels on clients ``0..L-1``, unlabelled texts everywhere, pseudo labels in state."""
+    """Gold labels on clients ``0..L-1``, unlabelled texts everywhere, pseudo labels in state:
+    the client of ``fes`` (filtered candidates, curriculum pace from the server, co-planned
+    weights), ``fedfsl`` (every unlabelled text a candidate, static pace, whole model),
+    ``fedfsl-bias`` (``fedfsl`` with only the biases trained) and ``fedcls`` (gold labels
+    only, never sent ``label=1``; head-based, whole model)."""
 
     model: FewShotModel
     STATE_KEY = "fes"
@@ -184,19 +188,3 @@ class FewShotClient(FedTextClient):
         metrics.update(trained=1, train_batches=steps, train_s_per_batch=seconds / max(steps, 1))
         self.fit_metrics = metrics
         return net.trainable_arrays(), len(texts), loss
-
-
-class FeSClient(FewShotClient):
-    """``fes``: filtered candidates, curriculum pace from the server, co-planned weights."""
-
-
-class FedFSLClient(FewShotClient):
-    """``fedfsl``: every unlabelled text is a candidate, static pace, whole model."""
-
-
-class FedFSLBiasClient(FewShotClient):
-    """``fedfsl-bias``: ``fedfsl`` with only the biases trained."""
-
-
-class FedCLSClient(FewShotClient):
-    """``fedcls``: gold labels only (never sent ``label=1``), head-based, whole model."""

@@ -25,7 +25,7 @@ from clients.feddpg import FedDPGClient
 from clients.feddrs import FedDRSClient
 from clients.fedprompt import FedPromptClient
 from clients.fedptuning_v2 import FedPTuningV2Client
-from clients.fes import FedCLSClient, FedFSLBiasClient, FedFSLClient, FeSClient
+from clients.fes import FewShotClient
 from fedtext.client import FedTextClient
 from fedtext.config import MethodConfig, RunConfig, kebab
 from fedtext.methods.bbt_fed import BBTFedConfig
@@ -47,7 +47,7 @@ from strategies.feddpg import FedDPG
 from strategies.feddrs import FedDRS
 from strategies.fedprompt import FedPrompt
 from strategies.fedptuning_v2 import FedPTuningV2
-from strategies.fes import FedCLS, FedFSL, FedFSLBias, FeS
+from strategies.fes import FewShotStrategy
 
 
 @dataclass(frozen=True)
@@ -69,10 +69,10 @@ METHODS: dict[str, Method] = {
     "fedptuning-v2": Method(FedPTuningV2, FedPTuningV2Client, FedPTuningV2Config),
     "feddrs": Method(FedDRS, FedDRSClient, FedDRSConfig),
     "feddf": Method(FedDF, FedDFClient, FedDFConfig),
-    "fes": Method(FeS, FeSClient, FeSConfig),
-    "fedfsl": Method(FedFSL, FedFSLClient, FedFSLConfig),
-    "fedfsl-bias": Method(FedFSLBias, FedFSLBiasClient, FedFSLBiasConfig),
-    "fedcls": Method(FedCLS, FedCLSClient, FedCLSConfig),
+    "fes": Method(FewShotStrategy, FewShotClient, FeSConfig),
+    "fedfsl": Method(FewShotStrategy, FewShotClient, FedFSLConfig),
+    "fedfsl-bias": Method(FewShotStrategy, FewShotClient, FedFSLBiasConfig),
+    "fedcls": Method(FewShotStrategy, FewShotClient, FedCLSConfig),
 }
 
 

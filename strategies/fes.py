@@ -2,6 +2,10 @@
 baselines FedCLS, FedFSL, FedFSL-BIAS (Table 3); config, model and the designs'
 math: :mod:`fedtext.methods.fes`.
 
+One strategy, :class:`FewShotStrategy`, serves all four methods (``fes``, ``fedfsl``,
+``fedfsl-bias``, ``fedcls``): what differs is their config (pacing, filtering, head,
+trained layers), whose ``strategy`` string names this class.
+
 Server (Alg. 1, ``Pacing``): every round it draws two client groups separately,
 
 * ``G_train``: ``clients-per-round`` clients among those holding gold or pseudo labels
@@ -50,7 +54,11 @@ log = logging.getLogger("fedtext")
 
 
 class FewShotStrategy(FedTextStrategy):
-    """Two client groups per round (train / label), FedAvg of the trained uploads."""
+    """Two client groups per round (train / label), FedAvg of the trained uploads: the
+    server of ``fes`` (curriculum pacing by AUG-E §3.1, filtered pseudo labelling §3.2,
+    co-planned depth/capacity §3.3) and of its Table 3 baselines ``fedfsl`` (pseudo labels
+    at a static pace, full model), ``fedfsl-bias`` (``fedfsl`` tuning biases only) and
+    ``fedcls`` (head-based fine-tuning on the gold labels only)."""
 
     checkpoint_attrs: ClassVar[tuple[str, ...]] = ("labelled", "pacer")
 
@@ -178,20 +186,3 @@ class FewShotStrategy(FedTextStrategy):
                     log.info("fes round %d: %s (pace now %s, candidates %s)", server_round, events,
                              self.pacer.pace(), [str(p) for p in self.pacer.candidates])
         return out
-
-
-class FeS(FewShotStrategy):
-    """FeS: curriculum pacing by AUG-E (§3.1), filtered pseudo labelling (§3.2),
-    co-planned depth/capacity (§3.3)."""
-
-
-class FedFSL(FewShotStrategy):
-    """FedFSL (Table 3): prompt-based, pseudo labels at a static pace, full model."""
-
-
-class FedFSLBias(FewShotStrategy):
-    """FedFSL-BIAS (Table 3): FedFSL tuning biases only."""
-
-
-class FedCLS(FewShotStrategy):
-    """FedCLS (Table 3): head-based fine-tuning on the gold labels only."""

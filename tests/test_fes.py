@@ -25,7 +25,7 @@ from fedtext.methods.fes import (PSEUDO_PICK_SALT, Pace, Pacer, aug_e, gold_coun
                                  representational_filter, search_depth, split_pool)
 from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
-from strategies.fes import FeS
+from strategies.fes import FewShotStrategy
 
 SMALL = dict(max_length=32, client_test_size=0, eval_size=20, shots_per_class=4)
 
@@ -139,8 +139,8 @@ def test_pacer_without_start_or_latencies_counts_from_the_first_round_at_zero_co
 
 
 def test_fes_strategy_hands_every_pacing_key_to_the_pacer():
-    strat = FeS(cfg_of("fes", paces="2-3-5,1-1-1", trial_rounds=3, candidates=1, threshold=0.25, eta=2.0,
-                       theta=0.5), TASKS["demo"])
+    strat = FewShotStrategy(cfg_of("fes", paces="2-3-5,1-1-1", trial_rounds=3, candidates=1, threshold=0.25, eta=2.0,
+                                   theta=0.5), TASKS["demo"])
     p = strat.pacer
     assert (p.initial, p.trial_rounds, p.top, p.threshold, p.eta, p.theta) == (
         [Pace(2, 3, 5), Pace(1, 1, 1)], 3, 1, 0.25, 2.0, 0.5)
@@ -708,7 +708,7 @@ def fit_res(pid, arrays, n, **metrics):
 
 
 def test_labelling_only_results_are_reports_not_uploads_and_grow_the_labelled_set():
-    strat = FeS(cfg_of("fes", gold_labels=8), TASKS["demo"])
+    strat = FewShotStrategy(cfg_of("fes", gold_labels=8), TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
     strat.begin_round(1)
     trained = [a + 1 for a in strat.global_arrays]
@@ -746,7 +746,7 @@ def test_time_to_accuracy_sums_simulated_round_times_until_the_target_is_first_r
 
 def test_fes_needs_the_server_accuracy_after_every_round():
     with pytest.raises(ConfigError, match="needs eval-every=1"):
-        FeS(cfg_of("fes", eval_every=2), TASKS["demo"])
+        FewShotStrategy(cfg_of("fes", eval_every=2), TASKS["demo"])
 
 
 def test_plan_search_script_probes_plans_and_picks_a_frozen_depth(capsys):

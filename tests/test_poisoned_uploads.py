@@ -28,7 +28,7 @@ from fedtext.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedbpt import FedBPT
 from strategies.fedprompt import FedPrompt
-from strategies.fes import FeS
+from strategies.fes import FewShotStrategy
 
 D = 6  # intrinsic dim of the subspace methods here
 STEPS = 2  # FedBPT local steps
@@ -342,14 +342,14 @@ def test_fes_gold_labels_beyond_the_clients_texts_is_one_line(backbone):
     cfg = make_config("fes", gold_labels=100000, max_length=64)
     with pytest.raises(ConfigError, match=r"fes.gold-labels=100000 puts 50000 gold labels on client 0, which has "
                                           r"208 texts to label"):
-        FeS(cfg, TASKS["demo"]).sample_clients(1, _nodes(4))  # 960 rows / 4 = 240, less 32 test rows
+        FewShotStrategy(cfg, TASKS["demo"]).sample_clients(1, _nodes(4))  # 960 rows / 4 = 240, less 32 test rows
     fits = make_config("fes", gold_labels=416, max_length=64)  # 208 on each of the 2 labelled clients: fits
-    assert FeS(fits, TASKS["demo"]).sample_clients(1, _nodes(4))
+    assert FewShotStrategy(fits, TASKS["demo"]).sample_clients(1, _nodes(4))
     too_many = make_config("fes", gold_labels=417, max_length=64)
     with pytest.raises(ConfigError, match="puts 209 gold labels on client 0"):
-        FeS(too_many, TASKS["demo"]).sample_clients(1, _nodes(4))
+        FewShotStrategy(too_many, TASKS["demo"]).sample_clients(1, _nodes(4))
     oracle = make_config("fes", gold_labels=100000, oracle=True, max_length=64)
-    assert FeS(oracle, TASKS["demo"]).sample_clients(1, _nodes(4)) is not None
+    assert FewShotStrategy(oracle, TASKS["demo"]).sample_clients(1, _nodes(4)) is not None
 
 
 # ------------------------------------------------------------- through Flower
