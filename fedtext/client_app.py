@@ -1,4 +1,8 @@
-"""ClientApp: client_fn -> a :class:`Node` that builds ``METHODS[method].client`` on demand.
+"""ClientApp: client_fn -> a :class:`Node` that builds the method's client on demand.
+
+The method's config (``fedtext.registry.METHODS[method]``) names its client as a
+``"clients.<module>:<Class>"`` string; this module resolves it (:func:`client_class`), the
+one core module besides the ServerApp that imports a plug-in.
 
 The node's ``partition-id`` and ``num-partitions`` come from Flower's node config:
 the simulation engine injects them; on a real device pass them with
@@ -49,9 +53,25 @@ from fedtext.config import ConfigError, RunConfig
 from fedtext.data import client_data, labelled
 from fedtext.node_state import Journal
 from fedtext.progress import setup_logging
-from fedtext.registry import METHODS
+from fedtext.registry import METHODS, resolve
 
 _STARTUP = {"startup_start": _IMPORT_START, "startup_end": time.time()}  # reported once per process
+
+
+def client_class(method: str) -> type[FedTextClient]:
+    """The client class of a registered method (its config's ``client`` string, imported).
+
+    Parameters
+    ----------
+    method
+        A key of :data:`fedtext.registry.METHODS`.
+
+    Returns
+    -------
+    type[FedTextClient]
+        The class, e.g. ``clients.fedavg.FedAvgClient`` for ``"fedavg"``.
+    """
+    return resolve(METHODS[method].client)
 
 
 def node_partition(node_config: Mapping[str, Any]) -> tuple[int, int]:
@@ -90,7 +110,7 @@ class Node(NumPyClient):
         """The method's client for this node (data partition, shots, backbone)."""
         task = labelled(self.cfg).task
         data = client_data(self.cfg, self.partition_id, self.num_partitions)
-        return METHODS[self.cfg.method].client(self.cfg, task, data, state=self.state)
+        return client_class(self.cfg.method)(self.cfg, task, data, state=self.state)
 
     def get_properties(self, config: dict[str, Scalar]) -> dict[str, Scalar]:
         if int(config.get("domain", 0)):

@@ -34,7 +34,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 PARTITIONS = ("iid", "dirichlet", "label", "domain")
 CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every client once, or from results
@@ -90,10 +90,21 @@ class MethodConfig:
     that both its strategy and its client build (global arrays, upload format,
     evaluation). ``default_head`` is the head ``head=auto`` resolves to and
     ``heads`` the heads the method can use.
+
+    ``strategy`` and ``client`` name the method's Flower-side classes as
+    ``"module:Class"`` strings (``"strategies.fedavg:FedAvgStrategy"``,
+    ``"clients.fedavg:FedAvgClient"``), the convention of Flower's own
+    ``[tool.flwr.app.components]``. They stay strings so that a config, and every core
+    module that reads one, imports no ``strategies/`` or ``clients/`` module; only the
+    ServerApp and the ClientApp resolve them (:func:`fedtext.registry.resolve`), each
+    its own side. Every method's config declares both itself (several methods may name
+    the same classes: FeS and its baselines differ by config only).
     """
 
     name: ClassVar[str] = ""
     model_class: ClassVar[type] = object
+    strategy: ClassVar[str] = ""  # "strategies.<module>:<Class>", a FedTextStrategy subclass
+    client: ClassVar[str] = ""  # "clients.<module>:<Class>", a FedTextClient subclass
     default_head: ClassVar[str] = "similarity"
     heads: ClassVar[tuple[str, ...]] = PROMPT_HEADS
 
@@ -110,12 +121,6 @@ class MethodConfig:
     def to_run_config(self) -> dict[str, Any]:
         """Dotted kebab-case keys and values (what Flower's flattened run-config holds)."""
         return {self.key(k): v for k, v in dataclasses.asdict(self).items()}
-
-
-class MethodEntry(Protocol):
-    """What the config needs of a registry entry (``fedtext.registry.Method``)."""
-
-    config: type[MethodConfig]
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,7 @@ class RunConfig:
         return {kebab(f.name): f for f in fields(cls) if f.name != "method_config"}
 
     @classmethod
-    def from_run_config(cls, run_config: Mapping[str, Any], methods: Mapping[str, MethodEntry]) -> "RunConfig":
+    def from_run_config(cls, run_config: Mapping[str, Any], methods: Mapping[str, type[MethodConfig]]) -> "RunConfig":
         """Parse Flower's flattened run-config (kebab-case, dotted method keys) and validate.
 
         Parameters
@@ -192,11 +197,11 @@ class RunConfig:
             and their config classes. The core modules do not import it themselves.
         """
         shared = cls.shared_keys()
-        method_keys = {k: (name, f) for name, m in methods.items() for k, f in m.config.keys().items()}
+        method_keys = {k: (name, f) for name, mcls in methods.items() for k, f in mcls.keys().items()}
         method = str(run_config.get("method", cls.method))
         if method not in methods:
             raise ConfigError(f"unknown method '{method}'; choose one of: {', '.join(sorted(methods))}")
-        mcls = methods[method].config
+        mcls = methods[method]
         kwargs: dict[str, Any] = {}
         own: dict[str, Any] = {}
         for key, raw in run_config.items():
@@ -354,7 +359,7 @@ def _split_list(key: str, value: str, sep: str) -> tuple[str, ...]:
     return items
 
 
-def _suggest(key: str, method: str, methods: Mapping[str, MethodEntry], shared: Mapping[str, Any]) -> str:
+def _suggest(key: str, method: str, methods: Mapping[str, type[MethodConfig]], shared: Mapping[str, Any]) -> str:
     """'did you mean X?' for a key that is not valid for ``method``.
 
     A bare key that some method owns (``phi``) maps to ``<that method>.phi``, the
@@ -363,15 +368,15 @@ def _suggest(key: str, method: str, methods: Mapping[str, MethodEntry], shared: 
     if key in RENAMED:
         return f"did you mean {RENAMED[key]}?"
     bare = key.split(".", 1)[-1]
-    owners = [m for m, entry in methods.items() if entry.config.key(bare.replace("-", "_")) in entry.config.keys()]
+    owners = [m for m, mcls in methods.items() if mcls.key(bare.replace("-", "_")) in mcls.keys()]
     owners.sort(key=lambda m: m != method)
     if owners:
         return f"did you mean {owners[0]}.{bare}?"
-    valid = [*shared, *methods[method].config.keys()]
+    valid = [*shared, *methods[method].keys()]
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
     if close:
         return f"did you mean {close[0]}?"
-    own = ", ".join(methods[method].config.keys()) or "none"
+    own = ", ".join(methods[method].keys()) or "none"
     return f"method {method} takes: {own} (shared keys: see pyproject.toml)"
 
 

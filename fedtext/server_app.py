@@ -1,4 +1,8 @@
-"""ServerApp: run-config -> RunConfig (validated once) -> METHODS[method].strategy.
+"""ServerApp: run-config -> RunConfig (validated once) -> the strategy the method's config names.
+
+The method's config (``fedtext.registry.METHODS[method]``) names its strategy as a
+``"strategies.<module>:<Class>"`` string; this module resolves it (:func:`strategy_class`),
+the one core module besides the ClientApp that imports a plug-in.
 
 Everything that can be wrong with a run (method, numbers, data path, model, task,
 partition vs. number of clients) is checked here, before the first round, and
@@ -32,11 +36,27 @@ from fedtext.data import labelled
 from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
 from fedtext.records import RunRecorder, exit_reason, install_signal_handlers, run_folder_name
-from fedtext.registry import METHODS
-from fedtext.strategy import Evaluator
+from fedtext.registry import METHODS, resolve
+from fedtext.strategy import Evaluator, FedTextStrategy
 from fedtext.tracking import check_installed
 
 log = logging.getLogger("fedtext")
+
+
+def strategy_class(method: str) -> type[FedTextStrategy]:
+    """The strategy class of a registered method (its config's ``strategy`` string, imported).
+
+    Parameters
+    ----------
+    method
+        A key of :data:`fedtext.registry.METHODS`.
+
+    Returns
+    -------
+    type[FedTextStrategy]
+        The class, e.g. ``strategies.fedavg.FedAvgStrategy`` for ``"fedavg"``.
+    """
+    return resolve(METHODS[method].strategy)
 
 
 class QuietFlower(logging.Filter):
@@ -149,7 +169,7 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     if data.source != f"task {task.name}":
         log.info("fedtext: %d classes, label ids 0..%d = %s (names from %s)", task.num_classes, task.num_classes - 1,
                  ", ".join(data.label_names), data.source)
-    strategy = METHODS[cfg.method].strategy(cfg, task, evaluator, recorder)
+    strategy = strategy_class(cfg.method)(cfg, task, evaluator, recorder)
     if ckpt is not None:
         strategy.restore(ckpt)
     server = RecordingServer(recorder=recorder, client_manager=SimpleClientManager(), strategy=strategy)

@@ -131,15 +131,17 @@ def client_round(method: str, budget_mb: int) -> dict[str, float]:
     from fedtext.records import peak_rss_mb
     from fedtext.records import current_rss_mb
     from fedtext.data import client_data
-    from fedtext.registry import METHODS, make_config
+    from fedtext.client_app import client_class
+    from fedtext.registry import make_config
+    from fedtext.server_app import strategy_class
     from fedtext.tasks import TASKS
 
     cfg = make_config(method, dataset=SST2, max_client_memory_mb=budget_mb)
     task = TASKS["sst2"]
-    strategy = METHODS[method].strategy(cfg, task)
+    strategy = strategy_class(method)(cfg, task)
     strategy.global_arrays = strategy.initial_arrays()
     arrays, extra = strategy.download(1, SimpleNamespace(cid="bench"), "fit")  # what round 1 sends
-    client = METHODS[method].client(cfg, task, client_data(cfg, 0, 10))
+    client = client_class(method)(cfg, task, client_data(cfg, 0, 10))
     client.fit(arrays, {**strategy.fit_config(1), **extra})  # warm-up (FedDLS: now holds version 0)
     # Reset the kernel's high-water mark (Linux >= 4.0), so that the round's own peak is
     # measured, not the process's (which loading the model and data may set).

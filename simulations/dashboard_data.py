@@ -112,7 +112,7 @@ def _method_defaults() -> dict[str, dict]:
     """Each method's own keys and defaults (``{"feddls": {"feddls.phi": 5, ...}}``)."""
     from fedtext.registry import METHODS
 
-    return {name: m.config().to_run_config() for name, m in METHODS.items()}
+    return {name: config().to_run_config() for name, config in METHODS.items()}
 
 
 def method_options(cfg: dict) -> str:

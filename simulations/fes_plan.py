@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         if frozen in results:
             return results[frozen]
         cfg = make_config("fes", **base, frozen_layers=frozen, bias_layers=layers - top - frozen)
-        model = METHODS["fes"].config.model_class(cfg, backbone)
+        model = METHODS["fes"].model_class(cfg, backbone)
         net = model.network
         groups: dict[float, list] = {}
         for name, p in net.named_trainable():

@@ -24,6 +24,20 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("FEDTEXT_DATA", REPO.parent / "shared" / "data"))
 
 
+def strategy_class(method: str) -> type:
+    """The strategy class a registered method's config names (its ``strategy`` string)."""
+    from fedtext.registry import METHODS, resolve
+
+    return resolve(METHODS[method].strategy)
+
+
+def client_class(method: str) -> type:
+    """The client class a registered method's config names (its ``client`` string)."""
+    from fedtext.registry import METHODS, resolve
+
+    return resolve(METHODS[method].client)
+
+
 @pytest.fixture(scope="session")
 def backbone():
     from fedtext.backbone import get_backbone

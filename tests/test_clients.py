@@ -7,9 +7,11 @@ import pytest
 import torch
 
 from fedtext.data import client_data
-from fedtext.registry import METHODS, make_config
+from fedtext.registry import make_config
 from fedtext.strategy import failure_reason
 from fedtext.tasks import TASKS
+
+from .conftest import client_class, strategy_class
 
 SMALL = dict(prompt_length=4, max_length=48, shots_per_class=4, client_test_size=8)
 SUBSPACE = dict(intrinsic_dim=20, popsize=4)
@@ -19,9 +21,9 @@ SUBSPACE = dict(intrinsic_dim=20, popsize=4)
 def test_fit_and_evaluate_return_finite_shaped_results(method, backbone):
     extra = dict(batch_size=4) if method == "fedprompt" else SUBSPACE
     cfg = make_config(method, local_steps=3, **extra, **SMALL)
-    strategy = METHODS[method].strategy(cfg, TASKS["demo"])
+    strategy = strategy_class(method)(cfg, TASKS["demo"])
     init = strategy.initial_arrays()
-    client = METHODS[method].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    client = client_class(method)(cfg, TASKS["demo"], client_data(cfg, 0, 2))
     arrays, n, metrics = client.fit(init, {"server_round": 1})
     assert [a.shape for a in arrays] == [a.shape for a in init]
     assert [a.dtype for a in arrays] == [a.dtype for a in init]
@@ -39,8 +41,8 @@ def test_bbt_client_queries_and_determinism(backbone):
     cfg = make_config("bbt-fed", local_steps=2, **SUBSPACE, **SMALL)
     data = client_data(cfg, 1, 2)
     init = [np.zeros(20, np.float32)]
-    a = METHODS["bbt-fed"].client(cfg, TASKS["demo"], data).fit(init, {"server_round": 3})
-    b = METHODS["bbt-fed"].client(cfg, TASKS["demo"], data).fit(init, {"server_round": 3})
+    a = client_class("bbt-fed")(cfg, TASKS["demo"], data).fit(init, {"server_round": 3})
+    b = client_class("bbt-fed")(cfg, TASKS["demo"], data).fit(init, {"server_round": 3})
     np.testing.assert_array_equal(a[0][0], b[0][0])  # seeded: same client, same round
     n = len(data.train)
     assert a[2]["queries"] == 2 * 4 * n + n  # iterations x popsize x shots + final loss
@@ -48,8 +50,8 @@ def test_bbt_client_queries_and_determinism(backbone):
 
 def test_fedprompt_local_training_lowers_the_loss(backbone):
     cfg = make_config("fedprompt", local_steps=15, batch_size=8, lr=0.05, **SMALL)
-    client = METHODS["fedprompt"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
-    p0 = METHODS["fedprompt"].strategy(cfg, TASKS["demo"]).initial_arrays()
+    client = client_class("fedprompt")(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    p0 = strategy_class("fedprompt")(cfg, TASKS["demo"]).initial_arrays()
     before = client.backbone.evaluate(p0[0], [client.train_batch])[0]
     arrays, _, _ = client.fit(p0, {"server_round": 1})
     assert client.backbone.evaluate(arrays[0], [client.train_batch])[0] < before
@@ -64,11 +66,11 @@ def test_fedavg_clients_in_one_process_never_see_each_others_weights(backbone):
     """Two fedavg clients hosted by one process (as in one Ray actor): what A trains is
     in A's copy only; B, the process backbone and the server's model are untouched."""
     cfg = make_config("fedavg", local_steps=3, batch_size=4, lr=1e-4, **SMALL)
-    strategy = METHODS["fedavg"].strategy(cfg, TASKS["demo"])
+    strategy = strategy_class("fedavg")(cfg, TASKS["demo"])
     init = strategy.initial_arrays()
     assert [s.name for s in strategy.model.global_specs()][-2:] == ["head.weight", "head.bias"]
-    a = METHODS["fedavg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
-    b = METHODS["fedavg"].client(cfg, TASKS["demo"], client_data(cfg, 1, 2))
+    a = client_class("fedavg")(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    b = client_class("fedavg")(cfg, TASKS["demo"], client_data(cfg, 1, 2))
     assert a.backbone is b.backbone  # the shared frozen backbone of the process
     before_b = b.evaluate(init, {})
     frozen_before = [p.detach().clone() for p in a.backbone.encoder.parameters()]
@@ -88,8 +90,8 @@ def test_fedavg_clients_in_one_process_never_see_each_others_weights(backbone):
 
 def test_fedavg_local_training_lowers_the_loss(backbone):
     cfg = make_config("fedavg", local_steps=8, batch_size=8, **SMALL)
-    client = METHODS["fedavg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
-    init = METHODS["fedavg"].strategy(cfg, TASKS["demo"]).initial_arrays()
+    client = client_class("fedavg")(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    init = strategy_class("fedavg")(cfg, TASKS["demo"]).initial_arrays()
     before = client.model.evaluate(init, [client.train_batch])[0]
     up, _, _ = client.fit(init, {"server_round": 1})
     assert client.model.evaluate(up, [client.train_batch])[0] < before

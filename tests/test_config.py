@@ -7,9 +7,9 @@ import tomllib
 
 import pytest
 
-from fedtext.config import ConfigError, RunConfig
+from fedtext.config import ConfigError, MethodConfig, RunConfig
 from fedtext.model import Model
-from fedtext.registry import METHODS, make_config
+from fedtext.registry import CONFIGS, METHODS, make_config, resolve
 from simulations.compare import flatten
 
 from .conftest import REPO
@@ -26,21 +26,56 @@ def parse(**overrides):
 def test_one_registry_names_each_method_once():
     assert set(METHODS) == {"fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg", "feddpg", "fedptuning-v2", "feddrs", "feddf",
                             "fes", "fedfsl", "fedfsl-bias", "fedcls"}
-    for name, m in METHODS.items():
-        assert m.config.name == name  # the config's dotted keys use the registry name
-        assert issubclass(m.config.model_class, Model)
-        assert m.strategy.__module__ == m.client.__module__.replace("clients.", "strategies.")
+    assert len(CONFIGS) == len(METHODS) and tuple(METHODS.values()) == CONFIGS  # no name twice, registry order
+    for name, config in METHODS.items():
+        assert config.name == name  # the config's dotted keys use the registry name
+        assert issubclass(config.model_class, Model)
+
+
+def test_each_config_names_its_own_strategy_and_client_of_one_method_module():
+    """Every config declares both strings itself (a subclass of another method's config
+    must not inherit its classes silently); they resolve to a strategy and a client of the
+    same method module (``strategies.<m>`` / ``clients.<m>``)."""
+    from fedtext.client import FedTextClient
+    from fedtext.strategy import FedTextStrategy
+
+    for config in CONFIGS:
+        assert "strategy" in vars(config) and "client" in vars(config), config
+        strategy_module, client_module = config.strategy.split(":")[0], config.client.split(":")[0]
+        assert strategy_module.startswith("strategies.") and client_module.startswith("clients."), config
+        assert strategy_module.removeprefix("strategies.") == client_module.removeprefix("clients."), config
+        assert issubclass(resolve(config.strategy), FedTextStrategy), config
+        assert issubclass(resolve(config.client), FedTextClient), config
+    # FeS and its baselines differ by config only: one strategy, one client
+    few_shot = {(METHODS[m].strategy, METHODS[m].client) for m in ("fes", "fedfsl", "fedfsl-bias", "fedcls")}
+    assert few_shot == {("strategies.fes:FewShotStrategy", "clients.fes:FewShotClient")}
+
+
+def test_resolve_names_the_bad_part_of_a_spec():
+    from strategies.fedavg import FedAvgStrategy
+
+    assert resolve("strategies.fedavg:FedAvgStrategy") is FedAvgStrategy
+    assert resolve("fedtext.config:MethodConfig.key") == MethodConfig.key  # a dotted attribute
+    for spec in ("strategies.fedavg.FedAvgStrategy", "strategies.fedavg:", ":FedAvgStrategy", "a:b:c"):
+        with pytest.raises(ValueError, match="is not a \"module:Class\" string"):
+            resolve(spec)
+    with pytest.raises(ImportError, match="there is no module strategies.nope"):
+        resolve("strategies.nope:FedNope")
+    with pytest.raises(ImportError, match="there is no module nopackage.nope"):
+        resolve("nopackage.nope:FedNope")
+    with pytest.raises(ImportError, match="module strategies.fedavg has no attribute FedNope"):
+        resolve("strategies.fedavg:FedNope")
 
 
 def test_pyproject_lists_every_key_with_the_dataclass_defaults():
     flat = pyproject_config()
     expected = {k: v for k, v in RunConfig().to_run_config().items()}
-    for m in METHODS.values():
-        expected.update(m.config().to_run_config())
+    for config in CONFIGS:
+        expected.update(config().to_run_config())
     assert flat == expected
     for name in METHODS:  # every method parses from pyproject's defaults alone
         cfg = RunConfig.from_run_config({**flat, "method": name}, METHODS)
-        assert cfg.method_config == METHODS[name].config()
+        assert cfg.method_config == METHODS[name]()
 
 
 def test_every_pyproject_key_has_a_comment():
@@ -119,7 +154,7 @@ def _float_keys() -> list[tuple[str, str]]:
     import dataclasses
 
     shared = [("fedprompt", k) for k, f in RunConfig.shared_keys().items() if f.type in (float, "float")]
-    own = [(m, k) for m, e in METHODS.items() for k, f in e.config.keys().items() if f.type in (float, "float")]
+    own = [(m, k) for m, config in METHODS.items() for k, f in config.keys().items() if f.type in (float, "float")]
     return shared + own
 
 
@@ -213,11 +248,11 @@ def test_docs_run_config_tables_agree_with_the_dataclasses():
         plain = [_doc_value(v) for v in r[2].split(", ")] if not re.search(r"[(;]", r[2]) else []
         if len(plain) == len(keys):
             for name in methods:
-                defaults = METHODS[name].config().to_run_config()
+                defaults = METHODS[name]().to_run_config()
                 for key, doc in zip(keys, plain, strict=True):
                     assert _same(doc, defaults[f"{name}.{key}"]), (name, key, doc, defaults[f"{name}.{key}"])
                     checked += 1
     for name in METHODS:
-        own = {k.split(".", 1)[1] for k in METHODS[name].config().to_run_config()}
+        own = {k.split(".", 1)[1] for k in METHODS[name]().to_run_config()}
         assert own <= covered[name], (name, own - covered[name])
     assert checked >= 60

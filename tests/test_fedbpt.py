@@ -15,11 +15,13 @@ from fedtext.blackbox import WhitenedCMA
 from fedtext.cmaes import (CMAConstants, CMAState, ReferenceServerES, corrected_sigma, reference_local_sigma,
                            reference_sigma_prime, server_step)
 from fedtext.config import ConfigError
-from fedtext.registry import METHODS, make_config
+from fedtext.registry import make_config
 from fedtext.data import client_data
 from fedtext.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedbpt import FedBPT
+
+from .conftest import client_class
 
 
 # --------------------------------------------------------------------------- sigma'
@@ -162,7 +164,7 @@ def test_client_returns_finite_correctly_shaped_upload(download, backbone):
     cfg = make_config("fedbpt", intrinsic_dim=20, local_steps=2, popsize=4, prompt_length=4,
                       max_length=48, shots_per_class=4, client_test_size=8, download=download)
     strat = FedBPT(cfg, TASKS["demo"])
-    client = METHODS["fedbpt"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    client = client_class("fedbpt")(cfg, TASKS["demo"], client_data(cfg, 0, 2))
     (up,), n, metrics = client.fit(strat.initial_arrays(), {"server_round": 1})
     assert up.shape == (20 + 2 + 1,) and up.dtype == np.float32 and np.isfinite(up).all()
     assert up[20] == pytest.approx(cfg.method_config.sigma0)  # sigma_{t,1} = the downloaded sigma_t
@@ -175,7 +177,7 @@ def test_client_returns_finite_correctly_shaped_upload(download, backbone):
 
 def _recording_client(cfg, calls):
     """A FedBPT client whose fitness is cheap (|z|^2) and records (candidates, batch ids)."""
-    client = METHODS["fedbpt"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    client = client_class("fedbpt")(cfg, TASKS["demo"], client_data(cfg, 0, 2))
 
     def fitness(candidates, batch=None):
         calls.append((np.array(candidates), None if batch is None else batch.input_ids.clone()))
@@ -268,7 +270,7 @@ def test_bbt_fed_average_z_sigma_C(backbone):
     strat = BBTFed(cfg, TASKS["demo"])
     init = strat.initial_arrays()
     assert [a.shape for a in init] == [(20,), (1,), (20, 20)]
-    client = METHODS["bbt-fed"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    client = client_class("bbt-fed")(cfg, TASKS["demo"], client_data(cfg, 0, 2))
     up, n, _ = client.fit(init, {"server_round": 1})
     assert comm.check_arrays(up, strat.model.upload_specs()) is None
     assert [s.name for s in strat.model.upload_specs()] == ["z", "sigma", "C"]
@@ -425,7 +427,7 @@ def test_ratio_fitness_is_loss_over_perturbed_loss(backbone):
     forwards per iteration; the uploaded F is the ratio, train_loss the plain loss."""
     cfg = make_config("fedbpt", intrinsic_dim=4, local_steps=3, popsize=4, keep_rate=0.5, prompt_length=2,
                       max_length=48, shots_per_class=4, client_test_size=4, fitness="ratio")
-    client = METHODS["fedbpt"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    client = client_class("fedbpt")(cfg, TASKS["demo"], client_data(cfg, 0, 2))
     calls = []
     told = []
 

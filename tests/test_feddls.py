@@ -23,11 +23,13 @@ from fedtext.compression import (
     encode_upload,
     rebuild_prompt,
 )
-from fedtext.registry import METHODS, make_config
+from fedtext.registry import make_config
 from fedtext.data import client_data
 from fedtext.records import participant_accuracy
 from fedtext.tasks import TASKS
 from strategies.feddls import FedDLS
+
+from .conftest import client_class
 
 # ------------------------------------------------------------------ upload codec
 TOY = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [2.0, 0.1]], np.float32)
@@ -83,7 +85,7 @@ def test_local_search_never_increases_the_loss_and_reports_changes():
 
 def test_client_local_search_on_the_backbone_is_non_increasing(backbone):
     cfg = make_config("feddls", prompt_length=4, max_length=64, shots_per_class=4, steps=4)
-    client = METHODS["feddls"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
+    client = client_class("feddls")(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
     p = backbone.initial_prompt(4, 0)
     unit = client.vocab[backbone.natural_token_ids()]
     unit = unit / np.linalg.norm(unit, axis=1, keepdims=True)
@@ -356,7 +358,7 @@ def test_server_and_client_rebuild_bit_identical_prompts_and_bytes(backbone, com
             payload = comm.encode(payload)
             expected = 0 if rnd == 1 else per_update(t, d)  # round 1: p'_0 comes from the seed
             assert comm.payload_bytes(payload) == expected
-            client = METHODS["feddls"].client(cfg, TASKS["demo"], client_data(cfg, pid, 2), backbone, state=states[pid])
+            client = client_class("feddls")(cfg, TASKS["demo"], client_data(cfg, pid, 2), backbone, state=states[pid])
             arrays, n, metrics = client.fit(comm.decode(payload), {"server_round": rnd, **extra_cfg})
             assert comm.payload_bytes(comm.encode(arrays)) == 2 * t + comm.NPY_HEADER_BYTES  # uint16 per position
             _, stored = client.stored()
@@ -368,7 +370,7 @@ def test_server_and_client_rebuild_bit_identical_prompts_and_bytes(backbone, com
     # a non-participant that never trained rebuilds the same p' from what it is sent
     arrays, extra_cfg = strat.download(3, SimpleNamespace(cid="never-trained"), "evaluate")
     payload = comm.encode(arrays)
-    newcomer = METHODS["feddls"].client(cfg, TASKS["demo"], client_data(cfg, 1, 2), backbone, state=RecordDict())
+    newcomer = client_class("feddls")(cfg, TASKS["demo"], client_data(cfg, 1, 2), backbone, state=RecordDict())
     np.testing.assert_array_equal(newcomer.global_arrays(comm.decode(payload), extra_cfg)[0], strat.global_arrays[0])
     updates_sent = 2 if compression == "lasso" else 1  # residuals accumulate; absolute codecs send the latest
     assert comm.payload_bytes(payload) == updates_sent * per_update(t, d)
@@ -463,7 +465,7 @@ def test_participant_and_non_participant_accuracy_hand_computed():
 def test_post_tuning_is_seeded_and_stays_near_the_global_prompt(backbone):
     cfg = make_config("feddls", prompt_length=4, max_length=64, shots_per_class=4, post_tune_steps=2,
                       post_tune_popsize=4, post_tune_dim=10)
-    client = METHODS["feddls"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
+    client = client_class("feddls")(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
     p = backbone.initial_prompt(4, 0)
     q0 = backbone.queries
     a, b = client.post_tune(p), client.post_tune(p)

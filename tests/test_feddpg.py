@@ -20,9 +20,11 @@ from fedtext.data import client_data
 from fedtext.methods.feddpg import (FedDPGModel, forget_split, make_generator, mean_embedding, relabel, unlearn,
                                     unlearning_loss)
 from fedtext.methods.fedptuning_v2 import DeepPromptModel, attention_projections, deep_prompts
-from fedtext.registry import METHODS, make_config
+from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from strategies.feddpg import FedDPG
+
+from .conftest import client_class
 
 SMALL = dict(max_length=64, shots_per_class=8, client_test_size=8, eval_size=20)
 
@@ -101,7 +103,7 @@ def test_input_configurations_of_fig_2(backbone):
 
 def test_a_local_step_changes_G_and_nothing_in_the_encoder(backbone):
     cfg = dpg(local_steps=2, batch_size=4, prompts=2, hidden=5)
-    client = METHODS["feddpg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone)
+    client = client_class("feddpg")(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone)
     before = {n: p.detach().clone() for n, p in backbone.named_parameters()}
     init = client.model.initial_arrays()
     out, n, loss = client.train(init, {"server_round": 1})
@@ -201,7 +203,7 @@ def test_forget_split_is_a_seeded_fraction():
 def test_unlearning_client_forgets_and_never_trains_on_the_forgotten_again(backbone):
     cfg = dpg(prompts=2, hidden=5, local_steps=4, batch_size=8, unlearn_steps=12, lr=5e-3, shots_per_class=10)
     state = RecordDict()
-    client = METHODS["feddpg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone, state=state)
+    client = client_class("feddpg")(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone, state=state)
     arrays = client.model.initial_arrays()
     for r in (1, 2, 3):  # learn first, so that there is something to forget
         arrays, _, _ = client.train(arrays, {"server_round": r})
@@ -211,7 +213,7 @@ def test_unlearning_client_forgets_and_never_trains_on_the_forgotten_again(backb
     assert m["forget_examples"] == n_forget and n == len(client.train_batch) - n_forget
     assert m["forget_accuracy_after"] < m["forget_accuracy_before"]  # trained towards wrong labels
     # the next client object of this node (Flower builds one per message) remembers what was forgotten
-    again = METHODS["feddpg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone, state=state)
+    again = client_class("feddpg")(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone, state=state)
     assert len(again.forgotten()) == n_forget
     _, n_after, _ = again.train(new, {"server_round": 5})
     assert n_after == len(client.train_batch) - n_forget
@@ -221,7 +223,7 @@ def test_unlearn_target_stops_at_the_first_step_that_forgot_enough(backbone):
     """The target run equals the fixed-length run of the steps it took, and one step fewer
     had not yet forgotten T points (the check is made before each step)."""
     cfg = dpg(prompts=2, hidden=5, local_steps=4, batch_size=8, unlearn_steps=12, lr=5e-3, shots_per_class=10)
-    client = METHODS["feddpg"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone, state=RecordDict())
+    client = client_class("feddpg")(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone, state=RecordDict())
     arrays = client.model.initial_arrays()
     for r in (1, 2, 3):
         arrays, _, _ = client.train(arrays, {"server_round": r})
@@ -323,7 +325,7 @@ def test_prefix_changes_the_text_states_and_is_left_out_of_pooling(backbone):
 
 def test_fedptuning_v2_training_moves_only_the_prefixes(backbone):
     cfg = make_config("fedptuning-v2", prompt_length=2, local_steps=2, batch_size=4, **SMALL)
-    client = METHODS["fedptuning-v2"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone)
+    client = client_class("fedptuning-v2")(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone=backbone)
     before = [p.detach().clone() for _, p in backbone.named_parameters()]
     init = client.model.initial_arrays()
     out, _, loss = client.train(init, {"server_round": 1})

@@ -20,11 +20,13 @@ from fedtext.data import client_data, partition_train
 from fedtext.methods.feddrs import (SAMPLERS, Teaching, adversarial_loss, adversarial_samples, distill_steps,
                                     kl_to_student, parse_sampling, pseudo_labels, random_embeddings, sequence_ends,
                                     target_loss, target_samples, word_embedding_name, wrap)
-from fedtext.registry import METHODS, make_config
+from fedtext.registry import make_config
 from fedtext.strategy import Upload, weighted_mean
 from fedtext.tasks import TASKS
 from strategies.feddf import FedDF
 from strategies.feddrs import FedDRS
+
+from .conftest import client_class
 
 SMALL = dict(max_length=48, shots_per_class=4, client_test_size=8, eval_size=20)
 TINY_DISTILL = dict(sample_batch=2, sample_length=4, sample_steps=1, distill_steps=1)
@@ -279,7 +281,7 @@ def test_bad_label_counts_drop_the_upload_with_a_reason():
 
 def test_client_uploads_its_model_and_its_label_counts():
     cfg = drs(local_steps=1, batch_size=4)
-    client = METHODS["feddrs"].client(cfg, TASKS["demo"], client_data(cfg, 0, 2))
+    client = client_class("feddrs")(cfg, TASKS["demo"], client_data(cfg, 0, 2))
     out, n, _ = client.train(client.model.initial_arrays(), {"server_round": 1})
     specs = client.model.upload_specs()
     assert [s.name for s in specs][-1] == "label_counts" and comm.check_arrays(out, specs) is None

@@ -27,6 +27,8 @@ from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
 from strategies.fes import FewShotStrategy
 
+from .conftest import client_class
+
 SMALL = dict(max_length=32, client_test_size=0, eval_size=20, shots_per_class=4)
 
 
@@ -355,7 +357,7 @@ def test_layer_capacity_is_terraced_frozen_bias_full():
 
 def test_co_planning_trains_and_uploads_exactly_the_planned_tensors(backbone):
     cfg = cfg_of("fes")
-    model = METHODS["fes"].config.model_class(cfg, backbone)
+    model = METHODS["fes"].model_class(cfg, backbone)
     names = [s.name for s in model.upload_specs()]
     assert names == [n for n, _ in model.network.named_trainable()]
     # the default (the paper's AG News plan on 6 layers): 0-3 frozen, the biases of 4-5, no full layer
@@ -363,7 +365,7 @@ def test_co_planning_trains_and_uploads_exactly_the_planned_tensors(backbone):
     assert names == want
     biases = 2 * (4 * 384 + 1536 + 384 + 2 * 384)  # layers 4 and 5: q k v o, ffn in/out, LayerNorm biases
     assert model.trainable_parameters() == biases == 8_448
-    full_top = METHODS["fes"].config.model_class(cfg_of("fes", frozen_layers=3, bias_layers=2), backbone)
+    full_top = METHODS["fes"].model_class(cfg_of("fes", frozen_layers=3, bias_layers=2), backbone)
     layer = 4 * 384 * 384 + 2 * 384 * 1536 + 9 * 384 + 1536  # q k v o, ffn in/out, their biases, 2 LayerNorms
     assert full_top.trainable_parameters() == layer + biases == 1_782_912
     assert [s.name for s in full_top.upload_specs()] == [
@@ -372,10 +374,10 @@ def test_co_planning_trains_and_uploads_exactly_the_planned_tensors(backbone):
     frozen = dict(backbone.named_parameters())["encoder.layer.0.output.dense.weight"]
     assert not frozen.requires_grad  # the process backbone stays frozen
     bias_only = cfg_of("fedfsl-bias")
-    m = METHODS["fedfsl-bias"].config.model_class(bias_only, backbone)
+    m = METHODS["fedfsl-bias"].model_class(bias_only, backbone)
     assert all(s.name.endswith(".bias") for s in m.upload_specs())
     with pytest.raises(ConfigError, match="fes.frozen-layers=5 \\+ fes.bias-layers=2 exceeds the 6 layers"):
-        METHODS["fes"].config.model_class(cfg_of("fes", frozen_layers=5), backbone)
+        METHODS["fes"].model_class(cfg_of("fes", frozen_layers=5), backbone)
 
 
 # -------------------------------------------------------------- label placement
@@ -426,7 +428,7 @@ def test_split_pool_is_one_permutation_seeded_by_seed_partition_and_its_salt():
 # ------------------------------------------------ pseudo labels and client state
 def fes_client(pid: int, state: RecordDict, **kw):
     cfg = cfg_of("fes", gold_labels=8, unlabeled_size=40, keep_ratio=0.5, neighbours=4, max_local_steps=2, **kw)
-    return METHODS["fes"].client(cfg, TASKS["demo"], client_data(cfg, pid, 3), state=state)
+    return client_class("fes")(cfg, TASKS["demo"], client_data(cfg, pid, 3), state=state)
 
 
 def test_pseudo_labels_follow_the_pace_and_survive_a_round_the_client_sat_out():
@@ -454,7 +456,7 @@ def test_pseudo_labels_follow_the_pace_and_survive_a_round_the_client_sat_out():
 
 def test_static_pacing_keeps_a_fixed_count_and_fedcls_never_labels():
     cfg = cfg_of("fedfsl", gold_labels=8, unlabeled_size=40, max_local_steps=1)
-    client = METHODS["fedfsl"].client(cfg, TASKS["demo"], client_data(cfg, 2, 3), state=RecordDict())
+    client = client_class("fedfsl")(cfg, TASKS["demo"], client_data(cfg, 2, 3), state=RecordDict())
     arrays = client.model.initial_arrays()
     client.train(arrays, {"server_round": 3, "train": 0, "label": 1, "label_count": 16})
     assert client.fit_metrics["num_pseudo"] == 16 and client.fit_metrics["labelled_candidates"] == 40
@@ -783,7 +785,7 @@ def test_fedcls_is_vanilla_fine_tuning_one_rate_for_every_weight_unless_head_lr(
     weight (pooler included) trained at the same rate; ``head-lr`` gives the head its own."""
     cfg = cfg_of("fedcls", gold_labels=8, unlabeled_size=20)
     assert cfg.resolved_head == "cls"
-    client = METHODS["fedcls"].client(cfg, TASKS["demo"], client_data(cfg, 0, 3), state=RecordDict())
+    client = client_class("fedcls")(cfg, TASKS["demo"], client_data(cfg, 0, 3), state=RecordDict())
     net = client.model.load(client.model.initial_arrays())
     names = [n for n, _ in net.named_trainable()]
     assert names[-4:] == ["pooler.dense.weight", "pooler.dense.bias", "head.weight", "head.bias"]
@@ -791,6 +793,6 @@ def test_fedcls_is_vanilla_fine_tuning_one_rate_for_every_weight_unless_head_lr(
     groups = client.optimizer(net).param_groups
     assert [g["lr"] for g in groups] == [5e-5] and sum(len(g["params"]) for g in groups) == len(names)
     fast = cfg_of("fedcls", gold_labels=8, unlabeled_size=20, head="linear", head_lr=5e-3)
-    client = METHODS["fedcls"].client(fast, TASKS["demo"], client_data(fast, 0, 3), state=RecordDict())
+    client = client_class("fedcls")(fast, TASKS["demo"], client_data(fast, 0, 3), state=RecordDict())
     groups = client.optimizer(client.model.load(client.model.initial_arrays())).param_groups
     assert sorted((g["lr"], len(g["params"])) for g in groups) == [(5e-5, len(names) - 2), (5e-3, 2)]

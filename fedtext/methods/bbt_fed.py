@@ -59,6 +59,8 @@ class BBTFedConfig(SubspaceConfig):
 
     name: ClassVar[str] = "bbt-fed"
     model_class: ClassVar[type] = BBTFedModel
+    strategy: ClassVar[str] = "strategies.bbt_fed:BBTFed"
+    client: ClassVar[str] = "clients.bbt_fed:BBTFedClient"
 
     bound: float = 0.0  # |z_i| <= bound; 0 = none
     average: str = "z"  # z | z-sigma-C

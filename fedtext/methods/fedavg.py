@@ -27,6 +27,8 @@ class FedAvgConfig(MethodConfig):
 
     name: ClassVar[str] = "fedavg"
     model_class: ClassVar[type] = FedAvgModel
+    strategy: ClassVar[str] = "strategies.fedavg:FedAvgStrategy"
+    client: ClassVar[str] = "clients.fedavg:FedAvgClient"
     default_head: ClassVar[str] = "linear"
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity")
 

@@ -123,6 +123,8 @@ class FedBPTConfig(SubspaceConfig):
 
     name: ClassVar[str] = "fedbpt"
     model_class: ClassVar[type] = FedBPTModel
+    strategy: ClassVar[str] = "strategies.fedbpt:FedBPT"
+    client: ClassVar[str] = "clients.fedbpt:FedBPTClient"
 
     keep_rate: float = 0.9  # r_p
     download: str = "full"  # full | compact

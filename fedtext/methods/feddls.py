@@ -37,6 +37,8 @@ class FedDLSConfig(MethodConfig):
 
     name: ClassVar[str] = "feddls"
     model_class: ClassVar[type] = FedDLSModel
+    strategy: ClassVar[str] = "strategies.feddls:FedDLS"
+    client: ClassVar[str] = "clients.feddls:FedDLSClient"
 
     candidates: int = 5  # K
     steps: int = 40  # S

@@ -166,6 +166,8 @@ class FedDPGConfig(MethodConfig):
 
     name: ClassVar[str] = "feddpg"
     model_class: ClassVar[type] = FedDPGModel
+    strategy: ClassVar[str] = "strategies.feddpg:FedDPG"
+    client: ClassVar[str] = "clients.feddpg:FedDPGClient"
 
     hidden: int = 20  # h: hidden units of G (paper: 5 / 10 / 20)
     prompts: int = 10  # |P|: prompt vectors G makes per text (paper: 1 / 5 / 10)

@@ -137,6 +137,8 @@ class FedDRSConfig(DistillConfig):
 
     name: ClassVar[str] = "feddrs"
     model_class: ClassVar[type] = FedDRSModel
+    strategy: ClassVar[str] = "strategies.feddrs:FedDRS"
+    client: ClassVar[str] = "clients.feddrs:FedDRSClient"
 
     sampling: str = "mixed"  # random | target | adversarial | '+'-joined set | mixed (all three)
     label_prior: str = "client"  # gamma_k from the client's label counts | uniform
@@ -169,6 +171,8 @@ class FedDFConfig(DistillConfig):
 
     name: ClassVar[str] = "feddf"
     model_class: ClassVar[type] = FedAvgModel
+    strategy: ClassVar[str] = "strategies.feddf:FedDF"
+    client: ClassVar[str] = "clients.feddf:FedDFClient"
 
     distill_lr: float = 3e-5  # the student's AdamW learning rate (at 1e-4 FedDF's KL rose during its steps)
     aux_dataset: str = "demo"  # unlabelled auxiliary text: a data folder (its train split's texts) or demo

@@ -25,6 +25,8 @@ class FedPromptConfig(MethodConfig):
 
     name: ClassVar[str] = "fedprompt"
     model_class: ClassVar[type] = FedPromptModel
+    strategy: ClassVar[str] = "strategies.fedprompt:FedPrompt"
+    client: ClassVar[str] = "clients.fedprompt:FedPromptClient"
 
     local_steps: int = 4  # Adam steps per round
     lr: float = 0.01

@@ -129,6 +129,8 @@ class FedPTuningV2Config(MethodConfig):
 
     name: ClassVar[str] = "fedptuning-v2"
     model_class: ClassVar[type] = DeepPromptModel
+    strategy: ClassVar[str] = "strategies.fedptuning_v2:FedPTuningV2"
+    client: ClassVar[str] = "clients.fedptuning_v2:FedPTuningV2Client"
     heads: ClassVar[tuple[str, ...]] = ("similarity", "tied", "mlm")
 
     local_steps: int = 4  # Adam steps per round

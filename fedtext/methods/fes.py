@@ -201,6 +201,8 @@ class FedCLSConfig(FewShotConfig):
 
     name: ClassVar[str] = "fedcls"
     model_class: ClassVar[type] = FewShotModel
+    strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
+    client: ClassVar[str] = "clients.fes:FewShotClient"
     default_head: ClassVar[str] = "cls"
     heads: ClassVar[tuple[str, ...]] = ("cls", "linear")
 
@@ -221,6 +223,8 @@ class FedFSLConfig(PseudoLabelConfig):
 
     name: ClassVar[str] = "fedfsl"
     model_class: ClassVar[type] = FewShotModel
+    strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
+    client: ClassVar[str] = "clients.fes:FewShotClient"
 
 
 @dataclass(frozen=True)
@@ -229,6 +233,8 @@ class FedFSLBiasConfig(PseudoLabelConfig):
 
     name: ClassVar[str] = "fedfsl-bias"
     model_class: ClassVar[type] = FewShotModel
+    strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
+    client: ClassVar[str] = "clients.fes:FewShotClient"
 
     bias_layers: int = -1  # every layer bias-only (BitFit)
 
@@ -239,6 +245,8 @@ class FeSConfig(PseudoLabelConfig):
 
     name: ClassVar[str] = "fes"
     model_class: ClassVar[type] = FewShotModel
+    strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
+    client: ClassVar[str] = "clients.fes:FewShotClient"
 
     pacing: str = "curriculum"  # curriculum (Alg. 1) | static (ablation: fedfsl's pacing)
     paces: str = "1-2-10,1-4-5,2-4-10"  # initial list of <f, n, k>: every f rounds n clients keep k%·i/f of U
