@@ -15,7 +15,7 @@ experiment's criteria (issue 12): forget accuracy falls by >= 20 points, global
 accuracy by <= 2, and no other client loses more than 2. Writes ``unlearning.md``
 beside ``table.md``.
 
-``forget`` runs :func:`fedtext.methods.feddpg.unlearn_run` on a finished feddpg run:
+``forget`` runs :func:`unlearn_run` on a finished feddpg run:
 the client forgets ``feddpg.forget-fraction`` of its examples starting from the run's
 last global G; prints the metrics and writes the unlearned G next to the run.
 
@@ -115,6 +115,96 @@ def table(out: Path) -> str:
     return to_markdown(df)
 
 
+def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, forget_fraction: float | None = None,
+                output: str | Path | None = None, start: str = "final",
+                overrides: dict[str, Any] | None = None, other_clients: bool = False) -> dict[str, Any]:
+    """FedDPGu on a finished ``feddpg`` run: client ``partition_id`` forgets a share of
+    its examples starting from the run's last global G (``checkpoint.npz``), or, with
+    ``start="before-unlearning"``, from the G an unlearning round of the run replaced
+    (``before-unlearning.npz``). ``overrides``: run-config keys to change
+    (``{"feddpg.unlearn-steps": 16}``).
+
+    Rebuilds the run's config (``config.json``) and the client's data exactly as the
+    run did (same seed, partition, shots), runs :func:`fedtext.methods.feddpg.unlearn`
+    (the client's own update, drawn with its seed of that round), evaluates the global
+    G before and after on the server's test split, and writes the unlearned G to
+    ``output`` (default ``<run_dir>/unlearned-<partition_id>.npz``). Returns the metrics.
+    With ``other_clients`` every other client's local test split (the one it tests on
+    in the run) is evaluated too, before and after: ``other_clients_accuracy`` =
+    {partition id: [before, after]}, Figure 4(b)'s view.
+
+    Parameters
+    ----------
+    run_dir
+        The finished feddpg run's folder (``config.json``, ``checkpoint.npz``).
+    partition_id, num_partitions
+        The forgetting client and the number of clients the run had.
+    forget_fraction
+        Overrides the run's ``feddpg.forget-fraction`` (None: the run's).
+    output
+        Where the unlearned G goes (None: ``<run_dir>/unlearned-<partition_id>.npz``).
+    start
+        ``"final"`` (the run's last global G) or ``"before-unlearning"``.
+    overrides
+        Run-config keys to change.
+    other_clients
+        Also evaluate every other client's local test split.
+
+    Returns
+    -------
+    dict[str, Any]
+        :func:`fedtext.methods.feddpg.unlearn`'s metrics, the global accuracies before and
+        after, ``other_clients_accuracy`` (with ``other_clients``) and ``output``.
+    """
+    from fedtext import checkpoint
+    from fedtext.backbone import backbone_for
+    from fedtext.config import DERIVED_KEYS, RunConfig
+    from fedtext.data import client_data, labelled, server_test
+    from fedtext.methods.feddpg import BEFORE_UNLEARNING, FedDPGModel, forget_split, unlearn, unlearn_seed
+    from fedtext.registry import METHODS
+
+    run_dir = Path(run_dir)
+    stored = json.loads((run_dir / "config.json").read_text())["config"]
+    run_config = {k: v for k, v in stored.items() if k not in DERIVED_KEYS}
+    if forget_fraction is not None:
+        run_config["feddpg.forget-fraction"] = forget_fraction
+    run_config.update(overrides or {})
+    cfg = RunConfig.from_run_config(run_config, METHODS)
+    if cfg.method != "feddpg":
+        raise ValueError(f"{run_dir} is a {cfg.method} run; unlearning needs a feddpg run")
+    task = labelled(cfg).task
+    backbone = backbone_for(cfg, task)
+    model = FedDPGModel(cfg, backbone)
+    if start == "before-unlearning":
+        with np.load(run_dir / BEFORE_UNLEARNING) as saved:
+            arrays = [saved[s.name] for s in model.global_specs()]
+    else:
+        arrays = checkpoint.load(run_dir).global_arrays
+    data = client_data(cfg, partition_id, num_partitions)
+    batch = backbone.encode(list(data.train["text"]), list(data.train["label"]))
+    forget = forget_split(len(batch), cfg.method_config.forget_fraction, cfg.seed, partition_id)
+    # from before-unlearning.npz: the run's own unlearning round again (same relabels);
+    # on a finished run: the round after its last
+    r = cfg.method_config.unlearn_round if start == "before-unlearning" else cfg.num_server_rounds + 1
+    new, metrics = unlearn(model, arrays, batch, forget, unlearn_seed(cfg, partition_id, r))
+    test = server_test(cfg)
+    batches = backbone.batches(list(test["text"]), list(test["label"]))
+    metrics["global_accuracy_before"] = model.evaluate(arrays, batches)[1]
+    metrics["global_accuracy_after"] = model.evaluate(new, batches)[1]
+    if other_clients:
+        metrics["other_clients_accuracy"] = {}
+        for pid in range(num_partitions):
+            local = client_data(cfg, pid, num_partitions).test if pid != partition_id else []
+            if len(local):
+                local_batches = backbone.batches(list(local["text"]), list(local["label"]))
+                metrics["other_clients_accuracy"][pid] = [model.evaluate(g, local_batches)[1]
+                                                          for g in (arrays, new)]
+    out = Path(output) if output else run_dir / f"unlearned-{partition_id}.npz"
+    np.savez(out, **{s.name: a for s, a in zip(model.global_specs(), new, strict=True)})
+    metrics["output"] = str(out)
+    return metrics
+
+
 # a tradeoff setting's optional fields after "steps,lr,lambda", in order, and how each is read
 OPTIONAL_FIELDS = (("feddpg.unlearn-loss", str), ("feddpg.unlearn-target", float), ("feddpg.unlearn-optimizer", str))
 DEFAULT_SETTINGS = ("4,0.001,1", "16,0.001,1", "8,0.003,1", "16,0.003,0.5", "16,0.003,1")
@@ -130,7 +220,7 @@ def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str
     either way)."""
     import tempfile
 
-    from fedtext.methods.feddpg import FedDPGConfig, unlearn_run
+    from fedtext.methods.feddpg import FedDPGConfig
 
     scratch = Path(tempfile.mkdtemp(prefix="fedtext-tradeoff-")) / "g.npz"
     stored = json.loads((run_dir / "config.json").read_text())["config"]
@@ -198,8 +288,6 @@ def main(argv: list[str] | None = None) -> int:
         (args.out / "unlearning.md").write_text(header + md)
         print(md)
         return 0
-    from fedtext.methods.feddpg import unlearn_run
-
     metrics = unlearn_run(args.run_dir, args.client, args.num_partitions, args.forget_fraction, args.output)
     print(json.dumps(metrics, indent=2))
     return 0

@@ -29,11 +29,11 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.config import ConfigError
+from fedtext.methods.feddpg import BEFORE_UNLEARNING
 from fedtext.strategy import FedTextStrategy, Upload, weighted_mean
 
 log = logging.getLogger("fedtext")
 
-BEFORE_UNLEARNING = "before-unlearning.npz"  # the global G the unlearning round replaced
 UNLEARN_METRICS = ("forget_accuracy_before", "forget_accuracy_after", "retained_accuracy_before",
                    "retained_accuracy_after", "forget_examples", "unlearn_loss", "unlearn_steps_taken")
 

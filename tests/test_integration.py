@@ -191,10 +191,11 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path, monkeyp
     from fedtext import checkpoint
     from fedtext.client import client_seed
     from fedtext.methods import feddpg
+    from simulations import unlearning
 
     seeds, original = [], feddpg.unlearn
     monkeypatch.setattr(feddpg, "unlearn", lambda *a: seeds.append(a[-1]) or original(*a))
-    again = feddpg.unlearn_run(run, 1, 3, start="before-unlearning", output=tmp_path / "again.npz")
+    again = unlearning.unlearn_run(run, 1, 3, start="before-unlearning", output=tmp_path / "again.npz")
     assert seeds == [client_seed(SimpleNamespace(seed=config["seed"]), 1, 2)]
     assert again["unlearn_loss"] == pytest.approx(m["unlearn_loss"], rel=1e-5)
     with np.load(tmp_path / "again.npz") as g:

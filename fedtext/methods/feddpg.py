@@ -53,29 +53,30 @@ optimizer), and ``unlearn-loss`` picks the weighting (``sets``, the default: λ 
 relabelled set's mean; ``examples``: λ per example, the code's at λ = 1; see
 :func:`unlearning_loss`). :func:`forget_split`, :func:`relabel` and :func:`unlearn` are
 the one implementation, used by the client in the ``unlearn-round`` scenario and by
-:func:`unlearn_run` on a finished run's checkpoint.
+:func:`simulations.unlearning.unlearn_run` on a finished run's checkpoint.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
 
 from fedtext.backbone import Backbone, EncodedBatch
 from fedtext.comm import ArraySpec
-from fedtext.config import DERIVED_KEYS, MethodConfig, check_choice, check_range
+from fedtext.config import MethodConfig, check_choice, check_range
 from fedtext.model import Model
 
 if TYPE_CHECKING:
     from fedtext.config import RunConfig
 
 INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
+# the file in the run folder that keeps the global G an unlearning round replaced (written by
+# strategies.feddpg, read by simulations.unlearning)
+BEFORE_UNLEARNING = "before-unlearning.npz"
 UNLEARN_LOSSES = ("sets", "examples")  # eq. (5): λ weighs the relabelled set / each relabelled example
 # the unlearning update's optimizer (the paper names none): AdamW as the authors' code, or plain
 # gradient steps, which move G in proportion to eq. (5)'s gradient instead of by ~lr per weight
@@ -255,9 +256,10 @@ def unlearning_loss(keep_logits: torch.Tensor | None, keep_labels: torch.Tensor,
 
 def unlearn_seed(cfg: "RunConfig", partition_id: int, server_round: int) -> int:
     """Seed of client ``partition_id``'s unlearning update in ``server_round`` (it draws the
-    relabels): the client's per-round seed. The Flower client and :func:`unlearn_run` both
-    take it from here, so that unlearning again from ``before-unlearning.npz`` repeats the
-    run's unlearning round exactly (with three or more classes the relabels depend on it)."""
+    relabels): the client's per-round seed. The Flower client and
+    :func:`simulations.unlearning.unlearn_run` both take it from here, so that unlearning
+    again from ``before-unlearning.npz`` repeats the run's unlearning round exactly (with
+    three or more classes the relabels depend on it)."""
     from fedtext.client import client_seed
 
     return client_seed(cfg, partition_id, server_round)
@@ -309,67 +311,3 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
                    unlearn_loss=float(np.mean(losses)) if losses else 0.0, unlearn_steps_taken=float(len(losses)))
     return model.arrays(), metrics
 
-
-def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, forget_fraction: float | None = None,
-                output: str | Path | None = None, start: str = "final",
-                overrides: dict[str, Any] | None = None, other_clients: bool = False) -> dict[str, Any]:
-    """FedDPGu on a finished ``feddpg`` run: client ``partition_id`` forgets a share of
-    its examples starting from the run's last global G (``checkpoint.npz``), or, with
-    ``start="before-unlearning"``, from the G an unlearning round of the run replaced
-    (``before-unlearning.npz``). ``overrides``: run-config keys to change
-    (``{"feddpg.unlearn-steps": 16}``).
-
-    Rebuilds the run's config (``config.json``) and the client's data exactly as the
-    run did (same seed, partition, shots), runs :func:`unlearn`, evaluates the global
-    G before and after on the server's test split, and writes the unlearned G to
-    ``output`` (default ``<run_dir>/unlearned-<partition_id>.npz``). Returns the metrics.
-    With ``other_clients`` every other client's local test split (the one it tests on
-    in the run) is evaluated too, before and after: ``other_clients_accuracy`` =
-    {partition id: [before, after]}, Figure 4(b)'s view.
-    """
-    from fedtext import checkpoint
-    from fedtext.backbone import backbone_for
-    from fedtext.data import client_data, labelled, server_test
-    from fedtext.registry import METHODS
-    from fedtext.config import RunConfig
-
-    run_dir = Path(run_dir)
-    stored = json.loads((run_dir / "config.json").read_text())["config"]
-    run_config = {k: v for k, v in stored.items() if k not in DERIVED_KEYS}
-    if forget_fraction is not None:
-        run_config["feddpg.forget-fraction"] = forget_fraction
-    run_config.update(overrides or {})
-    cfg = RunConfig.from_run_config(run_config, METHODS)
-    if cfg.method != "feddpg":
-        raise ValueError(f"{run_dir} is a {cfg.method} run; unlearning needs a feddpg run")
-    task = labelled(cfg).task
-    backbone = backbone_for(cfg, task)
-    model = FedDPGModel(cfg, backbone)
-    if start == "before-unlearning":
-        with np.load(run_dir / "before-unlearning.npz") as saved:
-            arrays = [saved[s.name] for s in model.global_specs()]
-    else:
-        arrays = checkpoint.load(run_dir).global_arrays
-    data = client_data(cfg, partition_id, num_partitions)
-    batch = backbone.encode(list(data.train["text"]), list(data.train["label"]))
-    forget = forget_split(len(batch), cfg.method_config.forget_fraction, cfg.seed, partition_id)
-    # from before-unlearning.npz: the run's own unlearning round again (same relabels);
-    # on a finished run: the round after its last
-    r = cfg.method_config.unlearn_round if start == "before-unlearning" else cfg.num_server_rounds + 1
-    new, metrics = unlearn(model, arrays, batch, forget, unlearn_seed(cfg, partition_id, r))
-    test = server_test(cfg)
-    batches = backbone.batches(list(test["text"]), list(test["label"]))
-    metrics["global_accuracy_before"] = model.evaluate(arrays, batches)[1]
-    metrics["global_accuracy_after"] = model.evaluate(new, batches)[1]
-    if other_clients:
-        metrics["other_clients_accuracy"] = {}
-        for pid in range(num_partitions):
-            local = client_data(cfg, pid, num_partitions).test if pid != partition_id else []
-            if len(local):
-                local_batches = backbone.batches(list(local["text"]), list(local["label"]))
-                metrics["other_clients_accuracy"][pid] = [model.evaluate(g, local_batches)[1]
-                                                          for g in (arrays, new)]
-    out = Path(output) if output else run_dir / f"unlearned-{partition_id}.npz"
-    np.savez(out, **{s.name: a for s, a in zip(model.global_specs(), new, strict=True)})
-    metrics["output"] = str(out)
-    return metrics
