@@ -30,15 +30,12 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import TYPE_CHECKING, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from fedtext.comm import ArraySpec
 from fedtext.config import ConfigError
-
-if TYPE_CHECKING:
-    from fedtext.methods.feddls import FedDLSConfig
 
 SENTINEL = 65535  # uint16 "position unchanged" (§4.2 uses |V|+1; any id >= |V| works)
 
@@ -237,8 +234,51 @@ def _principal_components(vocab: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
     return mu.astype(np.float32), vt[:n].astype(np.float32)
 
 
-def make_codec(cfg: "FedDLSConfig", vocab: np.ndarray) -> Codec:
-    """The download codec that ``feddls.compression`` names (same on server and clients)."""
+class CodecSettings(Protocol):
+    """The keys of ``feddls.*`` the codecs read (:class:`fedtext.methods.feddls.FedDLSConfig`
+    has them; named here so that this module, which that one imports, need not import it).
+    Read-only, as the frozen config's fields are, and hashable (:func:`codec_for` caches)."""
+
+    @property
+    def compression(self) -> str:
+        """``lasso``, ``full``, ``pca`` or ``quant``."""
+
+    @property
+    def phi(self) -> int:
+        """Vocabulary tokens per position of a LASSO residual (Φ)."""
+
+    @property
+    def lasso_alpha(self) -> float:
+        """The LASSO penalty."""
+
+    @property
+    def lasso_screen(self) -> int:
+        """Tokens screened by correlation before the LASSO."""
+
+    @property
+    def pca_components(self) -> int:
+        """Principal components of e(V) for ``pca``."""
+
+    @property
+    def quant_bits(self) -> int:
+        """Bits per value for ``quant``."""
+
+
+def make_codec(cfg: CodecSettings, vocab: np.ndarray) -> Codec:
+    """The download codec that ``feddls.compression`` names (same on server and clients).
+
+    Parameters
+    ----------
+    cfg
+        The method's config (``FedDLSConfig``): which codec and its settings.
+    vocab
+        e(V), the ``[|V|, D]`` vocabulary embeddings the codecs build prompts from.
+
+    Returns
+    -------
+    Codec
+        A new codec.
+    """
     if len(vocab) >= SENTINEL:
         raise ConfigError(f"feddls sends uint16 token ids: vocabulary of {len(vocab)} does not fit below {SENTINEL}")
     builders = {
@@ -251,7 +291,20 @@ def make_codec(cfg: "FedDLSConfig", vocab: np.ndarray) -> Codec:
 
 
 @functools.lru_cache(maxsize=4)
-def codec_for(cfg: "FedDLSConfig", backbone) -> Codec:
+def codec_for(cfg: CodecSettings, backbone: Any) -> Codec:
     """:func:`make_codec` on ``backbone``'s e(V), once per process (simulated clients are
-    rebuilt for every message; the PCA's SVD of e(V) takes about a second)."""
+    rebuilt for every message; the PCA's SVD of e(V) takes about a second).
+
+    Parameters
+    ----------
+    cfg
+        The method's config (``FedDLSConfig``; hashable, the cache key with ``backbone``).
+    backbone
+        A :class:`fedtext.backbone.Backbone` (its ``vocab_embeddings()``).
+
+    Returns
+    -------
+    Codec
+        The process's codec for this config and backbone.
+    """
     return make_codec(cfg, backbone.vocab_embeddings())
