@@ -36,6 +36,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
+from fedtext.errors import ConfigError  # defined in a leaf module, raised and caught as fedtext.config's
+
 PARTITIONS = ("iid", "dirichlet", "label", "domain")
 CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every client once, or from results
 HEADS = ("similarity", "tied", "mlm", "linear", "cls")
@@ -51,10 +53,6 @@ RENAMED = {
     "dls-candidates": "feddls.candidates",
     "dls-steps": "feddls.steps",
 }
-
-
-class ConfigError(ValueError):
-    """A run-config value is invalid. The message is one line a user can act on."""
 
 
 def kebab(name: str) -> str:

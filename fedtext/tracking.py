@@ -46,6 +46,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from fedtext.errors import ConfigError  # not fedtext.config's name: config imports this module
+
 log = logging.getLogger("fedtext")
 
 NONE = ("", "none")  # tracker values that turn tracking off
@@ -89,8 +91,6 @@ def parse(value: str) -> tuple[str, ...]:
 
     Raises ``ConfigError`` (one line) for a name not in :data:`TRACKERS`.
     """
-    from fedtext.config import ConfigError  # config imports this module lazily, and vice versa
-
     names: list[str] = []
     for part in str(value).split(","):
         name = part.strip().lower()
@@ -107,8 +107,6 @@ def parse(value: str) -> tuple[str, ...]:
 def check_installed(names: Sequence[str]) -> None:
     """Raise ``ConfigError`` (one line) naming the pip extra of the first tracker whose
     package is not installed (looked up, not imported)."""
-    from fedtext.config import ConfigError
-
     for name in names:
         cls = TRACKERS[name]
         if importlib.util.find_spec(cls.module) is None:

@@ -1,0 +1,13 @@
+"""The error a user can act on, in a leaf module (it imports nothing of fedtext's).
+
+:class:`ConfigError` lives here so that the modules :mod:`fedtext.config` itself imports
+to validate a run-config (:mod:`fedtext.tracking`) can raise it without importing
+:mod:`fedtext.config` back (``tests/test_imports.py`` checks the import graph has no
+circle). Import it from :mod:`fedtext.config`, which is where it belongs to a reader.
+"""
+
+from __future__ import annotations
+
+
+class ConfigError(ValueError):
+    """A run-config value is invalid. The message is one line a user can act on."""
