@@ -37,7 +37,7 @@ from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
 from fedtext.records import RunRecorder, exit_reason, install_signal_handlers, run_folder_name
 from fedtext.registry import METHODS, resolve
-from fedtext.strategy import Evaluator, FedTextStrategy
+from fedtext.strategy import CONNECT_TIMEOUT_S, Evaluator, FedTextStrategy
 from fedtext.tracking import check_installed
 
 log = logging.getLogger("fedtext")
@@ -116,7 +116,7 @@ class RecordingServer(Server):
         round-0 evaluation: the global arrays come from the checkpoint)."""
         strategy = self.strategy
         if strategy.cfg.clients_per_round:  # as initialize_parameters would
-            self._client_manager.wait_for(strategy.cfg.clients_per_round, timeout=60)
+            self._client_manager.wait_for(strategy.cfg.clients_per_round, timeout=CONNECT_TIMEOUT_S)
             strategy.cfg.check_num_clients(self._client_manager.num_available())
         self.parameters = comm.encode(strategy.global_arrays)
         history, start = History(), timeit.default_timer()

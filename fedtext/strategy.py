@@ -70,6 +70,9 @@ from fedtext.tasks import Task
 log = logging.getLogger("fedtext")
 
 CONNECT_TIMEOUT_S = 60  # how long round 0 waits for clients-per-round clients to connect
+# Salt of the training draw (:meth:`FedTextStrategy.draw`): a stream of its own beside the
+# evaluation draw's and FeS's labelling draw's (fedtext.methods.fes.LABEL_SALT).
+TRAIN_SALT = 0x5A3
 PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message may start a Ray actor (seconds)
 PROPERTIES_WORKERS = 64  # get_properties messages in flight at once (Flower's fit fan-out uses threads too)
 
@@ -350,7 +353,7 @@ class FedTextStrategy(FedAvg):
         return sorted(found, key=lambda p: self.info(p)["order"])
 
     def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
-        """``clients-per-round`` participants drawn with ``default_rng([seed, round])``.
+        """``clients-per-round`` participants drawn with ``default_rng([seed, round, TRAIN_SALT])``.
 
         Too few participants in this process's first round is a configuration error
         (``holdout`` or ``clients-per-round`` against the federation). Later it is a
@@ -361,7 +364,7 @@ class FedTextStrategy(FedAvg):
         participants = self.clients(client_manager, participants_only=True)
         n = self.cfg.clients_per_round or len(participants)
         if n <= len(participants) and participants:
-            return self.draw(participants, n, server_round, 0x5A3)
+            return self.draw(participants, n, server_round, TRAIN_SALT)
         connected = len(client_manager.all())
         if server_round <= self.resumed_round + 1:
             if not participants:
@@ -373,12 +376,13 @@ class FedTextStrategy(FedAvg):
         reason = f"node lost: {len(participants)} of {n} participants connected ({connected} nodes)"
         log.warning("round %d: %s; the round goes on with them", server_round, reason)
         self.record.drop("missing", reason)
-        return self.draw(participants, len(participants), server_round, 0x5A3)
+        return self.draw(participants, len(participants), server_round, TRAIN_SALT)
 
     def draw(self, pool: list[ClientProxy], n: int, server_round: int, salt: int) -> list[ClientProxy]:
         """``n`` clients of ``pool`` without replacement, kept in pool order, drawn with
         ``default_rng([seed, round, salt])``: a rerun of a seed draws the same clients, and
-        each salt (training 0x5A3, FeS labelling 0x1AB) is its own stream."""
+        each salt (training :data:`TRAIN_SALT`, FeS labelling
+        :data:`fedtext.methods.fes.LABEL_SALT`) is its own stream."""
         rng = np.random.default_rng([self.cfg.seed, server_round, salt])
         return [pool[i] for i in np.sort(rng.choice(len(pool), size=n, replace=False))]
 

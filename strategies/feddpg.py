@@ -30,7 +30,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedtext.config import ConfigError
 from fedtext.methods.feddpg import BEFORE_UNLEARNING
-from fedtext.strategy import FedTextStrategy, Upload, weighted_mean
+from fedtext.strategy import CONNECT_TIMEOUT_S, FedTextStrategy, Upload, weighted_mean
 
 log = logging.getLogger("fedtext")
 
@@ -47,7 +47,7 @@ class FedDPG(FedTextStrategy):
     def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
         if not self.is_unlearn_round(server_round):
             return super().sample_clients(server_round, client_manager)
-        client_manager.wait_for(1, timeout=60)
+        client_manager.wait_for(1, timeout=CONNECT_TIMEOUT_S)
         want = str(self.mcfg.unlearn_client)
         found = [p for p in self.clients(client_manager, participants_only=False)
                  if self.info(p)["partition_id"] == want]

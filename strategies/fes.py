@@ -46,9 +46,9 @@ from flwr.common import FitRes, Scalar
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from fedtext.methods.fes import Pace, Pacer, gold_count, parse_paces
 from fedtext.config import ConfigError
-from fedtext.strategy import CONNECT_TIMEOUT_S, FedTextStrategy, Upload
+from fedtext.methods.fes import LABEL_SALT, Pace, Pacer, gold_count, parse_paces
+from fedtext.strategy import CONNECT_TIMEOUT_S, TRAIN_SALT, FedTextStrategy, Upload
 
 log = logging.getLogger("fedtext")
 
@@ -112,11 +112,11 @@ class FewShotStrategy(FedTextStrategy):
         pid = {p.cid: self.info(p)["partition_id"] for p in participants}
         with_labels = [p for p in participants if pid[p.cid] in self.labelled or self.initially_labelled(pid[p.cid])]
         n_train = min(self.cfg.clients_per_round or len(with_labels), len(with_labels))
-        train = self.draw(with_labels, n_train, server_round, 0x5A3)
+        train = self.draw(with_labels, n_train, server_round, TRAIN_SALT)
         pace = self.round_pace()
         label: list[ClientProxy] = []
         if pace is not None and pace.labels_round(server_round):
-            label = self.draw(participants, min(pace.n, len(participants)), server_round, 0x1AB)
+            label = self.draw(participants, min(pace.n, len(participants)), server_round, LABEL_SALT)
         self.roles = {p.cid: (int(p in train), int(p in label)) for p in {*train, *label}}
         self.record.method_metrics.update(self.pace_metrics(pace, len(train), len(label)))
         return sorted({*train, *label}, key=lambda p: self.info(p)["order"])

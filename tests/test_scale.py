@@ -20,6 +20,7 @@ import torch
 
 from fedtext.records import RoundRecord, busy_seconds
 from fedtext.registry import make_config
+from fedtext.strategy import TRAIN_SALT
 from fedtext.tasks import TASKS
 from strategies.fedprompt import FedPrompt
 
@@ -107,7 +108,7 @@ def test_lazy_client_ids_ask_nobody_and_draw_in_node_id_order(backbone):
     evaluated = strat.sample_eval_clients(1, manager)
     assert asked == [] and len(picked) == 3 and len(evaluated) == 3
     by_cid = sorted(manager.all())  # the draw is rng positions over the cids, sorted
-    rng = np.random.default_rng([cfg.seed, 1, 0x5A3])
+    rng = np.random.default_rng([cfg.seed, 1, TRAIN_SALT])
     assert picked == [by_cid[i] for i in np.sort(rng.choice(20, size=3, replace=False))]
     with pytest.raises(ConfigError, match="holdout needs client-ids=ask"):
         make_config("fedprompt", client_ids="lazy", holdout="1")
