@@ -54,7 +54,7 @@ from torch import Tensor
 
 from fedtext.config import DEFAULT_MODEL, ConfigError, RunConfig
 from fedtext.progress import Progress, track
-from fedtext.records import current_rss_mb
+from fedtext.records.probes import current_rss_mb
 from fedtext.tasks import Task
 
 log = logging.getLogger("fedtext")

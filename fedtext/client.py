@@ -45,7 +45,7 @@ from fedtext.data import ClientData
 from fedtext.model import Model, SubspaceModel
 from fedtext.progress import track
 from fedtext.prompts import project, projection
-from fedtext.records import peak_rss_mb
+from fedtext.records.probes import peak_rss_mb
 from fedtext.tasks import Task
 
 

@@ -35,7 +35,8 @@ from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.data import labelled
 from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
-from fedtext.records import RunRecorder, exit_reason, install_signal_handlers, run_folder_name
+from fedtext.records.signals import exit_reason, install_signal_handlers
+from fedtext.records.writer import RunRecorder, run_folder_name
 from fedtext.registry import METHODS, resolve
 from fedtext.strategy import CONNECT_TIMEOUT_S, Evaluator, FedTextStrategy
 from fedtext.tracking import check_installed

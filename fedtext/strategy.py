@@ -64,7 +64,8 @@ from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import labelled, partition_sizes, partition_train, server_test
 from fedtext.model import Model
-from fedtext.records import RoundRecord, RunRecorder
+from fedtext.records.schema import RoundRecord
+from fedtext.records.writer import RunRecorder
 from fedtext.tasks import Task
 
 log = logging.getLogger("fedtext")

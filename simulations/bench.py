@@ -128,8 +128,7 @@ def high_water_mb() -> float:
 
 def client_round(method: str, budget_mb: int) -> dict[str, float]:
     """One warm-up and one timed local round of ``method``'s client (this process)."""
-    from fedtext.records import peak_rss_mb
-    from fedtext.records import current_rss_mb
+    from fedtext.records.probes import current_rss_mb, peak_rss_mb
     from fedtext.data import client_data
     from fedtext.client_app import client_class
     from fedtext.registry import make_config
@@ -167,7 +166,7 @@ SIM_CONFIG = f"method=bbt-fed dataset={SST2} clients-per-round=5 num-server-roun
 
 def simulation(cpus_per_client: float, threads: int, out: Path) -> list[dict]:
     """A 10-client bbt-fed simulation; its round records."""
-    from fedtext.records import load_run
+    from fedtext.records.reader import load_run
 
     folder = out / f"cpus{cpus_per_client:g}-threads{threads}"
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}

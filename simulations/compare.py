@@ -68,7 +68,8 @@ from typing import Any
 import pandas as pd
 
 from fedtext.config import ConfigError, RunConfig
-from fedtext.records import FINISHED, machine, runs_under
+from fedtext.records.probes import machine
+from fedtext.records.reader import FINISHED, runs_under
 from simulations.tables import compare_table, load_runs, one_run_per_seed, run_key, to_markdown
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout whose simulations/results/ takes its experiments

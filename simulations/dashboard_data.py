@@ -32,9 +32,10 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records import (
-    PROVENANCE_PACKAGES, RecordError, decode_json, file_problem, finite_number, read_config, read_summary,
-    read_text, round_line, run_status, summarize,
+from fedtext.records.probes import PROVENANCE_PACKAGES
+from fedtext.records.reader import (
+    RecordError, decode_json, file_problem, finite_number, read_config, read_summary, read_text, round_line, run_status,
+    summarize,
 )
 
 RUN_COLUMNS = [

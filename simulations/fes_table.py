@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtext.records import finite_number, runs_under, summarize
+from fedtext.records.reader import finite_number, runs_under, summarize
 
 
 def round_seconds(r: dict[str, Any], bandwidth_mbps: float | None = None) -> float:

@@ -26,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-from fedtext.records import load_run
+from fedtext.records.reader import load_run
 
 DEFAULT_CONFIG = "method=bbt-fed dataset=../shared/data/sst2 clients-per-round=10 num-server-rounds=2"
 

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from fedtext.config import ConfigError, RunConfig
-from fedtext.records import exit_reason, finish_open_runs, install_signal_handlers, runs_since
+from fedtext.records.reader import runs_since
+from fedtext.records.signals import exit_reason, finish_open_runs, install_signal_handlers
 from fedtext.tracking import check_installed
 
 

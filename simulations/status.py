@@ -20,7 +20,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedtext.records import load_run, summarize
+from fedtext.records.reader import load_run, summarize
 
 
 def main(argv: list[str] | None = None) -> int:

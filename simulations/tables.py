@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records import FINISHED, finite_number, runs_under, summarize
+from fedtext.records.reader import FINISHED, finite_number, runs_under, summarize
 
 COLUMNS = {
     "final_accuracy": "final acc",

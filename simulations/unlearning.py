@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtext.records import runs_under
+from fedtext.records.reader import runs_under
 from simulations.tables import to_markdown
 
 FORGET_DROP, GLOBAL_DROP, OTHER_DROP = 20.0, 2.0, 2.0  # points (issue 12's criteria)

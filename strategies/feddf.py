@@ -22,7 +22,7 @@ import torch
 from fedtext.config import RunConfig
 from fedtext.data import load_splits
 from fedtext.methods.feddrs import Teaching, distill_steps
-from fedtext.records import RunRecorder
+from fedtext.records.writer import RunRecorder
 from fedtext.strategy import Evaluator
 from fedtext.tasks import Task
 from strategies.feddrs import DistillStrategy

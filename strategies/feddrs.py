@@ -33,7 +33,8 @@ from fedtext.config import RunConfig
 from fedtext.methods.feddrs import (Teaching, adversarial_samples, distill_steps, pseudo_labels, random_embeddings,
                                     sequence_ends, target_samples, word_embedding_name, wrap)
 from fedtext.progress import Progress
-from fedtext.records import RunRecorder, peak_rss_mb
+from fedtext.records.probes import peak_rss_mb
+from fedtext.records.writer import RunRecorder
 from fedtext.strategy import Evaluator, Upload, weighted_mean
 from fedtext.tasks import Task
 from strategies.fedavg import FedAvgStrategy

@@ -1,3 +1,68 @@
-"""Run records (being split by job into this package's modules)."""
+"""Run records: ``<output-dir>/<run-id>/{config.json, rounds.jsonl, summary.json}``.
 
-from fedtext.records.reader import *  # noqa: F401,F403
+The compare runner and the dashboard read nothing but these files, so every method
+shows up in comparisons without code changes there.
+
+* ``config.json``: the run-config, the resolved task, the machine, the start time and
+  the run's ``provenance`` (:func:`provenance`: git commit and dirty flag of the code,
+  package versions, Flower's run id, SuperNodes launched and connected). Records from
+  before a field existed lack it; readers show it as unknown.
+* ``rounds.jsonl``: one JSON object per round, appended and flushed as the round ends
+  (round 0 = the initial global model). Fields: see :data:`ROUND_FIELDS`.
+* ``summary.json``: written when the run ends, with ``status`` ``finished`` or
+  ``failed`` (and ``error``: the exception, ``terminated by SIGTERM``, ...).
+* ``heartbeat``: the epoch time the server last showed it was alive, rewritten every
+  few seconds while the run is open. A run without ``summary.json`` whose heartbeat is
+  older than its ``stale-after-s`` is ``stale`` (its server was killed with SIGKILL, or
+  the SuperLink died), not ``running`` forever: :func:`run_status`.
+* ``checkpoint.npz``: the server's state after the last finished round (``fedtext.server_app``: ``resume=<run-id>`` continues from it).
+* ``run.log``: the ``fedtext`` logger's lines while the run is open (round lines,
+  warnings, progress lines), appended from when the recorder opens the run (or
+  reopens it on resume) until it finishes (:class:`RunLogHandler`).
+* ``tensorboard/``, ``wandb/``: the files of the experiment trackers ``tracker=`` names
+  (:mod:`fedtext.tracking`), fed from the same round records and summary.
+
+The package's modules, one job each: :mod:`~fedtext.records.schema` (the round record),
+:mod:`~fedtext.records.probes` (process, machine and provenance probes),
+:mod:`~fedtext.records.writer` (:class:`RunRecorder`), :mod:`~fedtext.records.signals`
+(runs ended by a signal) and :mod:`~fedtext.records.reader` (decoding, validation,
+loading, status, summaries). Every public name is re-exported here.
+"""
+
+from __future__ import annotations
+
+# ``fedtext.records.subprocess`` stays reachable: tests/test_provenance.py patches
+# ``records.subprocess.run`` (the subprocess module's own ``run``, which git_state calls).
+import subprocess  # noqa: F401
+
+from fedtext.records.probes import (
+    GIT_TIMEOUT_S, LAUNCH_FIELDS, PROVENANCE_PACKAGES, current_rss_mb, git_state, launch_fields, machine,
+    package_versions, peak_rss_mb, provenance,
+)
+from fedtext.records.reader import (
+    CONFIG_FIELDS, DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, MAX_JSON_DEPTH, SUMMARY_NUMBERS, SUMMARY_TEXT,
+    SUMMARY_TOTALS, RecordError, check_config, check_summary, decode_json, file_problem, finite_number, load_run,
+    parse_round_line, participant_accuracy, progress_line, read_config, read_heartbeat, read_rounds, read_summary,
+    read_text, round_line, run_status, runs_since, runs_under, summarize,
+)
+from fedtext.records.schema import ROUND_FIELDS, RoundRecord, busy_seconds
+from fedtext.records.signals import exit_reason, finish_open_runs, install_signal_handlers, signal_reason
+from fedtext.records.writer import RUN_LOG_FILE, RunLogHandler, RunRecorder, run_folder_name
+
+__all__ = [
+    # schema
+    "ROUND_FIELDS", "RoundRecord", "busy_seconds",
+    # probes
+    "GIT_TIMEOUT_S", "LAUNCH_FIELDS", "PROVENANCE_PACKAGES", "current_rss_mb", "git_state", "launch_fields",
+    "machine", "package_versions", "peak_rss_mb", "provenance",
+    # writer
+    "RUN_LOG_FILE", "RunLogHandler", "RunRecorder", "run_folder_name",
+    # signals
+    "exit_reason", "finish_open_runs", "install_signal_handlers", "signal_reason",
+    # reader
+    "CONFIG_FIELDS", "DEFAULT_STALE_AFTER_S", "FINISHED", "HEARTBEAT_FILE", "MAX_JSON_DEPTH", "SUMMARY_NUMBERS",
+    "SUMMARY_TEXT", "SUMMARY_TOTALS", "RecordError", "check_config", "check_summary", "decode_json", "file_problem",
+    "finite_number", "load_run", "parse_round_line", "participant_accuracy", "progress_line", "read_config",
+    "read_heartbeat", "read_rounds", "read_summary", "read_text", "round_line", "run_status", "runs_since",
+    "runs_under", "summarize",
+]

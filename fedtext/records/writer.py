@@ -1,0 +1,262 @@
+"""The writer of a run's records: :class:`RunRecorder` (``config.json``, ``rounds.jsonl``,
+``summary.json``, the ``heartbeat`` it rewrites while the run is open) with the folder
+name of a new run (:func:`run_folder_name`) and the ``run.log`` handler
+(:class:`RunLogHandler`). The open recorders are registered here for
+:func:`fedtext.records.signals.finish_open_runs`."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedtext.records.probes import launch_fields, machine, provenance
+from fedtext.records.reader import (
+    DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, load_run, progress_line, summarize,
+)
+from fedtext.tracking import Trackers
+
+log = logging.getLogger("fedtext")
+
+_OPEN: "weakref.WeakSet[RunRecorder]" = weakref.WeakSet()  # recorders without a summary yet (finish_open_runs)
+
+
+def run_folder_name(config: Mapping[str, Any], when: _dt.datetime | None = None) -> str:
+    """The folder name of a new run: ``<stamp>-<method>-<dataset>-s<seed>[-<run-name>]``.
+
+    A part the run-config does not hold (a refused start's config may lack any key) is left
+    out rather than written as ``None``, and each part is reduced to one path component
+    (separators become ``_``), so a refused start's odd ``method`` or ``run-name`` can
+    neither read as ``None`` nor point outside ``output-dir``. A run-config that holds its
+    keys, none with a ``/``, is named as it always was.
+
+    Parameters
+    ----------
+    config
+        The flattened run-config (``method``, ``dataset``, ``seed``, ``run-name``).
+    when
+        The start time in the name (default: now).
+
+    Returns
+    -------
+    str
+        E.g. ``20261122-220455-bbt-fed-demo-s0``.
+    """
+    stamp = (when or _dt.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    method, dataset, seed = config.get("method"), config.get("dataset"), config.get("seed")
+    parts = [_path_part(x) for x in (
+        stamp,
+        "" if method is None else str(method),
+        "" if dataset is None else Path(str(dataset)).name,
+        "" if seed is None else f"s{seed}",
+        str(config.get("run-name") or ""),
+    )]
+    return "-".join(x for x in parts if x)
+
+
+def _path_part(text: str) -> str:
+    """``text`` as one harmless path component: ``/`` and NUL -> ``_``; ``.``/``..`` -> ``""``
+    (a ``run-name`` such as ``a/b`` used to open a sub-folder that ``status`` never finds)."""
+    text = text.replace("/", "_").replace("\0", "_")
+    return "" if text in (".", "..") else text
+
+
+RUN_LOG_FILE = "run.log"
+_LEVEL_BEFORE_RUN_LOGS = logging.NOTSET  # the fedtext logger's level before the first open run log
+
+
+class RunLogHandler(logging.Handler):
+    """Appends the ``fedtext`` logger's records to a run's ``run.log``.
+
+    The file is opened for each line (a run writes a few lines a round) so that no
+    descriptor stays open; a line that cannot be written (a full disk, a removed
+    folder) is skipped silently: the console still has it.
+    """
+
+    fedtext_run_log = True  # not a console route (fedtext.progress.setup_logging)
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(logging.INFO)
+        self.path = path
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+            with open(self.path, "a", encoding="utf-8") as fh:
+                fh.write(line + "\n")
+        except Exception:  # noqa: BLE001 - a log line must never stop a run
+            pass
+
+
+class RunRecorder:
+    """Writes one run's records. Created by the ServerApp, fed by the strategy.
+
+    While the run is open a daemon thread rewrites ``heartbeat`` every
+    ``stale-after-s / 10`` seconds (at most 30 s), so a reader tells a long round from a
+    dead server. ``resume=True`` reopens the existing folder ``<output-dir>/<run_id>``:
+    round lines after ``keep_rounds`` are cut (they were written after the checkpoint
+    the run resumes from) and an old ``summary.json`` (``failed``) is removed.
+
+    ``launch`` (:data:`~fedtext.records.probes.LAUNCH_FIELDS`) goes into ``config.json``'s
+    ``provenance`` with the code's (:func:`provenance`); a resumed run records its own
+    process's in its ``resumed`` entry (the code may have changed in between).
+
+    ``trackers`` (names of :data:`fedtext.tracking.TRACKERS`, their packages checked
+    before) get every round record and the summary too (:class:`fedtext.tracking.Trackers`).
+    The ``fedtext`` logger's lines go to ``run.log`` in the folder from the start until
+    :meth:`finish` (:class:`RunLogHandler`).
+    """
+
+    def __init__(self, output_dir: str | Path, config: dict[str, Any], run_id: str | None = None,
+                 resume: bool = False, keep_rounds: int | None = None,
+                 launch: Mapping[str, Any] | None = None, trackers: tuple[str, ...] = ()) -> None:
+        self._tracker_names = tuple(trackers)
+        if resume:
+            self._reopen(Path(output_dir).expanduser().resolve() / str(run_id), config, keep_rounds, launch)
+            return
+        base = run_id or run_folder_name(config)
+        root = Path(output_dir).expanduser().resolve()
+        self.dir = root / base
+        i = 1
+        while self.dir.exists():  # two runs started in the same second
+            i += 1
+            self.dir = root / f"{base}-{i}"
+        self.dir.mkdir(parents=True)
+        self.run_id = self.dir.name
+        self._attach_log()
+        self.start = time.time()
+        self.rounds: list[dict[str, Any]] = []
+        self.config = config
+        _write_json(self.dir / "config.json", {
+            "run_id": self.run_id, "config": config, "machine": machine(),
+            "started": _dt.datetime.now().isoformat(timespec="seconds"), "started_epoch": self.start,
+            "provenance": provenance(launch),
+        })
+        log.info("fedtext: run records -> %s", self.dir)
+        self._open()
+
+    def _reopen(self, run_dir: Path, config: dict[str, Any], keep_rounds: int | None,
+                launch: Mapping[str, Any] | None) -> None:
+        self.dir, self.run_id, self.config = run_dir, run_dir.name, config
+        self._attach_log()
+        meta = json.loads((run_dir / "config.json").read_text())
+        self.start = float(meta.get("started_epoch", time.time()))
+        kept = [r for r in load_run(run_dir)["rounds"] if keep_rounds is None or r["round"] <= keep_rounds]
+        self.rounds = kept
+        tmp = run_dir / "rounds.jsonl.tmp"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        tmp.replace(run_dir / "rounds.jsonl")
+        (run_dir / "summary.json").unlink(missing_ok=True)
+        meta["config"] = config  # the same but for RESUMABLE_CHANGES (e.g. more rounds)
+        meta.setdefault("resumed", []).append({
+            "from_round": keep_rounds, "at": _dt.datetime.now().isoformat(timespec="seconds"), "machine": machine(),
+            "provenance": provenance(launch)})
+        _write_json(run_dir / "config.json", meta)
+        log.info("fedtext: resuming run %s after round %s -> %s", self.run_id, keep_rounds, run_dir)
+        self._open()
+
+    def note_launch(self, **fields: Any) -> None:
+        """Add :data:`~fedtext.records.probes.LAUNCH_FIELDS` learnt after the start
+        (``nodes_at_start``) to the provenance in ``config.json`` (the last ``resumed``
+        entry's for a resumed run)."""
+        fields = launch_fields(fields)
+        try:
+            meta = json.loads((self.dir / "config.json").read_text())
+            entry = meta["resumed"][-1] if meta.get("resumed") else meta
+            entry.setdefault("provenance", {}).update(fields)
+            _write_json(self.dir / "config.json", meta)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            # a provenance note must not stop training (a full disk, a hand-edited file)
+            log.warning("fedtext: could not add %s to %s: %s", fields, self.dir / "config.json", exc)
+
+    def _attach_log(self) -> None:
+        """Start appending the ``fedtext`` logger's lines to ``run.log`` (INFO and up: a
+        logger left at Python's default WARNING is set to INFO until :meth:`finish`)."""
+        global _LEVEL_BEFORE_RUN_LOGS
+        logger = logging.getLogger("fedtext")
+        if not any(getattr(h, "fedtext_run_log", False) for h in logger.handlers):
+            _LEVEL_BEFORE_RUN_LOGS = logger.level
+        self._log_handler = RunLogHandler(self.dir / RUN_LOG_FILE)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+        logger.addHandler(self._log_handler)
+
+    def _detach_log(self) -> None:
+        handler = getattr(self, "_log_handler", None)
+        if handler is None:
+            return
+        logger = logging.getLogger("fedtext")
+        logger.removeHandler(handler)
+        self._log_handler = None
+        if not logger.handlers:  # the last open run, and nothing routes the logger (setup_logging) since:
+            logger.setLevel(_LEVEL_BEFORE_RUN_LOGS)  # the level the first one found
+
+    def _open(self) -> None:
+        """Start the trackers and the heartbeat, and register for
+        :func:`fedtext.records.signals.finish_open_runs`."""
+        self.trackers = Trackers(self._tracker_names, self.dir, self.run_id, self.config)
+        stale = float(self.config.get("stale-after-s", DEFAULT_STALE_AFTER_S))
+        self.heartbeat_s = max(0.5, min(30.0, stale / 10))
+        self._closed = threading.Event()
+        self.beat()
+        _OPEN.add(self)
+        threading.Thread(target=self._beat_loop, name="fedtext-heartbeat", daemon=True).start()
+
+    def beat(self) -> None:
+        """Write the heartbeat (epoch seconds) atomically."""
+        tmp = self.dir / f"{HEARTBEAT_FILE}.tmp"
+        try:
+            tmp.write_text(f"{time.time():.3f}\n")
+            tmp.replace(self.dir / HEARTBEAT_FILE)
+        except OSError:  # a full disk must not kill training; the reader will say stale
+            pass
+
+    def _beat_loop(self) -> None:
+        while not self._closed.wait(self.heartbeat_s):
+            self.beat()
+
+    def log_round(self, record: dict[str, Any]) -> None:
+        """Append one round and print the progress line."""
+        self.rounds.append(record)
+        with open(self.dir / "rounds.jsonl", "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+            fh.flush()
+        log.info(progress_line(record, int(self.config.get("num-server-rounds", 0))))
+        self.trackers.log_round(record)
+
+    def finish(self, status: str = FINISHED, error: str | None = None) -> dict[str, Any]:
+        """Write ``summary.json`` (idempotent: the first call wins)."""
+        path = self.dir / "summary.json"
+        if path.exists():
+            return json.loads(path.read_text())
+        self._closed.set()
+        _OPEN.discard(self)
+        summary = summarize(self.rounds)
+        summary.update(
+            run_id=self.run_id, status=status, error=error,
+            method=self.config.get("method"), dataset=self.config.get("dataset"),
+            partition=self.config.get("partition"), seed=self.config.get("seed"),
+            wall_time_s=round(time.time() - self.start, 2),
+        )
+        _write_json(path, summary)
+        self.beat()
+        if status != FINISHED:
+            log.error("fedtext: run %s %s: %s", self.run_id, status, error)
+        self.trackers.finish(summary)
+        self._detach_log()
+        return summary
+
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` to ``path`` as indented JSON, atomically (a ``.tmp`` file, then a rename)."""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    tmp.replace(path)  # atomic: a reader never sees half a file
