@@ -24,7 +24,7 @@ from fedtext.strategy import TRAIN_SALT
 from fedtext.tasks import TASKS
 from strategies.fedprompt import FedPrompt
 
-from .conftest import REPO
+from ..conftest import REPO
 from .test_strategy import _manager
 
 

@@ -16,7 +16,7 @@ from fedtext import records
 from fedtext.records import LAUNCH_FIELDS, PROVENANCE_PACKAGES, RunRecorder, git_state, provenance
 from simulations.dashboard_data import UNKNOWN, provenance_rows, run_provenance
 
-from .conftest import REPO
+from ..conftest import REPO
 
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
 

@@ -24,7 +24,7 @@ from fedtext.config import ConfigError
 from fedtext.records import RUN_LOG_FILE, RunRecorder
 from fedtext.tracking import TRACKERS, Tracker, Trackers, check_installed, parse, round_scalars
 
-from .conftest import REPO
+from ..conftest import REPO
 
 CONFIG = {"method": "bbt-fed", "dataset": "demo", "seed": 0, "num-server-rounds": 2, "bbt-fed.popsize": 10}
 ROUNDS = [

@@ -1,6 +1,6 @@
 """Run fedprompt through Flower's simulation engine with one poisoning client (test helper).
 
-    python tests/poisoned_client.py OUTPUT_DIR
+    python tests/integration/poisoned_client.py OUTPUT_DIR
 
 Client 0 sends finite poison, a different kind each round (issue 35): round 1 a prompt
 of 1e30, round 2 ``num_examples=10**12``, round 3 ``queries="lots"``; every round its

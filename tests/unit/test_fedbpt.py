@@ -21,7 +21,7 @@ from fedtext.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedbpt import FedBPT
 
-from .conftest import client_class
+from ..conftest import client_class
 
 
 # --------------------------------------------------------------------------- sigma'
@@ -475,8 +475,8 @@ def test_reference_and_ratio_run_two_rounds_through_flower(tmp_path):
     import subprocess
     import sys
 
-    from .conftest import REPO
-    from .test_integration import _env, _only_run
+    from ..conftest import REPO
+    from ..integration.test_methods_flower import _env, _only_run
 
     cfg = ("method=fedbpt num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 "
            "max-length=48 fedbpt.local-steps=2 fedbpt.popsize=4 fedbpt.intrinsic-dim=20 fedbpt.server-step='reference' "

@@ -13,7 +13,7 @@ import pytest
 from fedtext.records import FINISHED, RunRecorder
 from simulations import compare
 
-from .conftest import REPO
+from ..conftest import REPO
 
 EXPERIMENT = """methods = ["fedprompt", "bbt-fed"]
 seeds = [0, 1]

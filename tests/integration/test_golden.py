@@ -1,6 +1,6 @@
 """Golden records: the per-method reshape (issue 9) changed no number.
 
-``tests/golden/golden_demo.json`` holds, per method, the per-round accuracy, loss and
+``tests/integration/golden/golden_demo.json`` holds, per method, the per-round accuracy, loss and
 bytes of a 2-round demo run (seed 0) recorded with ``simulations.simulate`` on the main
 *before* the reshape (commit in the file; the run-config there uses the old flat keys).
 Each test reruns the same setting with today's keys through Flower's simulation engine
@@ -18,10 +18,10 @@ import sys
 
 import pytest
 
-from .conftest import REPO
-from .test_integration import _env, _only_run
+from ..conftest import REPO
+from .test_methods_flower import _env, _only_run
 
-GOLDEN = json.loads((REPO / "tests" / "golden" / "golden_demo.json").read_text())["methods"]
+GOLDEN = json.loads((REPO / "tests" / "integration" / "golden" / "golden_demo.json").read_text())["methods"]
 TINY = ("num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
         "seed=0")
 NEW_KEYS = {  # the same settings as golden_demo.json's old_run_config, in today's keys

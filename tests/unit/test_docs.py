@@ -14,7 +14,7 @@ import pytest
 
 from simulations import guide
 
-from .conftest import REPO
+from ..conftest import REPO
 
 README = REPO / "README.md"
 PAGES = [README, *sorted((REPO / "docs").rglob("*.md"))]

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from .conftest import REPO
+from ..conftest import REPO
 
 PACKAGES = ("fedtext", "strategies", "clients", "simulations")
 PLUG_INS = ("strategies", "clients")

@@ -29,7 +29,7 @@ from fedtext.records import participant_accuracy
 from fedtext.tasks import TASKS
 from strategies.feddls import FedDLS
 
-from .conftest import client_class
+from ..conftest import client_class
 
 # ------------------------------------------------------------------ upload codec
 TOY = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [2.0, 0.1]], np.float32)
@@ -482,8 +482,8 @@ def test_feddls_two_rounds_three_clients_with_a_non_participant_through_flower(t
     import subprocess
     import sys
 
-    from .conftest import REPO
-    from .test_integration import TINY, _env, _only_run
+    from ..conftest import REPO
+    from ..integration.test_methods_flower import TINY, _env, _only_run
 
     t, phi = 4, 5
     cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",

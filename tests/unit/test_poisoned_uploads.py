@@ -363,9 +363,9 @@ def test_one_poisoning_client_through_flower_cannot_wreck_the_run(tmp_path):
     import sys
     from pathlib import Path
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(repo)}
-    proc = subprocess.run([sys.executable, str(repo / "tests" / "poisoned_client.py"), str(tmp_path)],
+    proc = subprocess.run([sys.executable, str(repo / "tests" / "integration" / "poisoned_client.py"), str(tmp_path)],
                           cwd=repo, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from .conftest import REPO
+from ..conftest import REPO
 
 
 def test_ci_extracts_the_readme_test_command():

@@ -28,7 +28,7 @@ from fedtext import checkpoint
 from fedtext import node_state as ns
 from fedtext.records import load_run
 
-from .conftest import REPO
+from ..conftest import REPO
 
 RUN_KEY = "20250101-000000-fes-demo-s0"
 

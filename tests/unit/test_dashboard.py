@@ -22,7 +22,7 @@ from simulations.dashboard_data import (
     integer_dtick, round_series, run_detail, runs_table,
 )
 
-from .conftest import REPO
+from ..conftest import REPO
 from .test_records import MALFORMED
 
 

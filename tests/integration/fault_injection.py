@@ -1,6 +1,6 @@
 """Run fedbpt through Flower's simulation engine with two faulty clients (test helper).
 
-    python tests/fault_injection.py OUTPUT_DIR
+    python tests/integration/fault_injection.py OUTPUT_DIR
 
 Client 0 uploads NaNs, client 1 an array of the wrong shape, client 2 is honest. The
 faulty classes live in ``__main__`` so that Ray ships them to its workers by value.

@@ -18,7 +18,7 @@ import pytest
 
 from fedtext.config import ConfigError, RunConfig
 
-from .conftest import REPO
+from ..conftest import REPO
 
 LABELS = ("pos", "neg", "neu")  # sorted: neg=0, neu=1, pos=2
 WORDS = {"pos": ("great", "wonderful", "excellent"), "neg": ("awful", "terrible", "dreadful"),
@@ -271,7 +271,7 @@ def test_a_run_recorded_before_the_new_keys_still_resumes(tmp_path):
 @pytest.mark.slow
 def test_a_three_class_csv_of_ones_own_runs_end_to_end(tmp_path):
     """python -m simulations.simulate, 2 SuperNodes, 1 round, on a 3-class string-label CSV."""
-    from .test_integration import _env, _only_run
+    from ..integration.test_methods_flower import _env, _only_run
 
     folder = _three_class_csv(tmp_path, train=90, test=30)
     out = tmp_path / "runs"

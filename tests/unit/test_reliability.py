@@ -21,7 +21,7 @@ import pytest
 from fedtext import checkpoint
 from fedtext.records import RunRecorder, load_run, run_status, summarize
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = ("num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
         "clients-per-round=2")
 FEDBPT = f"method=fedbpt {TINY} fedbpt.local-steps=2 fedbpt.popsize=4 fedbpt.intrinsic-dim=20"

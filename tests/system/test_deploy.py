@@ -36,7 +36,7 @@ from types import SimpleNamespace
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 pytestmark = [

@@ -19,7 +19,7 @@ import pytest
 from fedtext.comm import NPY_HEADER_BYTES
 from fedtext.records import ROUND_FIELDS
 
-from .conftest import REPO
+from ..conftest import REPO
 
 TINY = "num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48"
 # MiniLM-L6 (22,713,216 encoder weights in 103 tensors) + linear head [2, 384] + [2]: float32, one NPY header each
@@ -252,7 +252,7 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
     Flower home, which gets Flower's default local simulation of 2 clients (README says
     so). The local SuperLink ``flwr run`` leaves running is stopped afterwards by the
     ``own_processes`` fixture, by PID: only the one this test started."""
-    from .conftest import processes_with_token
+    from ..conftest import processes_with_token
 
     env, token = own_processes
     # Flower's local SuperLink listens on fixed ports (39091 HTTP, 39093 Control) whatever
@@ -287,7 +287,7 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
 def test_nan_and_wrong_shape_clients_are_dropped_through_flower(tmp_path):
     """fedbpt, 3 clients, 2 rounds: clients 0 (NaN) and 1 (wrong shape) are dropped
     with a logged reason in every round; the rounds complete on client 2 alone."""
-    proc = subprocess.run([sys.executable, str(REPO / "tests" / "fault_injection.py"), str(tmp_path)],
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "integration" / "fault_injection.py"), str(tmp_path)],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]

@@ -12,7 +12,7 @@ from fedtext.model import Model
 from fedtext.registry import CONFIGS, METHODS, make_config, resolve
 from simulations.compare import flatten
 
-from .conftest import REPO
+from ..conftest import REPO
 
 
 def pyproject_config() -> dict:
