@@ -1,9 +1,12 @@
-"""Shared fixtures: the offline backbone is loaded once per test session."""
+"""Shared fixtures and helpers of the three tiers (tests/unit, tests/integration,
+tests/system): the offline backbone is loaded once per test session; each test is marked
+``unit``, ``integration`` or ``system`` by its folder."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +25,21 @@ if "MUTANT_UNDER_TEST" in os.environ:
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("FEDTEXT_DATA", REPO.parent / "shared" / "data"))
+
+
+def _env() -> dict[str, str]:
+    """The environment of a subprocess that runs fedtext: offline, no runtime installs, this
+    interpreter's scripts (``flwr``, ``ray``) first on PATH."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _only_run(root: Path) -> Path:
+    """The one run folder (the folder of a ``config.json``) under ``root``."""
+    runs = [p.parent for p in root.rglob("config.json")]
+    assert len(runs) == 1, runs
+    return runs[0]
 
 
 def strategy_class(method: str) -> type:

@@ -18,8 +18,7 @@ import sys
 
 import pytest
 
-from ..conftest import REPO
-from .test_methods_flower import _env, _only_run
+from ..conftest import REPO, _env, _only_run
 
 GOLDEN = json.loads((REPO / "tests" / "integration" / "golden" / "golden_demo.json").read_text())["methods"]
 TINY = ("num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "

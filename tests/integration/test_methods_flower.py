@@ -1,4 +1,5 @@
-"""Each method end to end through Flower's simulation engine (Ray), and ``flwr run .``.
+"""Each method end to end through Flower's simulation engine (Ray); ``flwr run .`` is in
+tests/system/test_flwr_run.py.
 
 Sized for CI on 2 cores: tiny prompts, few shots, 2 rounds, 2 clients.
 """
@@ -6,8 +7,6 @@ Sized for CI on 2 cores: tiny prompts, few shots, 2 rounds, 2 clients.
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from fedtext.comm import NPY_HEADER_BYTES
 from fedtext.records import ROUND_FIELDS
 
-from ..conftest import REPO
+from ..conftest import REPO, _env, _only_run
 
 TINY = "num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48"
 # MiniLM-L6 (22,713,216 encoder weights in 103 tensors) + linear head [2, 384] + [2]: float32, one NPY header each
@@ -39,18 +38,6 @@ PER_METHOD = {  # extra run-config, clients, bytes up and down per client-round
 }
 # G with h=5, |P|=2: [5, 384] [5] [768, 5] [768], one NPY header each
 FEDDPG_BYTES = 4 * (384 * 5 + 5 + 5 * 768 + 768) + 4 * NPY_HEADER_BYTES
-
-
-def _env() -> dict[str, str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def _only_run(root: Path) -> Path:
-    runs = [p.parent for p in root.rglob("config.json")]
-    assert len(runs) == 1, runs
-    return runs[0]
 
 
 def _simulate(clients: int, run_config: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path, list[dict]]:
@@ -229,58 +216,6 @@ def test_compare_runner_rejects_a_bad_experiment(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "simulations.compare", str(exp)], cwd=REPO, env=_env(),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "unknown method 'fedsgd'" in proc.stderr
-
-
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 now (held together, so they differ)."""
-    import socket
-
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(shutil.which("flwr", path=str(Path(sys.executable).parent)) is None, reason="flwr CLI not installed")
-def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
-    """README's first command, shortened to one round: ``flwr run . --stream`` in a fresh
-    Flower home, which gets Flower's default local simulation of 2 clients (README says
-    so). The local SuperLink ``flwr run`` leaves running is stopped afterwards by the
-    ``own_processes`` fixture, by PID: only the one this test started."""
-    from ..conftest import processes_with_token
-
-    env, token = own_processes
-    # Flower's local SuperLink listens on fixed ports (39091 HTTP, 39093 Control) whatever
-    # FLWR_HOME is; Flower reads these two variables for them: free ports of our own, so a
-    # SuperLink elsewhere on the machine can neither fail this test nor receive its run.
-    http_port, control_port = _free_ports(2)
-    env = {**_env(), **env, "FLWR_HOME": str(tmp_path / "flwr-home"),
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port), "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
-    cmd = [str(Path(sys.executable).parent / "flwr"), "run", ".", "--stream",
-           "--run-config", f"num-server-rounds=1 output-dir='{tmp_path / 'runs'}'"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
-    assert "fedtext round 1/1" in out
-    run = _only_run(tmp_path / "runs")
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "finished" and summary["final_accuracy"] is not None
-    last = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()][-1]
-    assert last["num_clients"] == 2 and len(last["client_accuracy"]) == 2  # README: "the 2 simulated clients"
-    mine = processes_with_token(token)
-    assert mine, "expected the detached local SuperLink of flwr run to be running"
-    cmdlines = []
-    for pid in mine:
-        try:
-            cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
-        except OSError:  # a short-lived child that ended meanwhile
-            pass
-    assert any(b"--port" in c and str(http_port).encode() in c for c in cmdlines), "SuperLink not on our port"
 
 
 @pytest.mark.slow

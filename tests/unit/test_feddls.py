@@ -474,41 +474,7 @@ def test_post_tuning_is_seeded_and_stays_near_the_global_prompt(backbone):
     assert 0 < np.linalg.norm(a - p) < 0.5 * np.linalg.norm(p)
 
 
-# ------------------------------------------------------- through Flower, and P/NP sweeps
-@pytest.mark.slow
-def test_feddls_two_rounds_three_clients_with_a_non_participant_through_flower(tmp_path):
-    """2 rounds x 3 clients via Flower's simulation engine; client 2 is held out (NP)."""
-    import json
-    import subprocess
-    import sys
-
-    from ..conftest import REPO
-    from ..integration.test_methods_flower import TINY, _env, _only_run
-
-    t, phi = 4, 5
-    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
-           f"method=feddls {TINY} feddls.steps=2 feddls.candidates=3 post-tune-steps=1 post-tune-popsize=3 "
-           f"post-tune-dim=10 holdout=2 output-dir={tmp_path}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run = _only_run(tmp_path)
-    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
-    up = 2 * t + comm.NPY_HEADER_BYTES
-    update = 4 * phi * t + 2 * comm.NPY_HEADER_BYTES
-    assert [r["round"] for r in rounds] == [0, 1, 2]
-    for r, down in zip(rounds[1:], (0, update), strict=True):  # round 1: p'_0 comes from the seed
-        assert r["num_clients"] == 2 and r["dropped"] == []  # the non-participant never trains
-        assert r["bytes_up_per_client"] == up and r["bytes_down_per_client"] == down
-        assert set(r["client_accuracy"]) == {"0", "1", "2"} and r["participants"] == ["0", "1"]
-    # last round: participants need 1 update, the non-participant both
-    assert rounds[2]["eval_bytes_down"] == 2 * update + 2 * update
-    assert set(rounds[2]["client_post_accuracy"]) == {"0", "1", "2"}
-    summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "finished"
-    assert summary["p_accuracy"] is not None and summary["np_accuracy"] is not None
-    assert "post-tuned P" in proc.stdout + proc.stderr
-
-
+# ------------------------------------------------------------------- P/NP sweeps
 def test_compare_plan_variants_and_rotating_holdouts(tmp_path):
     from fedtext.config import ConfigError
     from simulations.compare import plan
@@ -565,4 +531,3 @@ def test_lasso_solver_is_configured_as_written_eq_8(monkeypatch: pytest.MonkeyPa
     vocab = np.random.default_rng(0).standard_normal((12, 5)).astype(np.float32)
     LassoCodec(vocab, phi=2, alpha=0.3, screen=6).compress(np.ones(5, np.float32))
     assert made == [{"alpha": 0.3 / (2 * 5), "fit_intercept": False, "max_iter": 2000}] * 2
-

@@ -1,6 +1,6 @@
 """FedDPG (dynamic prompt generator, FedDPGu unlearning) and Fed P-tuning v2, without Flower.
 
-The Flower smoke runs of both methods are in ``tests/test_integration.py``.
+The Flower smoke runs of both methods are in ``tests/integration/test_methods_flower.py``.
 """
 
 from __future__ import annotations

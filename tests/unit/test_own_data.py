@@ -9,16 +9,12 @@ task one ``ConfigError`` line before anything trains.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from fedtext.config import ConfigError, RunConfig
-
-from ..conftest import REPO
 
 LABELS = ("pos", "neg", "neu")  # sorted: neg=0, neu=1, pos=2
 WORDS = {"pos": ("great", "wonderful", "excellent"), "neg": ("awful", "terrible", "dreadful"),
@@ -266,24 +262,3 @@ def test_a_run_recorded_before_the_new_keys_still_resumes(tmp_path):
     changed = make_config("fedbpt", output_dir=str(tmp_path / "runs"), resume="old-run", text_column="body")
     with pytest.raises(ConfigError, match=r"these differ: text-column='body' \(run: 'text'\)"):
         resume_checkpoint(changed, {**changed.to_run_config(), "resolved-task": "demo"})
-
-
-@pytest.mark.slow
-def test_a_three_class_csv_of_ones_own_runs_end_to_end(tmp_path):
-    """python -m simulations.simulate, 2 SuperNodes, 1 round, on a 3-class string-label CSV."""
-    from ..integration.test_methods_flower import _env, _only_run
-
-    folder = _three_class_csv(tmp_path, train=90, test=30)
-    out = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", "2", "--run-config",
-           f"method=fedprompt dataset={folder} text-column=sentence num-server-rounds=1 shots-per-class=4 "
-           f"client-test-size=6 eval-size=30 prompt-length=4 max-length=32 fedprompt.local-steps=2 output-dir={out}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run = _only_run(out)
-    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
-    config = json.loads((run / "config.json").read_text())["config"]
-    assert json.loads(config["resolved-labels"]) == ["neg", "neu", "pos"] and config["resolved-task"] == "reviews3"
-    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
-    assert [r["round"] for r in rounds] == [0, 1] and rounds[-1]["num_clients"] == 2
-    assert 0.0 <= rounds[-1]["global_accuracy"] <= 1.0
