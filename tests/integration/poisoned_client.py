@@ -13,11 +13,10 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from flwr.client import ClientApp
-from flwr.simulation import run_simulation
 
 from fedtext.client_app import make_client
-from fedtext.server_app import make_server_app
+
+from flower_launch import simulate  # tests/integration/flower_launch.py: run by path, this folder is on sys.path
 
 OVERRIDES = {
     "method": "fedprompt", "num-server-rounds": 3, "shots-per-class": 4, "client-test-size": 8,
@@ -62,10 +61,4 @@ def client_fn(context):
 
 
 if __name__ == "__main__":
-    run_simulation(
-        server_app=make_server_app({**OVERRIDES, "output-dir": sys.argv[1]}),
-        client_app=ClientApp(client_fn=client_fn),
-        num_supernodes=3,
-        backend_config={"client_resources": {"num_cpus": 2, "num_gpus": 0.0},
-                        "init_args": {"num_cpus": 2, "include_dashboard": False}},
-    )
+    simulate(OVERRIDES, client_fn, sys.argv[1])

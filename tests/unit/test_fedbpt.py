@@ -97,21 +97,12 @@ def test_server_step_uses_c_inverse_sqrt_and_paths():
 
 
 # --------------------------------------------------------------------- strategy
-D, STEPS = 6, 3
+D, STEPS = 6, 3  # the conftest's fedbpt fixture: intrinsic dimension, local steps
 
 
 def fit_res(vec, pid, n=4):
     return (SimpleNamespace(cid=str(pid)),
             FitRes(Status(Code.OK, ""), comm.encode([np.asarray(vec, np.float32)]), n, {"partition_id": pid}))
-
-
-@pytest.fixture()
-def fedbpt(backbone):
-    cfg = make_config("fedbpt", intrinsic_dim=D, local_steps=STEPS, popsize=4, prompt_length=2, max_length=64)
-    strat = FedBPT(cfg, TASKS["demo"])
-    strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
-    return strat
 
 
 def upload(z, sigmas, loss):

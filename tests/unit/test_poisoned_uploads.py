@@ -26,12 +26,11 @@ from fedtext.records import RunRecorder
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from strategies.bbt_fed import BBTFed
-from strategies.fedbpt import FedBPT
 from strategies.fedprompt import FedPrompt
 from strategies.fes import FewShotStrategy
 
 D = 6  # intrinsic dim of the subspace methods here
-STEPS = 2  # FedBPT local steps
+STEPS = 2  # FedBPT local steps (D and STEPS size the conftest's fedbpt fixture)
 
 
 def fit_res(arrays, n, pid, **metrics):
@@ -142,15 +141,6 @@ def test_a_covariance_that_is_not_positive_definite_is_dropped(backbone):
     semidefinite = np.eye(D, dtype=np.float32)
     semidefinite[0, 0] = 0.0
     assert strat.model.check_upload({"z": z, "sigma": sigma, "C": semidefinite}) == "C is not positive definite"
-
-
-@pytest.fixture()
-def fedbpt(backbone):
-    cfg = make_config("fedbpt", intrinsic_dim=D, local_steps=STEPS, popsize=4, prompt_length=2, max_length=64)
-    strat = FedBPT(cfg, TASKS["demo"])
-    strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
-    return strat
 
 
 def packed(z, sigmas, loss):
