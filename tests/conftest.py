@@ -24,6 +24,13 @@ if "MUTANT_UNDER_TEST" in os.environ:
     torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+# tests/<tier>/: unit (math on mock results, configs, records, docs; no Ray, no Flower
+# simulation, no subprocess of its own, no network, no browser), integration (Flower
+# simulation runs, golden records, resume, fault injection, anything that starts a
+# subprocess), system (flwr run, the TLS deployment, a lost SuperNode, a Ray head, the
+# dashboard in a browser). Each test gets its tier's marker: -m unit, -m "not system", ...
+TIERS = ("unit", "integration", "system")
 SHARED_DATA = Path(os.environ.get("FEDTEXT_DATA", REPO.parent / "shared" / "data"))
 
 
@@ -106,6 +113,19 @@ def own_processes():
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
+    """Mark each test with its folder's tier; a test module outside the three tiers is a
+    usage error (it would run in no tier)."""
+    for item in items:
+        try:
+            parts = item.path.resolve().relative_to(TESTS).parts
+        except ValueError:  # not under tests/
+            continue
+        if len(parts) < 2 or parts[0] not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/integration or tests/system")
+        item.add_marker(parts[0])
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001
