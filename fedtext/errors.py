@@ -2,7 +2,7 @@
 
 :class:`ConfigError` lives here so that the modules :mod:`fedtext.config` itself imports
 to validate a run-config (:mod:`fedtext.tracking`) can raise it without importing
-:mod:`fedtext.config` back (``tests/test_imports.py`` checks the import graph has no
+:mod:`fedtext.config` back (``tests/unit/test_imports.py`` checks the import graph has no
 circle). Import it from :mod:`fedtext.config`, which is where it belongs to a reader.
 """
 

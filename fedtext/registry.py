@@ -6,11 +6,11 @@ names everything else about it: its run-config table (``name``), its model
 client as ``"module:Class"`` strings (``strategy = "strategies.fedavg:FedAvgStrategy"``,
 ``client = "clients.fedavg:FedAvgClient"``), as Flower's ``[tool.flwr.app.components]``
 names the apps. So :data:`CONFIGS` is all there is to keep in sync, and
-``tests/test_config.py`` checks it (names unique, every string resolving to a strategy and
+``tests/unit/test_config.py`` checks it (names unique, every string resolving to a strategy and
 a client of the same method module).
 
 This module imports no ``strategies/`` or ``clients/`` module, and no core module does
-(``tests/test_imports.py``): only the two Flower components, ``fedtext/server_app.py``
+(``tests/unit/test_imports.py``): only the two Flower components, ``fedtext/server_app.py``
 and ``fedtext/client_app.py``, :func:`resolve` a config's strings, each its own side.
 
 Adding a method: ``fedtext/methods/<m>.py`` (config + model), ``strategies/<m>.py``,

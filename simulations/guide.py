@@ -2,7 +2,7 @@
 
 Every figure in that table is a cell of a committed ``simulations/results/<experiment>/table.md``
 (written by ``python -m simulations.compare``); this module picks the cells and prints the
-table, and ``tests/test_docs.py`` checks README holds exactly what it prints::
+table, and ``tests/unit/test_docs.py`` checks README holds exactly what it prints::
 
     python -m simulations.guide
 

@@ -1,9 +1,12 @@
-"""Shared fixtures: the offline backbone is loaded once per test session."""
+"""Shared fixtures and helpers of the three tiers (tests/unit, tests/integration,
+tests/system): the offline backbone is loaded once per test session; each test is marked
+``unit``, ``integration`` or ``system`` by its folder."""
 
 from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -21,7 +24,29 @@ if "MUTANT_UNDER_TEST" in os.environ:
     torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+# tests/<tier>/: unit (math on mock results, configs, records, docs; no Ray, no Flower
+# simulation, no subprocess of its own, no network, no browser), integration (Flower
+# simulation runs, golden records, resume, fault injection, anything that starts a
+# subprocess), system (flwr run, the TLS deployment, a lost SuperNode, a Ray head, the
+# dashboard in a browser). Each test gets its tier's marker: -m unit, -m "not system", ...
+TIERS = ("unit", "integration", "system")
 SHARED_DATA = Path(os.environ.get("FEDTEXT_DATA", REPO.parent / "shared" / "data"))
+
+
+def _env() -> dict[str, str]:
+    """The environment of a subprocess that runs fedtext: offline, no runtime installs, this
+    interpreter's scripts (``flwr``, ``ray``) first on PATH."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _only_run(root: Path) -> Path:
+    """The one run folder (the folder of a ``config.json``) under ``root``."""
+    runs = [p.parent for p in root.rglob("config.json")]
+    assert len(runs) == 1, runs
+    return runs[0]
 
 
 def strategy_class(method: str) -> type:
@@ -88,6 +113,19 @@ def own_processes():
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
+    """Mark each test with its folder's tier; a test module outside the three tiers is a
+    usage error (it would run in no tier)."""
+    for item in items:
+        try:
+            parts = item.path.resolve().relative_to(TESTS).parts
+        except ValueError:  # not under tests/
+            continue
+        if len(parts) < 2 or parts[0] not in TIERS:
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/integration or tests/system")
+        item.add_marker(parts[0])
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001

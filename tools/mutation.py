@@ -15,7 +15,7 @@ makes mutmut forget every verdict.
 mutmut (configured in pyproject's ``[tool.mutmut]``) copies the code into ``mutants/``,
 makes one-line mutants of the functions named in :data:`TARGETS` (an operator, a
 comparison, a constant, an argument, a return value changed) and runs, for each, the
-unit tests (pyproject's test selection, ``-m "not slow"``: no Flower run) that execute
+unit tests (pyproject's test selection, files of tests/unit: no Flower run) that execute
 that function. Statements that only word an error or a log line are not mutated
 (``do_not_mutate_patterns``). A mutant is
 *killed* when a test fails, *survives* when all pass. The score of a group is

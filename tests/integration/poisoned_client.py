@@ -1,0 +1,64 @@
+"""Run fedprompt through Flower's simulation engine with one poisoning client (test helper).
+
+    python tests/integration/poisoned_client.py OUTPUT_DIR
+
+Client 0 sends finite poison, a different kind each round (issue 35): round 1 a prompt
+of 1e30, round 2 ``num_examples=10**12``, round 3 ``queries="lots"``; every round its
+evaluate reply lacks ``accuracy``. Clients 1 and 2 are honest. The faulty wrapper lives
+in ``__main__`` so that Ray ships it to its workers by value.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from fedtext.client_app import make_client
+
+from flower_launch import simulate  # tests/integration/flower_launch.py: run by path, this folder is on sys.path
+
+OVERRIDES = {
+    "method": "fedprompt", "num-server-rounds": 3, "shots-per-class": 4, "client-test-size": 8,
+    "eval-size": 40, "prompt-length": 4, "max-length": 48, "fedprompt.local-steps": 2,
+}
+
+
+def poisoning(client):
+    """Wrap the method client the node builds: its fit and evaluate replies are poisoned."""
+    node = client.numpy_client
+    honest_build = node.build
+
+    def build():
+        method_client = honest_build()
+        honest_fit, honest_eval = method_client.fit, method_client.evaluate
+
+        def fit(arrays, config):
+            up, n, metrics = honest_fit(arrays, config)
+            r = int(config["server_round"])
+            if r == 1:
+                up = [np.full_like(up[0], 1e30)]
+            elif r == 2:
+                n = 10**12
+            else:
+                metrics = {**metrics, "queries": "lots"}
+            return up, n, metrics
+
+        def evaluate(arrays, config):
+            loss, n, metrics = honest_eval(arrays, config)
+            return loss, n, {k: v for k, v in metrics.items() if k != "accuracy"}
+
+        method_client.fit, method_client.evaluate = fit, evaluate
+        return method_client
+
+    node.build = build
+    return client
+
+
+def client_fn(context):
+    client = make_client({**context.run_config, **OVERRIDES}, context.node_config)
+    return poisoning(client) if int(context.node_config["partition-id"]) == 0 else client
+
+
+if __name__ == "__main__":
+    simulate(OVERRIDES, client_fn, sys.argv[1])

@@ -1,0 +1,52 @@
+"""Golden records: the per-method reshape (issue 9) changed no number.
+
+``tests/integration/golden/golden_demo.json`` holds, per method, the per-round accuracy, loss and
+bytes of a 2-round demo run (seed 0) recorded with ``simulations.simulate`` on the main
+*before* the reshape (commit in the file; the run-config there uses the old flat keys).
+Each test reruns the same setting with today's keys through Flower's simulation engine
+and asks for the same numbers: bytes, queries and accuracies exactly, losses to 1e-5
+relative (bit-identical on the machine that recorded them; on another CPU of the same
+kind, 2026-11-23, the float32 kernels sum in another order and the round-0 loss moved by
+4e-7 relative, a few float32 ulps, so the tolerance is float32's, not float64's). This is also each method's 2-round smoke test.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ..conftest import REPO, _env, _only_run
+
+GOLDEN = json.loads((REPO / "tests" / "integration" / "golden" / "golden_demo.json").read_text())["methods"]
+TINY = ("num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
+        "seed=0")
+NEW_KEYS = {  # the same settings as golden_demo.json's old_run_config, in today's keys
+    "fedprompt": "fedprompt.local-steps=2 fedprompt.batch-size=8",
+    "bbt-fed": "bbt-fed.local-steps=2 bbt-fed.popsize=4 bbt-fed.intrinsic-dim=20",
+    "fedbpt": "fedbpt.local-steps=2 fedbpt.popsize=4 fedbpt.intrinsic-dim=20",
+    "feddls": "feddls.steps=2 feddls.candidates=3 post-tune-steps=1 post-tune-popsize=3 post-tune-dim=10 holdout=2",
+}
+EXACT = ("round", "global_accuracy", "client_accuracy", "client_post_accuracy", "num_clients", "bytes_up",
+         "bytes_down", "bytes_up_per_client", "bytes_down_per_client", "eval_bytes_down", "model_queries",
+         "server_queries")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", sorted(NEW_KEYS))
+def test_reshaped_code_reproduces_the_golden_run(method, tmp_path):
+    golden = GOLDEN[method]
+    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(golden["num_supernodes"]),
+           "--run-config", f"method={method} {TINY} {NEW_KEYS[method]} output-dir={tmp_path}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rounds = [json.loads(line) for line in (_only_run(tmp_path) / "rounds.jsonl").read_text().splitlines()]
+    assert len(rounds) == len(golden["rounds"]) == 3
+    for got, want in zip(rounds, golden["rounds"], strict=True):
+        assert {k: got[k] for k in EXACT} == {k: want[k] for k in EXACT}, f"round {want['round']}"
+        for key in ("global_loss", "train_loss"):
+            assert (got[key] is None) == (want[key] is None)
+            if want[key] is not None:
+                assert got[key] == pytest.approx(want[key], rel=1e-5), (key, want["round"])

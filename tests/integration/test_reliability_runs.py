@@ -1,0 +1,163 @@
+"""Reliability through real processes: a run that cannot start read back by the status
+command, and runs through Flower's simulation engine (``python -m simulations.simulate`` in
+a subprocess, which each test starts in its own session and stops by process group: only
+what it started): killed and resumed, clients failing at 30 %, SIGTERM. The unit tests on
+records and checkpoints are in tests/unit/test_reliability.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fedtext import checkpoint
+from fedtext.records import load_run
+
+from ..conftest import REPO
+from ..unit.test_reliability import _only
+
+TINY = ("num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
+        "clients-per-round=2")
+FEDBPT = f"method=fedbpt {TINY} fedbpt.local-steps=2 fedbpt.popsize=4 fedbpt.intrinsic-dim=20"
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def simulate(run_config: str, clients: int = 3, timeout: float = 400) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(clients),
+                           "--run-config", run_config], cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_a_run_that_cannot_start_leaves_a_failed_record(tmp_path):
+    """``flwr run`` exits 0 for a failed ServerApp (Flower 1.41): the record must say it."""
+    from flwr.app import RecordDict
+    from flwr.common import Context
+
+    from fedtext.config import ConfigError
+    from fedtext.server_app import make_server_app
+
+    app = make_server_app({"method": "nope", "output-dir": str(tmp_path)})
+    with pytest.raises(ConfigError):
+        app._server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+    run = load_run(_only(tmp_path))
+    assert run["status"] == "failed" and "unknown method 'nope'" in run["reason"]
+    status = subprocess.run([sys.executable, "-m", "simulations.status", str(tmp_path)], cwd=REPO, env=_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 1 and "failed" in status.stdout and "unknown method 'nope'" in status.stdout
+
+
+# ----------------------------------------------------- through Flower (slow)
+@pytest.mark.slow
+def test_a_killed_run_resumes_to_the_same_result(tmp_path):
+    """fedbpt (server CMA-ES state), 2 rounds: killed with SIGKILL after round 1, the
+    run reads ``stale``; ``resume=<run-id>`` finishes it with the same accuracies and bytes
+    per round as an uninterrupted run with the same seed."""
+    whole = simulate(f"{FEDBPT} output-dir={tmp_path / 'whole'}")
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    out = tmp_path / "killed"
+    proc = subprocess.Popen([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
+                             f"{FEDBPT} stale-after-s=2 output-dir={out}"], cwd=REPO, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            ckpts = list(out.glob("*/checkpoint.npz"))
+            if ckpts:
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before it could be killed"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    run_dir = _only(out)
+    killed_at = checkpoint.load(run_dir).round
+    assert killed_at == 1
+    time.sleep(3)
+    assert load_run(run_dir)["status"] == "stale"
+    status = subprocess.run([sys.executable, "-m", "simulations.status", str(out)], cwd=REPO, env=_env(),
+                            capture_output=True, text=True, timeout=60)
+    assert status.returncode == 1 and "stale" in status.stdout
+    resumed = simulate(f"{FEDBPT} stale-after-s=2 output-dir={out} resume={run_dir.name}")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    a, b = load_run(_only(tmp_path / "whole")), load_run(run_dir)
+    assert b["status"] == "finished" and [r["round"] for r in b["rounds"]] == [0, 1, 2]
+    keys = ("global_accuracy", "global_loss", "bytes_up", "bytes_down", "client_accuracy", "num_clients")
+    for ra, rb in zip(a["rounds"], b["rounds"], strict=True):
+        assert {k: ra[k] for k in keys} == {k: rb[k] for k in keys}, ra["round"]
+    assert json.loads((run_dir / "config.json").read_text())["resumed"][0]["from_round"] == killed_at
+    # resuming a finished run, or with another config, is a one-line configuration error
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+    from fedtext.server_app import resume_checkpoint
+
+    def resume(**changes):
+        cfg = make_config("fedbpt", **{**stored_fields, **changes, "resume": run_dir.name})
+        # the derived keys as build() makes them (resolved-labels: the task's names, a JSON list as text)
+        return resume_checkpoint(cfg, {**cfg.to_run_config(), "resolved-task": "demo",
+                                       "resolved-labels": stored["resolved-labels"]})
+
+    stored = json.loads((run_dir / "config.json").read_text())["config"]
+    stored_fields = {"output_dir": str(out), "shots_per_class": 4, "client_test_size": 8, "eval_size": 40,
+                     "prompt_length": 4, "max_length": 48, "clients_per_round": 2, "num_server_rounds": 3,
+                     "stale_after_s": 2.0, "local_steps": 2, "popsize": 4, "intrinsic_dim": 20}
+    assert resume().round == 2  # the same config with one more round: resumable
+    with pytest.raises(ConfigError, match="already did 2 rounds"):
+        resume(num_server_rounds=2)
+    with pytest.raises(ConfigError, match=r"seed=1 \(run: 0\)"):
+        resume(seed=1)
+    assert stored["seed"] == 0
+
+
+@pytest.mark.slow
+def test_client_failures_at_30_percent_are_recorded_and_the_run_completes(tmp_path):
+    cfg = (f"method=bbt-fed {TINY} clients-per-round=4 client-failure-rate=0.3 round-timeout-s=12 "
+           f"bbt-fed.popsize=4 bbt-fed.local-steps=1 bbt-fed.intrinsic-dim=20 output-dir={tmp_path}")
+    proc = simulate(cfg, clients=4, timeout=500)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = load_run(_only(tmp_path))
+    assert run["status"] == "finished"
+    rounds = run["rounds"][1:]
+    failures = sum(r["client_failures"] for r in rounds)
+    assert failures >= 1  # 2 rounds x (4 fits + 4 evaluations) at 30%
+    for r in rounds:
+        failed = [d for d in r["dropped"] if "failed" in d["reason"]]
+        assert len(failed) == r["client_failures"]
+        for d in failed:  # named by partition id, with the injected reason (or the timeout)
+            assert d["client"] in {"0", "1", "2", "3"}, d
+            assert "injected" in d["reason"] or "Error" in d["reason"], d  # injected, or timed out
+        assert r["num_clients"] == 4 - sum(1 for d in failed if d["reason"].startswith("client failed"))
+
+
+@pytest.mark.slow
+def test_sigterm_is_recorded_as_terminated_by_sigterm(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
+                             f"{FEDBPT} num-server-rounds=20 output-dir={tmp_path / 'term'}"], cwd=REPO, env=_env(),
+                            stdout=subprocess.DEVNULL, stderr=(tmp_path / "stderr.log").open("w"),
+                            start_new_session=True)  # a file, not a pipe: an unread pipe fills (64 KiB) and blocks the run
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and not list((tmp_path / "term").glob("*/rounds.jsonl")):
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        else:  # Ray workers of the process group, if any are left
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode != 0
+    run = load_run(_only(tmp_path / "term"))
+    assert (run["status"], run["reason"]) == ("failed", "terminated by SIGTERM")

@@ -1,0 +1,313 @@
+"""The dashboard in headless Chromium (Debian ``chromium`` + ``chromium-driver``, which
+.ci/run installs): the server in a subprocess, the page driven by selenium on the
+committed records plus a fixture (docs/comparing.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simulations.dashboard_data import RunStore, runs_table
+
+from ..conftest import REPO
+from ..unit.test_dashboard import _round, write_experiment, write_run
+
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+RECORDS = ("config.json", "rounds.jsonl", "summary.json", "experiment.json")
+
+
+@pytest.fixture
+def experiments(tmp_path) -> Path:
+    """The committed records (simulations/results: 19 experiments, 179 runs; record files
+    only) plus two compare-runner experiments (2 methods x 2 seeds each), a running run and
+    a broken one: 21 experiments."""
+    results = tmp_path / "results"
+    committed = REPO / "simulations" / "results"
+    shutil.copytree(committed, results, ignore=lambda d, names: [
+        n for n in names if not ((Path(d) / n).is_dir() or n in RECORDS)])
+    for name, base in (("exp-a", 0.5), ("exp-b", 0.6)):
+        runs_dir = write_experiment(results, name)
+        for seed in (0, 1):
+            write_run(runs_dir, f"2026-{name}-fp-s{seed}", "fedprompt", seed,
+                      [_round(0, base), _round(1, base + 0.1 + seed / 20, 12416, 12416), _round(2, base + 0.2, 12416,
+                                                                                               12416)])
+            write_run(runs_dir, f"2026-{name}-bbt-s{seed}", "bbt-fed", seed,
+                      [_round(0, base), _round(1, base + 0.05, dropped=[{"client": "3", "reason": "NaN in z"}]),
+                       _round(2, base + 0.1 + seed / 20)])
+    write_run(results / "exp-b" / "runs", "2027-exp-b-bbt-s2", "bbt-fed", 2, [_round(0, 0.6), _round(1, 0.62)],
+              finished=False, tail='{"round": 2, "global_acc')
+    bad = results / "exp-a" / "runs" / "2025-broken"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    return results
+
+
+# The page's layout, measured in the browser: every plotly graph's id, the boxes (left, top,
+# right, bottom; CSS px) of its title and experiment names and of its toolbar (modebar), its
+# x-axes' tick labels; where the charts start; how wide the tables and the page are.
+LAYOUT_JS = """
+const box = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+const graphs = [...document.querySelectorAll('.dash-graph')].map(g => ({
+  id: g.id, box: box(g),
+  modebar: g.querySelector('.modebar') ? box(g.querySelector('.modebar')) : null,
+  titles: [...g.querySelectorAll('.gtitle, .annotation-text')].map(t => ({text: t.textContent, box: box(t)})),
+  xticks: [...g.querySelectorAll('.xaxislayer-above text')].map(t => t.textContent),
+}));
+const tables = {};
+for (const id of ['runs', 'config-diff', 'compare', 'detail-rounds']) {
+  const t = document.getElementById(id);
+  const scroller = t && [...t.querySelectorAll('*')].find(e => getComputedStyle(e).overflowX === 'auto');
+  tables[id] = t ? {box: box(t), scroller: scroller ? box(scroller) : null,
+                    content: scroller ? scroller.scrollWidth : null} : null;
+}
+return {graphs, tables, vw: document.documentElement.clientWidth, vh: window.innerHeight,
+        page: document.documentElement.scrollWidth,
+        charts_top: document.getElementById('acc-bytes').getBoundingClientRect().top};
+"""
+
+
+def _overlap(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER) and not os.environ.get("CI"),
+                    reason="Debian chromium + chromium-driver not installed (.ci/run installs them)")
+def test_dashboard_in_headless_chromium(experiments, tmp_path):
+    """Pick an experiment, switch the x-axis to cumulative bytes, see one line plus band per
+    method, open a run's drill-down, download the table, follow a running run live; the
+    layout with the 21 experiments of the committed records and the fixture at 1400 x 900:
+    the charts start in the first screen, the picker never pushes them down, no chart title
+    lies under its toolbar, round axes tick whole numbers, the tables fit the page (scrolling
+    sideways inside), two ticked runs' config diff lists exactly the keys that differ.
+    Screenshots: the test's tmp dir (and ``$DASH_SHOTS_DIR`` when set)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    all_experiments = sorted(runs_table(RunStore(experiments))["experiment"].unique())
+    assert len(all_experiments) >= 20
+    port = _free_port()
+    log = open(tmp_path / "server.log", "w")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "simulations.dashboard", "--runs", str(experiments), "--port", str(port),
+         "--refresh", "0.5"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
+    )
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
+                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1400,900"):
+        opts.add_argument(flag)
+    opts.add_experimental_option("prefs", {"download.default_directory": str(tmp_path / "dl")})
+    driver = None
+    shots = []
+
+    def traces(d, graph: str) -> list[dict]:
+        return d.execute_script(
+            "const g = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+            "return g && g.data ? g.data.map(t => ({name: t.name, meta: t.meta, x: t.x, xaxis: t.xaxis || 'x'})) : [];",
+            f"#{graph}") or []
+
+    def x_type(d, graph: str) -> str:
+        return d.execute_script(
+            "const g = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+            "return g && g.layout && g.layout.xaxis ? g.layout.xaxis.type : null;", f"#{graph}")
+
+    def click(d, element) -> None:  # in the middle of the screen: never under the sticky top bar
+        d.execute_script("arguments[0].scrollIntoView({block: 'center'})", element)
+        element.click()
+
+    def tick(d, group: str, text: str) -> None:  # a checklist / radio option, by its label
+        click(d, next(label for label in d.find_elements(By.CSS_SELECTOR, f"#{group} label") if label.text == text))
+
+    def pick(d, name: str) -> None:  # the experiment picker: type to search, take the one option left
+        box = d.find_element(By.CSS_SELECTOR, "#experiment input")
+        box.send_keys(name)
+        WebDriverWait(d, 10).until(lambda d: [o.text for o in d.find_elements(
+            By.CSS_SELECTOR, "#experiment .VirtualizedSelectOption")] == [name])
+        box.send_keys(Keys.ENTER)
+        WebDriverWait(d, 10).until(lambda d: name in chips(d))  # (Escape now would clear them all)
+
+    def chips(d) -> list[str]:
+        return [c.text.strip() for c in d.find_elements(By.CSS_SELECTOR, "#experiment .Select-value-label")]
+
+    def unpick(d, name: str) -> None:
+        chip = next(c for c in d.find_elements(By.CSS_SELECTOR, "#experiment .Select-value")
+                    if c.find_element(By.CSS_SELECTOR, ".Select-value-label").text.strip() == name)
+        chip.find_element(By.CSS_SELECTOR, ".Select-value-icon").click()
+        WebDriverWait(d, 10).until(lambda d: name not in chips(d))
+
+    def shoot(d, name: str) -> Path:
+        path = tmp_path / name
+        d.save_screenshot(str(path))
+        assert path.stat().st_size > 10_000
+        shots.append(path)
+        return path
+
+    try:
+        for _ in range(100):  # wait for the server to listen
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None, (tmp_path / "server.log").read_text()
+            time.sleep(0.2)
+        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+        driver.get(f"http://127.0.0.1:{port}")
+        wait = WebDriverWait(driver, 60)
+        # the latest experiment (exp-b, whose running run started last) is picked at first
+        wait.until(lambda d: "2027-exp-b-bbt-s2" in d.find_element(By.ID, "runs").text)
+        assert "2026-exp-a-fp-s0" not in driver.find_element(By.ID, "runs").text
+        assert "malformed" in driver.find_element(By.ID, "runs").text  # always listed
+        assert chips(driver) == ["exp-b"]
+        facts = driver.execute_script(LAYOUT_JS)
+        # 21 experiments to choose from, and the charts start in the first screen
+        assert facts["charts_top"] < facts["vh"] / 3, facts["charts_top"]
+        first_top = facts["charts_top"]
+        # pick exp-a instead
+        pick(driver, "exp-a")
+        unpick(driver, "exp-b")
+        wait.until(lambda d: "2026-exp-a-fp-s0" in d.find_element(By.ID, "runs").text
+                   and "2027-exp-b-bbt-s2" not in d.find_element(By.ID, "runs").text)
+        # accuracy vs round: one mean line and one ± std band per method (2 seeds each)
+        wait.until(lambda d: sorted((t["meta"], t["name"]) for t in traces(d, "acc-x")) == [
+            ("band", "bbt-fed (n=2) band"), ("band", "fedprompt (n=2) band"),
+            ("line", "bbt-fed (n=2)"), ("line", "fedprompt (n=2)")])
+        # rounds 0-2: the ticks are 0, 1, 2 (Plotly's own were 0, 0.5, 1, 1.5, 2)
+        wait.until(lambda d: next(g for g in d.execute_script(LAYOUT_JS)["graphs"]
+                                  if g["id"] == "acc-x")["xticks"] == ["0", "1", "2"])
+        # switch the x-axis to cumulative bytes (log by default): still one line + band per method
+        tick(driver, "x-axis", "Cumulative bytes, up + down")
+        wait.until(lambda d: x_type(d, "acc-x") == "log" and any(
+            t["meta"] == "line" and t["name"] == "fedprompt (n=2)" and t["x"] == [24832, 49664]
+            for t in traces(d, "acc-x")))
+        assert sorted(t["meta"] for t in traces(driver, "acc-x")) == ["band", "band", "line", "line"]
+        assert x_type(driver, "acc-bytes") == "log"  # the prominent accuracy-vs-bytes chart
+        shoot(driver, "dashboard-bytes.png")
+        for g in driver.execute_script(LAYOUT_JS)["graphs"]:  # half-page charts, the longest titles
+            assert g["titles"] and all(g["box"][0] <= t["box"][0] and t["box"][2] <= g["box"][2]
+                                       and not _overlap(t["box"], g["modebar"]) for t in g["titles"]), g
+        # individual runs: one line per run
+        tick(driver, "mode", "individual runs")
+        wait.until(lambda d: len([t for t in traces(d, "acc-x") if t["meta"] == "line"]) == 4)
+        # drill-down: click a run's cell -> its rounds (with the dropped client and reason) and config
+        cell = next(c for c in driver.find_elements(By.CSS_SELECTOR, "#runs td") if c.text == "2026-exp-a-bbt-s0")
+        click(driver, cell)
+        wait.until(lambda d: "NaN in z" in d.find_element(By.ID, "detail-rounds").text)
+        assert '"method": "bbt-fed"' in driver.find_element(By.ID, "detail-config").text
+        # small multiples: both experiments side by side
+        pick(driver, "exp-b")
+        wait.until(lambda d: {t["xaxis"] for t in traces(d, "acc-x")} == {"x", "x2"})
+        # the comparison table downloads as markdown and CSV
+        wait.until(lambda d: "fedprompt" in d.find_element(By.ID, "compare").text)
+        for button, name in (("md-btn", "comparison.md"), ("csv-btn", "comparison.csv")):
+            click(driver, driver.find_element(By.ID, button))
+            wait.until(lambda d, n=name: (tmp_path / "dl" / n).exists() and (tmp_path / "dl" / n).stat().st_size)
+        assert "| fedprompt | demo | iid | 4 |" in (tmp_path / "dl" / "comparison.md").read_text()
+        assert (tmp_path / "dl" / "comparison.csv").read_text().startswith("method,dataset,partition,runs")
+        # live: the running run finishes its round 2 and the page follows without a reload
+        rounds = experiments / "exp-b" / "runs" / "2027-exp-b-bbt-s2" / "rounds.jsonl"
+        lines = rounds.read_text().splitlines()[:-1] + [json.dumps(_round(2, 0.66))]
+        rounds.write_text("\n".join(lines) + "\n")
+
+        def row_of(d, run_id):
+            rows = [r.text for r in d.find_elements(By.CSS_SELECTOR, "#runs tr") if run_id in r.text]
+            return rows[0] if rows else ""
+
+        wait.until(lambda d: " running 2 " in f" {row_of(d, '2027-exp-b-bbt-s2')} "
+                   and "malformed line" not in row_of(d, "2027-exp-b-bbt-s2"))
+        shoot(driver, "dashboard-live.png")
+
+        # ---- the committed records: two experiments side by side, mean ± std against the round
+        for name in ("fedbpt_sst2", "sst2_baselines"):
+            pick(driver, name)
+        for name in ("exp-a", "exp-b"):
+            unpick(driver, name)
+        tick(driver, "mode", "mean ± std")
+        tick(driver, "x-axis", "Round")
+        wait.until(lambda d: {t["xaxis"] for t in traces(d, "acc-x")} == {"x", "x2"}
+                   and any(t["name"] == "fedbpt (n=3)" for t in traces(d, "acc-x"))
+                   and "20261122-120932-fedbpt-sst2-s0" in d.find_element(By.ID, "runs").text)
+        driver.execute_script("window.scrollTo(0, 0)")
+        time.sleep(0.5)  # the last relayout
+        facts = driver.execute_script(LAYOUT_JS)
+        shoot(driver, "dashboard-main.png")
+        # the picker holds two chips in the sidebar: the charts did not move
+        assert facts["charts_top"] == pytest.approx(first_top, abs=1)
+        # no chart's title or experiment name lies under its toolbar
+        graphs = {g["id"]: g for g in facts["graphs"]}
+        assert set(graphs) == {"acc-bytes", "acc-x", "client-x", "loss-x", "queries-x", "memory-x", "wall-x"}
+        for g in graphs.values():
+            bar = g["modebar"]
+            assert bar and bar[2] - bar[0] > 50 and bar[3] - bar[1] > 10, g  # a toolbar that takes room
+            assert any(t["text"].startswith(("Global", "Mean", "Client", "Cumulative", "Wall")) for t in g["titles"])
+            assert {t["text"] for t in g["titles"]} >= {"fedbpt_sst2", "sst2_baselines"}
+            clash = [t["text"] for t in g["titles"] if _overlap(t["box"], bar)]
+            assert not clash, (g["id"], clash, bar)
+            cut = [t["text"] for t in g["titles"] if t["box"][0] < g["box"][0] or t["box"][2] > g["box"][2]]
+            assert not cut, (g["id"], cut, g["box"])  # no title runs past its chart's edge
+            if g["id"] != "acc-bytes":  # against the round: whole numbers only
+                ticks = g["xticks"]
+                assert len(ticks) >= 4 and all(re.fullmatch(r"\d+", t) for t in ticks), (g["id"], ticks)
+        # the page never scrolls sideways; a wide table scrolls inside its card
+        assert facts["page"] <= facts["vw"], (facts["page"], facts["vw"])
+        runs_box = facts["tables"]["runs"]
+        assert runs_box["box"][2] <= facts["vw"] and runs_box["scroller"][2] <= facts["vw"]
+        assert runs_box["content"] > runs_box["scroller"][2] - runs_box["scroller"][0]  # wider: it scrolls
+        # ---- config diff: tick two runs of different methods
+        picked = ["20261122-120932-fedbpt-sst2-s0", "20261122-125205-fedprompt-sst2-s1"]
+        for run_id in picked:
+            row = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#runs tr") if run_id in r.text)
+            click(driver, row.find_element(By.CSS_SELECTOR, "input[type=checkbox]"))
+        cfgs = [json.loads((experiments / "fedbpt_sst2" / "runs" / r / "config.json").read_text())["config"]
+                for r in picked]
+        keys = list(dict.fromkeys([*cfgs[0], *cfgs[1]]))
+        differing = [k for k in keys if k not in cfgs[0] or k not in cfgs[1] or cfgs[0][k] != cfgs[1][k]]
+        assert {"method", "seed", "fedbpt.popsize", "fedprompt.lr"} <= set(differing)
+        assert "dataset" not in differing and len(differing) < len(keys) / 2
+
+        def diff_keys(d) -> list[str]:
+            return [c.text for c in d.find_elements(By.CSS_SELECTOR, '#config-diff td[data-dash-column="key"]')]
+
+        wait.until(lambda d: diff_keys(d) == differing)
+        header = driver.find_element(By.ID, "config-diff").text
+        assert all(r in header for r in picked) and "fedbpt" in header and "fedprompt" in header
+        row = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#config-diff tr") if r.text.startswith("seed"))
+        assert row.text.split() == ["seed", "0", "1"]  # one column per run, in the order ticked
+        assert f"{len(differing)} keys differ between the 2 ticked runs" in driver.find_element(
+            By.ID, "config-diff-note").text
+        facts = driver.execute_script(LAYOUT_JS)
+        assert facts["tables"]["config-diff"]["box"][2] <= facts["vw"] and facts["page"] <= facts["vw"]
+        driver.execute_script("document.getElementById('card-diff').scrollIntoView({block: 'center'})")
+        time.sleep(0.3)
+        shoot(driver, "dashboard-config-diff.png")
+        if os.environ.get("DASH_SHOTS_DIR"):  # a copy for a person to look at
+            out = Path(os.environ["DASH_SHOTS_DIR"])
+            out.mkdir(parents=True, exist_ok=True)
+            for path in shots:
+                shutil.copy(path, out / path.name)
+    finally:
+        if driver is not None:
+            driver.quit()
+        server.terminate()  # the one process this test started
+        server.wait(timeout=10)
+        log.close()

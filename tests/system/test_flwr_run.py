@@ -1,0 +1,64 @@
+"""README's first command, ``flwr run . --stream``: Flower's own local SuperLink and
+simulation, as a user starts it (the methods through ``run_simulation`` are in
+tests/integration/test_methods_flower.py)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, _env, _only_run, processes_with_token
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports free on 127.0.0.1 now (held together, so they differ)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flwr", path=str(Path(sys.executable).parent)) is None, reason="flwr CLI not installed")
+def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
+    """README's first command, shortened to one round: ``flwr run . --stream`` in a fresh
+    Flower home, which gets Flower's default local simulation of 2 clients (README says
+    so). The local SuperLink ``flwr run`` leaves running is stopped afterwards by the
+    ``own_processes`` fixture, by PID: only the one this test started."""
+    env, token = own_processes
+    # Flower's local SuperLink listens on fixed ports (39091 HTTP, 39093 Control) whatever
+    # FLWR_HOME is; Flower reads these two variables for them: free ports of our own, so a
+    # SuperLink elsewhere on the machine can neither fail this test nor receive its run.
+    http_port, control_port = _free_ports(2)
+    env = {**_env(), **env, "FLWR_HOME": str(tmp_path / "flwr-home"),
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port), "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
+    cmd = [str(Path(sys.executable).parent / "flwr"), "run", ".", "--stream",
+           "--run-config", f"num-server-rounds=1 output-dir='{tmp_path / 'runs'}'"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "fedtext round 1/1" in out
+    run = _only_run(tmp_path / "runs")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["final_accuracy"] is not None
+    last = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()][-1]
+    assert last["num_clients"] == 2 and len(last["client_accuracy"]) == 2  # README: "the 2 simulated clients"
+    mine = processes_with_token(token)
+    assert mine, "expected the detached local SuperLink of flwr run to be running"
+    cmdlines = []
+    for pid in mine:
+        try:
+            cmdlines.append(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"))
+        except OSError:  # a short-lived child that ended meanwhile
+            pass
+    assert any(b"--port" in c and str(http_port).encode() in c for c in cmdlines), "SuperLink not on our port"

@@ -1,0 +1,258 @@
+"""Run-config validation: every bad value fails before training with one clear line."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+
+import pytest
+
+from fedtext.config import ConfigError, MethodConfig, RunConfig
+from fedtext.model import Model
+from fedtext.registry import CONFIGS, METHODS, make_config, resolve
+from simulations.compare import flatten
+
+from ..conftest import REPO
+
+
+def pyproject_config() -> dict:
+    return flatten(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"])
+
+
+def parse(**overrides):
+    return RunConfig.from_run_config({k.replace("_", "-"): v for k, v in overrides.items()}, METHODS)
+
+
+def test_one_registry_names_each_method_once():
+    assert set(METHODS) == {"fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg", "feddpg", "fedptuning-v2", "feddrs", "feddf",
+                            "fes", "fedfsl", "fedfsl-bias", "fedcls"}
+    assert len(CONFIGS) == len(METHODS) and tuple(METHODS.values()) == CONFIGS  # no name twice, registry order
+    for name, config in METHODS.items():
+        assert config.name == name  # the config's dotted keys use the registry name
+        assert issubclass(config.model_class, Model)
+
+
+def test_each_config_names_its_own_strategy_and_client_of_one_method_module():
+    """Every config declares both strings itself (a subclass of another method's config
+    must not inherit its classes silently); they resolve to a strategy and a client of the
+    same method module (``strategies.<m>`` / ``clients.<m>``)."""
+    from fedtext.client import FedTextClient
+    from fedtext.strategy import FedTextStrategy
+
+    for config in CONFIGS:
+        assert "strategy" in vars(config) and "client" in vars(config), config
+        strategy_module, client_module = config.strategy.split(":")[0], config.client.split(":")[0]
+        assert strategy_module.startswith("strategies.") and client_module.startswith("clients."), config
+        assert strategy_module.removeprefix("strategies.") == client_module.removeprefix("clients."), config
+        assert issubclass(resolve(config.strategy), FedTextStrategy), config
+        assert issubclass(resolve(config.client), FedTextClient), config
+    # FeS and its baselines differ by config only: one strategy, one client
+    few_shot = {(METHODS[m].strategy, METHODS[m].client) for m in ("fes", "fedfsl", "fedfsl-bias", "fedcls")}
+    assert few_shot == {("strategies.fes:FewShotStrategy", "clients.fes:FewShotClient")}
+
+
+def test_resolve_names_the_bad_part_of_a_spec():
+    from strategies.fedavg import FedAvgStrategy
+
+    assert resolve("strategies.fedavg:FedAvgStrategy") is FedAvgStrategy
+    assert resolve("fedtext.config:MethodConfig.key") == MethodConfig.key  # a dotted attribute
+    for spec in ("strategies.fedavg.FedAvgStrategy", "strategies.fedavg:", ":FedAvgStrategy", "a:b:c"):
+        with pytest.raises(ValueError, match="is not a \"module:Class\" string"):
+            resolve(spec)
+    with pytest.raises(ImportError, match="there is no module strategies.nope"):
+        resolve("strategies.nope:FedNope")
+    with pytest.raises(ImportError, match="there is no module nopackage.nope"):
+        resolve("nopackage.nope:FedNope")
+    with pytest.raises(ImportError, match="module strategies.fedavg has no attribute FedNope"):
+        resolve("strategies.fedavg:FedNope")
+
+
+def test_pyproject_lists_every_key_with_the_dataclass_defaults():
+    flat = pyproject_config()
+    expected = {k: v for k, v in RunConfig().to_run_config().items()}
+    for config in CONFIGS:
+        expected.update(config().to_run_config())
+    assert flat == expected
+    for name in METHODS:  # every method parses from pyproject's defaults alone
+        cfg = RunConfig.from_run_config({**flat, "method": name}, METHODS)
+        assert cfg.method_config == METHODS[name]()
+
+
+def test_every_pyproject_key_has_a_comment():
+    lines = (REPO / "pyproject.toml").read_text().split("\n[tool.flwr.app.config]\n")[1].split("CONFIGURATION MIGRATION")[0]
+    keys = [ln for ln in lines.splitlines() if "=" in ln and not ln.lstrip().startswith(("#", "["))]
+    assert len(keys) == len(pyproject_config()) and all("#" in ln for ln in keys)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedavg, fedbpt, fedcls, feddf, feddls, "
+                               "feddpg, feddrs, fedfsl, fedfsl-bias, fedprompt, fedptuning-v2, fes"),
+        ({"bandwidth_mbps": 0}, "bandwidth-mbps must be > 0, got 0"),
+        ({"method": "fes", "fes.paces": "2-0-5"}, "fes.paces: '2-0-5' is not f-n-k"),
+        ({"method": "fes", "fes.keep-ratio": 1.5}, "fes.keep-ratio must be <= 1, got 1.5"),
+        ({"method": "fes", "fes.rho": 1.0}, "fes.rho must be > 1, got 1.0"),
+        ({"method": "fedcls", "head": "similarity"}, "head=similarity does not fit method fedcls"),
+        ({"task": "imdb"}, "unknown task 'imdb'"),
+        ({"partition": "pathological"}, "unknown partition 'pathological'; choose one of: iid, dirichlet, label, domain"),
+        ({"head": "softmax"}, "unknown head 'softmax'"),
+        ({"head": "linear", "method": "fedprompt"}, "head=linear does not fit method fedprompt"),
+        ({"num_server_rounds": 0}, "num-server-rounds must be >= 1, got 0"),
+        ({"alpha": 0.0}, "alpha must be > 0, got 0.0"),
+        ({"alpha": -1}, "alpha must be > 0"),
+        ({"clients_per_round": -2}, "clients-per-round must be >= 0"),
+        ({"method": "bbt-fed", "bbt-fed.popsize": 1}, "bbt-fed.popsize must be >= 2"),
+        ({"post_tune_popsize": 1}, "post-tune-popsize must be >= 2"),
+        ({"eval_every": 0}, "eval-every must be >= 1"),
+        ({"dataset": "./no/such/dir"}, "dataset path './no/such/dir' does not exist"),
+        ({"num_server_rounds": "ten"}, "num-server-rounds must be int, got 'ten'"),
+        ({"num_server_rounds": 2.5}, "num-server-rounds must be int, got 2.5"),
+        ({"num_rounds": 3}, "unknown run-config key 'num-rounds'; did you mean num-server-rounds?"),
+        ({"method": "feddls", "phi": 3}, "unknown run-config key 'phi'; did you mean feddls.phi?"),
+        ({"method": "fedbpt", "popsize": 3}, "unknown run-config key 'popsize'; did you mean fedbpt.popsize?"),
+        ({"method": "bbt-fed", "popsize": 3}, "did you mean bbt-fed.popsize?"),
+        ({"method": "feddls", "dls-steps": 3}, "unknown run-config key 'dls-steps'; did you mean feddls.steps?"),
+        ({"method": "feddls", "feddls.phii": 3}, "unknown run-config key 'feddls.phii'; did you mean feddls.phi?"),
+        ({"method": "fedbpt", "feddls.phi": 3},
+         "'feddls.phi=3' is a key of method feddls, but method=fedbpt would ignore it (set method=feddls"),
+        ({"method": "feddls", "feddls.compression": "zip"},
+         "unknown feddls.compression 'zip'; choose one of: lasso, full, pca, quant"),
+        ({"method": "feddls", "feddls.phi": 0}, "feddls.phi must be >= 1, got 0"),
+        ({"method": "feddls", "feddls.phi": 8, "feddls.lasso-screen": 5},
+         "feddls.lasso-screen (5) must be >= feddls.phi (8)"),
+        ({"method": "feddls", "feddls.quant-bits": 1}, "feddls.quant-bits must be >= 2"),
+        ({"post_tune_sigma": 0}, "post-tune-sigma must be > 0"),
+        ({"method": "feddls", "feddls.steps": 0}, "feddls.steps must be >= 1"),
+        ({"method": "fedbpt", "fedbpt.sigma-update": "loud"}, "unknown fedbpt.sigma-update 'loud'; choose one of: damped, printed"),
+        ({"method": "fedbpt", "fedbpt.keep-rate": 0}, "fedbpt.keep-rate must be > 0"),
+        ({"method": "fedavg", "fedavg.lr": 0}, "fedavg.lr must be > 0"),
+    ],
+)
+def test_bad_values_raise_one_clear_line(overrides, message):
+    with pytest.raises(ConfigError) as err:
+        parse(**overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_key_of_another_method_at_its_default_is_fine():
+    """pyproject carries every method's defaults, so Flower's run-config always has them."""
+    cfg = parse(method="fedbpt", **{"feddls.phi": 5, "fedbpt.popsize": 6})
+    assert cfg.method_config.popsize == 6 and not hasattr(cfg.method_config, "phi")
+
+
+def test_clients_per_round_above_connected_clients():
+    cfg = parse(clients_per_round=5)
+    cfg.check_num_clients(5)
+    with pytest.raises(ConfigError, match="clients-per-round=5 exceeds the 4 connected clients"):
+        cfg.check_num_clients(4)
+
+
+def _float_keys() -> list[tuple[str, str]]:
+    """(method, key) for every float key: the shared ones (under fedprompt) and each method's own."""
+    import dataclasses
+
+    shared = [("fedprompt", k) for k, f in RunConfig.shared_keys().items() if f.type in (float, "float")]
+    own = [(m, k) for m, config in METHODS.items() for k, f in config.keys().items() if f.type in (float, "float")]
+    return shared + own
+
+
+def test_there_are_float_keys_to_check():
+    keys = _float_keys()
+    assert ("fedprompt", "alpha") in keys and ("bbt-fed", "bbt-fed.sigma0") in keys and len(keys) > 20
+
+
+@pytest.mark.parametrize("bad", ["nan", float("nan"), "inf", float("-inf")])
+@pytest.mark.parametrize("method,key", _float_keys())
+def test_every_float_key_refuses_nan_and_inf_in_one_line(method, key, bad):
+    """Issue 35: NaN passed every range check (``nan < x`` is False), so ``alpha=nan`` or
+    ``fedprompt.lr=nan`` ran to a ``finished`` record at the initial model."""
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} must be a finite number, got") as err:
+        parse(method=method, **{key: bad})
+    assert "\n" not in str(err.value)
+
+
+def test_values_are_coerced_and_frozen():
+    cfg = parse(alpha=1, seed=3, method="fedprompt", **{"fedprompt.lr": 1})
+    assert isinstance(cfg.alpha, float) and cfg.seed == 3 and isinstance(cfg.method_config.lr, float)
+    import dataclasses
+
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.seed = 4  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cfg.method_config.lr = 4  # type: ignore[misc]
+
+
+def test_make_config_routes_fields_and_round_trips():
+    cfg = make_config("feddls", prompt_length=4, phi=3)
+    assert cfg.prompt_length == 4 and cfg.method_config.phi == 3
+    flat = cfg.to_run_config()
+    assert flat["feddls.phi"] == 3 and flat["prompt-length"] == 4
+    assert RunConfig.from_run_config(flat, METHODS) == cfg
+    assert make_config("fedavg").resolved_head == "linear" and make_config("fedbpt").resolved_head == "similarity"
+
+
+def test_unknown_task_for_unnamed_dataset(tmp_path):
+    from fedtext.tasks import resolve_task
+
+    with pytest.raises(ValueError, match="cannot guess the task"):
+        resolve_task("auto", str(tmp_path))
+    assert resolve_task("auto", "../shared/data/sst2").name == "sst2"
+    assert resolve_task("auto", "../shared/data/amazon/").name == "amazon"
+
+
+def _doc_value(cell: str) -> str:
+    """A default as docs/run-config.md writes it: `text` or a bare number/bool."""
+    return cell.strip().strip("`")
+
+
+def _same(doc: str, value) -> bool:
+    if isinstance(value, bool):
+        return doc == str(value).lower()
+    if isinstance(value, (int, float)):
+        try:
+            return float(doc.replace("−", "-")) == float(value)
+        except ValueError:
+            return False
+    return doc == str(value) or (doc in ("", '""') and value == "")
+
+
+def test_docs_run_config_tables_agree_with_the_dataclasses():
+    """docs/run-config.md repeats every key with its default: each shared key's row and each
+    method row whose defaults are listed plainly (one per key) must equal the dataclass
+    defaults, and every key of every method must have a row."""
+    text = (REPO / "docs" / "run-config.md").read_text()
+    rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])] for line in text.splitlines()
+            if line.startswith("| `")]
+    shared = RunConfig().to_run_config()
+    documented_shared: dict[str, str] = {}
+    for r in (r for r in rows if len(r) == 3):  # `a`, `b` | 1, 2 | ... : one default per key
+        keys = [_doc_value(k) for k in r[0].split(",")]
+        values = r[1].split(", ") if len(keys) > 1 else [r[1]]
+        assert len(values) == len(keys), r
+        documented_shared.update(zip(keys, values, strict=True))
+    derived = {"resolved-labels"}  # written by the app, not set by a user
+    assert set(shared) - derived <= set(documented_shared), set(shared) - derived - set(documented_shared)
+    for key, cell in documented_shared.items():
+        assert key in shared, f"docs/run-config.md documents unknown key {key}"
+        assert _same(_doc_value(cell), shared[key]), (key, cell, shared[key])
+    covered: dict[str, set[str]] = {name: set() for name in METHODS}
+    checked = 0
+    for r in (r for r in rows if len(r) == 4):
+        methods = [_doc_value(m) for m in r[0].split(",")]
+        keys = [_doc_value(k) for k in r[1].split(",")]
+        for name in methods:
+            assert name in METHODS, r[0]
+            covered[name] |= set(keys)
+        plain = [_doc_value(v) for v in r[2].split(", ")] if not re.search(r"[(;]", r[2]) else []
+        if len(plain) == len(keys):
+            for name in methods:
+                defaults = METHODS[name]().to_run_config()
+                for key, doc in zip(keys, plain, strict=True):
+                    assert _same(doc, defaults[f"{name}.{key}"]), (name, key, doc, defaults[f"{name}.{key}"])
+                    checked += 1
+    for name in METHODS:
+        own = {k.split(".", 1)[1] for k in METHODS[name]().to_run_config()}
+        assert own <= covered[name], (name, own - covered[name])
+    assert checked >= 60

@@ -1,0 +1,346 @@
+"""Dashboard: records -> experiments, seed aggregates, lines, callbacks; a refresh stays
+under a second with 50 runs of 50 rounds. The plot command (a subprocess) is in
+tests/integration/test_dashboard_plot.py, the page in headless Chromium in
+tests/system/test_dashboard_browser.py; both write their records with this file's helpers."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+
+from simulations.dashboard_data import (
+    ABSENT, CHARTS, RunStore, aggregate, chart_lines, color_of, comparison, config_diff, experiment_of,
+    integer_dtick, round_series, run_detail, runs_table,
+)
+
+from .test_records import MALFORMED
+
+
+def _round(i, acc, up=528, down=528, clients=None, wall=None, **extra):
+    return {"round": i, "global_accuracy": acc, "bytes_up": up * (i > 0), "bytes_down": down * (i > 0),
+            "model_queries": 100 * i, "client_accuracy": clients or {}, "client_peak_rss_mb": 900.0 + i,
+            "wall_time_s": 10.0 * i if wall is None else wall, "num_clients": 2, "bytes_up_per_client": up / 2,
+            "bytes_down_per_client": down / 2, **extra}
+
+
+def write_run(root: Path, run_id: str, method: str, seed: int, rounds: list[dict], finished: bool = True,
+              tail: str = "", **options) -> Path:
+    d = root / run_id
+    d.mkdir(parents=True)
+    cfg = {"method": method, "seed": seed, "dataset": "demo", "partition": "iid", "num-server-rounds": 2,
+           "shots-per-class": 8, **options}
+    (d / "config.json").write_text(json.dumps({"run_id": run_id, "config": cfg}))
+    (d / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds) + tail)
+    if finished:
+        from fedtext.records import summarize
+
+        (d / "summary.json").write_text(json.dumps({**summarize(rounds), "status": "finished", "run_id": run_id}))
+    return d
+
+
+def write_experiment(results: Path, name: str) -> Path:
+    """A compare-runner output folder: ``<results>/<name>/{experiment.json, runs/}``."""
+    (results / name / "runs").mkdir(parents=True)
+    (results / name / "experiment.json").write_text(json.dumps({"name": name}))
+    return results / name / "runs"
+
+
+@pytest.fixture
+def runs(tmp_path) -> Path:
+    root = tmp_path / "runs"
+    write_run(root, "r1-fedprompt", "fedprompt", 0,
+              [_round(0, 0.5), _round(1, 0.6, 1000, 1000, {"0": 0.5, "1": 0.7}), _round(2, 0.7, 1000, 1000)])
+    write_run(root, "r2-bbt-fed", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.55), _round(2, 0.65)],
+              **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 1.0, "fedbpt.popsize": 6})
+    # still running, its last line cut in the middle of a write
+    write_run(root, "r3-bbt-fed", "bbt-fed", 1, [_round(0, 0.5), _round(1, 0.52)], finished=False,
+              tail='{"round": 2, "global_acc')
+    bad = root / "r4-broken"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    odd = root / "r5-odd"
+    odd.mkdir()
+    (odd / "config.json").write_text("[1, 2]")  # valid JSON, not a record
+    (odd / "rounds.jsonl").write_text('{"round": "x"}\n')
+    return root
+
+
+def test_runs_table_statuses_and_truncated_records(runs):
+    df = runs_table(runs).set_index("run_id")
+    assert df.loc["r1-fedprompt", "status"] == "finished" and df.loc["r1-fedprompt", "rounds_done"] == 2
+    assert df.loc["r1-fedprompt", "final_accuracy"] == 0.7 and df.loc["r1-fedprompt", "best_accuracy"] == 0.7
+    assert df.loc["r1-fedprompt", "mb_up"] == pytest.approx(2000 / 2**20)
+    assert df.loc["r3-bbt-fed", "status"] == "running" and df.loc["r3-bbt-fed", "rounds_done"] == 1
+    assert "1 malformed line(s)" in df.loc["r3-bbt-fed", "note"]
+    assert df.loc["r4-broken", "status"] == "malformed" and "config.json" in df.loc["r4-broken", "note"]
+    assert df.loc["r5-odd", "status"] == "malformed"
+    # a run's own method keys that differ from their defaults (not the defaults, not other methods')
+    assert df.loc["r2-bbt-fed", "options"] == "popsize=4" and df.loc["r1-fedprompt", "options"] == ""
+    # hand-started runs group by dataset, partition and shots; a hand variant keeps its options
+    assert df.loc["r1-fedprompt", "experiment"] == "demo · iid · 8 shots"
+    assert df.loc["r2-bbt-fed", "label"] == "bbt-fed popsize=4" and df.loc["r3-bbt-fed", "label"] == "bbt-fed"
+
+
+def test_round_series_accumulates_bytes_and_queries(runs):
+    s = round_series(runs, ["r1-fedprompt", "r3-bbt-fed"])
+    r1 = s[s.run_id == "r1-fedprompt"]
+    assert r1["cum_bytes_up"].tolist() == [0, 1000, 2000] and r1["cum_model_queries"].tolist() == [0, 100, 300]
+    assert r1["cum_bytes_total"].tolist() == [0, 2000, 4000]
+    assert r1["client_acc_min"].iloc[1] == 0.5 and r1["client_acc_max"].iloc[1] == 0.7
+    assert r1["client_acc_mean"].iloc[1] == pytest.approx(0.6)
+    assert set(s.run_label) == {"fedprompt s0", "bbt-fed s1"}
+    assert len(s[s.run_id == "r3-bbt-fed"]) == 2  # the cut line is skipped
+    assert r1["cum_sim_time_s"].isna().all()  # no method here records simulated device time
+    assert round_series(runs, []).empty
+    assert round_series(runs, ["r4-broken", "r5-odd"]).empty  # malformed runs are never drawn
+
+
+def test_comparison_groups_methods(runs):
+    table = comparison(runs).set_index("method")
+    assert table.loc["bbt-fed", "runs"] == 2 and table.loc["fedprompt", "runs"] == 1
+    assert table.loc["fedprompt", "final acc"] == "0.700"
+
+
+def test_experiments_from_compare_folders_legacy_folders_and_hand_runs(tmp_path):
+    results = tmp_path / "results"
+    a = write_experiment(results, "exp-a")
+    write_run(a, "a1", "fedprompt", 0, [_round(0, 0.5)], **{"run-name": "fp-long"})
+    write_run(a, "a2", "bbt-fed", 0, [_round(0, 0.5)], **{"bbt-fed.popsize": 4})  # the experiment's budget
+    legacy = results / "old_exp" / "runs"  # a compare output from before experiment.json
+    write_run(legacy, "l1", "bbt-fed", 0, [_round(0, 0.5)])
+    (legacy.parent / "table.md").write_text("| method |\n")
+    write_run(results / "by-hand", "h1", "bbt-fed", 0, [_round(0, 0.5)], partition="dirichlet", alpha=0.5,
+              dataset="../shared/data/sst2", **{"shots-per-class": 16})
+    df = runs_table(results).set_index("run_id")
+    assert df.loc["a1", "experiment"] == "exp-a" and df.loc["a1", "label"] == "fp-long"
+    assert df.loc["a2", "label"] == "bbt-fed" and df.loc["a2", "options"] == "popsize=4"
+    assert df.loc["l1", "experiment"] == "old_exp"
+    assert df.loc["h1", "experiment"] == "sst2 · dirichlet α=0.5 · 16 shots"
+    # the runs folder itself as the dashboard's root still finds its experiment
+    assert experiment_of(a / "a1", {}) == "exp-a"
+    assert set(df.index[df["experiment"] == "exp-a"]) == {"a1", "a2"}
+
+
+def test_seed_aggregate_by_hand(tmp_path):
+    root = tmp_path / "runs"
+    # two seeds of one method, with different wall times; one seed of another
+    write_run(root, "s0", "bbt-fed", 0, [_round(0, 0.5, wall=0), _round(1, 0.6, wall=10), _round(2, 0.8, wall=20)])
+    write_run(root, "s1", "bbt-fed", 1, [_round(0, 0.5, wall=0), _round(1, 0.7, wall=14), _round(2, 0.6, wall=30)])
+    write_run(root, "p0", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.9)])
+    series = round_series(root)
+    agg = aggregate(series, "wall_time_s", "global_accuracy").set_index(["label", "round"])
+    bbt = agg.loc["bbt-fed"]
+    assert bbt.loc[1, "y"] == pytest.approx(0.65) and bbt.loc[1, "std"] == pytest.approx(math.sqrt(0.005))
+    assert bbt.loc[2, "y"] == pytest.approx(0.7) and bbt.loc[2, "std"] == pytest.approx(math.sqrt(0.02))
+    assert bbt.loc[1, "x"] == pytest.approx(12.0) and bbt.loc[2, "x"] == pytest.approx(25.0)  # mean x
+    assert (bbt["n"] == 2).all()
+    assert agg.loc[("fedprompt", 1), "n"] == 1 and math.isnan(agg.loc[("fedprompt", 1), "std"])
+
+    lines = {ln.label: ln for ln in chart_lines(series, CHARTS["accuracy"], "bytes", "mean", log_x=True)}
+    bbt_line = lines["bbt-fed"]
+    assert bbt_line.name == "bbt-fed (n=2)" and bbt_line.x == [1056.0, 2112.0]  # round 0 (0 bytes) off a log axis
+    assert bbt_line.lo == pytest.approx([0.65 - math.sqrt(0.005), 0.7 - math.sqrt(0.02)])
+    assert bbt_line.hi == pytest.approx([0.65 + math.sqrt(0.005), 0.7 + math.sqrt(0.02)])
+    assert lines["fedprompt"].lo is None  # one run: no band
+    per_run = chart_lines(series, CHARTS["accuracy"], "round", "runs")
+    assert sorted(ln.run_id for ln in per_run) == ["p0", "s0", "s1"]
+    assert {ln.color for ln in per_run if ln.label == "bbt-fed"} == {bbt_line.color}  # one colour per method
+
+
+def test_colors_are_per_method_and_stable():
+    assert color_of("fedbpt") == color_of("fedbpt", ["zzz", "aaa"])  # a registered method's colour never moves
+    assert len({color_of(m) for m in ("fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg")}) == 5
+    assert color_of("feddls-phi3", ["feddls-phi3", "feddls-phi5"]) != color_of("feddls-phi5", ["feddls-phi3",
+                                                                                                "feddls-phi5"])
+
+
+def test_store_reads_only_what_was_appended_and_rereads_a_rewritten_file(tmp_path):
+    root = tmp_path / "runs"
+    d = write_run(root, "r", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.6)], finished=False, tail='{"round": 2')
+    store = RunStore(root)
+    (run,) = store.runs()
+    assert [r["round"] for r in run["rounds"]] == [0, 1] and run["malformed_lines"] == 1  # the unfinished line
+    offset = store._rounds[d].offset
+    with open(d / "rounds.jsonl", "a") as fh:  # the write completes, one more round follows
+        fh.write(', "global_accuracy": 0.7}\n' + json.dumps(_round(3, 0.8)) + "\n")
+    (run,) = store.runs()
+    assert [r["round"] for r in run["rounds"]] == [0, 1, 2, 3] and run["malformed_lines"] == 0
+    assert store._rounds[d].offset > offset
+    assert store.runs()[0] is run  # nothing changed: the cached run, nothing re-read
+    (d / "rounds.jsonl").write_text(json.dumps(_round(0, 0.4)) + "\n")  # rewritten, shorter
+    assert [r["global_accuracy"] for r in store.runs()[0]["rounds"]] == [0.4]
+
+
+def test_type_garbled_and_binary_records_never_raise(tmp_path):
+    root = tmp_path / "runs"
+    garbled = [_round(0, 0.5), {**_round(1, 0.6), "bytes_up": "lots", "global_accuracy": "high",
+                                "client_accuracy": [1, 2], "wall_time_s": None}]
+    write_run(root, "garbled", "bbt-fed", 0, garbled, finished=False)
+    write_run(root, "ok", "bbt-fed", 1, [_round(0, 0.5), _round(1, 0.6)])
+    binary = root / "binary"
+    binary.mkdir()
+    (binary / "config.json").write_bytes(b"\x89PNG\r\n\x1a\n\x00\xff")
+    (binary / "rounds.jsonl").write_bytes(bytes(range(256)) * 4)
+    df = runs_table(root).set_index("run_id")
+    assert df.loc["binary", "status"] == "malformed"
+    # a field of the wrong type counts as missing: the run stays listed with what is readable
+    assert df.loc["garbled", "status"] == "running" and df.loc["garbled", "final_accuracy"] == 0.5
+    assert df.loc["garbled", "mb_up"] == 0
+    series = round_series(root)
+    assert set(series.run_id) == {"ok", "garbled"}
+    assert series[series.run_id == "garbled"]["global_accuracy"].isna().tolist() == [False, True]
+    from simulations.dashboard import render
+
+    figs, table = render(RunStore(root), ["demo · iid · 8 shots"], None, None, ["running", "finished"], "mean",
+                         "bytes", True, "bytes")
+    assert len(figs) == 7 and list(table["method"]) == ["bbt-fed"]
+
+
+def test_run_detail_lists_drops_and_method_metrics(tmp_path):
+    root = tmp_path / "runs"
+    write_run(root, "r", "fedbpt", 0, [_round(0, 0.5), _round(1, 0.6, dropped=[{"client": "3", "reason": "NaN in z"}],
+                                                                method_metrics={"sigma_prime": 0.42})])
+    rounds, text = run_detail(root, "r")
+    assert rounds.loc[1, "dropped"] == "3: NaN in z" and rounds.loc[1, "m:sigma_prime"] == 0.42
+    assert json.loads(text)["config"]["config"]["method"] == "fedbpt"
+
+
+def test_config_diff_lists_only_the_keys_that_differ(tmp_path):
+    root = tmp_path / "runs"
+    rounds = [_round(0, 0.5)]
+    write_run(root, "a", "bbt-fed", 0, rounds, **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 1.0, "alpha": 1})
+    write_run(root, "b", "bbt-fed", 1, rounds, **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 0.5, "alpha": 1.0})
+    write_run(root, "c", "fedprompt", 0, rounds, **{"fedprompt.lr": 0.01, "alpha": 1, "flag": True})
+    write_run(root, "d", "fedprompt", 0, rounds, **{"fedprompt.lr": 0.01, "alpha": 1, "flag": 1})
+    diff = config_diff(root, ["b", "a"])
+    # one column per run in the order asked; only the differing keys, in the configs' order;
+    # 1 and 1.0 differ (the records say which one a run was given)
+    assert list(diff.columns) == ["b", "a"] and list(diff.index) == ["seed", "bbt-fed.sigma0", "alpha"]
+    assert diff.loc["seed"].tolist() == [1, 0] and diff.loc["bbt-fed.sigma0"].tolist() == [0.5, 1.0]
+    diff = config_diff(root, ["a", "c", "nope"])  # a key only one run has differs; an unknown id is left out
+    assert list(diff.columns) == ["a", "c"]
+    assert list(diff.index) == ["method", "bbt-fed.popsize", "bbt-fed.sigma0", "fedprompt.lr", "flag"]
+    assert diff.loc["fedprompt.lr"].tolist() == [ABSENT, 0.01] and diff.loc["bbt-fed.popsize", "c"] == ABSENT
+    assert list(config_diff(root, ["c", "d"]).index) == ["flag"]  # true and 1 differ
+    assert config_diff(root, ["a", "a"]).empty and config_diff(root, ["a"]).empty
+    assert config_diff(root, ["c", "d", "c"]).columns.tolist() == ["c", "d"]
+
+
+def test_round_axes_tick_whole_numbers():
+    assert [integer_dtick(top) for top in (0, 1, 3, 8, 9, 16, 17, 40, 41, 100, 1000)] == [
+        1, 1, 1, 1, 2, 2, 5, 5, 10, 20, 200]
+    assert integer_dtick(10, max_ticks=2) == 5 and integer_dtick(3, max_ticks=0) == 5
+    from simulations.dashboard import figure
+    from simulations.dashboard_data import Line
+
+    lines = [Line("e1", "m", "m", "#636EFA", [0, 1, 2, 3], [0.5, 0.6, 0.7, 0.8]),
+             Line("e2", "m", "m", "#636EFA", [0, 30], [0.5, 0.6])]
+    layout = figure(lines, CHARTS["accuracy"], "round", False, ["e1", "e2"])["layout"]
+    for axis in ("xaxis", "xaxis2"):  # one step for the subplots, a whole number
+        assert layout[axis]["tickformat"] == "d" and layout[axis]["tickmode"] == "linear"
+        assert layout[axis]["dtick"] == 10 and layout[axis]["tick0"] == 0
+    from simulations.dashboard import chart_title
+
+    assert chart_title(CHARTS["accuracy"], "bytes") == "Global accuracy vs cumulative bytes, up + down"
+    assert chart_title(CHARTS["client-accuracy"], "bytes") == "Mean client accuracy vs cumulative bytes, up + down"
+    assert chart_title(CHARTS["client-accuracy"], "round") == "Mean client accuracy (local test splits) vs round"
+    bytes_layout = figure(lines, CHARTS["accuracy"], "bytes", True, ["e1"])["layout"]
+    assert "dtick" not in bytes_layout["xaxis"]  # other axes keep Plotly's ticks
+    # the title stays below the toolbar's band at the top, at the left; the plot below both
+    title = layout["title"]
+    assert title["yref"] == "container" and title["yanchor"] == "top" and title["pad"]["t"] >= 30
+    assert title["xanchor"] == "left" and layout["margin"]["t"] >= title["pad"]["t"] + 40
+
+
+def dash_callback(app, output: str, values: dict[str, object]) -> tuple[int, dict]:
+    """POST one callback as the page does, through Flask's test client: ``(HTTP status,
+    response)``. ``output`` is the start of the callback's output key (``..experiment.options``),
+    ``values`` its inputs and states by ``"<id>.<property>"`` (missing: None, as on first load)."""
+    key = next(k for k in app.callback_map if k.startswith(output))
+    callback = app.callback_map[key]
+    outputs = [dict(zip(("id", "property"), o.rsplit(".", 1), strict=True)) for o in key.strip(".").split("...")]
+
+    def props(items: list[dict]) -> list[dict]:
+        return [{**i, "value": values.get(f"{i['id']}.{i['property']}")} for i in items]
+
+    reply = app.server.test_client().post("/_dash-update-component", json={
+        "output": key, "outputs": outputs if key.startswith("..") else outputs[0],
+        "inputs": props(callback["inputs"]), "state": props(callback["state"]), "changedPropIds": list(values)})
+    return reply.status_code, reply.get_json(silent=True) or {}
+
+
+@pytest.mark.parametrize("case", list(MALFORMED))
+def test_a_malformed_run_is_listed_with_its_reason_and_the_rest_render(case, tmp_path):
+    """The issue's cases (a list seed, a string total, 100 000 nested lists, config.json a
+    directory, ``{"config": [..]}``): the dashboard starts, every callback answers 200, the
+    broken run is listed ``malformed`` with its reason and left out of charts and tables,
+    the others render as they would without it."""
+    from simulations.dashboard import make_app
+
+    root = tmp_path / "runs"
+    for run_id, method in (("r1-fedprompt", "fedprompt"), ("r2-bbt-fed", "bbt-fed")):
+        write_run(root, run_id, method, 0, [_round(0, 0.5), _round(1, 0.6), _round(2, 0.7)])
+    clean = runs_table(RunStore(root))
+    write_fn, reason = MALFORMED[case]
+    write_fn(root)
+    app = make_app(root)  # parses every record: a RecursionError here kept the dashboard from starting
+    df = runs_table(RunStore(root)).set_index("run_id")
+    assert df.loc["bad", "status"] == "malformed" and reason in df.loc["bad", "note"]
+    # the others: exactly as before (value by value: with the broken run the seed column is of objects)
+    assert df.drop(index="bad").reset_index().to_dict("records") == clean.to_dict("records")
+    experiment = "demo · iid · 8 shots"
+    # the experiment picker, first load and with every experiment ticked
+    code, reply = dash_callback(app, "..experiment.options", {"version.data": "1"})
+    assert code == 200 and reply["response"]["experiment"]["value"] == [experiment]
+    everything = reply["response"]["experiment"]["options"]
+    code, reply = dash_callback(app, "..experiment.options", {"version.data": "1", "experiment.value": everything})
+    assert code == 200 and reply["response"]["seed-filter"]["options"] == [{"label": "0", "value": 0}]
+    statuses = ["running", "finished", "failed", "stale", "malformed"]
+    code, reply = dash_callback(app, "..runs.data", {"experiment.value": everything, "status-filter.value": statuses})
+    rows = {r["run_id"]: r for r in reply["response"]["runs"]["data"]}
+    assert code == 200 and rows["bad"]["status"] == "malformed" and reason in rows["bad"]["note"]
+    code, reply = dash_callback(app, "..acc-bytes.figure", {
+        "experiment.value": everything, "status-filter.value": statuses, "mode.value": "runs",
+        "x-axis.value": "round", "log-x.value": [], "bytes-dir.value": "bytes"})
+    assert code == 200
+    drawn = {t["customdata"][0] for t in reply["response"]["acc-x"]["figure"]["data"] if t.get("customdata")}
+    assert drawn == {"r1-fedprompt", "r2-bbt-fed"}  # the malformed run is never drawn
+    assert sorted((r["method"], r["runs"]) for r in reply["response"]["compare"]["data"]) == [
+        ("bbt-fed", 1), ("fedprompt", 1)]
+    code, reply = dash_callback(app, "..detail-title", {"runs.active_cell": {"row": 0, "column": 0, "row_id": "bad"}})
+    assert code == 200 and reason in json.loads(reply["response"]["detail-config"]["children"])["note"]
+    # the compare runner's tables read the same records: the broken run is never counted
+    from simulations.tables import compare_table, load_runs, one_run_per_seed
+
+    assert set(compare_table(one_run_per_seed(load_runs(root)))["runs"]) == {1}
+
+
+def test_refresh_stays_under_a_second_with_50_runs_of_50_rounds(tmp_path):
+    from simulations.dashboard import render
+
+    runs_dir = write_experiment(tmp_path / "results", "big")
+    methods = ["fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg"]
+    for i in range(50):
+        rounds = [_round(r, 0.5 + 0.4 * r / 50 + 0.01 * (i % 7), 1000 + i, 2000,
+                         {str(c): 0.5 + 0.01 * c for c in range(10)}) for r in range(51)]
+        write_run(runs_dir, f"run{i:02d}", methods[i % 5], i // 5, rounds)
+    store = RunStore(tmp_path / "results")
+    args = (["big"], None, None, ["running", "finished", "failed"])
+    render(store, *args, "mean", "round", False, "bytes")  # first load parses everything
+    times = []
+    for i, mode in enumerate(["mean", "runs", "mean"]):
+        with open(runs_dir / f"run{i:02d}" / "rounds.jsonl", "a") as fh:  # a round arrives
+            fh.write(json.dumps(_round(51, 0.9)) + "\n")
+        t0 = time.perf_counter()
+        assert store.version()
+        figs, table = render(store, *args, mode, "bytes", True, "bytes")
+        json.dumps(figs)  # what Dash sends
+        times.append(time.perf_counter() - t0)
+        assert len(table) == 5
+    print(f"refresh after a new round, 50 runs x 50 rounds: {', '.join(f'{t:.3f}' for t in times)} s")
+    assert max(times) <= 1.0, times
+    assert len([t for t in figs[1]["data"] if t["meta"] == "line"]) == 5  # one mean line per method

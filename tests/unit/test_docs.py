@@ -1,0 +1,171 @@
+"""README and docs/ stay true: README is a short guide whose method table is printed by a
+script from committed records; every page's links, figures, result folders, experiment
+files and commands exist; every table row a page copies from a committed ``table.md``
+equals that row; each paper page has the Flower Baselines shape."""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+from simulations import guide
+
+from ..conftest import REPO
+
+README = REPO / "README.md"
+PAGES = [README, *sorted((REPO / "docs").rglob("*.md"))]
+PAPER_PAGES = sorted((REPO / "docs" / "papers").glob("*.md"))
+PAPER_SECTIONS = ("## About", "## Setup and departures from the paper", "## Commands",
+                  "## Expected results", "## What does not reproduce, and why")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def _rel(page: Path) -> str:
+    return str(page.relative_to(REPO))
+
+
+def test_readme_is_a_short_guide():
+    assert len(README.read_text().splitlines()) <= 250
+
+
+def test_readme_method_table_is_what_the_guide_script_prints_from_committed_records():
+    table = guide.render()
+    assert table in README.read_text()
+    assert "python -m simulations.guide" in README.read_text()
+    # every figure is a cell of the committed table.md of its harness (guards render itself)
+    for row, line in zip(guide.ROWS, table.splitlines()[2:], strict=True):
+        cells = guide.read_table(row.experiment)[row.label]
+        assert f"`{row.method}`" in line and cells["final acc"] in line and cells["peak client MB"] in line
+
+
+def test_the_guide_has_one_line_per_registered_method_and_a_page_for_each():
+    from fedtext.registry import METHODS
+
+    assert sorted(row.method for row in guide.ROWS) == sorted(METHODS)
+    for row in guide.ROWS:
+        assert (REPO / "docs" / "papers" / f"{row.page}.md").is_file(), row
+
+
+def test_the_guide_reads_the_cells_it_names_from_table_md(tmp_path, monkeypatch):
+    """A hand-made table.md: the guide picks the row by label and the columns by header."""
+    for experiment in guide.HARNESS:
+        folder = tmp_path / experiment
+        folder.mkdir()
+        header = ["method", *(column for column, _ in guide.COLUMNS)]
+        rows = [[row.label, "1.00 ± 0.00", "2", "3 ± 0", "4", f"0.{len(row.label)}"] for row in guide.ROWS
+                if row.experiment == experiment]
+        lines = ["<!-- made by hand -->", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                 *("| " + " | ".join(r) + " |" for r in rows)]
+        (folder / "table.md").write_text("\n".join(lines) + "\n")
+    monkeypatch.setattr(guide, "RESULTS", tmp_path)
+    out = guide.render().splitlines()
+    assert out[0].startswith("| `method=` | what it tunes | KB up | KB down | queries | client MB | final acc |")
+    fedbpt = next(line for line in out if line.startswith("| `fedbpt` |"))
+    # zero spreads dropped, others kept, accuracy from fedbpt's own row, page link
+    assert "| 1.00 | 2 | 3 | 4 | 0.6 | T1 | [fedbpt](docs/papers/fedbpt.md) |" in fedbpt
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_every_relative_link_and_image_resolves(page):
+    for target in LINK.findall(page.read_text()):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        path = (page.parent / target.split("#")[0]).resolve()
+        assert path.exists(), f"{_rel(page)}: {target}"
+
+
+def test_every_figure_is_a_committed_png_made_by_the_plot_command_on_its_page():
+    """Figures of results come from ``simulations.plot`` on the records beside them; the
+    dashboard's screenshots from the browser test, whose command the page gives."""
+    shown = 0
+    for page in PAGES:
+        text = page.read_text()
+        for image in re.findall(r"!\[[^\]]*\]\(([^)]+)\)", text):
+            path = (page.parent / image).resolve()
+            assert path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
+            if path.parent == REPO / "docs" / "screenshots":  # the browser test's screenshots
+                assert "DASH_SHOTS_DIR=docs/screenshots python -m pytest" in text, (page, image)
+                shown += 1
+                continue
+            assert path.parent.name == "figures" and (path.parent.parent / "runs").is_dir(), image
+            assert f"python -m simulations.plot {path.parent.parent.relative_to(REPO)}" in text, (page, image)
+            shown += 1
+    assert shown >= 4
+
+
+def _expand(pattern: str) -> list[str]:
+    """``a{0,1}b`` → ``a0b``, ``a1b`` (the shell's brace expansion, which pages use)."""
+    parts = re.split(r"\{([^{}]*)\}", pattern)
+    choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
+    return ["".join(c) for c in itertools.product(*choices)]
+
+
+def test_every_experiment_file_and_results_path_a_page_names_exists():
+    named = 0
+    for page in PAGES:
+        for raw in re.findall(r"simulations/(?:experiments|results)/[\w./{},-]*", page.read_text()):
+            raw = raw.rstrip(".,")
+            if raw.endswith(("-", "_")):  # a prefix in prose, e.g. "tradeoff-s<seed>"
+                continue
+            for path in _expand(raw):
+                assert (REPO / path).exists(), f"{_rel(page)}: {path}"
+                named += 1
+    assert named >= 40
+
+
+def test_every_python_module_a_page_runs_exists():
+    modules = set()
+    for page in PAGES:
+        modules |= set(re.findall(r"python -m ((?:simulations|fedtext|tools)(?:\.\w+)+)", page.read_text()))
+    assert {"simulations.compare", "simulations.plot", "simulations.guide", "simulations.simulate"} <= modules
+    for module in sorted(modules):
+        assert importlib.util.find_spec(module) is not None, module
+
+
+def _rows(text: str) -> list[list[str]]:
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("| ") and not line.startswith("|---")]
+
+
+def test_every_table_row_a_page_copies_from_a_committed_table_equals_it():
+    """A row whose first three cells match a row of a committed table (``table.md``,
+    ``fes_table.md``, ...) of a results
+    folder the page names (or of its experiment file) must be one of those rows, cell for cell (a rerun that changed the
+    records must change the page; the same label may appear in several folders)."""
+    results = REPO / "simulations" / "results"
+    tables: dict[str, list[list[str]]] = {}
+    for md in results.glob("*/*.md"):  # table.md, fes_table.md, tradeoff-*.md, ...
+        tables.setdefault(md.parent.name, []).extend(_rows(md.read_text())[1:])
+    checked = 0
+    for page in PAGES:
+        text = page.read_text()
+        # a folder is named by its path or by the experiment file whose compare run writes it
+        cited = [name for name in tables
+                 if f"simulations/results/{name}" in text or f"simulations/experiments/{name}.toml" in text]
+        candidates: dict[tuple[int, tuple[str, ...]], list[list[str]]] = {}
+        for name in cited:
+            for row in tables[name]:
+                candidates.setdefault((len(row), tuple(row[:3])), []).append(row)
+        for row in _rows(text):
+            same = candidates.get((len(row), tuple(row[:3])))
+            if same:
+                assert row in same, f"{_rel(page)}: {row[:3]} matches no committed row of {cited}"
+                checked += 1
+    assert checked >= 80
+
+
+@pytest.mark.parametrize("page", PAPER_PAGES, ids=_rel)
+def test_each_paper_page_has_the_flower_baselines_shape(page):
+    text = page.read_text()
+    positions = [text.find("\n" + section + "\n") for section in PAPER_SECTIONS]
+    assert all(p >= 0 for p in positions) and positions == sorted(positions), _rel(page)
+    assert "python -m simulations." in text[positions[2]:positions[3]], "commands in Commands"
+    assert "|---" in text[positions[3]:positions[4]] or "| ---" in text[positions[3]:positions[4]], "a results table"
+
+
+def test_every_paper_has_its_page():
+    assert {p.stem for p in PAPER_PAGES} >= {"fedbpt", "feddls", "fes", "feddrs", "feddpg"}

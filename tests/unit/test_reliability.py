@@ -1,0 +1,347 @@
+"""Reliability: honest run status, checkpoint and resume, client failures, signals.
+
+Unit tests on records and checkpoints; the runs through Flower's simulation engine
+(killed and resumed, failing clients, SIGTERM) are in tests/integration/test_reliability_runs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedtext import checkpoint
+from fedtext.records import RunRecorder, load_run, run_status, summarize
+
+
+def _only(folder: Path) -> Path:
+    (run,) = [p for p in folder.iterdir() if p.is_dir()]
+    return run
+
+
+# ---------------------------------------------------------------- status
+def test_status_finished_failed_stale_running_and_malformed(tmp_path):
+    rec = RunRecorder(tmp_path, {"method": "fedbpt", "stale-after-s": 5.0})
+    rec.log_round({"round": 0, "global_accuracy": 0.5})
+    run = load_run(rec.dir)
+    assert run["status"] == "running" and run["reason"] is None
+    # silent for longer than stale-after-s: stale, with the silence in the reason
+    status, reason = run_status(run, now=time.time() + 60)
+    assert status == "stale" and "no heartbeat for" in reason
+    rec.finish("failed", error="terminated by SIGTERM")
+    run = load_run(rec.dir)
+    assert (run["status"], run["reason"]) == ("failed", "terminated by SIGTERM")
+    assert run_status(run, now=time.time() + 1e6)[0] == "failed"  # a summary never turns stale
+    # a binary rounds.jsonl without a summary is malformed, not running
+    bad = tmp_path / "binary"
+    bad.mkdir()
+    (bad / "config.json").write_text(json.dumps({"config": {"method": "x"}}))
+    (bad / "rounds.jsonl").write_bytes(bytes(range(256)) * 4 + b"\n\x00\xff\n")
+    assert load_run(bad)["status"] == "malformed"
+
+
+def test_heartbeat_is_rewritten_while_the_run_is_open(tmp_path):
+    rec = RunRecorder(tmp_path, {"method": "fedbpt", "stale-after-s": 5.0})  # beats every 0.5 s
+    first = float((rec.dir / "heartbeat").read_text())
+    time.sleep(1.3)
+    assert float((rec.dir / "heartbeat").read_text()) > first
+    rec.finish()
+    after = float((rec.dir / "heartbeat").read_text())
+    time.sleep(1.0)
+    assert float((rec.dir / "heartbeat").read_text()) == after  # stopped with the summary
+
+
+def test_summarize_survives_type_garbled_fields():
+    rounds = [
+        {"round": 0, "global_accuracy": "0.5", "bytes_up": None},
+        {"round": 1, "global_accuracy": 0.7, "bytes_up": "12", "bytes_down": [1], "client_accuracy": "x",
+         "client_peak_rss_mb": {"a": 1}, "model_queries": True},
+        {"round": 2, "global_accuracy": 0.6, "bytes_up": 100, "bytes_down": 50, "client_accuracy": {"0": 0.5},
+         "participants": "nope"},
+    ]
+    s = summarize(rounds)
+    assert s["final_accuracy"] == 0.6 and s["best_accuracy"] == 0.7 and s["initial_accuracy"] is None
+    assert (s["total_bytes_up"], s["total_bytes_down"], s["total_model_queries"]) == (100, 50, 0)
+    assert s["p_accuracy"] == 0.5 and s["peak_client_rss_mb"] is None
+
+
+def test_a_refused_start_is_named_by_method_and_time_never_none(tmp_path):
+    """A refused run-config often lacks dataset and seed: its record's folder is named by
+    the start time, the method (the default one when none is named) and what is known,
+    not ``<stamp>-None-None-sNone``."""
+    import re
+
+    from flwr.app import RecordDict
+    from flwr.common import Context
+
+    from fedtext.config import ConfigError
+    from fedtext.server_app import make_server_app
+
+    cases = {"nope": ({"method": "nope"}, r"\d{8}-\d{6}-nope"),
+             "seed": ({"method": "nope", "seed": 3, "run-name": "../x"}, r"\d{8}-\d{6}-nope-s3-\.\._x"),
+             "default": ({"no-such-key": 1}, r"\d{8}-\d{6}-bbt-fed")}
+    for case, (overrides, name) in cases.items():
+        out = tmp_path / case
+        app = make_server_app({**overrides, "output-dir": str(out)})
+        with pytest.raises(ConfigError):
+            app._server_fn(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config={}))
+        run_dir = _only(out)
+        assert re.fullmatch(name, run_dir.name) and "None" not in run_dir.name, run_dir.name
+        assert load_run(run_dir)["status"] == "failed"
+
+
+# ------------------------------------------------------------ checkpoints
+def test_checkpoint_round_trip_keeps_arrays_and_state(tmp_path, monkeypatch):
+    from fedtext.cmaes import ReferenceServerES
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+
+    es = ReferenceServerES(d=5, sigma0=1.0, m=3, seed=7)
+    es.tell(np.random.default_rng(0).standard_normal((3, 5)), [0.3, 0.1, 0.2], sigma_prime=0.8)
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.array([1, 2], dtype=np.uint16)]
+    checkpoint.save(tmp_path, 4, arrays, {"server": es, "synced": {"17": 3}})
+    ck = checkpoint.load(tmp_path)
+    assert ck.round == 4 and ck.state["synced"] == {"17": 3}
+    for a, b in zip(arrays, ck.global_arrays, strict=True):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    # pycma's whole state survives: the restored ES continues exactly as the original
+    sol = np.random.default_rng(1).standard_normal((3, 5))
+    assert es.tell(sol, [0.2, 0.3, 0.1], 0.7) == ck.state["server"].tell(sol, [0.2, 0.3, 0.1], 0.7)
+    assert np.array_equal(es.mean, ck.state["server"].mean)
+    assert not (tmp_path / "checkpoint.npz.tmp").exists()
+
+
+class _RunsCode:
+    """A pickle that makes a folder when unpickled: proof that a checkpoint's code ran."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.mkdir, (str(self.marker),))
+
+
+def _poison(run_dir: Path, marker: Path, keep_signature: bool) -> None:
+    """Swap the state of ``run_dir``'s checkpoint for a pickle that runs code (an attacker who
+    can write the folder); the old signature stays when ``keep_signature``."""
+    import io
+    import pickle
+
+    with np.load(run_dir / checkpoint.FILE) as z:
+        blobs = {k: z[k] for k in z.files}
+    blobs["state"] = np.frombuffer(pickle.dumps({"server": _RunsCode(marker)}), dtype=np.uint8)
+    if not keep_signature:
+        del blobs["signature"]
+    buf = io.BytesIO()
+    np.savez(buf, **blobs)
+    (run_dir / checkpoint.FILE).write_bytes(buf.getvalue())
+
+
+@pytest.mark.parametrize("attack", ["tampered", "unsigned", "other key"])
+def test_a_checkpoint_not_signed_by_this_users_key_is_refused_before_anything_is_unpickled(
+        tmp_path, monkeypatch, attack):
+    """Issue 35: ``checkpoint.npz``'s state is a pickle. Edited after signing, unsigned (format
+    1), or signed with another key, it is refused, and its code never runs."""
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "mine.key"))
+    run_dir, marker = tmp_path / "run", tmp_path / "code-ran"
+    run_dir.mkdir()
+    if attack == "other key":
+        monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "theirs.key"))
+        checkpoint.save(run_dir, 1, [np.zeros(3, np.float32)], {"server": _RunsCode(marker)})
+        monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "mine.key"))
+        checkpoint.save(tmp_path, 1, [np.zeros(3, np.float32)], {})  # this user has a key of their own
+    else:
+        checkpoint.save(run_dir, 1, [np.zeros(3, np.float32)], {"server": 1})
+        assert checkpoint.load(run_dir).state == {"server": 1}  # untouched, it loads
+        _poison(run_dir, marker, keep_signature=attack == "tampered")
+    with pytest.raises(checkpoint.CheckpointError, match="not signed" if attack == "unsigned" else "does not verify"):
+        checkpoint.load(run_dir)
+    assert not marker.exists()
+
+
+def test_a_checkpoint_resolving_outside_its_run_folder_is_refused(tmp_path, monkeypatch):
+    """Issue 35: a symlink planted in the run folder is not followed, even to a valid checkpoint."""
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    elsewhere, run_dir = tmp_path / "elsewhere", tmp_path / "out" / "run"
+    elsewhere.mkdir()
+    run_dir.mkdir(parents=True)
+    checkpoint.save(elsewhere, 1, [np.zeros(3, np.float32)], {})
+    (run_dir / checkpoint.FILE).symlink_to(elsewhere / checkpoint.FILE)
+    with pytest.raises(checkpoint.CheckpointError, match="outside its run folder"):
+        checkpoint.load(run_dir)
+    with pytest.raises(FileNotFoundError):
+        checkpoint.load(tmp_path / "out" / "nothing")
+
+
+def test_the_key_is_made_once_private_and_a_missing_key_is_one_line(tmp_path, monkeypatch):
+    key = tmp_path / "k" / "checkpoint.key"
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(key))
+    checkpoint.save(tmp_path, 1, [np.zeros(1)], {})
+    first = key.read_bytes()
+    checkpoint.save(tmp_path, 2, [np.zeros(1)], {})
+    assert key.read_bytes() == first and len(first) == checkpoint.KEY_BYTES
+    assert (key.stat().st_mode & 0o777) == 0o600
+    key.unlink()
+    with pytest.raises(checkpoint.CheckpointError, match="no checkpoint key readable"):
+        checkpoint.load(tmp_path)
+
+
+def test_resume_compares_the_config_and_the_folder_before_it_loads_the_checkpoint(tmp_path, monkeypatch):
+    """Issue 35: ``resume=`` with another config, or naming a folder outside output-dir, is a
+    one-line configuration error raised before the checkpoint is read; its code never runs."""
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+    from fedtext.server_app import resume_checkpoint
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    out, marker = tmp_path / "out", tmp_path / "code-ran"
+    cfg = make_config("fedbpt", output_dir=str(out), resume="run", num_server_rounds=3)
+    run_config = cfg.to_run_config()
+    (out / "run").mkdir(parents=True)
+    (out / "run" / "config.json").write_text(json.dumps({"config": {**run_config, "seed": 1}}))
+    checkpoint.save(out / "run", 1, [np.zeros(3, np.float32)], {})
+    _poison(out / "run", marker, keep_signature=False)
+    with pytest.raises(ConfigError, match=r"seed=0 \(run: 1\)"):
+        resume_checkpoint(cfg, run_config)
+    (out / "run" / "config.json").write_text(json.dumps({"config": run_config}))
+    with pytest.raises(ConfigError, match="not signed"):
+        resume_checkpoint(cfg, run_config)
+    assert not marker.exists()
+    with pytest.raises(ConfigError, match="a folder name under output-dir"):  # refused by the config itself
+        make_config("fedbpt", output_dir=str(out), resume="../outside")
+    # a run folder that is a symlink to elsewhere (planted in output-dir) is not followed
+    (tmp_path / "outside").mkdir()
+    (out / "linked").symlink_to(tmp_path / "outside")
+    with pytest.raises(ConfigError, match="not a run folder inside output-dir"):
+        resume_checkpoint(make_config("fedbpt", output_dir=str(out), resume="linked", num_server_rounds=3), run_config)
+
+
+@pytest.mark.parametrize("where", ["/proc/fedtext-x", "file"])
+def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tmp_path, monkeypatch, where):
+    """Issue 35: ``output-dir=/proc/x`` gave a raw traceback after the model had loaded."""
+    from fedtext import server_app
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+
+    if where == "file":
+        (tmp_path / "file").write_text("not a folder")
+        where = str(tmp_path / "file" / "runs")
+    monkeypatch.setattr(server_app, "labelled", lambda *_: pytest.fail("data loaded before the check"))
+    with pytest.raises(ConfigError, match=rf"^output-dir={where}: cannot write run records there \(") as err:
+        server_app.build(make_config("fedprompt", output_dir=where))
+    assert "\n" not in str(err.value)
+    server_app.check_output_dir(str(tmp_path / "new" / "runs"))  # writable: tried, and nothing left
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "kept").mkdir()
+    server_app.check_output_dir(str(tmp_path / "kept"))
+    assert (tmp_path / "kept").is_dir() and not list((tmp_path / "kept").iterdir())
+
+
+def test_feddls_resyncs_a_client_whose_state_was_lost():
+    from fedtext.registry import make_config
+    from fedtext.tasks import TASKS
+    from strategies.feddls import FedDLS
+
+    strat = FedDLS(make_config("feddls", max_length=64, prompt_length=4), TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    p0 = strat.global_arrays[0]
+    for _ in range(3):  # three rounds of updates (any residual will do)
+        p1 = p0 + 0.01
+        strat.updates.append(strat.codec.encode(p1, p0))
+        p0 = strat.codec.decode(strat.updates[-1], p0)
+
+    class Proxy:
+        cid = "42"
+
+    strat.synced["42"] = 3  # the server believes node 42 holds version 3 ...
+    arrays, extra = strat.download(4, Proxy(), "fit")
+    assert arrays == [] and extra == {"dls_from": 3, "dls_to": 3}
+    # ... but its node restarted: the client fails with "node state was lost"
+    strat.client_failed("42", "fit", "RuntimeError: feddls client 0 holds p' version 0 ... node state was lost")
+    strat.begin_round(5)
+    arrays, extra = strat.download(5, Proxy(), "fit")
+    assert extra == {"dls_from": 0, "dls_to": 3} and len(arrays) == 3 * strat.codec.num_arrays
+    from fedtext import comm
+
+    assert strat.record.resync_bytes == comm.expected_bytes(arrays) > 0
+    # once the replay would cost more than p' itself, the resync sends p' (absolute)
+    for _ in range(200):
+        strat.updates.append(strat.updates[-1])
+    strat.global_arrays = [p0]
+    strat.client_failed("42", "fit", "... node state was lost")
+    strat.begin_round(6)
+    arrays, extra = strat.download(6, Proxy(), "fit")
+    assert extra == {"dls_from": 203, "dls_to": 203, "dls_absolute": 1}
+    assert len(arrays) == 1 and np.array_equal(arrays[0], p0)
+    assert strat.record.resync_bytes == 4 * p0.size + comm.NPY_HEADER_BYTES
+    # a client with no state takes it as its p' of version 203
+    from clients.feddls import FedDLSClient
+
+    assert FedDLSClient.synced_prompt(_Stateless(strat), arrays, extra)[0] == 203
+
+
+class _Stateless:
+    """Just what ``FedDLSClient.synced_prompt`` touches of a client whose node lost its state."""
+
+    def __init__(self, strat) -> None:
+        self.codec, self.p0 = strat.codec, strat.initial_arrays()[0]
+
+    def stored(self):
+        return 0, self.p0
+
+
+# ------------------------------------------------------------- bad inputs
+def _dataset(tmp_path: Path, train: bytes, test: bytes = b"text\tlabel\nfine\t0\nokay\t1\n") -> str:
+    (tmp_path / "train.tsv").write_bytes(train)
+    (tmp_path / "test.tsv").write_bytes(test)
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("train, test, message", [
+    (b"", None, "train.tsv: the file is empty"),
+    (b"text\tlabel\ncaf\xe9 au lait\t0\n", None, "train.tsv: not UTF-8 text (line 2, byte 14"),
+    (b"text\tlabel\na\t0\nb\t1\n", b"text\tlabel\n", "test.tsv: a header but no rows"),
+])
+def test_unreadable_data_files_are_one_line_errors(tmp_path, train, test, message):
+    from fedtext.config import ConfigError
+    from fedtext.data import load_splits
+
+    path = _dataset(tmp_path, train, *(() if test is None else (test,)))
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
+        load_splits(path)
+
+
+def test_a_tsv_with_quoted_newlines_is_read_with_its_quotes(tmp_path):
+    from fedtext.data import load_splits
+
+    path = _dataset(tmp_path, b'text\tlabel\n"two\nlines"\t1\nplain "quote\t0\n')
+    train = load_splits(path).train
+    assert list(train["label"]) == [1, 0] and train["text"][0] == "two\nlines"
+
+
+def test_single_class_training_data_warns(tmp_path, caplog):
+    from fedtext.registry import make_config
+    from fedtext.server_app import build
+
+    path = _dataset(tmp_path, b"text\tlabel\na\t0\nb\t0\n")
+    with caplog.at_level("WARNING", logger="fedtext"):
+        build(make_config("bbt-fed", dataset=path, task="sst2", output_dir=str(tmp_path / "runs"), max_length=32,
+                          eval_size=2))
+    assert "single class" in caplog.text
+
+
+@pytest.mark.parametrize("prompt_length, max_length, message", [
+    (100000, 32, "natural vocabulary tokens"), (400, 128, "exceeds the 512 positions")])
+def test_prompt_length_beyond_the_vocabulary_or_positions_is_a_config_error(backbone, prompt_length, max_length,
+                                                                            message):
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+    from fedtext.server_app import check_prompt_fits
+
+    with pytest.raises(ConfigError, match=message):
+        check_prompt_fits(make_config("bbt-fed", prompt_length=prompt_length, max_length=max_length), backbone)
+    check_prompt_fits(make_config("bbt-fed", prompt_length=8, max_length=128), backbone)  # the defaults fit
