@@ -31,10 +31,6 @@ loading, status, summaries). Every public name is re-exported here.
 
 from __future__ import annotations
 
-# ``fedtext.records.subprocess`` stays reachable: tests/test_provenance.py patches
-# ``records.subprocess.run`` (the subprocess module's own ``run``, which git_state calls).
-import subprocess  # noqa: F401
-
 from fedtext.records.probes import (
     GIT_TIMEOUT_S, LAUNCH_FIELDS, PROVENANCE_PACKAGES, current_rss_mb, git_state, launch_fields, machine,
     package_versions, peak_rss_mb, provenance,

@@ -47,7 +47,7 @@ def test_git_state_unknown_without_a_checkout_or_git(tmp_path, monkeypatch):
     def hung(*args, **kwargs):
         raise subprocess.TimeoutExpired(args[0], records.GIT_TIMEOUT_S)
 
-    monkeypatch.setattr(records.subprocess, "run", hung)
+    monkeypatch.setattr(subprocess, "run", hung)  # the module git_state calls through
     assert git_state() == {"git_commit": None, "git_dirty": None}
 
 
