@@ -113,8 +113,19 @@ class RecordingServer(Server):
             raise
 
     def _fit_from(self, first: int, num_rounds: int, timeout: float | None) -> tuple[History, float]:
-        """Flower's ``Server.fit`` loop from round ``first`` on (no initialisation, no
-        round-0 evaluation: the global arrays come from the checkpoint)."""
+        """Flower's ``Server.fit`` round loop (flwr/server/server.py ``fit``, the
+        ``for current_round in range(1, num_rounds + 1)`` block, Flower 1.41-1.42), started
+        at round ``first`` instead of 1.
+
+        Why it repeats Flower: ``Server.fit`` always starts at round 1 and first calls
+        ``_get_initial_parameters`` and evaluates round 0; a resumed run must do neither
+        (its global arrays, strategy state and round counter come from the checkpoint, and
+        round 0 is already in its record). What it leaves out of Flower's loop: the
+        ``[ROUND n]`` and ``fit progress`` log lines (fedtext logs its own round line) and
+        the ``History`` entries other than the centralized loss (fedtext's record is the
+        run's history; ``History`` is returned only because ``fit``'s signature has it).
+        What it adds: the wait for ``clients-per-round`` clients that
+        ``initialize_parameters`` would have done."""
         strategy = self.strategy
         if strategy.cfg.clients_per_round:  # as initialize_parameters would
             self._client_manager.wait_for(strategy.cfg.clients_per_round, timeout=CONNECT_TIMEOUT_S)
