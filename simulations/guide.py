@@ -14,6 +14,7 @@ harness (AG News, 64 gold labels on 2 of 10 clients + unlabelled texts, 3 seeds)
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,15 +64,23 @@ ROWS: tuple[Row, ...] = (
 )
 
 
+def markdown_rows(text: str) -> list[list[str]]:
+    """The rows of every markdown table in ``text``, as stripped cells, rule rows
+    (``|---|``) left out; a cell may hold an escaped pipe (``\\|``)."""
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("|") and line.endswith("|") and len(line) > 1:
+            cells = [cell.strip() for cell in re.split(r"(?<!\\)\|", line[1:-1])]
+            if not all(re.fullmatch(r":?-+:?", cell) for cell in cells):
+                rows.append(cells)
+    return rows
+
+
 def read_table(experiment: str) -> dict[str, dict[str, str]]:
     """The rows of ``simulations/results/<experiment>/table.md``: label → {column → cell}."""
-    lines = [line for line in (RESULTS / experiment / "table.md").read_text().splitlines() if line.startswith("|")]
-    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
-    rows: dict[str, dict[str, str]] = {}
-    for line in lines[2:]:  # lines[1] is the |---| rule
-        cells = [cell.strip() for cell in line.strip("|").split("|")]
-        rows[cells[0]] = dict(zip(header, cells, strict=True))
-    return rows
+    header, *rows = markdown_rows((RESULTS / experiment / "table.md").read_text())
+    return {cells[0]: dict(zip(header, cells, strict=True)) for cells in rows}
 
 
 def render() -> str:

@@ -49,20 +49,6 @@ def _only_run(root: Path) -> Path:
     return runs[0]
 
 
-def strategy_class(method: str) -> type:
-    """The strategy class a registered method's config names (its ``strategy`` string)."""
-    from fedtext.registry import METHODS, resolve
-
-    return resolve(METHODS[method].strategy)
-
-
-def client_class(method: str) -> type:
-    """The client class a registered method's config names (its ``client`` string)."""
-    from fedtext.registry import METHODS, resolve
-
-    return resolve(METHODS[method].client)
-
-
 @pytest.fixture(scope="session")
 def backbone():
     from fedtext.backbone import get_backbone

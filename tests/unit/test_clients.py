@@ -11,7 +11,8 @@ from fedtext.registry import make_config
 from fedtext.strategy import failure_reason
 from fedtext.tasks import TASKS
 
-from ..conftest import client_class, strategy_class
+from fedtext.client_app import client_class
+from fedtext.server_app import strategy_class
 
 SMALL = dict(prompt_length=4, max_length=48, shots_per_class=4, client_test_size=8)
 SUBSPACE = dict(intrinsic_dim=20, popsize=4)

@@ -11,6 +11,7 @@ from fedtext.config import ConfigError, MethodConfig, RunConfig
 from fedtext.model import Model
 from fedtext.registry import CONFIGS, METHODS, make_config, resolve
 from simulations.compare import flatten
+from simulations.guide import markdown_rows
 
 from ..conftest import REPO
 
@@ -223,8 +224,7 @@ def test_docs_run_config_tables_agree_with_the_dataclasses():
     method row whose defaults are listed plainly (one per key) must equal the dataclass
     defaults, and every key of every method must have a row."""
     text = (REPO / "docs" / "run-config.md").read_text()
-    rows = [[c.strip() for c in re.split(r"(?<!\\)\|", line.strip()[1:-1])] for line in text.splitlines()
-            if line.startswith("| `")]
+    rows = [row for row in markdown_rows(text) if row[0].startswith("`")]
     shared = RunConfig().to_run_config()
     documented_shared: dict[str, str] = {}
     for r in (r for r in rows if len(r) == 3):  # `a`, `b` | 1, 2 | ... : one default per key

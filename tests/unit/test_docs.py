@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from simulations import guide
+from simulations.guide import markdown_rows
 
 from ..conftest import REPO
 
@@ -126,11 +127,6 @@ def test_every_python_module_a_page_runs_exists():
         assert importlib.util.find_spec(module) is not None, module
 
 
-def _rows(text: str) -> list[list[str]]:
-    return [[c.strip() for c in line.strip().strip("|").split("|")]
-            for line in text.splitlines() if line.startswith("| ") and not line.startswith("|---")]
-
-
 def test_every_table_row_a_page_copies_from_a_committed_table_equals_it():
     """A row whose first three cells match a row of a committed table (``table.md``,
     ``fes_table.md``, ...) of a results
@@ -139,7 +135,7 @@ def test_every_table_row_a_page_copies_from_a_committed_table_equals_it():
     results = REPO / "simulations" / "results"
     tables: dict[str, list[list[str]]] = {}
     for md in results.glob("*/*.md"):  # table.md, fes_table.md, tradeoff-*.md, ...
-        tables.setdefault(md.parent.name, []).extend(_rows(md.read_text())[1:])
+        tables.setdefault(md.parent.name, []).extend(markdown_rows(md.read_text())[1:])
     checked = 0
     for page in PAGES:
         text = page.read_text()
@@ -150,7 +146,7 @@ def test_every_table_row_a_page_copies_from_a_committed_table_equals_it():
         for name in cited:
             for row in tables[name]:
                 candidates.setdefault((len(row), tuple(row[:3])), []).append(row)
-        for row in _rows(text):
+        for row in markdown_rows(text):
             same = candidates.get((len(row), tuple(row[:3])))
             if same:
                 assert row in same, f"{_rel(page)}: {row[:3]} matches no committed row of {cited}"

@@ -21,7 +21,7 @@ from fedtext.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedbpt import FedBPT
 
-from ..conftest import client_class
+from fedtext.client_app import client_class
 
 
 # --------------------------------------------------------------------------- sigma'

@@ -29,7 +29,7 @@ from fedtext.records import participant_accuracy
 from fedtext.tasks import TASKS
 from strategies.feddls import FedDLS
 
-from ..conftest import client_class
+from fedtext.client_app import client_class
 
 # ------------------------------------------------------------------ upload codec
 TOY = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [2.0, 0.1]], np.float32)

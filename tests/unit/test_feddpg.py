@@ -24,7 +24,7 @@ from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from strategies.feddpg import FedDPG
 
-from ..conftest import client_class
+from fedtext.client_app import client_class
 
 SMALL = dict(max_length=64, shots_per_class=8, client_test_size=8, eval_size=20)
 

@@ -26,7 +26,7 @@ from fedtext.tasks import TASKS
 from strategies.feddf import FedDF
 from strategies.feddrs import FedDRS
 
-from ..conftest import client_class
+from fedtext.client_app import client_class
 
 SMALL = dict(max_length=48, shots_per_class=4, client_test_size=8, eval_size=20)
 TINY_DISTILL = dict(sample_batch=2, sample_length=4, sample_steps=1, distill_steps=1)

@@ -27,7 +27,7 @@ from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
 from strategies.fes import FewShotStrategy
 
-from ..conftest import client_class
+from fedtext.client_app import client_class
 
 SMALL = dict(max_length=32, client_test_size=0, eval_size=20, shots_per_class=4)
 
