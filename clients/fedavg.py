@@ -7,7 +7,7 @@ import torch
 from flwr.common import NDArrays, Scalar
 
 from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
-from fedtext.methods.fedavg import FedAvgModel
+from fedtext.methods.fedavg.model import FedAvgModel
 
 
 class FedAvgClient(FedTextClient):

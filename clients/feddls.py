@@ -13,7 +13,7 @@ from flwr.common import NDArrays, Scalar
 from fedtext import comm
 from fedtext.backbone import Backbone
 from fedtext.client import FedTextClient, client_seed
-from fedtext.compression import codec_for, encode_upload
+from fedtext.methods.feddls.codecs import codec_for, encode_upload
 
 
 @dataclass

@@ -8,7 +8,8 @@ from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
 from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
-from fedtext.methods.feddpg import FedDPGModel, forget_split, unlearn, unlearn_seed
+from fedtext.methods.feddpg.model import FedDPGModel
+from fedtext.methods.feddpg.unlearning import forget_split, unlearn, unlearn_seed
 
 
 class FedDPGClient(FedTextClient):
@@ -17,7 +18,7 @@ class FedDPGClient(FedTextClient):
     Each text's prompt is ``G(ē)`` (eqs. 2-3); the loss is eq. (4)'s cross-entropy
     (mean over the mini-batch); gradients reach G through the frozen encoder and
     nothing else. With ``unlearn=1`` in the fit config the client forgets
-    ``feddpg.forget-fraction`` of its examples instead (:func:`fedtext.methods.feddpg.unlearn`)
+    ``feddpg.forget-fraction`` of its examples instead (:func:`fedtext.methods.feddpg.unlearning.unlearn`)
     and keeps their indices in ``context.state``, so that no later round trains on
     them again (journalled by :mod:`fedtext.node_state`: a resumed run keeps them too).
     """

@@ -6,7 +6,7 @@ import numpy as np
 from flwr.common import NDArrays, Scalar
 
 from clients.fedavg import FedAvgClient
-from fedtext.methods.feddrs import FedDRSModel
+from fedtext.methods.feddrs.model import FedDRSModel
 
 
 class FedDRSClient(FedAvgClient):

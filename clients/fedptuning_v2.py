@@ -7,7 +7,7 @@ import torch
 from flwr.common import NDArrays, Scalar
 
 from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
-from fedtext.methods.fedptuning_v2 import DeepPromptModel
+from fedtext.methods.fedptuning_v2.model import DeepPromptModel
 
 
 class FedPTuningV2Client(FedTextClient):

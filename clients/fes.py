@@ -30,8 +30,10 @@ from flwr.common import NDArrays, Scalar
 
 from fedtext.backbone import EncodedBatch, _mean_pool
 from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
-from fedtext.methods.fes import (PSEUDO_PICK_SALT, PSEUDO_PICKS, FewShotModel, knn_sets, parse_paces,
-                                 pseudo_target, representational_filter, split_pool)
+from fedtext.methods.fes.filter import knn_sets, representational_filter
+from fedtext.methods.fes.labels import PSEUDO_PICK_SALT, PSEUDO_PICKS, pseudo_target, split_pool
+from fedtext.methods.fes.model import FewShotModel
+from fedtext.methods.fes.pacing import parse_paces
 
 
 class FewShotClient(FedTextClient):

@@ -122,7 +122,7 @@ class FedTextClient(NumPyClient):
         self.data = data
         self.partition_id = data.partition_id
         self.backbone = backbone or backbone_for(cfg, task)
-        self.model: Model = self.mcfg.model_class(cfg, self.backbone)
+        self.model: Model = self.mcfg.model_class()(cfg, self.backbone)
         self.train_batch: EncodedBatch = self.backbone.encode(list(data.train["text"]), list(data.train["label"]))
         self.test_batches = (
             self.backbone.batches(list(data.test["text"]), list(data.test["label"])) if len(data.test) else []

@@ -36,6 +36,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
+from fedtext.components import resolve
 from fedtext.errors import ConfigError  # defined in a leaf module, raised and caught as fedtext.config's
 
 PARTITIONS = ("iid", "dirichlet", "label", "domain")
@@ -84,27 +85,34 @@ class MethodConfig:
     ``__post_init__`` with :func:`check_range` / :func:`check_choice`, using its
     dotted key names (:meth:`key`) in messages.
 
-    ``model_class`` names the method's :class:`fedtext.model.Model`: the one object
-    that both its strategy and its client build (global arrays, upload format,
-    evaluation). ``default_head`` is the head ``head=auto`` resolves to and
-    ``heads`` the heads the method can use.
+    ``model`` names the method's :class:`fedtext.model.Model` as a ``"module:Class"``
+    string (``"fedtext.methods.fedavg.model:FedAvgModel"``): the one object that both its
+    strategy and its client build (global arrays, upload format, evaluation); a string,
+    so that the config module imports no torch (the dashboard and the compare runner read
+    configs), resolved by :meth:`model_class` where a model is built. ``default_head``
+    is the head ``head=auto`` resolves to and ``heads`` the heads the method can use.
 
     ``strategy`` and ``client`` name the method's Flower-side classes as
     ``"module:Class"`` strings (``"strategies.fedavg:FedAvgStrategy"``,
     ``"clients.fedavg:FedAvgClient"``), the convention of Flower's own
     ``[tool.flwr.app.components]``. They stay strings so that a config, and every core
     module that reads one, imports no ``strategies/`` or ``clients/`` module; only the
-    ServerApp and the ClientApp resolve them (:func:`fedtext.registry.resolve`), each
+    ServerApp and the ClientApp resolve them (:func:`fedtext.components.resolve`), each
     its own side. Every method's config declares both itself (several methods may name
     the same classes: FeS and its baselines differ by config only).
     """
 
     name: ClassVar[str] = ""
-    model_class: ClassVar[type] = object
+    model: ClassVar[str] = ""  # "fedtext.methods.<m>.model:<Class>", a fedtext.model.Model subclass
     strategy: ClassVar[str] = ""  # "strategies.<module>:<Class>", a FedTextStrategy subclass
     client: ClassVar[str] = ""  # "clients.<module>:<Class>", a FedTextClient subclass
     default_head: ClassVar[str] = "similarity"
     heads: ClassVar[tuple[str, ...]] = PROMPT_HEADS
+
+    @classmethod
+    def model_class(cls) -> type:
+        """The class :attr:`model` names, imported (torch comes with it)."""
+        return resolve(cls.model)
 
     @classmethod
     def key(cls, field_name: str) -> str:

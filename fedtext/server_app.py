@@ -37,7 +37,8 @@ from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
 from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name
-from fedtext.registry import METHODS, resolve
+from fedtext.components import resolve
+from fedtext.registry import METHODS
 from fedtext.strategy import CONNECT_TIMEOUT_S, Evaluator, FedTextStrategy
 from fedtext.tracking import check_installed
 
@@ -154,7 +155,7 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     if splits.train["label"].nunique() < 2:
         log.warning("fedtext: the training data has a single class (%s): every method will learn a constant",
                     splits.train["label"].iloc[0])
-    if cfg.post_tune_steps and not issubclass(cfg.method_config.model_class, PromptModel):
+    if cfg.post_tune_steps and not issubclass(cfg.method_config.model_class(), PromptModel):
         raise ConfigError(f"post-tune-steps tunes a prompt; method {cfg.method} has none (set post-tune-steps=0)")
     for name in sorted(cfg.holdout_set - {x for x in cfg.holdout_set if x.isdigit()}):
         if name not in splits.domains:
@@ -166,7 +167,7 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
             raise ConfigError(f"holdout by domain name ('{name}') needs partition=domain")
     evaluator = Evaluator(cfg, task)
     check_prompt_fits(cfg, evaluator.backbone)
-    trainable = cfg.method_config.model_class(cfg, evaluator.backbone).trainable_parameters()
+    trainable = cfg.method_config.model_class()(cfg, evaluator.backbone).trainable_parameters()
     # resolved-labels: a JSON list as text (the run-config holds single values; a name may hold a comma)
     config = {**cfg.to_run_config(), "resolved-task": task.name,
               "resolved-labels": json.dumps(list(data.label_names)), "trainable-parameters": int(trainable)}
@@ -212,7 +213,7 @@ def check_output_dir(output_dir: str) -> None:
 def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
     """A soft prompt of ``prompt-length`` natural tokens must exist and fit the model's
     positions beside ``max-length`` text tokens (else numpy/torch fail deep inside)."""
-    if not issubclass(cfg.method_config.model_class, PromptModel):
+    if not issubclass(cfg.method_config.model_class(), PromptModel):
         return
     natural = len(backbone.natural_token_ids())
     if cfg.prompt_length > natural:

@@ -72,7 +72,7 @@ log = logging.getLogger("fedtext")
 
 CONNECT_TIMEOUT_S = 60  # how long round 0 waits for clients-per-round clients to connect
 # Salt of the training draw (:meth:`FedTextStrategy.draw`): a stream of its own beside the
-# evaluation draw's and FeS's labelling draw's (fedtext.methods.fes.LABEL_SALT).
+# evaluation draw's and FeS's labelling draw's (fedtext.methods.fes.labels.LABEL_SALT).
 TRAIN_SALT = 0x5A3
 PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message may start a Ray actor (seconds)
 PROPERTIES_WORKERS = 64  # get_properties messages in flight at once (Flower's fit fan-out uses threads too)
@@ -192,7 +192,7 @@ class FedTextStrategy(FedAvg):
         self.evaluator = evaluator
         self.recorder = recorder
         self.backbone = evaluator.backbone if evaluator else backbone_for(cfg, task)
-        self.model: Model = self.mcfg.model_class(cfg, self.backbone)
+        self.model: Model = self.mcfg.model_class()(cfg, self.backbone)
         self.global_arrays: list[np.ndarray] = []
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
         self.record = RoundRecord(round=0)
@@ -383,7 +383,7 @@ class FedTextStrategy(FedAvg):
         """``n`` clients of ``pool`` without replacement, kept in pool order, drawn with
         ``default_rng([seed, round, salt])``: a rerun of a seed draws the same clients, and
         each salt (training :data:`TRAIN_SALT`, FeS labelling
-        :data:`fedtext.methods.fes.LABEL_SALT`) is its own stream."""
+        :data:`fedtext.methods.fes.labels.LABEL_SALT`) is its own stream."""
         rng = np.random.default_rng([self.cfg.seed, server_round, salt])
         return [pool[i] for i in np.sort(rng.choice(len(pool), size=n, replace=False))]
 

@@ -18,7 +18,7 @@ with sigma' in place of the intractable sigma_t (eqs. (6)-(7)); see
 ``sigma' exp(|p_sigma|/E|N| - 1)``.
 
 ``fedbpt.server-step=reference`` replaces Algorithm 2 by the authors' public server
-(NVIDIA/NVFlare ``research/fed-bpt/src/global_es.py``; :class:`fedtext.cmaes.ReferenceServerES`):
+(NVIDIA/NVFlare ``research/fed-bpt/src/global_es.py``; :class:`fedtext.methods.fedbpt.cmaes.ReferenceServerES`):
 a pycma CMA-ES with population = parents = m clients recombines *all* uploads with
 pycma's rank weights, sigma' = sqrt(sum_all sum_j sigma^2 / (m mu_l)) (no factor 2, no
 best half), and clients are sent (sigma_after / sigma') times the previous client step
@@ -46,8 +46,9 @@ from typing import Protocol
 import numpy as np
 from flwr.common import Scalar
 
-from fedtext.cmaes import CMAState, ReferenceServerES, corrected_sigma, reference_sigma_prime, server_step
-from fedtext.methods.fedbpt import FedBPTConfig, FedBPTModel, FedBPTUpload
+from fedtext.methods.fedbpt.cmaes import CMAState, ReferenceServerES, corrected_sigma, reference_sigma_prime, server_step
+from fedtext.methods.fedbpt.config import FedBPTConfig
+from fedtext.methods.fedbpt.model import FedBPTModel, FedBPTUpload
 from fedtext.strategy import FedTextStrategy, Upload
 
 log = logging.getLogger(__name__)

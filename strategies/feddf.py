@@ -21,7 +21,7 @@ import torch
 
 from fedtext.config import RunConfig
 from fedtext.data import load_splits
-from fedtext.methods.feddrs import Teaching, distill_steps
+from fedtext.methods.feddrs.distill import Teaching, distill_steps
 from fedtext.records.writer import RunRecorder
 from fedtext.strategy import Evaluator
 from fedtext.tasks import Task

@@ -13,7 +13,7 @@ Client must (:class:`clients.feddls.FedDLSClient`): rebuild p' from the p'_{-1} 
 keeps in ``context.state`` plus the updates it is sent (config ``dls_from``/``dls_to``
 name their versions), run ``feddls.steps`` steps of discrete local search (Alg. 3,
 eqs. 6-7) on its shots, and upload one ``uint16`` per position -- the chosen token
-id or :data:`fedtext.compression.SENTINEL` -- reporting ``dls_version`` (the p'
+id or :data:`fedtext.methods.feddls.codecs.SENTINEL` -- reporting ``dls_version`` (the p'
 version it holds) in its metrics.
 
 Server, per round: drop uploads whose ids are neither the sentinel nor natural-token
@@ -53,7 +53,7 @@ from flwr.common import Scalar
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext import comm
-from fedtext.compression import SENTINEL, codec_for, rebuild_prompt
+from fedtext.methods.feddls.codecs import SENTINEL, codec_for, rebuild_prompt
 from fedtext.strategy import FedTextStrategy, Upload
 
 log = logging.getLogger("fedtext")

@@ -7,7 +7,7 @@ Client must: load the downloaded G (four float32 tensors, ``model.global_specs()
 take ``feddpg.local-steps`` AdamW steps (``feddpg.lr``, ``feddpg.batch-size``) on its
 labelled examples with the prompts ``G(ē)`` of each text in front of the frozen PLM,
 and upload G. In the unlearning round (``unlearn=1`` in its fit config) the client
-named by ``feddpg.unlearn-client`` runs :func:`fedtext.methods.feddpg.unlearn` instead
+named by ``feddpg.unlearn-client`` runs :func:`fedtext.methods.feddpg.unlearning.unlearn` instead
 (eq. 5), uploads G_c^u with the forget/retained accuracies before and after as
 metrics, and never trains on the forgotten examples again.
 
@@ -29,7 +29,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.config import ConfigError
-from fedtext.methods.feddpg import BEFORE_UNLEARNING
+from fedtext.methods.feddpg.config import BEFORE_UNLEARNING
 from fedtext.strategy import CONNECT_TIMEOUT_S, FedTextStrategy, Upload, weighted_mean
 
 log = logging.getLogger("fedtext")

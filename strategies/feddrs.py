@@ -30,8 +30,8 @@ import torch
 
 from fedtext.backbone import Backbone
 from fedtext.config import RunConfig
-from fedtext.methods.feddrs import (Teaching, adversarial_samples, distill_steps, pseudo_labels, random_embeddings,
-                                    sequence_ends, target_samples, word_embedding_name, wrap)
+from fedtext.methods.feddrs.distill import Teaching, distill_steps
+from fedtext.methods.feddrs.samplers import adversarial_samples, pseudo_labels, random_embeddings, sequence_ends, target_samples, word_embedding_name, wrap
 from fedtext.progress import Progress
 from fedtext.records.probes import peak_rss_mb
 from fedtext.records.writer import RunRecorder

@@ -16,14 +16,14 @@ sends each the global model with ``train``/``label`` flags, and aggregates the t
 uploads with FedAvg weighted by labelled examples (gold + pseudo, as the authors'
 code). Labelling-only clients answer with an empty result, which is not an upload.
 
-Pacing: ``fes`` asks its :class:`fedtext.methods.fes.Pacer` (AUG-E search and
+Pacing: ``fes`` asks its :class:`fedtext.methods.fes.pacing.Pacer` (AUG-E search and
 switching, eq. (1)); ``fedfsl``/``fedfsl-bias`` (and ``fes.pacing=static``) label on
 ``static-clients`` clients every round, each keeping ``static-labels``; ``fedcls``
 never labels. The pace of each round, every AUG-E a trial or window measured, and the
 search/switch events go to the round's ``method_metrics`` (a static pace is recorded as
 ``pace_f=1, pace_n=static-clients, pace_k=1``: its count is ``static-labels``, not a k %).
 
-Client must: split its pool with :func:`fedtext.methods.fes.split_pool`, pseudo-label
+Client must: split its pool with :func:`fedtext.methods.fes.labels.split_pool`, pseudo-label
 when told (keeping ``Pace.target`` or ``label_count`` of its (filtered) unlabelled
 texts), keep its pseudo labels in ``context.state``, train one local epoch on gold +
 pseudo labels and upload the co-planned weights (:class:`FewShotModel`), reporting
@@ -47,7 +47,8 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.config import ConfigError
-from fedtext.methods.fes import LABEL_SALT, Pace, Pacer, gold_count, parse_paces
+from fedtext.methods.fes.labels import LABEL_SALT, gold_count
+from fedtext.methods.fes.pacing import Pace, Pacer, parse_paces
 from fedtext.strategy import CONNECT_TIMEOUT_S, TRAIN_SALT, FedTextStrategy, Upload
 
 log = logging.getLogger("fedtext")

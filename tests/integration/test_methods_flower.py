@@ -146,7 +146,7 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path, monkeyp
     assert config["trainable-parameters"] == 384 * 5 + 5 + 5 * 768 + 768
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
     # FedDPGu on the finished run's global G, as a user would call it
-    proc = subprocess.run([sys.executable, "-m", "simulations.unlearning", "forget", str(run), "--client", "2",
+    proc = subprocess.run([sys.executable, "-m", "simulations.papers.feddpg.unlearning", "forget", str(run), "--client", "2",
                            "--num-partitions", "3"], cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     metrics = json.loads(proc.stdout[proc.stdout.index("{"):])
@@ -156,7 +156,7 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path, monkeyp
     # the tradeoff table from the G the unlearning round replaced: one row per strength, both weightings of
     # eq. (5); the run's own strength (2 steps at lr 1e-3, λ = 1, sets) repeats its round 2 exactly (same
     # relabels), global and every other client's local accuracy included
-    proc = subprocess.run([sys.executable, "-m", "simulations.unlearning", "tradeoff", str(run), "--client", "1",
+    proc = subprocess.run([sys.executable, "-m", "simulations.papers.feddpg.unlearning", "tradeoff", str(run), "--client", "1",
                            "--num-partitions", "3", "--setting", "2,0.001,1", "--setting", "1,0.001,0.5,examples,20",
                            "--setting", "1,0.1,1,sets,0,sgd"],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)

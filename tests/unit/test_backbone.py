@@ -279,7 +279,7 @@ def test_label_vectors_are_encoded_by_the_plain_encoder_after_a_fedptuning_v2_fo
     (cosine 0.32-0.43 to the plain vectors on AG News). The cache must equal the
     descriptions encoded with no hook at all: mean-pooled, unit-norm encoder states."""
     from fedtext.backbone import _mean_pool
-    from fedtext.methods.fedptuning_v2 import DeepPromptModel
+    from fedtext.methods.fedptuning_v2.model import DeepPromptModel
     from fedtext.registry import make_config
 
     fresh = Backbone("all-MiniLM-L6-v2", "similarity", TASKS["ag_news"], 64)  # not the shared, primed one

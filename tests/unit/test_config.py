@@ -9,7 +9,8 @@ import pytest
 
 from fedtext.config import ConfigError, MethodConfig, RunConfig
 from fedtext.model import Model
-from fedtext.registry import CONFIGS, METHODS, make_config, resolve
+from fedtext.components import resolve
+from fedtext.registry import CONFIGS, METHODS, make_config
 from simulations.compare import flatten
 from simulations.guide import markdown_rows
 
@@ -30,7 +31,7 @@ def test_one_registry_names_each_method_once():
     assert len(CONFIGS) == len(METHODS) and tuple(METHODS.values()) == CONFIGS  # no name twice, registry order
     for name, config in METHODS.items():
         assert config.name == name  # the config's dotted keys use the registry name
-        assert issubclass(config.model_class, Model)
+        assert issubclass(config.model_class(), Model)
 
 
 def test_each_config_names_its_own_strategy_and_client_of_one_method_module():

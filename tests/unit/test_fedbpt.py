@@ -12,8 +12,7 @@ from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
 from fedtext.blackbox import WhitenedCMA
-from fedtext.cmaes import (CMAConstants, CMAState, ReferenceServerES, corrected_sigma, reference_local_sigma,
-                           reference_sigma_prime, server_step)
+from fedtext.methods.fedbpt.cmaes import CMAConstants, CMAState, ReferenceServerES, corrected_sigma, reference_local_sigma, reference_sigma_prime, server_step
 from fedtext.config import ConfigError
 from fedtext.registry import make_config
 from fedtext.data import client_data
@@ -495,7 +494,7 @@ def _ref_step(clamp="as-run"):
 
 
 def _ups(z, sigmas, losses):
-    from fedtext.methods.fedbpt import FedBPTUpload
+    from fedtext.methods.fedbpt.model import FedBPTUpload
 
     return [FedBPTUpload(np.asarray(a, np.float64), np.asarray(s, np.float64), float(f))
             for a, s, f in zip(z, sigmas, losses, strict=True)]
@@ -601,7 +600,7 @@ def test_cma_constants_field_by_field_against_tutorial(n, mu, expected):
 
 
 def test_inv_sqrt_of_eigenvalues_below_one():
-    from fedtext.cmaes import inv_sqrt
+    from fedtext.methods.fedbpt.cmaes import inv_sqrt
     # diag(0.25, 4)^{-1/2} = diag(1/0.5, 1/2) = diag(2, 0.5)
     np.testing.assert_allclose(inv_sqrt(np.diag([0.25, 4.0])), np.diag([2.0, 0.5]), atol=1e-12)
     # rotated: R diag(0.01, 9) R^T -> R diag(10, 1/3) R^T

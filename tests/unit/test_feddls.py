@@ -13,16 +13,7 @@ from flwr.common import Code, FitRes, Status
 
 from clients.feddls import local_search, nearest_tokens
 from fedtext import comm
-from fedtext.compression import (
-    SENTINEL,
-    FullCodec,
-    LassoCodec,
-    PCACodec,
-    QuantCodec,
-    check_upload,
-    encode_upload,
-    rebuild_prompt,
-)
+from fedtext.methods.feddls.codecs import SENTINEL, FullCodec, LassoCodec, PCACodec, QuantCodec, check_upload, encode_upload, rebuild_prompt
 from fedtext.registry import make_config
 from fedtext.data import client_data
 from fedtext.records import participant_accuracy

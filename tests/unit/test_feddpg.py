@@ -17,9 +17,9 @@ from flwr.common import Code, FitRes, Status
 from fedtext import comm
 from fedtext.backbone import Backbone, EncodedBatch
 from fedtext.data import client_data
-from fedtext.methods.feddpg import (FedDPGModel, forget_split, make_generator, mean_embedding, relabel, unlearn,
-                                    unlearning_loss)
-from fedtext.methods.fedptuning_v2 import DeepPromptModel, attention_projections, deep_prompts
+from fedtext.methods.feddpg.model import FedDPGModel, make_generator, mean_embedding
+from fedtext.methods.feddpg.unlearning import forget_split, relabel, unlearn, unlearning_loss
+from fedtext.methods.fedptuning_v2.model import DeepPromptModel, attention_projections, deep_prompts
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from strategies.feddpg import FedDPG
@@ -68,7 +68,7 @@ def test_the_prompt_depends_on_its_input_and_only_on_its_own_tokens(backbone):
 
 
 def test_mean_embedding_is_the_mean_word_embedding_over_the_text_tokens(backbone):
-    from fedtext.methods.feddpg import mean_embedding
+    from fedtext.methods.feddpg.model import mean_embedding
 
     batch = backbone.encode(["good", "a much longer sentence here"], [0, 1])
     e = backbone.vocab_embeddings()
@@ -336,7 +336,7 @@ def test_fedptuning_v2_training_moves_only_the_prefixes(backbone):
 def test_unlearning_table_compares_the_rounds_around_the_unlearning_round(tmp_path):
     import json
 
-    from simulations.unlearning import unlearning_rows
+    from simulations.papers.feddpg.unlearning import unlearning_rows
 
     run = tmp_path / "runs" / "r1"
     run.mkdir(parents=True)

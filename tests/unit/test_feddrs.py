@@ -17,9 +17,9 @@ from fedtext import comm
 from fedtext.backbone import Backbone
 from fedtext.config import ConfigError
 from fedtext.data import client_data, partition_train
-from fedtext.methods.feddrs import (SAMPLERS, Teaching, adversarial_loss, adversarial_samples, distill_steps,
-                                    kl_to_student, parse_sampling, pseudo_labels, random_embeddings, sequence_ends,
-                                    target_loss, target_samples, word_embedding_name, wrap)
+from fedtext.methods.feddrs.config import SAMPLERS, parse_sampling
+from fedtext.methods.feddrs.distill import Teaching, distill_steps, kl_to_student
+from fedtext.methods.feddrs.samplers import adversarial_loss, adversarial_samples, pseudo_labels, random_embeddings, sequence_ends, target_loss, target_samples, word_embedding_name, wrap
 from fedtext.registry import make_config
 from fedtext.strategy import Upload, weighted_mean
 from fedtext.tasks import TASKS
@@ -45,7 +45,7 @@ def fit_res(arrays, n, pid):
 def nets():
     """A teacher and a student network of FedDRS's model whose heads differ (seeded)."""
     cfg = drs()
-    model_cls = cfg.method_config.model_class
+    model_cls = cfg.method_config.model_class()
     from fedtext.backbone import backbone_for
 
     bb = backbone_for(cfg, TASKS["demo"])

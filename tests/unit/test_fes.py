@@ -20,9 +20,11 @@ from flwr.common import Code, FitRes, Status
 from fedtext import comm
 from fedtext.config import ConfigError
 from fedtext.data import client_data
-from fedtext.methods.fes import (PSEUDO_PICK_SALT, Pace, Pacer, aug_e, gold_count, knn_sets, layer_capacity,
-                                 parse_paces, pick_class_quota, pick_top_k, plan_predicate, pseudo_target,
-                                 representational_filter, search_depth, split_pool)
+from fedtext.methods.fes.filter import knn_sets, representational_filter
+from fedtext.methods.fes.labels import PSEUDO_PICK_SALT, gold_count, pick_class_quota, pick_top_k, pseudo_target, split_pool
+from fedtext.methods.fes.model import layer_capacity, plan_predicate
+from fedtext.methods.fes.pacing import Pace, Pacer, aug_e, parse_paces
+from fedtext.methods.fes.plan import search_depth
 from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
 from strategies.fes import FewShotStrategy
@@ -357,7 +359,7 @@ def test_layer_capacity_is_terraced_frozen_bias_full():
 
 def test_co_planning_trains_and_uploads_exactly_the_planned_tensors(backbone):
     cfg = cfg_of("fes")
-    model = METHODS["fes"].model_class(cfg, backbone)
+    model = METHODS["fes"].model_class()(cfg, backbone)
     names = [s.name for s in model.upload_specs()]
     assert names == [n for n, _ in model.network.named_trainable()]
     # the default (the paper's AG News plan on 6 layers): 0-3 frozen, the biases of 4-5, no full layer
@@ -365,7 +367,7 @@ def test_co_planning_trains_and_uploads_exactly_the_planned_tensors(backbone):
     assert names == want
     biases = 2 * (4 * 384 + 1536 + 384 + 2 * 384)  # layers 4 and 5: q k v o, ffn in/out, LayerNorm biases
     assert model.trainable_parameters() == biases == 8_448
-    full_top = METHODS["fes"].model_class(cfg_of("fes", frozen_layers=3, bias_layers=2), backbone)
+    full_top = METHODS["fes"].model_class()(cfg_of("fes", frozen_layers=3, bias_layers=2), backbone)
     layer = 4 * 384 * 384 + 2 * 384 * 1536 + 9 * 384 + 1536  # q k v o, ffn in/out, their biases, 2 LayerNorms
     assert full_top.trainable_parameters() == layer + biases == 1_782_912
     assert [s.name for s in full_top.upload_specs()] == [
@@ -374,10 +376,10 @@ def test_co_planning_trains_and_uploads_exactly_the_planned_tensors(backbone):
     frozen = dict(backbone.named_parameters())["encoder.layer.0.output.dense.weight"]
     assert not frozen.requires_grad  # the process backbone stays frozen
     bias_only = cfg_of("fedfsl-bias")
-    m = METHODS["fedfsl-bias"].model_class(bias_only, backbone)
+    m = METHODS["fedfsl-bias"].model_class()(bias_only, backbone)
     assert all(s.name.endswith(".bias") for s in m.upload_specs())
     with pytest.raises(ConfigError, match="fes.frozen-layers=5 \\+ fes.bias-layers=2 exceeds the 6 layers"):
-        METHODS["fes"].model_class(cfg_of("fes", frozen_layers=5), backbone)
+        METHODS["fes"].model_class()(cfg_of("fes", frozen_layers=5), backbone)
 
 
 # -------------------------------------------------------------- label placement
@@ -733,7 +735,7 @@ def test_labelling_only_results_are_reports_not_uploads_and_grow_the_labelled_se
 
 
 def test_time_to_accuracy_sums_simulated_round_times_until_the_target_is_first_reached():
-    from simulations.fes_table import time_to
+    from simulations.papers.fes.table import time_to
 
     rounds = [{"round": 0, "global_accuracy": 0.5, "sim_time_s": None},
               {"round": 2, "global_accuracy": 0.7, "sim_time_s": 12.5},
@@ -752,7 +754,7 @@ def test_fes_needs_the_server_accuracy_after_every_round():
 
 
 def test_plan_search_script_probes_plans_and_picks_a_frozen_depth(capsys):
-    from simulations.fes_plan import main
+    from simulations.papers.fes.plan import main
 
     assert main(["--dataset", "demo", "--gold", "8", "--epochs", "1", "--eval-size", "20", "--max-length", "32",
                  "--tolerance", "1.0", "--eval-on", "heldout"]) == 0
@@ -765,7 +767,7 @@ def test_plan_search_script_probes_plans_and_picks_a_frozen_depth(capsys):
 
 def test_plan_search_can_test_on_train_texts_outside_its_gold_set_instead_of_the_reported_test_texts():
     from fedtext.data import load_splits, server_test
-    from simulations.fes_plan import EVAL_SETS, heldout_rows
+    from simulations.papers.fes.plan import EVAL_SETS, heldout_rows
 
     rows = heldout_rows(50, np.array([3, 7, 9]), 10, seed=0)
     assert len(rows) == 10 and not set(rows.tolist()) & {3, 7, 9} and rows.tolist() == sorted(set(rows.tolist()))

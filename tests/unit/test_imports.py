@@ -29,7 +29,7 @@ FLOWER_COMPONENTS = frozenset({"fedtext.server_app", "fedtext.client_app"})
 
 
 def module_name(path: Path) -> str:
-    """``fedtext/methods/fes.py`` -> ``fedtext.methods.fes``; a package's ``__init__.py`` -> the package."""
+    """``fedtext/methods/fes/config.py`` -> ``fedtext.methods.fes.config``; a package's ``__init__.py`` -> the package."""
     parts = list(path.relative_to(REPO).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()

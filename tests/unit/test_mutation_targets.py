@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,25 @@ def test_every_mutation_target_exists(name: str) -> None:
 
 
 def test_group_of_maps_a_mutant_to_its_function_group() -> None:
-    assert mutation.group_of("fedtext.methods.fes.x_representational_filter__mutmut_12") == "fes"
-    assert mutation.group_of("fedtext.cmaes.xǁReferenceServerESǁtell__mutmut_3") == "fedbpt"
-    assert mutation.group_of("fedtext.cmaes.x_representational_filter__mutmut_1") is None
+    assert mutation.group_of("fedtext.methods.fes.filter.x_representational_filter__mutmut_12") == "fes"
+    assert mutation.group_of("fedtext.methods.fedbpt.cmaes.xǁReferenceServerESǁtell__mutmut_3") == "fedbpt"
+    assert mutation.group_of("fedtext.methods.fedbpt.cmaes.x_representational_filter__mutmut_1") is None
+
+
+def target_files() -> set[str]:
+    """The source files that hold :data:`mutation.TARGETS` (``a.b.x_f`` -> ``a/b.py``)."""
+    return {name.split(".x")[0].replace(".", "/") + ".py" for name in NAMES}
+
+
+def test_mutmut_mutates_exactly_the_files_of_the_targets() -> None:
+    """pyproject's ``[tool.mutmut] only_mutate`` repeats where the targets live: a target
+    moved to another file would otherwise never be mutated (and count as 'not checked')."""
+    config = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    assert set(config["tool"]["mutmut"]["only_mutate"]) == target_files()
+
+
+def test_every_equivalent_names_a_target() -> None:
+    """An equivalent listed under a function that is no longer a target (renamed, moved)
+    would silently stop excusing its mutant."""
+    targets = set(NAMES)
+    assert {function for function, _ in mutation.equivalents()} <= targets

@@ -96,7 +96,7 @@ def test_a_refused_start_is_named_by_method_and_time_never_none(tmp_path):
 
 # ------------------------------------------------------------ checkpoints
 def test_checkpoint_round_trip_keeps_arrays_and_state(tmp_path, monkeypatch):
-    from fedtext.cmaes import ReferenceServerES
+    from fedtext.methods.fedbpt.cmaes import ReferenceServerES
 
     monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
 

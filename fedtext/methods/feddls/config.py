@@ -1,34 +1,13 @@
-"""FedDLS's config and model (../shared/papers/000_332a35b1d96e4ed4.txt, §4, App. E).
-
-Global array: p' float32 ``[T, D]`` (the server's; what travels down is a codec's
-compressed update, see :mod:`fedtext.compression`). Upload: ``ids`` uint16 ``[T]``,
-the chosen natural-token id or :data:`fedtext.compression.SENTINEL` per position,
-``2 T + 128`` B (T=50: 228 B).
-"""
+"""FedDLS's run-config keys (``[tool.flwr.app.config.feddls]``), validated once; imports no torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
-
-import numpy as np
-
-from fedtext.comm import ArraySpec
-from fedtext.compression import check_upload
 from fedtext.config import ConfigError, MethodConfig, check_choice, check_range
-from fedtext.model import PromptModel
+
 
 COMPRESSIONS = ("lasso", "full", "pca", "quant")
-
-
-class FedDLSModel(PromptModel):
-    """p' is the global prompt; uploads are token ids checked against the natural vocabulary."""
-
-    def upload_specs(self) -> list[ArraySpec]:
-        return [ArraySpec("ids", (self.cfg.prompt_length,), "uint16")]
-
-    def check_upload(self, upload: dict[str, np.ndarray]) -> str | None:
-        return check_upload(upload["ids"], self.backbone.natural_token_ids())
 
 
 @dataclass(frozen=True)
@@ -36,7 +15,7 @@ class FedDLSConfig(MethodConfig):
     """``feddls.*``: local search (Alg. 3) and download compression (Alg. 2, App. E)."""
 
     name: ClassVar[str] = "feddls"
-    model_class: ClassVar[type] = FedDLSModel
+    model: ClassVar[str] = "fedtext.methods.feddls.model:FedDLSModel"
     strategy: ClassVar[str] = "strategies.feddls:FedDLS"
     client: ClassVar[str] = "clients.feddls:FedDLSClient"
 

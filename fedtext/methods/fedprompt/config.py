@@ -1,22 +1,10 @@
-"""FedPrompt's config and model: a soft prompt ``[T, D]`` trained by back-propagation.
-
-"Prompt Tuning (Fed)" of FedDLS App. C (Guo et al. 2022; Zhao et al. 2023): the only
-trainable (and communicated) parameters are T prompt vectors; the PLM stays frozen.
-Global arrays = upload = ``prompt`` float32 ``[T, D]``: ``T * D * 4 + 128`` B each way
-(T=8, D=384: 12,416 B).
-"""
+"""FedPrompt's run-config keys (``[tool.flwr.app.config.fedprompt]``), validated once; imports no torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
-
 from fedtext.config import MethodConfig, check_range
-from fedtext.model import PromptModel
-
-
-class FedPromptModel(PromptModel):
-    """The global array is the prompt itself, started at p0 (T seeded natural tokens)."""
 
 
 @dataclass(frozen=True)
@@ -24,7 +12,7 @@ class FedPromptConfig(MethodConfig):
     """``fedprompt.*``: Adam on the prompt."""
 
     name: ClassVar[str] = "fedprompt"
-    model_class: ClassVar[type] = FedPromptModel
+    model: ClassVar[str] = "fedtext.methods.fedprompt.model:FedPromptModel"
     strategy: ClassVar[str] = "strategies.fedprompt:FedPrompt"
     client: ClassVar[str] = "clients.fedprompt:FedPromptClient"
 

@@ -1,7 +1,7 @@
 """FeS's Table 4 from a compare-runner folder: accuracy, relative accuracy, simulated
 time-to-accuracy, bytes and client memory per variant (mean over seeds).
 
-    python -m simulations.fes_table simulations/results/fes_ag_news \\
+    python -m simulations.papers.fes.table simulations/results/fes_ag_news \\
         --reference fedcls-oracle --target fedfsl
 
 * relative accuracy: final accuracy / the ``--reference`` variant's (same seed);

@@ -235,7 +235,7 @@ def _principal_components(vocab: np.ndarray, n: int) -> tuple[np.ndarray, np.nda
 
 
 class CodecSettings(Protocol):
-    """The keys of ``feddls.*`` the codecs read (:class:`fedtext.methods.feddls.FedDLSConfig`
+    """The keys of ``feddls.*`` the codecs read (:class:`fedtext.methods.feddls.config.FedDLSConfig`
     has them; named here so that this module, which that one imports, need not import it).
     Read-only, as the frozen config's fields are, and hashable (:func:`codec_for` caches)."""
 

@@ -1,24 +1,10 @@
-"""BBT-Fed's config and model: z in ``p0 + A z``, FedAvg of z.
-
-FedDLS App. B-C ("BBT (Fed)"); BBT is Sun et al. (2022). Global arrays = upload =
-``z`` float32 ``[d]``: ``d * 4 + 128`` B each way (d=100: 528 B). With
-``bbt-fed.average=z-sigma-C`` (FedBPT Fig. 2's contrast) also ``sigma`` ``[1]`` and
-``C`` ``[d, d]``: ``4 (d + 1 + d^2) + 3 * 128`` B each way.
-"""
+"""BBT-Fed's model: the subspace z, sigma and C, shared by its strategy and client."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
-
 import numpy as np
-
 from fedtext.comm import ArraySpec
-from fedtext.config import check_choice, check_range
-from fedtext.methods.subspace import SubspaceConfig
 from fedtext.model import SubspaceModel
-
-AVERAGES = ("z", "z-sigma-C")
 
 
 class BBTFedModel(SubspaceModel):
@@ -51,21 +37,3 @@ class BBTFedModel(SubspaceModel):
         if self.mcfg.average == "z":
             return [z]
         return [z, np.array([self.mcfg.sigma0], np.float32), np.eye(self.d, dtype=np.float32)]
-
-
-@dataclass(frozen=True)
-class BBTFedConfig(SubspaceConfig):
-    """``bbt-fed.*``: BBT's CMA-ES, a box bound on z, and what the server averages."""
-
-    name: ClassVar[str] = "bbt-fed"
-    model_class: ClassVar[type] = BBTFedModel
-    strategy: ClassVar[str] = "strategies.bbt_fed:BBTFed"
-    client: ClassVar[str] = "clients.bbt_fed:BBTFedClient"
-
-    bound: float = 0.0  # |z_i| <= bound; 0 = none
-    average: str = "z"  # z | z-sigma-C
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        check_range(self.key("bound"), self.bound, 0)
-        check_choice(self.key("average"), self.average, AVERAGES)

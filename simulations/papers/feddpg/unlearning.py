@@ -1,8 +1,8 @@
 """FedDPGu: the unlearning table of a compare-runner experiment, and unlearning a finished run.
 
-    python -m simulations.unlearning table simulations/results/feddpg_unlearning_ag_news
-    python -m simulations.unlearning forget runs/<run-id> --client 0 --num-partitions 10
-    python -m simulations.unlearning tradeoff <out>/runs/<run-id> --client 0 --num-partitions 5
+    python -m simulations.papers.feddpg.unlearning table simulations/results/feddpg_unlearning_ag_news
+    python -m simulations.papers.feddpg.unlearning forget runs/<run-id> --client 0 --num-partitions 10
+    python -m simulations.papers.feddpg.unlearning tradeoff <out>/runs/<run-id> --client 0 --num-partitions 5
 
 ``table`` reads the experiment's run records only (``<out>/runs/*``): for each feddpg run
 with ``feddpg.unlearn-round = R`` it compares round R-1 (before: the last global G
@@ -55,7 +55,7 @@ def meets_criteria(forget_drop: float, global_drop: float, worst_other_change: f
 
 def unlearning_rows(runs_dir: str | Path) -> list[dict[str, Any]]:
     """One row per feddpg run with an unlearning round, in points (accuracy x 100)."""
-    from fedtext.methods.feddpg import FedDPGConfig
+    from fedtext.methods.feddpg.config import FedDPGConfig
 
     rows = []
     for run in runs_under(runs_dir):
@@ -125,7 +125,7 @@ def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, for
     (``{"feddpg.unlearn-steps": 16}``).
 
     Rebuilds the run's config (``config.json``) and the client's data exactly as the
-    run did (same seed, partition, shots), runs :func:`fedtext.methods.feddpg.unlearn`
+    run did (same seed, partition, shots), runs :func:`fedtext.methods.feddpg.unlearning.unlearn`
     (the client's own update, drawn with its seed of that round), evaluates the global
     G before and after on the server's test split, and writes the unlearned G to
     ``output`` (default ``<run_dir>/unlearned-<partition_id>.npz``). Returns the metrics.
@@ -153,14 +153,16 @@ def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, for
     Returns
     -------
     dict[str, Any]
-        :func:`fedtext.methods.feddpg.unlearn`'s metrics, the global accuracies before and
+        :func:`fedtext.methods.feddpg.unlearning.unlearn`'s metrics, the global accuracies before and
         after, ``other_clients_accuracy`` (with ``other_clients``) and ``output``.
     """
     from fedtext import checkpoint
     from fedtext.backbone import backbone_for
     from fedtext.config import DERIVED_KEYS, RunConfig
     from fedtext.data import client_data, labelled, server_test
-    from fedtext.methods.feddpg import BEFORE_UNLEARNING, FedDPGModel, forget_split, unlearn, unlearn_seed
+    from fedtext.methods.feddpg.config import BEFORE_UNLEARNING
+    from fedtext.methods.feddpg.model import FedDPGModel
+    from fedtext.methods.feddpg.unlearning import forget_split, unlearn, unlearn_seed
     from fedtext.registry import METHODS
 
     run_dir = Path(run_dir)
@@ -220,7 +222,7 @@ def tradeoff(run_dir: Path, client: int, num_partitions: int, settings: list[str
     either way)."""
     import tempfile
 
-    from fedtext.methods.feddpg import FedDPGConfig
+    from fedtext.methods.feddpg.config import FedDPGConfig
 
     scratch = Path(tempfile.mkdtemp(prefix="fedtext-tradeoff-")) / "g.npz"
     stored = json.loads((run_dir / "config.json").read_text())["config"]
@@ -279,12 +281,12 @@ def main(argv: list[str] | None = None) -> int:
         md = tradeoff(args.run_dir, args.client, args.num_partitions, args.setting or list(DEFAULT_SETTINGS),
                       args.eval_size)
         if args.out:
-            command = " ".join(["python -m simulations.unlearning", *(argv if argv is not None else sys.argv[1:])])
+            command = " ".join(["python -m simulations.papers.feddpg.unlearning", *(argv if argv is not None else sys.argv[1:])])
             args.out.write_text(f"<!-- {command} -->\n" + md)
         return 0
     if args.cmd == "table":
         md = table(args.out)
-        header = f"<!-- FedDPGu unlearning, {args.out} (python -m simulations.unlearning table) -->\n"
+        header = f"<!-- FedDPGu unlearning, {args.out} (python -m simulations.papers.feddpg.unlearning table) -->\n"
         (args.out / "unlearning.md").write_text(header + md)
         print(md)
         return 0

@@ -1,24 +1,10 @@
-"""FedAvg's config and model: full fine-tuning of the encoder and a ``linear`` head.
-
-The baseline FedDRS and FeS compare against (McMahan et al. 2017): every client
-fine-tunes the whole model on its shots and the server takes the example-weighted
-mean of every trained tensor. The global arrays are all of them (encoder weights in
-``named_parameters`` order, then ``head.weight`` ``[C, D]`` and ``head.bias`` ``[C]``),
-float32, one NPY blob each: the whole model travels both ways every client-round
-(all-MiniLM-L6-v2 + a 2-class head: 22,713,986 weights in 105 tensors, 90,869,384 B = 86.7 MiB each way).
-"""
+"""FedAvg's run-config keys (``[tool.flwr.app.config.fedavg]``), validated once; imports no torch."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
-
 from fedtext.config import MethodConfig, check_range
-from fedtext.model import NetworkModel
-
-
-class FedAvgModel(NetworkModel):
-    """Every weight trains and travels (``trainable() == "all"``)."""
 
 
 @dataclass(frozen=True)
@@ -26,7 +12,7 @@ class FedAvgConfig(MethodConfig):
     """``fedavg.*``: AdamW on every weight, a larger step for the fresh head."""
 
     name: ClassVar[str] = "fedavg"
-    model_class: ClassVar[type] = FedAvgModel
+    model: ClassVar[str] = "fedtext.methods.fedavg.model:FedAvgModel"
     strategy: ClassVar[str] = "strategies.fedavg:FedAvgStrategy"
     client: ClassVar[str] = "clients.fedavg:FedAvgClient"
     default_head: ClassVar[str] = "linear"

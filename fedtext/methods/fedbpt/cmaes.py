@@ -33,6 +33,8 @@ from dataclasses import dataclass, replace
 import cma
 import numpy as np
 
+from fedtext.methods.fedbpt.config import REFERENCE_CLAMPS, SIGMA_UPDATES
+
 
 @dataclass(frozen=True)
 class CMAState:
@@ -109,8 +111,6 @@ def corrected_sigma(
     return float(np.sqrt(total / mu))
 
 
-SIGMA_UPDATES = ("damped", "printed")
-
 
 def server_step(
     state: CMAState,
@@ -160,7 +160,6 @@ def server_step(
 
 
 # ------------------------------------------------------------------ reference step
-REFERENCE_CLAMPS = ("as-run", "as-logged")
 
 
 def reference_sigma_prime(local_sigmas: Sequence[np.ndarray], popsize: int) -> float:

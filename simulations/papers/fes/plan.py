@@ -1,11 +1,11 @@
 """FeS §3.3's offline co-planning search: which layers to freeze, tune by bias, tune fully.
 
-    python -m simulations.fes_plan --dataset ../shared/data/ag_news --tolerance 0.01
+    python -m simulations.papers.fes.plan --dataset ../shared/data/ag_news --tolerance 0.01
 
 The paper decides the plan "offline on cloud" with "a FedFSL simulator that uses binary
 search", fed a public dataset of similar difficulty, the pretrained model and the
 device's training time and bandwidth. Here: the top ``--full-layers`` layers train
-fully, the frozen depth ``f`` is searched (:func:`fedtext.methods.fes.search_depth`),
+fully, the frozen depth ``f`` is searched (:func:`fedtext.methods.fes.plan.search_depth`),
 every layer between is bias-only. ``accuracy_of(f)`` fine-tunes that plan centrally on
 ``--gold`` labelled texts of the proxy dataset (``--epochs`` epochs of mini-batch 4,
 the few-shot clients' optimiser: ``lr`` full, ``bias-lr`` bias-only) and tests it on
@@ -40,7 +40,8 @@ import torch
 
 from fedtext.backbone import backbone_for
 from fedtext.data import labelled, server_test
-from fedtext.methods.fes import num_layers, search_depth
+from fedtext.methods.fes.model import num_layers
+from fedtext.methods.fes.plan import search_depth
 from fedtext.registry import METHODS, make_config
 
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         if frozen in results:
             return results[frozen]
         cfg = make_config("fes", **base, frozen_layers=frozen, bias_layers=layers - top - frozen)
-        model = METHODS["fes"].model_class(cfg, backbone)
+        model = METHODS["fes"].model_class()(cfg, backbone)
         net = model.network
         groups: dict[float, list] = {}
         for name, p in net.named_trainable():

@@ -1,0 +1,29 @@
+"""BBT-Fed's run-config keys (``[tool.flwr.app.config.bbt-fed]``), validated once; imports no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+from fedtext.config import check_choice, check_range
+from fedtext.methods.subspace import SubspaceConfig
+
+
+AVERAGES = ("z", "z-sigma-C")
+
+
+@dataclass(frozen=True)
+class BBTFedConfig(SubspaceConfig):
+    """``bbt-fed.*``: BBT's CMA-ES, a box bound on z, and what the server averages."""
+
+    name: ClassVar[str] = "bbt-fed"
+    model: ClassVar[str] = "fedtext.methods.bbt_fed.model:BBTFedModel"
+    strategy: ClassVar[str] = "strategies.bbt_fed:BBTFed"
+    client: ClassVar[str] = "clients.bbt_fed:BBTFedClient"
+
+    bound: float = 0.0  # |z_i| <= bound; 0 = none
+    average: str = "z"  # z | z-sigma-C
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self.key("bound"), self.bound, 0)
+        check_choice(self.key("average"), self.average, AVERAGES)

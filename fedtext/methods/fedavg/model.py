@@ -1,0 +1,9 @@
+"""FedAvg's model: the whole network's trainable weights."""
+
+from __future__ import annotations
+
+from fedtext.model import NetworkModel
+
+
+class FedAvgModel(NetworkModel):
+    """Every weight trains and travels (``trainable() == "all"``)."""

@@ -1,0 +1,65 @@
+"""FedDPG's and FedDPGu's run-config keys (``[tool.flwr.app.config.feddpg]``), validated once; imports no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+from fedtext.config import MethodConfig, check_choice, check_range
+if TYPE_CHECKING:
+    pass
+
+
+INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
+
+
+# the file in the run folder that keeps the global G an unlearning round replaced (written by
+# strategies.feddpg, read by simulations.papers.feddpg.unlearning)
+BEFORE_UNLEARNING = "before-unlearning.npz"
+
+
+# ``unlearn-optimizer`` values; fedtext.methods.feddpg.unlearning.UNLEARN_OPTIMIZERS holds their classes (a test checks the keys)
+UNLEARN_OPTIMIZER_NAMES = ("adamw", "sgd")
+UNLEARN_LOSSES = ("sets", "examples")  # eq. (5): λ weighs the relabelled set / each relabelled example
+
+
+@dataclass(frozen=True)
+class FedDPGConfig(MethodConfig):
+    """``feddpg.*``: G's size and input configuration, AdamW on G, the FedDPGu scenario."""
+
+    name: ClassVar[str] = "feddpg"
+    model: ClassVar[str] = "fedtext.methods.feddpg.model:FedDPGModel"
+    strategy: ClassVar[str] = "strategies.feddpg:FedDPG"
+    client: ClassVar[str] = "clients.feddpg:FedDPGClient"
+
+    hidden: int = 20  # h: hidden units of G (paper: 5 / 10 / 20)
+    prompts: int = 10  # |P|: prompt vectors G makes per text (paper: 1 / 5 / 10)
+    input: str = "prompt-text"  # §4.2.2: prompt-text = [P; x], text = x only, prompt = P only
+    local_steps: int = 4  # AdamW steps per round
+    lr: float = 1e-3  # the authors' code: AdamW, 1e-3
+    batch_size: int = 16
+    unlearn_round: int = 0  # FedDPGu: the round in which unlearn-client unlearns (0 = never)
+    unlearn_client: int = 0  # partition id of the client that asks to forget
+    forget_fraction: float = 0.2  # share of that client's training examples to forget (§4.2.5: 20%)
+    unlearn_lambda: float = 1.0  # λ of eq. (5)
+    unlearn_loss: str = "sets"  # sets: mean CE(retained) + λ·mean CE(relabelled); examples: λ per example
+    unlearn_steps: int = 16  # full-batch steps of the unlearning update (at most, with unlearn-target)
+    unlearn_lr: float = 0.0  # their learning rate (0 = feddpg.lr)
+    unlearn_target: float = 0.0  # stop once forget-set accuracy (true labels) fell by this many points (0 = never)
+    unlearn_optimizer: str = "adamw"  # adamw (the authors' code) or sgd (plain gradient steps)
+
+    def __post_init__(self) -> None:
+        check_range(self.key("hidden"), self.hidden, 1)
+        check_range(self.key("prompts"), self.prompts, 1)
+        check_choice(self.key("input"), self.input, INPUTS)
+        check_range(self.key("local_steps"), self.local_steps, 1)
+        check_range(self.key("lr"), self.lr, 0, low_open=True)
+        check_range(self.key("batch_size"), self.batch_size, 1)
+        check_range(self.key("unlearn_round"), self.unlearn_round, 0)
+        check_range(self.key("unlearn_client"), self.unlearn_client, 0)
+        check_range(self.key("forget_fraction"), self.forget_fraction, 0, 1, low_open=True)
+        check_range(self.key("unlearn_lambda"), self.unlearn_lambda, 0)
+        check_choice(self.key("unlearn_loss"), self.unlearn_loss, UNLEARN_LOSSES)
+        check_range(self.key("unlearn_steps"), self.unlearn_steps, 1)
+        check_range(self.key("unlearn_lr"), self.unlearn_lr, 0)
+        check_range(self.key("unlearn_target"), self.unlearn_target, 0, 100)
+        check_choice(self.key("unlearn_optimizer"), self.unlearn_optimizer, UNLEARN_OPTIMIZER_NAMES)

@@ -1,0 +1,107 @@
+"""FedDRS's and FedDF's run-config keys (``[tool.flwr.app.config.feddrs]``, ``[...feddf]``), validated once; imports no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+from fedtext.config import ConfigError, check_choice, check_range, looks_like_path
+from fedtext.methods.fedavg.config import FedAvgConfig
+
+
+SAMPLERS = ("random", "target", "adversarial")  # §4 (1)-(3), in this order everywhere
+
+
+LABEL_PRIORS = ("client", "uniform")  # where the pseudo labels γ_k are drawn from
+
+
+def parse_sampling(value: str) -> tuple[str, ...]:
+    """``mixed`` or ``+``-joined samplers (``random+adversarial``) -> samplers in
+    :data:`SAMPLERS` order; a :class:`ConfigError` for anything else."""
+    if value == "mixed":
+        return SAMPLERS
+    parts = [p.strip() for p in value.split("+")]
+    if not all(p in SAMPLERS for p in parts) or len(set(parts)) != len(parts):
+        raise ConfigError(f"unknown feddrs.sampling '{value}'; choose mixed or a '+'-joined set of: "
+                          f"{', '.join(SAMPLERS)}")
+    return tuple(s for s in SAMPLERS if s in parts)
+
+
+# ------------------------------------------------------------------------ configs
+@dataclass(frozen=True)
+class DistillConfig(FedAvgConfig):
+    """What FedDRS and FedDF share: local fine-tuning as ``fedavg`` (inherited keys),
+    then the server's distillation budget."""
+
+    name: ClassVar[str] = "distill"
+    heads: ClassVar[tuple[str, ...]] = ("linear", "similarity")  # pooled heads: pseudo inputs have no [MASK]
+
+    iterations: int = 1  # I: sample-and-distil iterations per round (Alg. 1; paper 1)
+    post_iterations: int = 3  # I*: iterations of post-processing after the last round (paper 3)
+    post_only: bool = False  # PostOnly: plain FedAvg until the last round, then post-processing
+    distill_steps: int = 4  # student AdamW steps per iteration
+    distill_lr: float = 1e-4  # eta*: the student's AdamW learning rate (paper 1e-5 with Adafactor)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self.key("iterations"), self.iterations, 0)
+        check_range(self.key("post_iterations"), self.post_iterations, 0)
+        check_range(self.key("distill_steps"), self.distill_steps, 1)
+        check_range(self.key("distill_lr"), self.distill_lr, 0, low_open=True)
+
+
+@dataclass(frozen=True)
+class FedDRSConfig(DistillConfig):
+    """``feddrs.*``: the fedavg keys, the distillation budget and the samplers."""
+
+    name: ClassVar[str] = "feddrs"
+    model: ClassVar[str] = "fedtext.methods.feddrs.model:FedDRSModel"
+    strategy: ClassVar[str] = "strategies.feddrs:FedDRS"
+    client: ClassVar[str] = "clients.feddrs:FedDRSClient"
+
+    sampling: str = "mixed"  # random | target | adversarial | '+'-joined set | mixed (all three)
+    label_prior: str = "client"  # gamma_k from the client's label counts | uniform
+    sample_batch: int = 8  # pseudo sequences per teacher and sampler (paper 64)
+    sample_length: int = 32  # pseudo positions per sequence between [CLS] and [SEP] (paper 64)
+    sample_steps: int = 5  # gradient steps on theta per target/adversarial sampling (paper 100)
+    beta: float = 2.0  # step size of the sampling update (paper 0.1 x 100 steps; here 2 x 5: same beta x steps)
+    lam: float = 0.1  # lambda of eq. (7) during training rounds (paper 0.1)
+    post_lam: float = 0.3  # lambda* of eq. (7) in post-processing ("increased"; value ours)
+    noise: float = 0.5  # random sampling noise, in units of the embeddings' per-dimension std
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        parse_sampling(self.sampling)
+        check_choice(self.key("label_prior"), self.label_prior, LABEL_PRIORS)
+        for key in ("sample_batch", "sample_length", "sample_steps"):
+            check_range(self.key(key), getattr(self, key), 1)
+        check_range(self.key("beta"), self.beta, 0, low_open=True)
+        for key in ("lam", "post_lam", "noise"):
+            check_range(self.key(key), getattr(self, key), 0)
+
+    @property
+    def samplers(self) -> tuple[str, ...]:
+        return parse_sampling(self.sampling)
+
+
+@dataclass(frozen=True)
+class FedDFConfig(DistillConfig):
+    """``feddf.*``: the fedavg keys, the distillation budget and the auxiliary text."""
+
+    name: ClassVar[str] = "feddf"
+    model: ClassVar[str] = "fedtext.methods.fedavg.model:FedAvgModel"
+    strategy: ClassVar[str] = "strategies.feddf:FedDF"
+    client: ClassVar[str] = "clients.feddf:FedDFClient"
+
+    distill_lr: float = 3e-5  # the student's AdamW learning rate (at 1e-4 FedDF's KL rose during its steps)
+    aux_dataset: str = "demo"  # unlabelled auxiliary text: a data folder (its train split's texts) or demo
+    aux_size: int = 256  # auxiliary texts drawn (seeded) once per run
+    aux_batch: int = 64  # auxiliary texts per student step
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self.key("aux_size"), self.aux_size, 1)
+        check_range(self.key("aux_batch"), self.aux_batch, 1)
+        if looks_like_path(self.aux_dataset) and not Path(self.aux_dataset).expanduser().is_dir():
+            raise ConfigError(f"{self.key('aux_dataset')} path '{self.aux_dataset}' does not exist "
+                              f"(resolved to {Path(self.aux_dataset).expanduser().resolve()})")

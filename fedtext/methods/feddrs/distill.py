@@ -1,0 +1,45 @@
+"""FedDRS's server distillation (eq. (8)): KL from the ensemble of client models to the student."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+import torch
+from torch import Tensor
+from fedtext.backbone import Backbone
+
+
+@dataclass
+class Teaching:
+    """One teacher's distillation data: its inputs (pseudo sequences ``[N, L+2, D]`` or
+    encoded text) and its softmax outputs on them ``[N, C]`` (fixed while the student
+    learns)."""
+
+    inputs: object
+    probs: Tensor
+
+
+def kl_to_student(student_logits: Tensor, teacher_probs: Tensor) -> Tensor:
+    """KL(p_teacher || σ(student)), mean over samples (eqs. 2, 5 and 8)."""
+    return torch.nn.functional.kl_div(torch.log_softmax(student_logits, -1), teacher_probs, reduction="batchmean")
+
+
+def distill_steps(student: Backbone, params: Sequence[torch.nn.Parameter], teachings: Sequence[Teaching],
+                  logits: Callable[[Backbone, object], Tensor], steps: int, lr: float) -> tuple[float, float]:
+    """``steps`` AdamW steps (lr η*) on ``Σ_k KL(teacher_k || student)`` over every
+    teacher's data (eq. 8; FedDF: one ensemble "teacher", eq. 2), updating ``params``
+    only. Returns the loss before the first and after the last step."""
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+
+    def loss() -> Tensor:
+        return sum(kl_to_student(logits(student, t.inputs), t.probs) for t in teachings)
+
+    first = None
+    for _ in range(steps):
+        value = loss()
+        first = float(value.detach()) if first is None else first
+        opt.zero_grad()
+        value.backward()
+        opt.step()
+    with torch.no_grad():
+        return first, float(loss())

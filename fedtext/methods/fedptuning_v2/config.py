@@ -1,0 +1,29 @@
+"""P-tuning v2's run-config keys (``[tool.flwr.app.config.fedptuning-v2]``), validated once; imports no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+from fedtext.config import MethodConfig, check_range
+if TYPE_CHECKING:
+    pass
+
+
+@dataclass(frozen=True)
+class FedPTuningV2Config(MethodConfig):
+    """``fedptuning-v2.*``: Adam on the prefixes."""
+
+    name: ClassVar[str] = "fedptuning-v2"
+    model: ClassVar[str] = "fedtext.methods.fedptuning_v2.model:DeepPromptModel"
+    strategy: ClassVar[str] = "strategies.fedptuning_v2:FedPTuningV2"
+    client: ClassVar[str] = "clients.fedptuning_v2:FedPTuningV2Client"
+    heads: ClassVar[tuple[str, ...]] = ("similarity", "tied", "mlm")
+
+    local_steps: int = 4  # Adam steps per round
+    lr: float = 5e-3  # P-tuning v2's classification learning rates are 5e-3 .. 1e-2
+    batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        check_range(self.key("local_steps"), self.local_steps, 1)
+        check_range(self.key("lr"), self.lr, 0, low_open=True)
+        check_range(self.key("batch_size"), self.batch_size, 1)

@@ -1,0 +1,177 @@
+"""The few-shot methods' run-config keys (FeS, FedFSL, FedFSL-bias, FedCLS), validated once; imports no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+from fedtext.config import MethodConfig, check_choice, check_range
+if TYPE_CHECKING:
+    pass
+from fedtext.methods.fes.pacing import parse_paces
+
+
+PACINGS = ("curriculum", "static", "none")
+# ``pseudo-pick`` values; fedtext.methods.fes.labels.PSEUDO_PICKS holds their functions (a test checks the keys)
+PSEUDO_PICK_NAMES = ("top-k", "class-quota")
+
+
+# ------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class FewShotConfig(MethodConfig):
+    """Keys every few-shot method shares: label placement, local training, co-planning.
+
+    ``frozen_layers``/``bias_layers``: the bottom layers that are frozen and the middle
+    ones that tune only their biases; the rest (top) tune everything (§3.3).
+    """
+
+    name: ClassVar[str] = ""
+    pacing_default: ClassVar[str] = "none"
+
+    gold_labels: int = 64  # labelled texts in the whole federation (Table 2: 64)
+    labelled_clients: int = 2  # clients 0..L-1 hold them (skewed, Table 1)
+    unlabeled_size: int = 256  # unlabelled texts per client (0 = the whole partition)
+    oracle: bool = False  # every pool text labelled (the Full-set reference)
+    batch_size: int = 4  # §4.1: mini-batch 4
+    local_epochs: int = 1  # §4.1: one local epoch over gold + pseudo labels
+    max_local_steps: int = 0  # cap on steps per client-round (0 = no cap)
+    lr: float = 5e-5  # AdamW, fully tuned weights
+    bias_lr: float = 1e-3  # AdamW, bias-only layers (BitFit's rate; the authors' code: 1e-3)
+    frozen_layers: int = 0  # bottom encoder layers frozen
+    bias_layers: int = 0  # middle layers tuning only biases (-1 = every layer above the frozen ones)
+
+    def __post_init__(self) -> None:
+        check_range(self.key("gold_labels"), self.gold_labels, 0)
+        check_range(self.key("labelled_clients"), self.labelled_clients, 1)
+        check_range(self.key("unlabeled_size"), self.unlabeled_size, 0)
+        check_range(self.key("batch_size"), self.batch_size, 1)
+        check_range(self.key("local_epochs"), self.local_epochs, 1)
+        check_range(self.key("max_local_steps"), self.max_local_steps, 0)
+        check_range(self.key("lr"), self.lr, 0, low_open=True)
+        check_range(self.key("bias_lr"), self.bias_lr, 0, low_open=True)
+        check_range(self.key("frozen_layers"), self.frozen_layers, 0)
+        check_range(self.key("bias_layers"), self.bias_layers, -1)
+
+    @property
+    def pacing_mode(self) -> str:
+        """``curriculum`` | ``static`` | ``none`` (no pseudo labels)."""
+        return self.pacing_default
+
+    @property
+    def head_rate(self) -> float:
+        """AdamW rate of a fresh ``head.*`` weight: ``lr`` (fedcls: ``head-lr`` when > 0)."""
+        return self.lr
+
+
+@dataclass(frozen=True)
+class PseudoLabelConfig(FewShotConfig):
+    """Few-shot methods that pseudo-label (§2.3): static pacing keys."""
+
+    pacing_default: ClassVar[str] = "static"
+
+    static_labels: int = 100  # static pacing: pseudo labels a labelling client keeps (§4.1: 100)
+    static_clients: int = 5  # static pacing: labelling clients per round (§4.1: 5)
+    infer_batch: int = 4  # texts per inference batch (l_i is measured per batch of this size)
+    pseudo_pick: str = "top-k"  # top-k (§2.3) | class-quota (authors' pet/ipet.py: quotas, drawn ∝ max softmax)
+    gold_in_target: bool = False  # gold labels count toward the pseudo-label target (authors' pet/modeling.py)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self.key("static_labels"), self.static_labels, 0)
+        check_range(self.key("static_clients"), self.static_clients, 1)
+        check_range(self.key("infer_batch"), self.infer_batch, 1)
+        check_choice(self.key("pseudo_pick"), self.pseudo_pick, PSEUDO_PICK_NAMES)
+
+
+@dataclass(frozen=True)
+class FedCLSConfig(FewShotConfig):
+    """``fedcls.*`` (Table 3): head-based, gold labels only, full fine-tuning.
+
+    Default = the paper's "vanilla federated fine-tuning" as the authors' code runs it
+    (PET's ``sequence_classifier`` wrapper, ``--method fedclassifier``): the checkpoint's
+    sequence-classification head (``cls``: pooler on ``[CLS]`` + a fresh linear layer)
+    and one learning rate for every weight, head included ("the same set of
+    hyper-parameters", §4.1; their scripts pass none, so PET's single
+    ``--learning_rate`` applies). ``head=linear`` with ``head-lr`` (e.g. 5e-3) is a
+    stronger variant of ours: the sentence encoder's mean-pooled embedding and a head
+    that learns 100x faster.
+    """
+
+    name: ClassVar[str] = "fedcls"
+    model: ClassVar[str] = "fedtext.methods.fes.model:FewShotModel"
+    strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
+    client: ClassVar[str] = "clients.fes:FewShotClient"
+    default_head: ClassVar[str] = "cls"
+    heads: ClassVar[tuple[str, ...]] = ("cls", "linear")
+
+    head_lr: float = 0.0  # AdamW rate of the fresh head (0 = lr: one rate for every weight, as the paper)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_range(self.key("head_lr"), self.head_lr, 0)
+
+    @property
+    def head_rate(self) -> float:
+        return self.head_lr or self.lr
+
+
+@dataclass(frozen=True)
+class FedFSLConfig(PseudoLabelConfig):
+    """``fedfsl.*`` (Table 3): prompt-based + pseudo labels, static pacing, full model."""
+
+    name: ClassVar[str] = "fedfsl"
+    model: ClassVar[str] = "fedtext.methods.fes.model:FewShotModel"
+    strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
+    client: ClassVar[str] = "clients.fes:FewShotClient"
+
+
+@dataclass(frozen=True)
+class FedFSLBiasConfig(PseudoLabelConfig):
+    """``fedfsl-bias.*`` (Table 3): ``fedfsl`` tuning only biases (every layer bias-only)."""
+
+    name: ClassVar[str] = "fedfsl-bias"
+    model: ClassVar[str] = "fedtext.methods.fes.model:FewShotModel"
+    strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
+    client: ClassVar[str] = "clients.fes:FewShotClient"
+
+    bias_layers: int = -1  # every layer bias-only (BitFit)
+
+
+@dataclass(frozen=True)
+class FeSConfig(PseudoLabelConfig):
+    """``fes.*``: curriculum pacing (AUG-E), representational filtering, co-planning."""
+
+    name: ClassVar[str] = "fes"
+    model: ClassVar[str] = "fedtext.methods.fes.model:FewShotModel"
+    strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
+    client: ClassVar[str] = "clients.fes:FewShotClient"
+
+    pacing: str = "curriculum"  # curriculum (Alg. 1) | static (ablation: fedfsl's pacing)
+    paces: str = "1-2-10,1-4-5,2-4-10"  # initial list of <f, n, k>: every f rounds n clients keep k%·i/f of U
+    trial_rounds: int = 1  # r: rounds each configuration is tried (Alg. 1 line 13)
+    candidates: int = 2  # t: top-t configurations kept for switching
+    threshold: float = 0.0  # s: AUG-E below this switches (Alg. 1 line 7)
+    eta: float = 1.0  # eta in eq. (1)
+    theta: float = 1.0  # theta in eq. (1): weight of training cost
+    filter: bool = True  # representational filtering (§3.2)
+    keep_ratio: float = 0.25  # share of a client's unlabelled texts the filter keeps
+    rho: float = 10.0  # rho > 1 in eq. (2) (authors' code: 10)
+    neighbours: int = 16  # k of the k-NN sets V(x) (authors' code: 150 of ~1,200 texts)
+    centre_proxy: bool = False  # subtract the mean proxy embedding before the k-NN (authors' code: yes)
+    frozen_layers: int = 4  # §3.3/§4.4's AG News plan, 2/3 frozen: MiniLM-L6 layers 0-3
+    bias_layers: int = 2  # the top 1/3 bias-only (layers 4-5), no full layer
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_choice(self.key("pacing"), self.pacing, ("curriculum", "static"))
+        parse_paces(self.paces, self.key("paces"))
+        check_range(self.key("trial_rounds"), self.trial_rounds, 1)
+        check_range(self.key("candidates"), self.candidates, 1)
+        check_range(self.key("eta"), self.eta, 0, low_open=True)
+        check_range(self.key("theta"), self.theta, 0)
+        check_range(self.key("keep_ratio"), self.keep_ratio, 0, 1, low_open=True)
+        check_range(self.key("rho"), self.rho, 1, low_open=True)
+        check_range(self.key("neighbours"), self.neighbours, 1)
+
+    @property
+    def pacing_mode(self) -> str:
+        return self.pacing

@@ -1,0 +1,1 @@
+"""FedDPG's scripts: the unlearning experiment (python -m simulations.papers.feddpg.unlearning)."""
