@@ -667,3 +667,12 @@ def test_prompt_input_feeds_cls_P_sep_to_the_encoder(backbone: Backbone) -> None
     with torch.no_grad():
         logits = model.logits(batch)
     assert not torch.allclose(logits[0], logits[1], atol=1e-5)
+
+
+def test_the_config_accepts_exactly_the_unlearning_optimizers_there_are() -> None:
+    """``feddpg.unlearn-optimizer`` is validated against the config's names (the config
+    imports no torch); each must have its torch class and none may be unreachable."""
+    from fedtext.methods.feddpg.config import UNLEARN_OPTIMIZER_NAMES
+    from fedtext.methods.feddpg.unlearning import UNLEARN_OPTIMIZERS
+
+    assert tuple(UNLEARN_OPTIMIZERS) == UNLEARN_OPTIMIZER_NAMES

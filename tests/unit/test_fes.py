@@ -798,3 +798,12 @@ def test_fedcls_is_vanilla_fine_tuning_one_rate_for_every_weight_unless_head_lr(
     client = client_class("fedcls")(fast, TASKS["demo"], client_data(fast, 0, 3), state=RecordDict())
     groups = client.optimizer(client.model.load(client.model.initial_arrays())).param_groups
     assert sorted((g["lr"], len(g["params"])) for g in groups) == [(5e-5, len(names) - 2), (5e-3, 2)]
+
+
+def test_the_config_accepts_exactly_the_pseudo_picks_there_are() -> None:
+    """``fes.pseudo-pick`` is validated against the config's names (the config imports no
+    model code); each must have its function and no function may be unreachable."""
+    from fedtext.methods.fes.config import PSEUDO_PICK_NAMES
+    from fedtext.methods.fes.labels import PSEUDO_PICKS
+
+    assert tuple(PSEUDO_PICKS) == PSEUDO_PICK_NAMES

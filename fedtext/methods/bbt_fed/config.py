@@ -1,12 +1,14 @@
-"""BBT-Fed's run-config keys (``[tool.flwr.app.config.bbt-fed]``), validated once; imports no torch."""
+"""BBT-Fed's run-config keys (``[tool.flwr.app.config.bbt-fed]``), validated once; imports no
+torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
+
 from fedtext.config import check_choice, check_range
 from fedtext.methods.subspace import SubspaceConfig
-
 
 AVERAGES = ("z", "z-sigma-C")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from fedtext.comm import ArraySpec
 from fedtext.model import SubspaceModel
 

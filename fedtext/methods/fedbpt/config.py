@@ -1,16 +1,16 @@
-"""FedBPT's run-config keys (``[tool.flwr.app.config.fedbpt]``), validated once; imports no torch."""
+"""FedBPT's run-config keys (``[tool.flwr.app.config.fedbpt]``), validated once; imports no
+torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
+
 from fedtext.config import ConfigError, check_choice, check_range
 from fedtext.methods.subspace import SubspaceConfig
 
-
 DOWNLOADS = ("full", "compact")
-
-
 SERVER_STEPS = ("paper", "reference")
 
 

@@ -1,13 +1,16 @@
-"""FedBPT's model: the global arrays (z, sigma, C) and the packed upload, shared by its strategy and client."""
+"""FedBPT's model: the global arrays (z, sigma, C) and the packed upload, shared by its
+strategy and client.
+"""
 
 from __future__ import annotations
 
 from typing import NamedTuple
-import numpy as np
-from fedtext.methods.fedbpt.cmaes import CMAState
-from fedtext.comm import ArraySpec
-from fedtext.model import SubspaceModel, _over_bound
 
+import numpy as np
+
+from fedtext.comm import ArraySpec
+from fedtext.methods.fedbpt.cmaes import CMAState
+from fedtext.model import SubspaceModel, _over_bound
 
 UPLOAD = "z|sigmas|loss"
 

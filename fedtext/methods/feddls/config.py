@@ -1,11 +1,13 @@
-"""FedDLS's run-config keys (``[tool.flwr.app.config.feddls]``), validated once; imports no torch."""
+"""FedDLS's run-config keys (``[tool.flwr.app.config.feddls]``), validated once; imports no
+torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
-from fedtext.config import ConfigError, MethodConfig, check_choice, check_range
 
+from fedtext.config import ConfigError, MethodConfig, check_choice, check_range
 
 COMPRESSIONS = ("lasso", "full", "pca", "quant")
 

@@ -1,8 +1,10 @@
-"""FedDLS's model: the soft prompt and the token-id upload, shared by its strategy and client."""
+"""FedDLS's model: the soft prompt and the token-id upload, shared by its strategy and client.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+
 from fedtext.comm import ArraySpec
 from fedtext.methods.feddls.codecs import check_upload
 from fedtext.model import PromptModel

@@ -1,13 +1,13 @@
-"""FedDPG's and FedDPGu's run-config keys (``[tool.flwr.app.config.feddpg]``), validated once; imports no torch."""
+"""FedDPG's and FedDPGu's run-config keys (``[tool.flwr.app.config.feddpg]``), validated once;
+imports no torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
-from fedtext.config import MethodConfig, check_choice, check_range
-if TYPE_CHECKING:
-    pass
+from typing import ClassVar
 
+from fedtext.config import MethodConfig, check_choice, check_range
 
 INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
 
@@ -17,7 +17,8 @@ INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
 BEFORE_UNLEARNING = "before-unlearning.npz"
 
 
-# ``unlearn-optimizer`` values; fedtext.methods.feddpg.unlearning.UNLEARN_OPTIMIZERS holds their classes (a test checks the keys)
+# ``unlearn-optimizer`` values; fedtext.methods.feddpg.unlearning.UNLEARN_OPTIMIZERS holds their
+# torch classes (tests/unit/test_feddpg.py checks the two agree)
 UNLEARN_OPTIMIZER_NAMES = ("adamw", "sgd")
 UNLEARN_LOSSES = ("sets", "examples")  # eq. (5): λ weighs the relabelled set / each relabelled example
 

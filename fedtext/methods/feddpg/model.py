@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
+
 from fedtext.backbone import Backbone, EncodedBatch
 from fedtext.comm import ArraySpec
 from fedtext.model import Model
+
 if TYPE_CHECKING:
     from fedtext.config import RunConfig
 

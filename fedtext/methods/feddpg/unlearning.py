@@ -1,16 +1,20 @@
-"""FedDPGu's unlearning (§3.3, eq. (5)): the forget split, relabelling and the unlearning update."""
+"""FedDPGu's unlearning (§3.3, eq. (5)): the forget split, relabelling and the unlearning
+update.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
+
 from fedtext.backbone import EncodedBatch
+
 if TYPE_CHECKING:
     from fedtext.config import RunConfig
 from fedtext.methods.feddpg.model import FedDPGModel
-
 
 # the unlearning update's optimizer (the paper names none): AdamW as the authors' code, or plain
 # gradient steps, which move G in proportion to eq. (5)'s gradient instead of by ~lr per weight

@@ -1,17 +1,17 @@
-"""FedDRS's and FedDF's run-config keys (``[tool.flwr.app.config.feddrs]``, ``[...feddf]``), validated once; imports no torch."""
+"""FedDRS's and FedDF's run-config keys (``[tool.flwr.app.config.feddrs]``, ``[...feddf]``),
+validated once; imports no torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+
 from fedtext.config import ConfigError, check_choice, check_range, looks_like_path
 from fedtext.methods.fedavg.config import FedAvgConfig
 
-
 SAMPLERS = ("random", "target", "adversarial")  # §4 (1)-(3), in this order everywhere
-
-
 LABEL_PRIORS = ("client", "uniform")  # where the pseudo labels γ_k are drawn from
 
 

@@ -1,11 +1,15 @@
-"""FedDRS's server distillation (eq. (8)): KL from the ensemble of client models to the student."""
+"""FedDRS's server distillation (eq. (8)): KL from the ensemble of client models to the
+student.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+
 import torch
 from torch import Tensor
+
 from fedtext.backbone import Backbone
 
 

@@ -1,11 +1,15 @@
-"""FedDRS's data-free samplers (§4, eqs. (6)-(7)): random, target and adversarial pseudo embeddings, and their pseudo labels."""
+"""FedDRS's data-free samplers (§4, eqs. (6)-(7)): random, target and adversarial pseudo
+embeddings, and their pseudo labels.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import numpy as np
 import torch
 from torch import Tensor
+
 from fedtext.backbone import Backbone
 
 

@@ -1,9 +1,12 @@
-"""FedPrompt's run-config keys (``[tool.flwr.app.config.fedprompt]``), validated once; imports no torch."""
+"""FedPrompt's run-config keys (``[tool.flwr.app.config.fedprompt]``), validated once; imports
+no torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import ClassVar
+
 from fedtext.config import MethodConfig, check_range
 
 

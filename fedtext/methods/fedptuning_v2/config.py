@@ -1,12 +1,13 @@
-"""P-tuning v2's run-config keys (``[tool.flwr.app.config.fedptuning-v2]``), validated once; imports no torch."""
+"""P-tuning v2's run-config keys (``[tool.flwr.app.config.fedptuning-v2]``), validated once;
+imports no torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
+
 from fedtext.config import MethodConfig, check_range
-if TYPE_CHECKING:
-    pass
 
 
 @dataclass(frozen=True)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
+
 import numpy as np
 import torch
+
 from fedtext.backbone import Backbone, EncodedBatch
 from fedtext.comm import ArraySpec
 from fedtext.config import ConfigError
 from fedtext.model import Model
+
 if TYPE_CHECKING:
     from fedtext.config import RunConfig
 

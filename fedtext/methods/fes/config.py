@@ -1,17 +1,18 @@
-"""The few-shot methods' run-config keys (FeS, FedFSL, FedFSL-bias, FedCLS), validated once; imports no torch."""
+"""The few-shot methods' run-config keys (FeS, FedFSL, FedFSL-bias, FedCLS), validated once;
+imports no torch.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
+
 from fedtext.config import MethodConfig, check_choice, check_range
-if TYPE_CHECKING:
-    pass
 from fedtext.methods.fes.pacing import parse_paces
 
-
 PACINGS = ("curriculum", "static", "none")
-# ``pseudo-pick`` values; fedtext.methods.fes.labels.PSEUDO_PICKS holds their functions (a test checks the keys)
+# ``pseudo-pick`` values; fedtext.methods.fes.labels.PSEUDO_PICKS holds their functions
+# (tests/unit/test_fes.py checks the two agree)
 PSEUDO_PICK_NAMES = ("top-k", "class-quota")
 
 

@@ -1,11 +1,10 @@
-"""FeS's representational filter (eq. (2)): k-nearest-neighbour sets of the pool, the diverse subset kept."""
+"""FeS's representational filter (eq. (2)): k-nearest-neighbour sets of the pool, the diverse
+subset kept.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 import numpy as np
-if TYPE_CHECKING:
-    pass
 
 
 # ----------------------------------------------------------------------- filtering

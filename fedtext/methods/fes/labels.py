@@ -1,18 +1,14 @@
-"""Gold and pseudo labels: each client's gold shots and pool, and how pseudo labels are picked."""
+"""Gold and pseudo labels: each client's gold shots and pool, how pseudo labels are picked."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+
 import numpy as np
-if TYPE_CHECKING:
-    pass
+
 from fedtext.methods.fes.config import FewShotConfig
 
-
 PSEUDO_PICK_SALT = 0x9E1  # seeds pseudo_pick's RNG apart from every other draw of a client-round
-
-
 LABEL_SALT = 0x1AB  # the server's draw of G_label, a stream apart from G_train's (fedtext.strategy.TRAIN_SALT)
 
 

@@ -1,12 +1,16 @@
-"""The few-shot model: which layers train (co-planning's frozen depth and bias-only layers), shared by strategy and client."""
+"""The few-shot model: which layers train (co-planning's frozen depth and bias-only layers),
+shared by strategy and client.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
 from fedtext.config import ConfigError
 from fedtext.model import NetworkModel
+
 if TYPE_CHECKING:
     from fedtext.backbone import Backbone
     from fedtext.config import RunConfig

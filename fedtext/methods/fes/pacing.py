@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+
 import numpy as np
+
 from fedtext.config import ConfigError
-if TYPE_CHECKING:
-    pass
 
 
 # ------------------------------------------------------------------------ pacing

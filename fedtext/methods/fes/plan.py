@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-if TYPE_CHECKING:
-    pass
 
 
 def search_depth(accuracy_of: Callable[[int], float], low: int, high: int, tolerance: float) -> int:
