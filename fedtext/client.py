@@ -39,7 +39,6 @@ from flwr.client import NumPyClient
 from flwr.common import NDArrays, Scalar
 
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for, losses
-from fedtext.blackbox import WhitenedCMA
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
 from fedtext.model import Model, SubspaceModel
@@ -162,6 +161,8 @@ class FedTextClient(NumPyClient):
         ``post-tune-dim`` columns); ``post-tune-popsize`` candidates per iteration,
         scored in one batched forward.
         """
+        from fedtext.blackbox import WhitenedCMA  # pycma (3.4 s to import) only for clients that post-tune
+
         cfg = self.cfg
         a = projection(cfg.seed, prompt.size, cfg.post_tune_dim, self.backbone.embedding_std())
         es = WhitenedCMA(

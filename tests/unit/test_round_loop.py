@@ -1,0 +1,110 @@
+"""Every registered method through one federated round, in this process: the ServerApp's
+server and strategy (``fedtext.server_app.build``) drive the ClientApp's clients
+(``fedtext.client_app.make_client``, the ``client_fn`` Flower calls) through in-process
+client proxies, as Flower's own strategy tests do with mock proxies; no Ray, no subprocess.
+
+What each run must show: the round finishes with both clients' uploads aggregated (none
+dropped), every figure a round records is measured (bytes each way, queries, peak memory,
+accuracy in [0, 1]) and the global arrays changed. The same runs through Flower's
+simulation engine: tests/integration/test_methods_flower.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import RecordDict
+from flwr.common import (Code, DisconnectRes, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns,
+                         GetParametersRes, GetPropertiesIns, GetPropertiesRes, ReconnectIns, Status)
+from flwr.server.client_proxy import ClientProxy
+
+from fedtext.client_app import make_client
+from fedtext.registry import METHODS
+from fedtext.server_app import build
+from fedtext.config import RunConfig
+
+# 2 clients, 1 round, 4 shots per class and a 4-token prompt: seconds per method on 2 cores
+TINY = {"num-server-rounds": 1, "shots-per-class": 4, "client-test-size": 8, "eval-size": 16,
+        "prompt-length": 4, "max-length": 32, "seed": 0}
+PER_METHOD: dict[str, dict[str, Any]] = {  # each method's own keys, at their smallest useful size
+    "fedprompt": {"fedprompt.local-steps": 1, "fedprompt.batch-size": 4},
+    "bbt-fed": {"bbt-fed.local-steps": 1, "bbt-fed.popsize": 4, "bbt-fed.intrinsic-dim": 20},
+    "fedbpt": {"fedbpt.local-steps": 1, "fedbpt.popsize": 4, "fedbpt.intrinsic-dim": 20},
+    "feddls": {"feddls.steps": 1, "feddls.candidates": 2},
+    "fedavg": {"fedavg.local-steps": 1, "fedavg.batch-size": 4},
+    "feddpg": {"feddpg.hidden": 5, "feddpg.prompts": 2, "feddpg.local-steps": 1, "feddpg.batch-size": 4},
+    "fedptuning-v2": {"fedptuning-v2.local-steps": 1, "fedptuning-v2.batch-size": 4},
+    "feddrs": {"feddrs.local-steps": 1, "feddrs.batch-size": 4, "feddrs.sample-batch": 2, "feddrs.sample-length": 4,
+               "feddrs.sample-steps": 1, "feddrs.distill-steps": 1, "feddrs.post-iterations": 1},
+    "feddf": {"feddf.local-steps": 1, "feddf.batch-size": 4, "feddf.distill-steps": 1, "feddf.post-iterations": 1,
+              "feddf.aux-size": 8, "feddf.aux-batch": 8},
+    "fes": {"fes.gold-labels": 8, "fes.unlabeled-size": 16, "fes.max-local-steps": 1, "fes.paces": "1-3-20",
+            "fes.neighbours": 4},
+    "fedfsl": {"fedfsl.gold-labels": 8, "fedfsl.unlabeled-size": 16, "fedfsl.max-local-steps": 1},
+    "fedfsl-bias": {"fedfsl-bias.gold-labels": 8, "fedfsl-bias.unlabeled-size": 16, "fedfsl-bias.max-local-steps": 1},
+    "fedcls": {"fedcls.gold-labels": 8, "fedcls.max-local-steps": 1},
+}
+
+
+class InProcessProxy(ClientProxy):
+    """A client proxy that hands each message to a freshly built ClientApp client, as
+    Flower's ``client_fn`` does per message, keeping the node's ``context.state``."""
+
+    def __init__(self, run_config: dict[str, Any], partition_id: int, num_partitions: int) -> None:
+        super().__init__(str(partition_id))
+        self.run_config = run_config
+        self.node_config = {"partition-id": partition_id, "num-partitions": num_partitions}
+        self.state = RecordDict()  # what Flower keeps on the node between messages
+
+    def _client(self):
+        return make_client(self.run_config, self.node_config, self.state)
+
+    def get_properties(self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None) -> GetPropertiesRes:
+        return self._client().get_properties(ins)
+
+    def get_parameters(self, ins: GetParametersIns, timeout: float | None, group_id: int | None) -> GetParametersRes:
+        return self._client().get_parameters(ins)
+
+    def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
+        return self._client().fit(ins)
+
+    def evaluate(self, ins: EvaluateIns, timeout: float | None, group_id: int | None) -> EvaluateRes:
+        return self._client().evaluate(ins)
+
+    def reconnect(self, ins: ReconnectIns, timeout: float | None, group_id: int | None) -> DisconnectRes:
+        return DisconnectRes(reason="")
+
+
+def one_round(method: str, tmp_path: Path, clients: int = 2, **extra: Any) -> list[dict[str, Any]]:
+    """One round of ``method`` on the demo task with ``clients`` in-process clients; the
+    run's round records (round 0 and round 1)."""
+    run_config = {"method": method, **TINY, **PER_METHOD[method], "output-dir": str(tmp_path), **extra}
+    cfg = RunConfig.from_run_config(run_config, METHODS)
+    server, server_config = build(cfg)
+    for pid in range(clients):
+        server.client_manager().register(InProcessProxy(run_config, pid, clients))
+    server.fit(num_rounds=server_config.num_rounds, timeout=None)
+    run = next(p.parent for p in tmp_path.rglob("config.json"))
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    return [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_runs_a_round_in_process(method: str, tmp_path: Path) -> None:
+    rounds = one_round(method, tmp_path)
+    assert [r["round"] for r in rounds] == [0, 1]
+    r = rounds[1]
+    assert r["dropped"] == [] and r["num_clients"] == 2, r
+    assert r["bytes_up_per_client"] > 0 and r["bytes_up"] == 2 * r["bytes_up_per_client"]
+    assert r["bytes_down_per_client"] >= 0
+    assert r["model_queries"] > 0 and r["client_peak_rss_mb"] > 100
+    assert 0.0 <= r["global_accuracy"] <= 1.0 and np.isfinite(r["global_loss"])
+
+
+def test_every_registered_method_has_a_tiny_setting() -> None:
+    """A new method joins this loop by one PER_METHOD line (its smallest useful keys)."""
+    assert set(PER_METHOD) == set(METHODS)
