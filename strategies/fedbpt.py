@@ -48,7 +48,8 @@ from flwr.common import Scalar
 
 from fedtext.cmaes import CMAState, ReferenceServerES, corrected_sigma, reference_sigma_prime, server_step
 from fedtext.methods.fedbpt import FedBPTConfig, FedBPTModel, FedBPTUpload
-from fedtext.strategy import FedTextStrategy, Upload
+from fedtext.strategy import FedTextStrategy
+from fedtext.validation import Upload
 
 log = logging.getLogger(__name__)
 

@@ -88,7 +88,7 @@ if TYPE_CHECKING:
 
 PACINGS = ("curriculum", "static", "none")
 PSEUDO_PICK_SALT = 0x9E1  # seeds pseudo_pick's RNG apart from every other draw of a client-round
-LABEL_SALT = 0x1AB  # the server's draw of G_label, a stream apart from G_train's (fedtext.strategy.TRAIN_SALT)
+LABEL_SALT = 0x1AB  # the server's draw of G_label, a stream apart from G_train's (fedtext.sampling.TRAIN_SALT)
 _LAYER = re.compile(r"(?:^|\.)layer\.(\d+)\.")
 
 
