@@ -39,7 +39,8 @@ from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name
 from fedtext.components import resolve
 from fedtext.registry import METHODS
-from fedtext.strategy import CONNECT_TIMEOUT_S, Evaluator, FedTextStrategy
+from fedtext.sampling import CONNECT_TIMEOUT_S
+from fedtext.strategy import Evaluator, FedTextStrategy
 from fedtext.tracking import check_installed
 
 log = logging.getLogger("fedtext")

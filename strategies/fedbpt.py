@@ -49,7 +49,8 @@ from flwr.common import Scalar
 from fedtext.methods.fedbpt.cmaes import CMAState, ReferenceServerES, corrected_sigma, reference_sigma_prime, server_step
 from fedtext.methods.fedbpt.config import FedBPTConfig
 from fedtext.methods.fedbpt.model import FedBPTModel, FedBPTUpload
-from fedtext.strategy import FedTextStrategy, Upload
+from fedtext.strategy import FedTextStrategy
+from fedtext.validation import Upload
 
 log = logging.getLogger(__name__)
 

@@ -54,7 +54,8 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedtext import comm
 from fedtext.methods.feddls.codecs import SENTINEL, codec_for, rebuild_prompt
-from fedtext.strategy import FedTextStrategy, Upload
+from fedtext.strategy import FedTextStrategy
+from fedtext.validation import Upload
 
 log = logging.getLogger("fedtext")
 
@@ -109,7 +110,7 @@ class FedDLS(FedTextStrategy):
             self.synced[cid] = 0
             self.resync.add(cid)
             log.info("feddls: client %s lost its state; its next download resyncs it from p'_0",
-                     self.info_if_known(cid))
+                     self.sampler.info_if_known(cid))
 
     def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray], dict[str, Scalar]]:
         p_prev = self.global_arrays[0]

@@ -30,7 +30,9 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedtext.config import ConfigError
 from fedtext.methods.feddpg.config import BEFORE_UNLEARNING
-from fedtext.strategy import CONNECT_TIMEOUT_S, FedTextStrategy, Upload, weighted_mean
+from fedtext.sampling import CONNECT_TIMEOUT_S
+from fedtext.strategy import FedTextStrategy, weighted_mean
+from fedtext.validation import Upload
 
 log = logging.getLogger("fedtext")
 
@@ -49,8 +51,8 @@ class FedDPG(FedTextStrategy):
             return super().sample_clients(server_round, client_manager)
         client_manager.wait_for(1, timeout=CONNECT_TIMEOUT_S)
         want = str(self.mcfg.unlearn_client)
-        found = [p for p in self.clients(client_manager, participants_only=False)
-                 if self.info(p)["partition_id"] == want]
+        found = [p for p in self.sampler.clients(client_manager, participants_only=False)
+                 if self.sampler.info(p)["partition_id"] == want]
         if not found:
             raise ConfigError(f"feddpg.unlearn-client={want} is not a connected client's partition id")
         return found[:1]

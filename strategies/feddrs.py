@@ -35,8 +35,9 @@ from fedtext.methods.feddrs.samplers import adversarial_samples, pseudo_labels, 
 from fedtext.progress import Progress
 from fedtext.records.probes import peak_rss_mb
 from fedtext.records.writer import RunRecorder
-from fedtext.strategy import Evaluator, Upload, weighted_mean
+from fedtext.strategy import Evaluator, weighted_mean
 from fedtext.tasks import Task
+from fedtext.validation import Upload
 from strategies.fedavg import FedAvgStrategy
 
 

@@ -49,7 +49,9 @@ from flwr.server.client_proxy import ClientProxy
 from fedtext.config import ConfigError
 from fedtext.methods.fes.labels import LABEL_SALT, gold_count
 from fedtext.methods.fes.pacing import Pace, Pacer, parse_paces
-from fedtext.strategy import CONNECT_TIMEOUT_S, TRAIN_SALT, FedTextStrategy, Upload
+from fedtext.sampling import CONNECT_TIMEOUT_S, TRAIN_SALT
+from fedtext.strategy import FedTextStrategy
+from fedtext.validation import Upload, reply_partition
 
 log = logging.getLogger("fedtext")
 
@@ -107,20 +109,21 @@ class FewShotStrategy(FedTextStrategy):
     # ------------------------------------------------------------ sampling
     def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
         """``G_train`` among labelled participants, ``G_label`` among all participants
-        (labelling rounds only), drawn separately (:meth:`draw`, two salts)."""
+        (labelling rounds only), drawn separately
+        (:meth:`fedtext.sampling.ClientSampler.draw`, two salts)."""
         client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=CONNECT_TIMEOUT_S)
-        participants = self.clients(client_manager, participants_only=True)
-        pid = {p.cid: self.info(p)["partition_id"] for p in participants}
+        participants = self.sampler.clients(client_manager, participants_only=True)
+        pid = {p.cid: self.sampler.info(p)["partition_id"] for p in participants}
         with_labels = [p for p in participants if pid[p.cid] in self.labelled or self.initially_labelled(pid[p.cid])]
         n_train = min(self.cfg.clients_per_round or len(with_labels), len(with_labels))
-        train = self.draw(with_labels, n_train, server_round, TRAIN_SALT)
+        train = self.sampler.draw(with_labels, n_train, server_round, TRAIN_SALT)
         pace = self.round_pace()
         label: list[ClientProxy] = []
         if pace is not None and pace.labels_round(server_round):
-            label = self.draw(participants, min(pace.n, len(participants)), server_round, LABEL_SALT)
+            label = self.sampler.draw(participants, min(pace.n, len(participants)), server_round, LABEL_SALT)
         self.roles = {p.cid: (int(p in train), int(p in label)) for p in {*train, *label}}
         self.record.method_metrics.update(self.pace_metrics(pace, len(train), len(label)))
-        return sorted({*train, *label}, key=lambda p: self.info(p)["order"])
+        return sorted({*train, *label}, key=lambda p: self.sampler.info(p)["order"])
 
     def pace_metrics(self, pace: Pace | None, n_train: int, n_label: int) -> dict[str, float]:
         out = {"train_clients": float(n_train), "label_clients": float(n_label)}
@@ -148,7 +151,7 @@ class FewShotStrategy(FedTextStrategy):
         pseudo_acc = []
         for proxy, res in results:
             m = res.metrics
-            pid = str(m.get("partition_id", proxy.cid))
+            pid = reply_partition(proxy, res)
             if int(m.get("num_labels", 0)) > 0:
                 self.labelled.add(pid)
             if self.pacer is not None:

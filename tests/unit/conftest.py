@@ -21,5 +21,5 @@ def fedbpt(backbone, request):
                       prompt_length=2, max_length=64)
     strat = FedBPT(cfg, TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     return strat

@@ -8,8 +8,8 @@ import torch
 
 from fedtext.data import client_data
 from fedtext.registry import make_config
-from fedtext.strategy import failure_reason
 from fedtext.tasks import TASKS
+from fedtext.validation import failure_reason
 
 from fedtext.client_app import client_class
 from fedtext.server_app import strategy_class

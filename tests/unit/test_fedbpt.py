@@ -230,7 +230,7 @@ def test_strategy_passes_the_sigma_update_option(backbone):
     strat = FedBPT(make_config("fedbpt", intrinsic_dim=D, local_steps=STEPS, popsize=4, sigma_update="printed",
                                max_length=64), TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     res = [fit_res(upload(np.full(D, k), np.full(STEPS, 0.5), 0.1 * k), k) for k in range(2)]
     _, metrics = strat.aggregate_fit(1, res, [])
     expected = server_step(CMAState.initial(D, 1.0), np.stack([np.zeros(D), np.ones(D)]), [0.0, 0.1],
@@ -266,7 +266,7 @@ def test_bbt_fed_average_z_sigma_C(backbone):
     assert [s.name for s in strat.model.upload_specs()] == ["z", "sigma", "C"]
     assert np.allclose(up[2], up[2].T, atol=1e-5) and np.linalg.eigvalsh(up[2]).min() > 0
     strat.global_arrays = init
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     other = [up[0] * 0, up[1] * 3, np.eye(20, dtype=np.float32)]
     params, _ = strat.aggregate_fit(1, [fit_res_arrays(up, 0, n), fit_res_arrays(other, 1, n)], [])
     for got, a, b in zip(comm.decode(params), up, other, strict=True):
@@ -374,7 +374,7 @@ def test_strategy_reference_round(backbone):
     strat = FedBPT(cfg, TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
     np.testing.assert_array_equal(strat.global_arrays[0], np.zeros(3))
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     _, z, fit = _mock_reference_round()
     sig = [np.full(2, 0.8), np.full(2, 0.6), np.full(2, 1.0), np.full(2, 0.7)]
     res = [fit_res(upload(z[k], sig[k], fit[k]), k) for k in range(4)]

@@ -355,7 +355,7 @@ def test_server_and_client_rebuild_bit_identical_prompts_and_bytes(backbone, com
             _, stored = client.stored()
             np.testing.assert_array_equal(stored, strat.global_arrays[0])  # bit-identical p'
             results.append((proxies[pid], FitRes(Status(Code.OK, ""), comm.encode(arrays), n, metrics)))
-        strat.begin_round(rnd)
+        strat.rounds.begin(rnd)
         strat.aggregate_fit(rnd, results, [])
         assert strat.record.num_clients == 2 and strat.record.dropped == []
     # a non-participant that never trained rebuilds the same p' from what it is sent
@@ -377,7 +377,7 @@ def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog):
     cfg = make_config("feddls", prompt_length=3, max_length=64, compression="full")
     strat = FedDLS(cfg, TASKS["demo"])
     strat.global_arrays = [strat.initial_arrays()[0]]
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     vocab, prev = strat.vocab, strat.global_arrays[0]
     nat = backbone.natural_token_ids()
     a, b = int(nat[100]), int(nat[200])
@@ -409,11 +409,11 @@ def test_server_round_metrics_count_changed_positions_and_the_update_on_hand_val
     strat.global_arrays = [strat.initial_arrays()[0]]
     nat = backbone.natural_token_ids()
     a, b, s = int(nat[100]), int(nat[200]), SENTINEL
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     params, metrics = strat.aggregate_fit(1, [_upload(0, [a, s, s, s]), _upload(1, [b, b, s, s])], [])
     assert metrics["positions_changed"] == 1.5
     assert metrics["update_bytes"] == comm.expected_bytes(strat.updates[-1]) > 0
-    strat.begin_round(2)
+    strat.rounds.begin(2)
     params, metrics = strat.aggregate_fit(2, [_upload(0, [s, s, s, s]), _upload(1, [s, s, s, s])], [])
     assert metrics["positions_changed"] == 0.0 and metrics["compression_rel_error"] == 0.0
 
@@ -426,7 +426,7 @@ def test_server_records_the_version_each_client_reports_and_keeps_it_when_none_i
     strat = FedDLS(cfg, TASKS["demo"])
     strat.global_arrays = [strat.initial_arrays()[0]]
     for rnd in (1, 2, 3):
-        strat.begin_round(rnd)
+        strat.rounds.begin(rnd)
         ups = [_upload(pid, [SENTINEL] * 3) for pid in (0, 1, 2)] if rnd == 3 else [
             _upload(pid, [SENTINEL] * 3) for pid in (0, 1)]
         for _, res in ups:

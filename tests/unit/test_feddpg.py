@@ -119,7 +119,7 @@ def test_server_takes_the_uniform_mean_of_G_eq_1(backbone):
     cfg = dpg(prompts=1, hidden=2)
     strat = FedDPG(cfg, TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     a = [np.full(s.shape, 1.0, np.float32) for s in strat.model.global_specs()]
     b = [np.full(s.shape, 4.0, np.float32) for s in strat.model.global_specs()]
     params, _ = strat.aggregate_fit(1, [fit_res(a, 10, 0), fit_res(b, 30, 1)], [])
@@ -134,13 +134,13 @@ def test_unlearning_round_samples_only_the_client_and_replaces_G_with_its_upload
     strat.global_arrays = strat.initial_arrays()
     proxies = {str(i): SimpleNamespace(cid=f"node{i}") for i in range(3)}
     for pid, proxy in proxies.items():
-        strat.learn(proxy, int(pid))
+        strat.sampler.learn(proxy, int(pid))
     manager = SimpleNamespace(all=lambda: {p.cid: p for p in proxies.values()}, wait_for=lambda *a, **k: True,
                               num_available=lambda: 3)
     assert strat.sample_clients(3, manager) == [proxies["1"]]
     assert strat.fit_config(3)["unlearn"] == 1 and strat.fit_config(2)["unlearn"] == 0
     assert len(strat.sample_clients(2, manager)) == 3  # an ordinary round: everyone (clients-per-round=0)
-    strat.begin_round(3)
+    strat.rounds.begin(3)
     g_u = [np.full(s.shape, 7.0, np.float32) for s in strat.model.global_specs()]
     params, _ = strat.aggregate_fit(3, [fit_res(g_u, 6, 1, forget_accuracy_before=1.0, forget_accuracy_after=0.0)], [])
     for x, y in zip(comm.decode(params), g_u, strict=True):
@@ -483,7 +483,7 @@ def test_server_mean_of_G_is_uniform_over_three_clients_eq_1() -> None:
     """Eq. (1): (1/C) Σ_c G_c, whatever each client's example count."""
     strat = FedDPG(dpg(prompts=1, hidden=2), TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     specs = strat.model.global_specs()
     ups = [[np.full(s.shape, v * (i + 1), np.float32) for i, s in enumerate(specs)] for v in (1.0, 2.0, 6.0)]
     params, _ = strat.aggregate_fit(1, [fit_res(a, n, pid) for pid, (a, n) in enumerate(zip(ups, (1, 1, 10)))], [])

@@ -21,8 +21,9 @@ from fedtext.methods.feddrs.config import SAMPLERS, parse_sampling
 from fedtext.methods.feddrs.distill import Teaching, distill_steps, kl_to_student
 from fedtext.methods.feddrs.samplers import adversarial_loss, adversarial_samples, pseudo_labels, random_embeddings, sequence_ends, target_loss, target_samples, word_embedding_name, wrap
 from fedtext.registry import make_config
-from fedtext.strategy import Upload, weighted_mean
+from fedtext.strategy import weighted_mean
 from fedtext.tasks import TASKS
+from fedtext.validation import Upload
 from strategies.feddf import FedDF
 from strategies.feddrs import FedDRS
 
@@ -236,7 +237,7 @@ def test_a_round_averages_the_embedding_layer_exactly_and_distils_the_task_param
     # a small step (one AdamW step at the default 1e-4 overshoots on these 2 x 6 samples)
     strat = FedDRS(drs(num_server_rounds=2, distill_lr=1e-5, **TINY_DISTILL), TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     uploads = _uploads(strat)
     results = [fit_res([*a, c], n, pid) for pid, ((a, c), n) in enumerate(zip(uploads, (10, 30), strict=True))]
     params, metrics = strat.aggregate_fit(1, results, [])
@@ -260,7 +261,7 @@ def test_a_round_averages_the_embedding_layer_exactly_and_distils_the_task_param
 def test_post_only_rounds_are_plain_fedavg():
     strat = FedDRS(drs(num_server_rounds=2, post_only=True, **TINY_DISTILL), TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     uploads = _uploads(strat)
     params, _ = strat.aggregate_fit(1, [fit_res([*a, c], 5, pid) for pid, (a, c) in enumerate(uploads)], [])
     for got, want in zip(comm.decode(params), weighted_mean([a for a, _ in uploads], [5, 5]), strict=True):
@@ -271,7 +272,7 @@ def test_post_only_rounds_are_plain_fedavg():
 def test_bad_label_counts_drop_the_upload_with_a_reason():
     strat = FedDRS(drs(num_server_rounds=2, post_only=True), TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     (a, c), (b, _) = _uploads(strat)
     strat.aggregate_fit(1, [fit_res([*a, c], 5, 0), fit_res([*b, np.array([-1, 2], np.float32)], 5, 1)], [])
     assert strat.record.num_clients == 1
@@ -372,7 +373,7 @@ def test_with_the_similarity_head_the_embedding_layer_stays_the_clients_average(
     (with ``linear`` they get none either way)."""
     strat = FedDRS(drs(head="similarity", num_server_rounds=2, distill_lr=1e-5, **TINY_DISTILL), TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     uploads = _uploads(strat)
     results = [fit_res([*a, c], n, pid) for pid, ((a, c), n) in enumerate(zip(uploads, (10, 30), strict=True))]
     params, _ = strat.aggregate_fit(1, results, [])
@@ -422,7 +423,7 @@ def _spied_rounds(monkeypatch: pytest.MonkeyPatch, rounds: int, run: int, counts
                for pid, c in enumerate(counts)]
     for r in range(1, run + 1):
         current["round"] = r
-        strat.begin_round(r)
+        strat.rounds.begin(r)
         strat.aggregate(r, uploads)
     return strat, calls, taught
 

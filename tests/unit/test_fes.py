@@ -714,12 +714,12 @@ def fit_res(pid, arrays, n, **metrics):
 def test_labelling_only_results_are_reports_not_uploads_and_grow_the_labelled_set():
     strat = FewShotStrategy(cfg_of("fes", gold_labels=8), TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     trained = [a + 1 for a in strat.global_arrays]
     results = [fit_res(0, trained, 10, trained=1, num_labels=10, train_s_per_batch=0.2, fit_time_s=3.0),
                fit_res(5, [], 0, trained=0, num_labels=6, num_pseudo=6, infer_s_per_batch=0.05,
                        pseudo_label_accuracy=0.5, fit_time_s=1.0)]
-    strat._down_bytes = {"0": 1_000_000, "5": 2_500_000}  # what configure_fit sent each
+    strat.rounds.down_bytes = {"0": 1_000_000, "5": 2_500_000}  # what configure_fit sent each
     params, _ = strat.aggregate_fit(1, results, [])
     assert strat.record.num_clients == 1 and strat.record.dropped == []
     for got, want in zip(comm.decode(params), trained, strict=True):

@@ -40,7 +40,7 @@ def test_evaluate_metrics_are_aggregated_so_flower_does_not_warn(caplog):
     from strategies.fedprompt import FedPrompt
 
     strat = FedPrompt(make_config("fedprompt", prompt_length=2, max_length=64), TASKS["demo"])
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     res = [(SimpleNamespace(cid=str(k)), EvaluateRes(Status(Code.OK, ""), 0.5, 8, {"partition_id": k, "accuracy": a}))
            for k, a in ((0, 0.25), (1, 0.75))]
     with caplog.at_level(logging.WARNING):

@@ -52,7 +52,7 @@ def fedprompt(backbone, tmp_path):
     cfg = make_config("fedprompt", prompt_length=2, max_length=64, output_dir=str(tmp_path), num_server_rounds=3)
     strat = FedPrompt(cfg, TASKS["demo"], recorder=RunRecorder(tmp_path, cfg.to_run_config()))
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     return strat
 
 
@@ -111,13 +111,13 @@ def test_num_examples_beyond_the_train_split_is_dropped(fedprompt):
 def test_num_examples_is_bounded_by_the_clients_own_partition_when_known(fedprompt):
     from fedtext.data import partition_train
 
-    fedprompt.learn(SimpleNamespace(cid="0"), 0, None, 4)
+    fedprompt.sampler.learn(SimpleNamespace(cid="0"), 0, None, 4)
     rows = len(partition_train(fedprompt.cfg, 0, 4))
     assert 0 < rows < 960
     a, b = honest_prompts(fedprompt)
     fedprompt.aggregate_fit(1, [fit_res([a], rows, 0), fit_res([b], 3, 1)], [])
     assert fedprompt.record.num_clients == 2  # exactly its rows: kept
-    fedprompt.begin_round(2)
+    fedprompt.rounds.begin(2)
     fedprompt.aggregate_fit(2, [fit_res([a], rows + 1, 0), fit_res([b], 3, 1)], [])
     assert f"outside 1..{rows}" in reasons(fedprompt)["0"]
 
@@ -127,7 +127,7 @@ def test_a_covariance_that_is_not_positive_definite_is_dropped(backbone):
     cfg = make_config("bbt-fed", average="z-sigma-C", intrinsic_dim=D, prompt_length=2, max_length=64)
     strat = BBTFed(cfg, TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     z, sigma = np.full(D, 0.5, np.float32), np.array([1.0], np.float32)
     pd_c = np.eye(D, dtype=np.float32) * 2
     indefinite = np.eye(D, dtype=np.float32)
@@ -198,7 +198,7 @@ def test_an_evaluate_reply_without_accuracy_is_dropped_with_a_reason(fedprompt):
 def run_rounds(strat, rounds, uploads_of_round):
     """Flower's loop on mock proxies: fit, aggregate, evaluate (clients), write the round."""
     for r in range(1, rounds + 1):
-        strat.begin_round(r)
+        strat.rounds.begin(r)
         strat.aggregate_fit(r, uploads_of_round(r), [])
         strat.aggregate_evaluate(r, [eval_res(0, 8, accuracy=0.5)], [])
     return json.loads((strat.recorder.dir / "summary.json").read_text())
@@ -250,28 +250,28 @@ def test_one_valid_round_is_enough_for_finished(fedprompt):
 def test_a_node_lost_mid_run_is_a_recorded_drop_not_a_configuration_error(backbone, monkeypatch):
     from flwr.server import SimpleClientManager
 
-    import fedtext.strategy as fs
+    import fedtext.sampling
 
-    monkeypatch.setattr(fs, "CONNECT_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(fedtext.sampling, "CONNECT_TIMEOUT_S", 0.1)  # sample_train waits this long for lost nodes
     manager = SimpleClientManager()
     for cid in ("a", "b", "c"):
         manager.register(SimpleNamespace(cid=cid))
     strat = FedPrompt(make_config("fedprompt", clients_per_round=3, max_length=64), TASKS["demo"])
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     assert len(strat.sample_clients(1, manager)) == 3
     manager.unregister(manager.all()["b"])
-    strat.begin_round(2)
+    strat.rounds.begin(2)
     assert [p.cid for p in strat.sample_clients(2, manager)] == ["a", "c"]
     assert strat.record.dropped == [{"client": "missing", "reason": "node lost: 2 of 3 participants connected (2 nodes)"}]
     for cid in ("a", "c"):
         manager.unregister(manager.all()[cid])
-    strat.begin_round(3)
+    strat.rounds.begin(3)
     assert strat.sample_clients(3, manager) == []  # nobody left: the round trains nobody
     # the first round of a process (a resumed one too) still says what to configure
     fresh = FedPrompt(make_config("fedprompt", clients_per_round=3, max_length=64), TASKS["demo"])
     fresh.resumed_round = 4
     manager.register(SimpleNamespace(cid="a"))
-    fresh.begin_round(5)
+    fresh.rounds.begin(5)
     with pytest.raises(ConfigError, match="clients-per-round=3 exceeds the 1 participant clients"):
         fresh.sample_clients(5, manager)
 
@@ -310,7 +310,7 @@ def test_clients_left_without_rows_are_a_configuration_error_before_round_one(ba
         strat.sample_clients(1, _nodes(16))
     ok = FedPrompt(make_config("fedprompt", dataset=ten_rows, task="demo", max_length=64), TASKS["demo"])
     assert len(ok.sample_clients(1, _nodes(5))) == 5
-    assert ok.max_examples(SimpleNamespace(cid="n0")) == 2  # 10 rows / 5 clients
+    assert ok.sampler.max_examples(SimpleNamespace(cid="n0")) == 2  # 10 rows / 5 clients
 
 
 def test_an_impossible_dirichlet_split_is_a_configuration_error_before_round_one(backbone, ten_rows):

@@ -262,7 +262,7 @@ def test_feddls_resyncs_a_client_whose_state_was_lost():
     assert arrays == [] and extra == {"dls_from": 3, "dls_to": 3}
     # ... but its node restarted: the client fails with "node state was lost"
     strat.client_failed("42", "fit", "RuntimeError: feddls client 0 holds p' version 0 ... node state was lost")
-    strat.begin_round(5)
+    strat.rounds.begin(5)
     arrays, extra = strat.download(5, Proxy(), "fit")
     assert extra == {"dls_from": 0, "dls_to": 3} and len(arrays) == 3 * strat.codec.num_arrays
     from fedtext import comm
@@ -273,7 +273,7 @@ def test_feddls_resyncs_a_client_whose_state_was_lost():
         strat.updates.append(strat.updates[-1])
     strat.global_arrays = [p0]
     strat.client_failed("42", "fit", "... node state was lost")
-    strat.begin_round(6)
+    strat.rounds.begin(6)
     arrays, extra = strat.download(6, Proxy(), "fit")
     assert extra == {"dls_from": 203, "dls_to": 203, "dls_absolute": 1}
     assert len(arrays) == 1 and np.array_equal(arrays[0], p0)

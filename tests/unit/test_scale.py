@@ -13,7 +13,7 @@ import torch
 
 from fedtext.records import RoundRecord, busy_seconds
 from fedtext.registry import make_config
-from fedtext.strategy import TRAIN_SALT
+from fedtext.sampling import TRAIN_SALT
 from fedtext.tasks import TASKS
 from strategies.fedprompt import FedPrompt
 
@@ -82,7 +82,7 @@ def test_every_client_is_asked_who_it_is_once_and_only_for_its_domain_when_neede
     manager, asked = _counting_manager(20)
     for r in (1, 2, 3):
         strat.sample_clients(r, manager)
-        strat.sample_eval_clients(r, manager)
+        strat.sampler.sample_eval(r, manager)
     assert len(asked) == 20 and all(c == {"domain": 0} for c in asked)
     held = FedPrompt(make_config("fedprompt", max_length=64, holdout="dvd"), TASKS["demo"])
     manager, asked = _counting_manager(3, {1: "dvd"})
@@ -97,7 +97,7 @@ def test_lazy_client_ids_ask_nobody_and_draw_in_node_id_order(backbone):
     strat = FedPrompt(cfg, TASKS["demo"])
     manager, asked = _counting_manager(20)
     picked = [p.cid for p in strat.sample_clients(1, manager)]
-    evaluated = strat.sample_eval_clients(1, manager)
+    evaluated = strat.sampler.sample_eval(1, manager)
     assert asked == [] and len(picked) == 3 and len(evaluated) == 3
     by_cid = sorted(manager.all())  # the draw is rng positions over the cids, sorted
     rng = np.random.default_rng([cfg.seed, 1, TRAIN_SALT])
@@ -110,7 +110,7 @@ def test_lazy_client_ids_ask_nobody_and_draw_in_node_id_order(backbone):
 
 def test_clients_per_eval_samples_and_keeps_participants_and_holdouts_apart(backbone):
     def pids(cfg, r, n=20):
-        return [p.pid for p in FedPrompt(cfg, TASKS["demo"]).sample_eval_clients(r, _manager(n))]
+        return [p.pid for p in FedPrompt(cfg, TASKS["demo"]).sampler.sample_eval(r, _manager(n))]
 
     # default (-1) = clients-per-round; seeded, different per round, sorted by partition id
     cfg = make_config("fedprompt", clients_per_round=4, max_length=64)

@@ -33,7 +33,7 @@ def bbt(backbone, tmp_path):
     recorder = RunRecorder(tmp_path, cfg.to_run_config())
     strat = BBTFed(cfg, TASKS["demo"], evaluator=None, recorder=recorder)
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     return strat
 
 
@@ -77,7 +77,7 @@ def test_bounded_z_out_of_range_is_dropped(backbone, tmp_path):
     cfg = make_config("bbt-fed", intrinsic_dim=D, prompt_length=2, max_length=64, bound=1.0)
     strat = BBTFed(cfg, TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     params, _ = strat.aggregate_fit(1, [fit_res([np.full(D, 3.0, np.float32)], 2, 0)], [])
     assert params is None and "z: value 3.0 above 1.0" in strat.record.dropped[0]["reason"]
 
@@ -85,7 +85,7 @@ def test_bounded_z_out_of_range_is_dropped(backbone, tmp_path):
 def test_bytes_are_recorded_per_round_and_written(bbt, tmp_path):
     z = np.zeros(D, np.float32)
     bbt.aggregate_fit(1, [fit_res([z], 1, 0), fit_res([z], 1, 1)], [])
-    bbt.write_round()
+    bbt.rounds.write()
     record = json.loads((bbt.recorder.dir / "rounds.jsonl").read_text().splitlines()[-1])
     assert record["bytes_up"] == 2 * (D * 4 + comm.NPY_HEADER_BYTES)
     assert record["bytes_up_per_client"] == D * 4 + 128
@@ -97,7 +97,7 @@ def test_fedprompt_averages_prompts(backbone):
     strat = FedPrompt(cfg, TASKS["demo"])
     strat.global_arrays = strat.initial_arrays()
     assert strat.global_arrays[0].shape == (2, backbone.dim)
-    strat.begin_round(1)
+    strat.rounds.begin(1)
     a, b = np.zeros((2, backbone.dim), np.float32), np.ones((2, backbone.dim), np.float32)
     params, _ = strat.aggregate_fit(1, [fit_res([a], 1, 0), fit_res([b], 1, 1)], [])
     np.testing.assert_allclose(comm.decode(params)[0], 0.5)
@@ -129,7 +129,7 @@ def test_clients_per_round_sampling_is_seeded_and_skips_holdouts(backbone):
     held = FedPrompt(make_config("fedprompt", max_length=64, holdout="1,dvd"), TASKS["demo"])
     manager = _manager(4, {0: "books", 1: "kitchen", 2: "dvd", 3: "electronics"})
     assert [p.pid for p in held.sample_clients(1, manager)] == [0, 3]
-    assert [p.pid for p in held.clients(manager, participants_only=False)] == [0, 1, 2, 3]
+    assert [p.pid for p in held.sampler.clients(manager, participants_only=False)] == [0, 1, 2, 3]
 
 
 def test_holding_out_every_client_is_a_config_error(backbone):
@@ -167,11 +167,11 @@ def test_clients_without_local_test_data_do_not_count_as_zero_accuracy(bbt):
         return (SimpleNamespace(cid=str(pid)),
                 EvaluateRes(Status(Code.OK, ""), 0.5, n, {"partition_id": pid, "accuracy": acc}))
 
-    bbt.begin_round(1)
+    bbt.rounds.begin(1)
     bbt.aggregate_evaluate(1, [eval_res(0, 8, 0.75), eval_res(1, 0, 0.0), eval_res(2, 8, 0.25)], [])
     record = json.loads((bbt.recorder.dir / "rounds.jsonl").read_text().splitlines()[-1])
     assert record["client_accuracy"] == {"0": 0.75, "2": 0.25} and record["client_accuracy_mean"] == 0.5
-    bbt.begin_round(2)
+    bbt.rounds.begin(2)
     assert bbt.aggregate_evaluate(2, [eval_res(1, 0, 0.0)], []) == (None, {})  # no division by zero
 
 

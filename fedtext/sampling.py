@@ -1,0 +1,237 @@
+"""Client identification and sampling: who the connected clients are, and who trains or tests.
+
+The server learns each client's partition id, domain and number of partitions once
+(:meth:`ClientSampler.identify`: all new clients at once, answered from the node config),
+keeps the clients that ``holdout`` does not name (the participants), and draws
+``clients-per-round`` of them with ``default_rng([seed, round, TRAIN_SALT])``. With
+``client-ids=lazy`` nobody is asked: the draw is over the connected clients in node-id
+order, and partition ids reach the records with the results. That saves one message per
+client, which matters in Flower 1.41's simulation engine, whose in-memory state scans
+every node for every pending message (10,000 clients: see docs/performance.md,
+"Federation size"); the price is that simulated node ids are random, so the same seed
+trains other partitions in another run. Non-participants never train; they evaluate the
+global model (and post-tune it on the last round) like everyone else, which gives the
+P/NP accuracies of FedDLS §5.1.
+
+Knowing the partitions also lets the server check that they are feasible before any
+client trains (:meth:`ClientSampler.check_partitions`) and bound what a client may claim
+to have trained on (:meth:`ClientSampler.max_examples`).
+
+:class:`fedtext.strategy.FedTextStrategy` holds one :class:`ClientSampler`
+(``strategy.sampler``); a method's strategy overrides ``sample_clients`` (FeS, FedDPG) and
+``check_sizes`` (FeS) on the strategy and reaches the sampler's :meth:`~ClientSampler.info`,
+:meth:`~ClientSampler.clients` and :meth:`~ClientSampler.draw` through it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import numpy as np
+from flwr.common import GetPropertiesIns
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
+
+from fedtext.config import ConfigError, RunConfig
+from fedtext.data import labelled, partition_sizes, partition_train
+from fedtext.records.schema import RoundRecord
+
+log = logging.getLogger("fedtext")
+
+CONNECT_TIMEOUT_S = 60  # how long round 0 waits for clients-per-round clients to connect
+# Salt of the training draw (:meth:`ClientSampler.draw`): a stream of its own beside the
+# evaluation draw's (EVAL_SALT) and FeS's labelling draw's (fedtext.methods.fes.labels.LABEL_SALT).
+TRAIN_SALT = 0x5A3
+EVAL_SALT = 0xE7A1  # salt of the evaluation draw (:meth:`ClientSampler.sample_eval`)
+PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message may start a Ray actor (seconds)
+PROPERTIES_WORKERS = 64  # get_properties messages in flight at once (Flower's fit fan-out uses threads too)
+
+
+class ClientSampler:
+    """Who each connected client is, and the seeded draws of the clients of a round.
+
+    Parameters
+    ----------
+    cfg
+        The validated run configuration (``seed``, ``client-ids``, ``holdout``,
+        ``clients-per-round``, ``clients-per-eval``, the partitioning).
+    check_sizes
+        The method's own check of the clients' train rows, called once per number of
+        partitions (the strategy's ``check_sizes`` hook, bound, so that a method's
+        override is the one called).
+    """
+
+    def __init__(self, cfg: RunConfig, check_sizes: Callable[[list[int]], None]) -> None:
+        self.cfg = cfg
+        self.check_sizes = check_sizes
+        self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
+        self._partition_rows: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> train rows
+
+    # ------------------------------------------------------------ identification
+    def info(self, proxy: ClientProxy) -> dict[str, Any]:
+        """A client's partition id, domain and participation (asked once, then cached)."""
+        if proxy.cid not in self.client_info:
+            if self.cfg.client_ids == "lazy":
+                return {"partition_id": proxy.cid, "domain": None, "participant": True, "order": (1, proxy.cid)}
+            self.identify([proxy])
+        return self.client_info[proxy.cid]
+
+    def identify(self, proxies: list[ClientProxy]) -> None:
+        """Ask every client not seen before who it is, all at once, in parallel.
+
+        A fedtext node answers from its node config without building the client
+        (``fedtext.client_app.Node``), so this costs one small message per client,
+        once per run; the domain is asked for only when ``holdout`` names domains.
+        """
+        new = [p for p in proxies if p.cid not in self.client_info]
+        if not new:
+            return
+        ins = GetPropertiesIns({"domain": int(self.needs_domain)})
+
+        def ask(proxy: ClientProxy) -> dict[str, Any]:
+            try:
+                return dict(proxy.get_properties(ins, PROPERTIES_TIMEOUT_S, None).properties)
+            except Exception as exc:  # noqa: BLE001 - a client without properties still trains
+                log.warning("client %s did not report properties (%s); treated as a participant", proxy.cid, exc)
+                return {}
+
+        with ThreadPoolExecutor(max_workers=min(PROPERTIES_WORKERS, len(new))) as pool:
+            answers = list(pool.map(ask, new))
+        for proxy, props in zip(new, answers, strict=True):
+            self.learn(proxy, props.get("partition_id", proxy.cid), props.get("domain") or None,
+                       props.get("num_partitions"))
+        self.check_partitions({int(i["num_partitions"]) for i in self.client_info.values()
+                               if i.get("num_partitions") is not None})
+
+    def learn(self, proxy: ClientProxy, pid: Any, domain: str | None = None, num_partitions: Any = None) -> None:
+        """Cache who ``proxy`` is, from its properties."""
+        self.client_info[proxy.cid] = {
+            "partition_id": str(pid),
+            "num_partitions": num_partitions if isinstance(num_partitions, int) and num_partitions > 0 else None,
+            "domain": domain,
+            "participant": self.cfg.is_participant(pid, domain),
+            "order": (0, int(pid)) if isinstance(pid, int) else (1, str(pid)),
+        }
+
+    def info_if_known(self, cid: str | None) -> str:
+        """The partition id of node ``cid`` if the server knows it, else the node id."""
+        if cid is None:
+            return "?"
+        known = self.client_info.get(cid)
+        return known["partition_id"] if known else f"node {cid}"
+
+    @property
+    def needs_domain(self) -> bool:
+        """Whether ``holdout`` names a domain (then clients report theirs)."""
+        return any(not x.isdigit() for x in self.cfg.holdout_set)
+
+    # ------------------------------------------------------------ partitions
+    def check_partitions(self, counts: set[int]) -> None:
+        """Partition feasibility, on the server, before a client trains (a ConfigError
+        that fails the run in one line): the nodes agree on the number of partitions,
+        and the train split cut into that many leaves every client a row (flwr-datasets'
+        Dirichlet draw may be impossible, ``alpha=0.001`` on 10 rows; an iid cut of 10
+        rows into 16 clients left some empty and their IndexError came back every round).
+        Each count is checked once (the sizes are cached for :meth:`max_examples`)."""
+        if len(counts) > 1:
+            raise ConfigError(f"the nodes disagree on num-partitions: {sorted(counts)} (node configs)")
+        for parts in counts:
+            if (0, parts) in self._partition_rows:
+                continue
+            sizes = partition_sizes(self.cfg, parts)
+            empty = [pid for pid, n in enumerate(sizes) if n == 0]
+            if empty:
+                raise ConfigError(
+                    f"partition={self.cfg.partition} leaves {len(empty)} of {parts} clients without training rows "
+                    f"(first: partition {empty[0]}; {sum(sizes)} train rows): use fewer clients or more data")
+            self.check_sizes(sizes)
+            self._partition_rows.update({(pid, parts): n for pid, n in enumerate(sizes)})
+
+    def max_examples(self, proxy: ClientProxy) -> int:
+        """The most examples a client can train on: the rows of its partition when the
+        server knows its partition id and the federation's number of partitions
+        (``client-ids=ask``: both come with its properties; the server partitions the
+        same train split the same way, :func:`fedtext.data.partition_train`), else the
+        whole train split (``client-ids=lazy``). FeS's pseudo labels come from the
+        partition's own unlabelled rows, so gold + pseudo stays within it too."""
+        info = self.client_info.get(proxy.cid, {})
+        pid, parts = info.get("partition_id"), info.get("num_partitions")
+        if parts is not None and str(pid).isdigit():
+            key = (int(pid), int(parts))
+            if key not in self._partition_rows:
+                self._partition_rows[key] = len(partition_train(self.cfg, *key))
+            return self._partition_rows[key]
+        return len(labelled(self.cfg).splits.train)
+
+    # ------------------------------------------------------------ draws
+    def clients(self, client_manager: ClientManager, participants_only: bool) -> list[ClientProxy]:
+        """Connected clients (or only the participants) in partition-id order."""
+        connected = list(client_manager.all().values())
+        if self.cfg.client_ids == "ask":
+            self.identify(connected)
+        found = [p for p in connected if not participants_only or self.info(p)["participant"]]
+        return sorted(found, key=lambda p: self.info(p)["order"])
+
+    def sample_train(self, server_round: int, client_manager: ClientManager, first_round: bool,
+                     record: RoundRecord) -> list[ClientProxy]:
+        """``clients-per-round`` participants drawn with ``default_rng([seed, round, TRAIN_SALT])``.
+
+        Too few participants in this process's first round (``first_round``) is a
+        configuration error (``holdout`` or ``clients-per-round`` against the federation).
+        Later it is a runtime fault, a node lost mid-run: the server has waited
+        ``CONNECT_TIMEOUT_S`` for enough nodes, then the round goes on with the
+        participants there are (none: the round trains nobody), and ``record`` notes the
+        shortfall as a drop."""
+        client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=CONNECT_TIMEOUT_S)
+        participants = self.clients(client_manager, participants_only=True)
+        n = self.cfg.clients_per_round or len(participants)
+        if n <= len(participants) and participants:
+            return self.draw(participants, n, server_round, TRAIN_SALT)
+        connected = len(client_manager.all())
+        if first_round:
+            if not participants:
+                raise ConfigError(f"holdout='{self.cfg.holdout}' leaves no participant client to train")
+            raise ConfigError(
+                f"clients-per-round={n} exceeds the {len(participants)} participant clients "
+                f"({connected} connected, holdout='{self.cfg.holdout}')"
+            )
+        reason = f"node lost: {len(participants)} of {n} participants connected ({connected} nodes)"
+        log.warning("round %d: %s; the round goes on with them", server_round, reason)
+        record.drop("missing", reason)
+        return self.draw(participants, len(participants), server_round, TRAIN_SALT)
+
+    def draw(self, pool: list[ClientProxy], n: int, server_round: int, salt: int) -> list[ClientProxy]:
+        """``n`` clients of ``pool`` without replacement, kept in pool order, drawn with
+        ``default_rng([seed, round, salt])``: a rerun of a seed draws the same clients, and
+        each salt (training :data:`TRAIN_SALT`, FeS labelling
+        :data:`fedtext.methods.fes.labels.LABEL_SALT`) is its own stream."""
+        rng = np.random.default_rng([self.cfg.seed, server_round, salt])
+        return [pool[i] for i in np.sort(rng.choice(len(pool), size=n, replace=False))]
+
+    def sample_eval(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
+        """The clients that test the global model this round: ``clients-per-eval`` of the
+        connected clients (``RunConfig.eval_sample_size``; 0 = all), drawn with
+        ``default_rng([seed, round, EVAL_SALT])``.
+
+        Participants and non-participants are drawn separately, in proportion to their
+        numbers and at least one of each group that exists, so that the P and NP
+        accuracies of the record stay defined (20 clients, 5 held out, 8 per eval:
+        round(8 * 15/20) = 6 participants + 2 non-participants).
+        """
+        everyone = self.clients(client_manager, participants_only=False)
+        n = self.cfg.eval_sample_size
+        if not n or n >= len(everyone):
+            return everyone
+        part = [p for p in everyone if self.info(p)["participant"]]
+        rest = [p for p in everyone if not self.info(p)["participant"]]
+        n_p = min(len(part), max(1 if part else 0, round(n * len(part) / len(everyone))))
+        n_np = min(len(rest), n - n_p)
+        if rest and n_np == 0:  # keep one non-participant
+            n_p, n_np = n_p - 1, 1
+        rng = np.random.default_rng([self.cfg.seed, server_round, EVAL_SALT])
+        picked = [part[i] for i in rng.choice(len(part), size=n_p, replace=False)] + [
+            rest[i] for i in rng.choice(len(rest), size=n_np, replace=False)]
+        return sorted(picked, key=lambda p: self.info(p)["order"])

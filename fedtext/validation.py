@@ -1,0 +1,284 @@
+"""Upload validation and failure tracking: what the server does with a client's reply.
+
+Every fit result is decoded once, checked (typed telemetry, a plausible example count,
+``model.upload_specs()``: count, shape, dtype, finite, range; ``model.check_upload``;
+``model.check_scale`` against the global arrays) and either kept as an :class:`Upload`
+or dropped with a logged reason; the round goes on with the rest. Evaluate replies are
+checked likewise (:func:`check_eval_reply`). A sampled client that fails (raises, times
+out) is recorded under its partition id, not as an anonymous exception: every client is
+sent through a :class:`Tracked` proxy, whose failures (:class:`ClientFailure`) carry
+the client's id.
+
+The drops of a whole run are counted by kind, so that a run whose results were never
+valid ends ``failed`` with their commonest reason (:meth:`UploadValidator.never_valid`)
+instead of ``finished`` at its initial model.
+
+:class:`fedtext.strategy.FedTextStrategy` holds one :class:`UploadValidator`
+(``strategy.validator``); its ``validate`` hook (FeS overrides it) delegates to
+:meth:`UploadValidator.uploads`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from flwr.common import (DisconnectRes, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns,
+                         GetParametersRes, GetPropertiesIns, GetPropertiesRes, ReconnectIns, Scalar)
+from flwr.server.client_proxy import ClientProxy
+
+from fedtext import comm
+from fedtext.config import RunConfig
+from fedtext.model import Model
+from fedtext.records.schema import RoundRecord
+from fedtext.sampling import ClientSampler
+
+log = logging.getLogger("fedtext")
+
+#: Telemetry keys a fit reply may carry that the server reads as numbers (missing ones
+#: are fine); a method's own metrics are numbers too (Flower allows str/bytes/bool).
+FIT_METRICS = ("queries", "peak_rss_mb", "fit_time_s", "train_loss", "load_s", "busy_start", "busy_end",
+               "startup_start", "startup_end")
+EVAL_METRICS = ("accuracy", "post_accuracy", "queries", "peak_rss_mb", "eval_time_s", "load_s", "busy_start",
+                "busy_end", "startup_start", "startup_end")
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One client's fit result, decoded once and validated.
+
+    ``arrays`` maps the names of ``model.upload_specs()`` to the arrays, in spec order.
+    """
+
+    proxy: ClientProxy
+    partition_id: str
+    num_examples: int
+    arrays: dict[str, np.ndarray]
+    metrics: dict[str, Scalar]
+
+    def array_list(self) -> list[np.ndarray]:
+        """The arrays in upload-spec order."""
+        return list(self.arrays.values())
+
+
+class ClientFailure(Exception):
+    """A sampled client's fit or evaluate failed; carries which client (``cid``)."""
+
+    def __init__(self, cid: str, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cid = cid
+
+
+class Tracked(ClientProxy):
+    """A client proxy whose failures name the client (:class:`ClientFailure`).
+
+    Flower's round loop hands a failed client's exception to ``aggregate_fit`` without
+    the proxy it came from; this wrapper keeps the two together. Results come back
+    with the wrapper as their proxy; ``cid`` is the wrapped client's.
+    """
+
+    def __init__(self, inner: ClientProxy) -> None:
+        super().__init__(inner.cid)
+        self.inner = inner
+
+    def _call(self, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the client's id
+            raise ClientFailure(self.cid, exc) from exc
+
+    def get_properties(self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None) -> GetPropertiesRes:
+        return self._call(self.inner.get_properties, ins, timeout, group_id)
+
+    def get_parameters(self, ins: GetParametersIns, timeout: float | None, group_id: int | None) -> GetParametersRes:
+        return self._call(self.inner.get_parameters, ins, timeout, group_id)
+
+    def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
+        return self._call(self.inner.fit, ins, timeout, group_id)
+
+    def evaluate(self, ins: EvaluateIns, timeout: float | None, group_id: int | None) -> EvaluateRes:
+        return self._call(self.inner.evaluate, ins, timeout, group_id)
+
+    def reconnect(self, ins: ReconnectIns, timeout: float | None, group_id: int | None) -> DisconnectRes:
+        return self.inner.reconnect(ins, timeout, group_id)
+
+
+class UploadValidator:
+    """Checks a round's fit and evaluate replies and counts the run's drops by kind.
+
+    Parameters
+    ----------
+    cfg
+        The validated run configuration (``upload-bound``, ``client-test-size``,
+        ``num-server-rounds``).
+    model
+        The method's model: the upload specs and checks.
+    sampler
+        Who the clients are: the most examples each may claim, and the partition id a
+        failed client is recorded under.
+    client_failed
+        Told of every failed client as ``(cid, phase, reason)`` (the strategy's
+        ``client_failed`` hook, bound, so that a method's override is the one called:
+        FedDLS resyncs a node that lost its state).
+    """
+
+    def __init__(self, cfg: RunConfig, model: Model, sampler: ClientSampler,
+                 client_failed: Callable[[str, str, str], None]) -> None:
+        self.cfg = cfg
+        self.model = model
+        self.sampler = sampler
+        self.client_failed = client_failed
+        self.valid_rounds = 0  # rounds of this process that aggregated at least one valid upload
+        self.drop_reasons: Counter[str] = Counter()  # every drop's reason, digits masked (the run's common reason)
+        self._drop_example: dict[str, str] = {}  # masked reason -> its first drop's own words
+
+    def uploads(self, record: RoundRecord, results: list[tuple[ClientProxy, FitRes]], failures: list[Any],
+                reference: dict[str, np.ndarray]) -> list[Upload]:
+        """Decode every result once; keep those meeting the model's upload specs and
+        checks, note the others (and every failure) in ``record`` with a reason.
+
+        In order: typed telemetry (:func:`check_metrics`), ``0 < num_examples <=`` the
+        client's partition (:meth:`ClientSampler.max_examples`: FedAvg's weight ``n_k / n``
+        made one client claiming 10^12 examples the whole global model), decodable arrays
+        meeting ``model.upload_specs()`` (count, shape, dtype, finite, range),
+        ``model.check_upload`` (e.g. sigma > 0, C positive definite) and
+        ``model.check_scale`` against ``reference``, the global arrays by name
+        (``upload-bound``).
+        """
+        specs = self.model.upload_specs()
+        uploads = []
+        for proxy, res in results:
+            pid = reply_partition(proxy, res)
+            reason = check_metrics(res.metrics, FIT_METRICS)
+            limit = self.sampler.max_examples(proxy)
+            if reason is None and not 0 < res.num_examples <= limit:
+                reason = f"num_examples={res.num_examples} outside 1..{limit} (the client's training rows)"
+            if reason is None:
+                try:
+                    arrays = comm.decode(res.parameters)
+                    reason = comm.check_arrays(arrays, specs)
+                    if reason is None:
+                        named = {s.name: a for s, a in zip(specs, arrays, strict=True)}
+                        reason = (self.model.check_upload(named)
+                                  or self.model.check_scale(named, reference, self.cfg.upload_bound))
+                except Exception as exc:  # noqa: BLE001 - undecodable payload
+                    reason = f"cannot decode upload: {type(exc).__name__}"
+            if reason is None:
+                uploads.append(Upload(proxy, pid, res.num_examples, named, dict(res.metrics)))
+            else:
+                self.drop(record, pid, reason)
+        for failure in failures:
+            self.failed(record, failure, "fit")
+        return uploads
+
+    def evaluations(self, record: RoundRecord, results: list[tuple[ClientProxy, EvaluateRes]],
+                    failures: list[Any]) -> list[tuple[ClientProxy, EvaluateRes]]:
+        """The evaluate replies that pass :func:`check_eval_reply`; the failures and the
+        other replies are noted in ``record`` with a reason."""
+        for failure in failures:
+            self.failed(record, failure, "evaluate")
+        checked = []
+        for p, res in results:
+            reason = check_eval_reply(res, self.cfg.client_test_size)
+            if reason is None:
+                checked.append((p, res))
+            else:
+                log.warning("round %d: dropped evaluation of client %s: %s", record.round, reply_partition(p, res),
+                            reason)
+                record.drop(reply_partition(p, res), f"evaluate reply: {reason}")
+        return checked
+
+    def failed(self, record: RoundRecord, failure: Any, phase: str) -> None:
+        """Record a failed client under its partition id (and tell ``client_failed``)."""
+        reason = failure_reason(failure)
+        exc = failure[1] if isinstance(failure, tuple) else failure
+        cid = exc.cid if isinstance(exc, ClientFailure) else None
+        if cid is None and isinstance(failure, tuple):
+            cid = failure[0].cid
+        pid = self.sampler.info_if_known(cid)
+        record.client_failures += 1
+        if phase == "fit":
+            self.drop(record, pid, f"client failed: {reason}")
+        else:
+            log.warning("round %d: client %s failed to evaluate: %s", record.round, pid, reason)
+            record.drop(pid, f"evaluate failed: {reason}")
+        if cid is not None:
+            self.client_failed(cid, phase, reason)
+
+    def drop(self, record: RoundRecord, client: Any, reason: str) -> None:
+        """Note a fit result not used in ``record`` and count its reason's kind."""
+        log.warning("round %d: dropped client %s: %s", record.round, client, reason)
+        record.drop(client, reason)
+        kind = re.sub(r"\d+", "N", reason)  # one kind whatever the round or client numbers in it
+        self.drop_reasons[kind] += 1
+        self._drop_example.setdefault(kind, reason)
+
+    def never_valid(self, resumed_round: int) -> str | None:
+        """Why a run whose rounds never aggregated a valid client result failed (``None``
+        when one did): it would otherwise read ``finished`` at its initial model (every
+        client failing on ``fedprompt.lr`` it cannot use, or every upload dropped). The
+        reason is the most common drop reason, with how often it occurred. A resumed run
+        (``resumed_round`` > 0) counts its rounds before the checkpoint as valid (they are
+        not recounted)."""
+        if self.valid_rounds or resumed_round or self.cfg.num_server_rounds == 0:
+            return None
+        if not self.drop_reasons:
+            return f"no client result in {self.cfg.num_server_rounds} rounds"
+        kind, count = self.drop_reasons.most_common(1)[0]
+        total = sum(self.drop_reasons.values())
+        return (f"no valid client result in {self.cfg.num_server_rounds} rounds; {count} of {total} client "
+                f"results dropped like this one: {self._drop_example[kind]}")
+
+
+def reply_partition(proxy: ClientProxy, res: FitRes | EvaluateRes) -> str:
+    """The partition id a reply reports (``client-ids=lazy`` learns it this way), else
+    the node id: what the records name the client by."""
+    return str(res.metrics.get("partition_id", proxy.cid))
+
+
+def check_metrics(metrics: dict[str, Scalar], numeric: tuple[str, ...]) -> str | None:
+    """Why a reply's metrics cannot be used, or ``None``: each of ``numeric`` present must
+    be a finite int or float (``queries="lots"`` stopped a whole run in ``int()``), and
+    ``queries`` a whole number >= 0."""
+    for key in numeric:
+        if key not in metrics:
+            continue
+        v = metrics[key]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+            return f"metric {key}={v!r} is not a finite number"
+    q = metrics.get("queries", 0)
+    if q < 0 or q != int(q):
+        return f"metric queries={q!r} is not a whole number >= 0"
+    return None
+
+
+def check_eval_reply(res: EvaluateRes, max_examples: int) -> str | None:
+    """Why an evaluate reply cannot be used, or ``None``: typed metrics, an ``accuracy``
+    in [0, 1] (a reply without one raised ``KeyError`` and lost the round's evaluation),
+    ``post_accuracy`` likewise, a finite loss, and ``0 <= num_examples <= client-test-size``
+    (the local test split's size; the loss is weighted by it)."""
+    reason = check_metrics(res.metrics, EVAL_METRICS)
+    if reason:
+        return reason
+    if "accuracy" not in res.metrics:
+        return "no accuracy"
+    for key in ("accuracy", "post_accuracy"):
+        if key in res.metrics and not 0 <= res.metrics[key] <= 1:
+            return f"{key}={res.metrics[key]!r} outside [0, 1]"
+    if not np.isfinite(res.loss):
+        return f"loss={res.loss!r} is not finite"
+    if not 0 <= res.num_examples <= max_examples:
+        return f"num_examples={res.num_examples} outside 0..{max_examples} (client-test-size)"
+    return None
+
+
+def failure_reason(failure: Any) -> str:
+    """The last ``SomethingError: ...`` line of a client failure, without ANSI colours."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(failure[1] if isinstance(failure, tuple) else failure))
+    lines = [ln.strip() for ln in re.split(r"\\n|\n", text) if re.search(r"\w(Error|Exception)\b:?", ln)]
+    return (lines[-1] if lines else text or type(failure).__name__)[:300]
