@@ -28,8 +28,9 @@ import torch
 from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
-from fedtext.backbone import EncodedBatch, _mean_pool
+from fedtext.backbone import EncodedBatch
 from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
+from fedtext.heads import mean_pool
 from fedtext.methods.fes.filter import knn_sets, representational_filter
 from fedtext.methods.fes.labels import PSEUDO_PICK_SALT, PSEUDO_PICKS, pseudo_target, split_pool
 from fedtext.methods.fes.model import FewShotModel
@@ -93,7 +94,7 @@ class FewShotClient(FedTextClient):
             chunks = self.backbone.encode(texts, [0] * len(texts)).chunks(batch)
             for b in self.progress(chunks, "filter embeddings", -(-len(texts) // batch), "batches"):
                 h = self.backbone.encoder(input_ids=b.input_ids, attention_mask=b.attention_mask).last_hidden_state
-                out.append(_mean_pool(h, b.attention_mask).numpy())
+                out.append(mean_pool(h, b.attention_mask).numpy())
                 self.backbone.counter.n += len(b)
         return np.concatenate(out)
 

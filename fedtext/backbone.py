@@ -1,30 +1,18 @@
-"""Frozen pretrained encoder + soft-prompt injection + classification heads.
+"""Frozen pretrained encoder + soft-prompt injection, with one classification head.
 
 The input of every method is ``[CLS] p_1..p_T x_1..x_L [SEP]``: T soft-prompt vectors
 inserted after ``[CLS]`` through ``inputs_embeds`` (eq. (1) of FedDLS: Temp = [p; e(X);
-e(It was [MASK])]). Heads turn the encoder output into class logits:
+e(It was [MASK])]). A head turns the encoder output into class logits: ``similarity``,
+``tied``, ``mlm``, ``linear`` or ``cls``, each a class of :mod:`fedtext.heads`
+(``Backbone.head`` is its name, ``Backbone.head_impl`` the object).
 
-* ``similarity``: ``scale * cos(mean_pool(H), u_c)`` with ``u_c`` the pooled encoding of
-  the label description of class ``c`` (no prompt). The natural zero-shot classifier
-  of a sentence encoder such as the offline default all-MiniLM-L6-v2.
-* ``tied``: ``H[MASK] . e(verbalizer)^T`` (eq. (2) of FedDLS), input embeddings as
-  output layer, so it works for any encoder.
-* ``mlm``: the checkpoint's masked-LM head at ``[MASK]``, restricted to the verbalizer
-  tokens (RoBERTa/BERT MLM checkpoints only).
-* ``linear``: a trainable ``Linear(D, C)`` on ``mean_pool(H)`` (``head.weight``,
-  ``head.bias``), for methods that fine-tune (``fedavg``, FedDRS, FeS).
-* ``cls``: the checkpoint's sequence-classification head, as
-  ``AutoModelForSequenceClassification`` builds it for a BERT encoder: the pretrained
-  pooler ``tanh(W_p H[CLS] + b_p)`` (``pooler.dense.*``, trains with the encoder) and a
-  fresh ``Linear(D, C)`` (``head.*``) on it. "Vanilla" fine-tuning (FeS's FedCLS; the
-  authors' code runs PET's ``sequence_classifier`` wrapper). Dropout is off, as
-  everywhere here (the encoder stays in eval mode).
-
-``Backbone.score(prompts[P,T,D], batch) -> logits[P,B,C]`` evaluates P candidate
-prompts in one batched forward (CMA-ES populations, search candidates) and counts
-model queries (one query = one sequence through the encoder). Prompts may also be
-per input (``[P,B,T,D]``, FedDPG's generated prompts) or absent (``None``: no prompt,
-fine-tuning methods).
+``Backbone.score(prompts[P,T,D], batch, budget_mb=...) -> logits[P,B,C]`` evaluates P
+candidate prompts in one batched forward (CMA-ES populations, search candidates) and
+counts model queries (one query = one sequence through the encoder). Prompts may also
+be per input (``[P,B,T,D]``, FedDPG's generated prompts) or absent (``None``: no
+prompt, fine-tuning methods). The memory budget that sizes its encoder calls is the
+caller's (a client passes its run's ``max-client-memory-mb``), never the backbone's:
+one backbone serves every client and strategy of a process, whatever run they belong to.
 
 Weights. :func:`get_backbone` loads one *frozen* backbone per process (a Ray actor
 hosts many simulated clients, so it must never change). A method that trains
@@ -53,6 +41,7 @@ import torch
 from torch import Tensor
 
 from fedtext.config import DEFAULT_MODEL, ConfigError, RunConfig
+from fedtext.heads import HEADS, POOLED_HEADS, PooledHead, mean_pool
 from fedtext.progress import Progress, track
 from fedtext.records.probes import current_rss_mb
 from fedtext.tasks import Task
@@ -60,7 +49,6 @@ from fedtext.tasks import Task
 log = logging.getLogger("fedtext")
 
 _DEFAULT_ALIASES = {DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}", "default"}
-SIMILARITY_SCALE = 20.0  # logit scale of the similarity head (cosine in [-1, 1] -> +-20)
 MAX_TOKENS_PER_CHUNK = 32_768  # tokens per encoder call in score() without a memory budget
 # Inference activation memory per token, as a multiple of 4 bytes x (D + D_ff + H.L): the
 # live tensors of one layer (hidden, QKV, FFN intermediate, attention scores) plus torch's
@@ -69,8 +57,6 @@ MAX_TOKENS_PER_CHUNK = 32_768  # tokens per encoder call in score() without a me
 ACTIVATION_FACTOR = 3.5
 SCORING_FIXED_MB = 160  # what a first scoring call adds regardless of chunk size (threads, allocator)
 BUCKET_ROWS = 4  # texts per length group in population scoring (length_buckets)
-POOLED_HEADS = ("similarity", "linear")  # heads that read the mean-pooled encoding, not a [MASK] position
-PLAIN_HEADS = (*POOLED_HEADS, "cls")  # heads without a cloze template: the input is [CLS] text [SEP]
 
 
 @contextlib.contextmanager
@@ -173,7 +159,8 @@ class Backbone:
     model
         Model name (offline default ``all-MiniLM-L6-v2``), local path or hub id.
     head
-        ``similarity`` | ``tied`` | ``mlm``.
+        A head's name, a key of :data:`fedtext.heads.HEADS` (``similarity``, ``tied``,
+        ``mlm``, ``linear``, ``cls``).
     task
         The task: verbalizer, descriptions, template.
     max_length
@@ -191,24 +178,16 @@ class Backbone:
         max_length: int = 128,
         trainable: str | Callable[[str], bool] = "none",
     ) -> None:
-        from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
+        kind = HEADS.get(head)
+        if kind is None:
+            raise ConfigError(f"head must be one of {', '.join(HEADS)}, got {head!r}")
         path = resolve_model_path(model)
         offline = os.environ.get("HF_HUB_OFFLINE") == "1"
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(path)
-            if head == "mlm":
-                mlm, info = AutoModelForMaskedLM.from_pretrained(path, output_loading_info=True)
-                if any("lm_head" in k or "cls.predictions" in k for k in info["missing_keys"]):
-                    raise ConfigError(
-                        f"head=mlm needs a checkpoint with a masked-LM head; '{model}' has none "
-                        "(use head=similarity or head=tied)"
-                    )
-                self.mlm = mlm
-                self.encoder = mlm.base_model
-            else:
-                self.mlm = None
-                self.encoder = AutoModel.from_pretrained(path)
+            self.mlm, self.encoder = kind.load(path, model)
         except ConfigError:
             raise
         except Exception as exc:  # noqa: BLE001 - any loading failure: one clear line
@@ -228,17 +207,20 @@ class Backbone:
         self.embeddings = self.encoder.get_input_embeddings()  # e(.): [V, D]
         self.dim = int(self.embeddings.weight.shape[1])
         # Placeholder weights: a method that uses this head loads its own (seeded) ones.
-        self.linear = torch.nn.Linear(self.dim, task.num_classes) if head in ("linear", "cls") else None
-        if head == "cls" and getattr(self.encoder, "pooler", None) is None:
-            raise ConfigError(f"head=cls needs an encoder with a pooler ([CLS] dense + tanh); '{model}' has none")
+        self.linear = torch.nn.Linear(self.dim, task.num_classes) if kind.has_linear else None
         if self.linear is not None:
             torch.nn.init.zeros_(self.linear.weight)
             torch.nn.init.zeros_(self.linear.bias)
         self.set_trainable(trainable)
         self._token_cache: dict[str, list[int]] = {}
         self._label_cache: Tensor | None = None
-        self.memory_budget_mb = 0  # max-client-memory-mb (0 = fixed MAX_TOKENS_PER_CHUNK)
-        self._prepare_head()
+        tok = self.tokenizer
+        self.cls_id, self.sep_id = tok.cls_token_id, tok.sep_token_id
+        if self.cls_id is None:  # RoBERTa-style tokenizers name them bos/eos
+            self.cls_id, self.sep_id = tok.bos_token_id, tok.eos_token_id
+        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
+        # Shared by trainable copies: it holds token ids only and reads the weights it is given.
+        self.head_impl = kind(self, self._tokens)
         self.loaded_rss_mb = current_rss_mb()  # the process with the model in it, before any forward
 
     @property
@@ -328,27 +310,6 @@ class Backbone:
                 p.copy_(torch.as_tensor(np.asarray(a), dtype=p.dtype))
         self._label_cache = None  # the encoder changed: the label vectors must be re-encoded
 
-    def _prepare_head(self) -> None:
-        tok = self.tokenizer
-        self.cls_id, self.sep_id = tok.cls_token_id, tok.sep_token_id
-        if self.cls_id is None:  # RoBERTa-style tokenizers name them bos/eos
-            self.cls_id, self.sep_id = tok.bos_token_id, tok.eos_token_id
-        self.pad_id = tok.pad_token_id if tok.pad_token_id is not None else 0
-        if self.head in PLAIN_HEADS:
-            self.prefix_ids: list[int] = []
-            self.suffix_ids: list[int] = []
-            return
-        if tok.mask_token_id is None:
-            raise ConfigError(f"head={self.head} needs a tokenizer with a mask token; '{self.name}' has none")
-        prefix, suffix = self.task.template.split("{text}")
-        self.prefix_ids = self._tokens(prefix.format(mask=tok.mask_token).strip())
-        self.suffix_ids = self._tokens(suffix.format(mask=tok.mask_token).strip())
-        # First sub-token of each verbalizer word (leading space for BPE vocabularies).
-        ids = [tok(" " + w, add_special_tokens=False)["input_ids"][0] for w in self.task.verbalizer]
-        if len(set(ids)) != len(ids):
-            raise ConfigError(f"verbalizer words {self.task.verbalizer} share a first token")
-        self.verbalizer_ids = torch.tensor(ids, dtype=torch.long)
-
     @property
     def label_vectors(self) -> Tensor:
         """``u_c``: the unit-norm pooled encodings of the label descriptions ``[C, D]``.
@@ -373,7 +334,7 @@ class Backbone:
             hidden = self.encoder(
                 input_ids=descriptions.input_ids, attention_mask=descriptions.attention_mask
             ).last_hidden_state
-            vectors = torch.nn.functional.normalize(_mean_pool(hidden, descriptions.attention_mask), dim=-1)
+            vectors = torch.nn.functional.normalize(mean_pool(hidden, descriptions.attention_mask), dim=-1)
         if not self.training:
             self._label_cache = vectors
         return vectors
@@ -394,8 +355,9 @@ class Backbone:
         Layout per row: ``[CLS] prefix text suffix [SEP] pad...``; the text is truncated
         to ``max_length`` tokens *before* the template, so ``[MASK]`` always survives.
         """
+        head = self.head_impl
         rows = [
-            [self.cls_id, *self.prefix_ids, *self._tokens(t), *self.suffix_ids, self.sep_id]
+            [self.cls_id, *head.prefix_ids, *self._tokens(t), *head.suffix_ids, self.sep_id]
             for t in texts
         ]
         width = max(len(r) for r in rows)
@@ -404,10 +366,7 @@ class Backbone:
         for i, r in enumerate(rows):
             ids[i, : len(r)] = torch.tensor(r)
             att[i, : len(r)] = 1
-        mask_pos = None
-        if self.head not in PLAIN_HEADS:
-            mask_pos = (ids == self.tokenizer.mask_token_id).float().argmax(dim=1)
-        return EncodedBatch(ids, att, torch.as_tensor(np.asarray(labels), dtype=torch.long), mask_pos)
+        return EncodedBatch(ids, att, torch.as_tensor(np.asarray(labels), dtype=torch.long), head.mask_positions(ids))
 
     def batches(self, texts: Sequence[str], labels: Sequence[int], batch_size: int = 64) -> list[EncodedBatch]:
         """Length-sorted batches (dynamic padding): similar lengths share a batch."""
@@ -453,10 +412,10 @@ class Backbone:
         """
         if keep_rate >= 1:
             return batch
-        ids = batch.input_ids
+        ids, head = batch.input_ids, self.head_impl
         pos = torch.arange(ids.shape[1])
-        end = batch.attention_mask.sum(1, keepdim=True) - 1 - len(self.suffix_ids)  # first suffix/[SEP] slot
-        text = (pos >= 1 + len(self.prefix_ids)) & (pos < end)
+        end = batch.attention_mask.sum(1, keepdim=True) - 1 - len(head.suffix_ids)  # first suffix/[SEP] slot
+        text = (pos >= 1 + len(head.prefix_ids)) & (pos < end)
         drop = torch.as_tensor(rng.random(ids.shape) >= keep_rate) & text
         random_ids = torch.as_tensor(rng.choice(self._natural_ids, size=ids.shape))
         return EncodedBatch(torch.where(drop, random_ids, ids), batch.attention_mask, batch.labels, batch.mask_pos)
@@ -500,26 +459,7 @@ class Backbone:
         hidden = self.encoder(inputs_embeds=x, attention_mask=att).last_hidden_state
         self.counter.n += p * b
         pool_att = att if pool_prompt or not t else torch.cat([att[:, :1], att.new_zeros(p * b, t), att[:, 1 + t:]], 1)
-        if self.head in POOLED_HEADS:
-            logits = self._pooled_logits(hidden, pool_att)
-        elif self.head == "cls":  # [CLS] stays at position 0, ahead of any prompt
-            logits = self.linear(self.encoder.pooler(hidden))
-        else:
-            pos = (batch.mask_pos + t).repeat(p)  # [P*B]
-            h_mask = hidden[torch.arange(p * b), pos]  # [P*B, D]
-            if self.head == "tied":
-                logits = h_mask @ self.embeddings.weight[self.verbalizer_ids].T
-            else:
-                logits = self.mlm.get_output_embeddings()(self.mlm_transform(h_mask))[:, self.verbalizer_ids]
-        return logits.reshape(p, b, -1)
-
-    def _pooled_logits(self, hidden: Tensor, att: Tensor) -> Tensor:
-        """Logits ``[N, C]`` of the pooled heads (``similarity``, ``linear``) from the
-        encoder output ``[N, L, D]``, mean-pooled over ``att``."""
-        pooled = _mean_pool(hidden, att)
-        if self.head == "similarity":
-            return SIMILARITY_SCALE * torch.nn.functional.normalize(pooled, dim=-1) @ self.label_vectors.T
-        return self.linear(pooled)
+        return self.head_impl.logits(self, hidden, pool_att, batch.mask_pos, t).reshape(p, b, -1)
 
     def embeds_logits(self, embeds: Tensor) -> Tensor:
         """Logits ``[N, C]`` with autograd of input embeddings ``[N, L, D]``, every position
@@ -527,31 +467,34 @@ class Backbone:
         pseudo-embeddings go (position and type embeddings and the embedding LayerNorm
         still apply: in a BERT encoder they come after the lookup). Pooled heads only
         (a pseudo-embedding has no ``[MASK]`` position)."""
-        if self.head not in POOLED_HEADS:
+        head = self.head_impl
+        if not isinstance(head, PooledHead):  # checked before the forward, which would count queries
             raise ValueError(f"embeds_logits needs a pooled head ({', '.join(POOLED_HEADS)}), not head={self.head}")
         att = torch.ones(embeds.shape[:2], dtype=torch.long)
         hidden = self.encoder(inputs_embeds=embeds, attention_mask=att).last_hidden_state
         self.counter.n += len(embeds)
-        return self._pooled_logits(hidden, att)
+        return head.pooled_logits(self, hidden, att)
 
-    def mlm_transform(self, h: Tensor) -> Tensor:
-        """The MLM head's dense+norm transform before the decoder (BERT / RoBERTa)."""
-        head = getattr(self.mlm, "cls", None)
-        if head is not None:  # BERT: cls.predictions.transform
-            return head.predictions.transform(h)
-        lm = self.mlm.lm_head  # RoBERTa: dense -> gelu -> layer_norm
-        return lm.layer_norm(torch.nn.functional.gelu(lm.dense(h)))
-
-    def score(self, prompts: Tensor | np.ndarray | None, batch: EncodedBatch) -> Tensor:
+    def score(self, prompts: Tensor | np.ndarray | None, batch: EncodedBatch, *, budget_mb: int = 0) -> Tensor:
         """Logits ``[P, B, C]`` of P candidate prompts, without gradients.
 
-        ``prompts``: ``[P, T, D]``, per-input ``[P, B, T, D]``, or ``None`` (no prompt,
-        P = 1). Candidates are stacked into the batch dimension so that the whole
-        population goes through the encoder in as few calls as possible, in chunks of
+        Candidates are stacked into the batch dimension so that the whole population
+        goes through the encoder in as few calls as possible, in chunks of
         :meth:`chunk_tokens` tokens (activation memory stays bounded). A population
         (P > 1) over texts of mixed lengths is scored per :func:`length_buckets` group
         of ``BUCKET_ROWS`` texts, so that the encoder spends its time on text, not on
         padding (``simulations.bench``); P = 1 (evaluation) keeps the batch whole.
+
+        Parameters
+        ----------
+        prompts
+            ``[P, T, D]``, per-input ``[P, B, T, D]``, or ``None`` (no prompt, P = 1).
+        batch
+            The texts.
+        budget_mb
+            The caller's memory budget in MB (its run's ``max-client-memory-mb``; 0: none),
+            which sizes the chunks. The caller's, not this backbone's: the process's
+            backbone is shared by every client and strategy in it, of whatever run.
         """
         if prompts is None:
             with torch.inference_mode():
@@ -565,7 +508,7 @@ class Backbone:
         groups = length_buckets(batch, BUCKET_ROWS) if len(prompts) > 1 else None
         pieces = [(prompts, batch)] if groups is None else [
             (prompts if prompts.ndim == 3 else prompts[:, rows], batch.take(rows).trimmed()) for rows in groups]
-        sizes = [self._chunk_rows(p, b) for p, b in pieces]
+        sizes = [self._chunk_rows(p, b, budget_mb) for p, b in pieces]
         calls = sum(-(-len(p) // size) for (p, _), size in zip(pieces, sizes, strict=True))
         with Progress(f"scoring {len(prompts)} prompts on {len(batch)} texts", calls, "encoder calls") as bar:
             parts = [self._score_chunks(p, b, size, bar) for (p, b), size in zip(pieces, sizes, strict=True)]
@@ -576,10 +519,10 @@ class Backbone:
             out[:, torch.as_tensor(rows)] = logits
         return out
 
-    def _chunk_rows(self, prompts: Tensor, batch: EncodedBatch) -> int:
+    def _chunk_rows(self, prompts: Tensor, batch: EncodedBatch, budget_mb: int) -> int:
         """Prompts per encoder call for ``batch``: ``chunk_tokens`` tokens per call."""
         seq = batch.input_ids.shape[1] + prompts.shape[-2]
-        return max(1, self.chunk_tokens(seq) // (len(batch) * seq))
+        return max(1, self.chunk_tokens(seq, budget_mb) // (len(batch) * seq))
 
     def _score_chunks(self, prompts: Tensor, batch: EncodedBatch, chunk: int, bar: Progress) -> Tensor:
         """:meth:`score` of ``prompts`` on one batch, ``chunk`` prompts per encoder call."""
@@ -597,11 +540,11 @@ class Backbone:
         width = c.hidden_size + getattr(c, "intermediate_size", 4 * c.hidden_size) + c.num_attention_heads * seq_len
         return ACTIVATION_FACTOR * 4.0 * width
 
-    def chunk_tokens(self, seq_len: int) -> int:
-        """Tokens per encoder call in :meth:`score`.
+    def chunk_tokens(self, seq_len: int, budget_mb: int) -> int:
+        """Tokens per encoder call in :meth:`score` under a memory budget of ``budget_mb``.
 
-        Without a budget, ``MAX_TOKENS_PER_CHUNK``. With ``memory_budget_mb`` (the
-        run's ``max-client-memory-mb``): what fits in the budget minus the process's
+        Without a budget (0), ``MAX_TOKENS_PER_CHUNK``. With one (the scoring client's
+        ``max-client-memory-mb``): what fits in the budget minus the process's
         resident memory once the model was loaded (``loaded_rss_mb``) and
         ``SCORING_FIXED_MB``, at :meth:`activation_bytes_per_token`; never less than
         one sequence, never more than ``MAX_TOKENS_PER_CHUNK`` (e.g. budget 900 MB,
@@ -611,9 +554,9 @@ class Backbone:
         the same size, so counting it again would shrink the chunks of every later
         call for no memory saved (measured: +77% time at an unchanged peak).
         """
-        if not self.memory_budget_mb:
+        if not budget_mb:
             return MAX_TOKENS_PER_CHUNK
-        free_mb = self.memory_budget_mb - self.loaded_rss_mb - SCORING_FIXED_MB
+        free_mb = budget_mb - self.loaded_rss_mb - SCORING_FIXED_MB
         tokens = int(free_mb * 2**20 / self.activation_bytes_per_token(seq_len))
         return int(min(MAX_TOKENS_PER_CHUNK, max(seq_len, tokens)))
 
@@ -632,6 +575,7 @@ class Backbone:
         loss, correct, n = 0.0, 0, 0
         for batch in track(batches, "evaluation", unit="batches"):
             p = prompt(batch) if callable(prompt) else prompt
+            # One prompt is one encoder call per batch under any budget: no budget to pass.
             logits = self.score(None if p is None else np.asarray(p)[None], batch)[0]
             loss += float(torch.nn.functional.cross_entropy(logits, batch.labels, reduction="sum"))
             correct += int((logits.argmax(-1) == batch.labels).sum())
@@ -658,12 +602,6 @@ def _predicate(trainable: str | Callable[[str], bool]) -> Callable[[str], bool]:
     raise ValueError(f"trainable must be 'none', 'all' or a predicate, got {trainable!r}")
 
 
-def _mean_pool(hidden: Tensor, att: Tensor) -> Tensor:
-    """Mean of the hidden states over attended positions (sentence-transformers pooling)."""
-    w = att.unsqueeze(-1).to(hidden.dtype)
-    return (hidden * w).sum(1) / w.sum(1).clamp(min=1e-9)
-
-
 def losses(logits: Tensor, labels: Tensor) -> Tensor:
     """Cross-entropy per prompt: ``[P, B, C]`` logits -> ``[P]`` mean losses."""
     p, b, c = logits.shape
@@ -672,11 +610,13 @@ def losses(logits: Tensor, labels: Tensor) -> Tensor:
 
 
 def backbone_for(cfg: "RunConfig", task: Task) -> "Backbone":
-    """The process's frozen backbone for a run (its model, resolved head, task, max length),
-    with the run's ``max-client-memory-mb`` as its scoring budget."""
-    backbone = get_backbone(cfg.model, cfg.resolved_head, task, cfg.max_length)
-    backbone.memory_budget_mb = cfg.max_client_memory_mb
-    return backbone
+    """The process's frozen backbone for a run (its model, resolved head, task, max length).
+
+    Shared with every other run of the process that uses the same four, so it carries
+    nothing of one run's own: its ``max-client-memory-mb`` goes to :meth:`Backbone.score`
+    with each population (``FedTextClient.prompt_losses``).
+    """
+    return get_backbone(cfg.model, cfg.resolved_head, task, cfg.max_length)
 
 
 def get_backbone(model: str, head: str, task: Task | str, max_length: int) -> Backbone:

@@ -149,9 +149,11 @@ class FedTextClient(NumPyClient):
 
     def prompt_losses(self, prompts: np.ndarray, batch: EncodedBatch | None = None) -> np.ndarray:
         """Mean cross-entropy of each of ``[P, T, D]`` prompts on ``batch`` (default: the
-        shots), all P prompts in one batched forward."""
+        shots), all P prompts in one batched forward, in encoder calls that fit this
+        client's run's ``max-client-memory-mb``."""
         batch = self.train_batch if batch is None else batch
-        return losses(self.backbone.score(prompts, batch), batch.labels).numpy()
+        scored = self.backbone.score(prompts, batch, budget_mb=self.cfg.max_client_memory_mb)
+        return losses(scored, batch.labels).numpy()
 
     def post_tune(self, prompt: np.ndarray) -> np.ndarray:
         """BBT post-tuning of p' (App. B): ``post-tune-steps`` CMA-ES iterations on z in

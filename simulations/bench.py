@@ -106,8 +106,9 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8) -> 
     score_rate = score_useful / best_seconds(lambda: bb.score(prompts, batch))
     mean_len = useful / len(texts)
     sweep = {}
-    for tokens in CHUNK_SWEEP:  # tokens per encoder call (what max-client-memory-mb sets)
-        bb.memory_budget_mb = 0
+    # Tokens per encoder call (what max-client-memory-mb sets), through MAX_TOKENS_PER_CHUNK:
+    # the chunk of a score() without a budget.
+    for tokens in CHUNK_SWEEP:
         fb.MAX_TOKENS_PER_CHUNK, saved = tokens, fb.MAX_TOKENS_PER_CHUNK
         try:
             sweep[tokens] = score_useful / best_seconds(lambda: bb.score(prompts, batch), repeats=2)

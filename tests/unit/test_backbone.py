@@ -85,6 +85,19 @@ def test_tied_head_reads_mask_position(demo):
     batch = bb.encode(list(demo.test["text"][:3]), [0, 1, 0])
     assert (batch.input_ids[torch.arange(3), batch.mask_pos] == bb.tokenizer.mask_token_id).all()
     assert bb.score(_prompts(bb, 2), batch).shape == (2, 3, 2)
+    before = bb.queries
+    with pytest.raises(ValueError, match=r"needs a pooled head \(similarity, linear\), not head=tied"):
+        bb.embeds_logits(torch.zeros(1, 3, bb.dim))  # a pseudo-embedding has no [MASK] to read
+    assert bb.queries == before  # refused before any forward
+
+
+def test_the_head_registry_holds_every_run_config_head():
+    from fedtext.config import HEADS as HEAD_NAMES
+    from fedtext.heads import HEADS
+
+    assert tuple(HEADS) == HEAD_NAMES and all(head.name == name for name, head in HEADS.items())
+    with pytest.raises(ConfigError, match="head must be one of similarity, tied, mlm, linear, cls, got 'pooled'"):
+        Backbone("all-MiniLM-L6-v2", "pooled", TASKS["demo"], 32)
 
 
 def test_truncation_keeps_the_mask_token():
@@ -151,7 +164,7 @@ def test_mlm_head_on_a_local_mlm_checkpoint(tmp_path):
     x = torch.cat([emb[:1], torch.as_tensor(prompts[2]), emb[1:]])[None]
     with torch.inference_mode():
         full = bb.mlm(inputs_embeds=x).logits[0, int(batch.mask_pos[1]) + 2]
-    torch.testing.assert_close(logits[2, 1], full[bb.verbalizer_ids], atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(logits[2, 1], full[bb.head_impl.verbalizer_ids], atol=1e-4, rtol=1e-4)
 
 
 # ------------------------------------------------- per-input prompts, trainable copies
@@ -278,7 +291,7 @@ def test_label_vectors_are_encoded_by_the_plain_encoder_after_a_fedptuning_v2_fo
     fedptuning-v2's prefix hooks and cached label descriptions with the prefix in them
     (cosine 0.32-0.43 to the plain vectors on AG News). The cache must equal the
     descriptions encoded with no hook at all: mean-pooled, unit-norm encoder states."""
-    from fedtext.backbone import _mean_pool
+    from fedtext.heads import mean_pool
     from fedtext.methods.fedptuning_v2.model import DeepPromptModel
     from fedtext.registry import make_config
 
@@ -290,7 +303,7 @@ def test_label_vectors_are_encoded_by_the_plain_encoder_after_a_fedptuning_v2_fo
     desc = fresh.encode(list(TASKS["ag_news"].descriptions), [0] * 4)
     with torch.no_grad():
         hidden = fresh.encoder(input_ids=desc.input_ids, attention_mask=desc.attention_mask).last_hidden_state
-    plain = torch.nn.functional.normalize(_mean_pool(hidden, desc.attention_mask), dim=-1)
+    plain = torch.nn.functional.normalize(mean_pool(hidden, desc.attention_mask), dim=-1)
     torch.testing.assert_close(fresh.label_vectors, plain, atol=1e-5, rtol=1e-5)
 
 

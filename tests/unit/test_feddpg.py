@@ -552,7 +552,7 @@ def test_logits_put_T_positions_after_cls_and_mean_pool_only_cls_and_text(backbo
     T placeholder positions (B x (T + L) inputs), and the similarity head pools the mean
     of the last hidden states over [CLS] and the attended text only (``pool_prompt=False``):
     logits = 20 · cos(mean_{i ∉ 1..T} h_i, label vectors)."""
-    from fedtext.backbone import SIMILARITY_SCALE
+    from fedtext.heads import SIMILARITY_SCALE
 
     t = 3
     cfg = make_config("fedptuning-v2", prompt_length=t, **SMALL)

@@ -163,7 +163,7 @@ def test_population_scoring_reports_encoder_calls_and_keeps_its_logits(backbone,
     batch = backbone.encode(["a good film", "bad", "a dull and very long film indeed", "fine"], [1, 0, 0, 1])
     rng = np.random.default_rng(0)
     prompts = rng.normal(0, 0.02, (6, 2, backbone.dim)).astype(np.float32)
-    monkeypatch.setattr(backbone, "chunk_tokens", lambda seq: 2 * len(batch) * seq)  # 2 prompts per call
+    monkeypatch.setattr(backbone, "chunk_tokens", lambda seq, budget_mb: 2 * len(batch) * seq)  # 2 prompts per call
     quiet = backbone.score(prompts, batch)
     monkeypatch.setattr(progress, "AFTER_S", 0.0)
     monkeypatch.setattr(progress, "EVERY_S", 0.0)

@@ -185,29 +185,60 @@ def test_chunk_tokens_follow_the_memory_budget(backbone, monkeypatch):
     per_token = backbone.activation_bytes_per_token(84)
     assert per_token == 3.5 * 4 * (384 + 1536 + 12 * 84)  # MiniLM: D=384, D_ff=1536, H=12: 40,992 B
     monkeypatch.setattr(backbone, "loaded_rss_mb", 520.0)
-    monkeypatch.setattr(backbone, "memory_budget_mb", 900)
-    assert backbone.chunk_tokens(84) == int(220 * 2**20 / per_token) == 5627
-    monkeypatch.setattr(backbone, "memory_budget_mb", 600)  # less than loaded + fixed: one sequence
-    assert backbone.chunk_tokens(84) == 84
-    monkeypatch.setattr(backbone, "memory_budget_mb", 100_000)  # never above the fixed chunk
-    assert backbone.chunk_tokens(84) == fb.MAX_TOKENS_PER_CHUNK
-    monkeypatch.setattr(backbone, "memory_budget_mb", 0)
-    assert backbone.chunk_tokens(84) == fb.MAX_TOKENS_PER_CHUNK
+    assert backbone.chunk_tokens(84, 900) == int(220 * 2**20 / per_token) == 5627
+    assert backbone.chunk_tokens(84, 600) == 84  # less than loaded + fixed: one sequence
+    assert backbone.chunk_tokens(84, 900) == 5627  # a budget used in between leaves no trace
+    assert backbone.chunk_tokens(84, 100_000) == fb.MAX_TOKENS_PER_CHUNK  # never above the fixed chunk
+    assert backbone.chunk_tokens(84, 0) == fb.MAX_TOKENS_PER_CHUNK
 
 
 def test_a_tight_budget_chunks_scoring_without_changing_results(backbone, demo, monkeypatch):
-    import fedtext.backbone as fb
-
     batch = backbone.encode(list(demo.test["text"][:4]), [0, 1, 0, 1])
     prompts = np.stack([backbone.initial_prompt(3, s) for s in range(6)])
     full = backbone.score(prompts, batch)
     calls = []
     real = backbone._logits
     monkeypatch.setattr(backbone, "_logits", lambda p, b: calls.append(len(p)) or real(p, b))
-    monkeypatch.setattr(backbone, "memory_budget_mb", 1)  # below resident: one prompt per call
-    torch.testing.assert_close(backbone.score(prompts, batch), full, atol=1e-5, rtol=1e-5)
+    # below resident: one prompt per call
+    torch.testing.assert_close(backbone.score(prompts, batch, budget_mb=1), full, atol=1e-5, rtol=1e-5)
     assert calls == [1] * 6
-    assert fb.backbone_for(make_config("bbt-fed", max_client_memory_mb=700), TASKS["demo"]).memory_budget_mb == 700
+
+
+def test_clients_of_two_runs_share_the_backbone_but_each_scores_under_its_own_budget(monkeypatch):
+    """The process's cached backbone serves clients of runs with different
+    ``max-client-memory-mb``: each run's budget sizes its own clients' encoder calls, in
+    any order (budget A, then B, then A again), since the client passes it to score."""
+    from fedtext.client_app import client_class
+    from fedtext.data import client_data
+
+    small = dict(prompt_length=4, max_length=64, shots_per_class=4, intrinsic_dim=20, popsize=4)
+    cfg_a = make_config("bbt-fed", max_client_memory_mb=100_000, **small)  # capped at the fixed chunk
+    cfg_b = make_config("bbt-fed", max_client_memory_mb=1, **small)  # below resident: one prompt per call
+    a = client_class("bbt-fed")(cfg_a, TASKS["demo"], client_data(cfg_a, 0, 2))
+    b = client_class("bbt-fed")(cfg_b, TASKS["demo"], client_data(cfg_b, 0, 2))
+    shared = a.backbone
+    assert b.backbone is shared  # one backbone per process and (model, head, task, max length)
+    budgets, sizes = [], []
+    real_chunk, real_logits = shared.chunk_tokens, shared._logits
+    monkeypatch.setattr(shared, "chunk_tokens", lambda seq, mb: budgets.append(mb) or real_chunk(seq, mb))
+    monkeypatch.setattr(shared, "_logits", lambda p, x: sizes.append(len(p)) or real_logits(p, x))
+    z = np.random.default_rng(0).normal(size=(4, 20)).astype(np.float32)
+
+    def fitness(client) -> tuple[set[int], list[int], np.ndarray]:
+        """(budgets scored under, prompts per encoder call, losses) of one population."""
+        budgets.clear()
+        sizes.clear()
+        loss = client.fitness(z)
+        return set(budgets), list(sizes), loss
+
+    seen_a, calls_a, loss_a = fitness(a)
+    seen_b, calls_b, loss_b = fitness(b)
+    again_a, again_calls_a, again_loss_a = fitness(a)
+    assert seen_a == again_a == {100_000} and seen_b == {1}
+    assert set(calls_a) == {4} and calls_b == [1] * (4 * len(calls_a))  # 4 prompts per call vs 1
+    assert again_calls_a == calls_a
+    np.testing.assert_array_equal(again_loss_a, loss_a)
+    np.testing.assert_allclose(loss_b, loss_a, rtol=1e-5)  # chunking never changes the losses
 
 
 # -------------------------------------------------------------- throughput floor
