@@ -7,6 +7,7 @@ from flwr.common import NDArrays, Scalar
 
 from fedtext.blackbox import WhitenedCMA
 from fedtext.client import SubspaceClient, client_seed
+from fedtext.methods.fedbpt.perturb import perturb
 
 
 class FedBPTClient(SubspaceClient):
@@ -59,7 +60,7 @@ class FedBPTClient(SubspaceClient):
         """What the local CMA-ES minimises, on one fresh perturbation of the shots (Alg. 1
         lines 12-16): the perturbed loss (``fedbpt.fitness=perturbed``) or loss / perturbed
         loss (``ratio``)."""
-        perturbed = self.fitness(candidates, self.backbone.perturb(self.train_batch, self.mcfg.keep_rate, rng))
+        perturbed = self.fitness(candidates, perturb(self.backbone, self.train_batch, self.mcfg.keep_rate, rng))
         if self.mcfg.fitness == "perturbed":
             return perturbed
         return self.fitness(candidates) / np.maximum(perturbed, 1e-12)

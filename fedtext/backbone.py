@@ -41,7 +41,7 @@ import torch
 from torch import Tensor
 
 from fedtext.config import DEFAULT_MODEL, ConfigError, RunConfig
-from fedtext.heads import HEADS, POOLED_HEADS, PooledHead, mean_pool
+from fedtext.heads import HEADS, mean_pool
 from fedtext.progress import Progress, track
 from fedtext.records.probes import current_rss_mb
 from fedtext.tasks import Task
@@ -402,24 +402,6 @@ class Backbone:
         """Ids of ordinary word tokens (no specials, no ``[unused]``, alphabetic)."""
         return self._natural_ids
 
-    def perturb(self, batch: EncodedBatch, keep_rate: float, rng: np.random.Generator) -> EncodedBatch:
-        """``X * M + X_hat * (1 - M)`` on the text tokens (FedBPT Alg. 1 lines 12-16).
-
-        Each text token is kept with probability ``keep_rate`` (the mask M) and
-        otherwise replaced by a random natural token (X_hat). [CLS], [SEP], padding
-        and the template (with its [MASK]) are never touched. ``keep_rate=1`` returns
-        the batch unchanged.
-        """
-        if keep_rate >= 1:
-            return batch
-        ids, head = batch.input_ids, self.head_impl
-        pos = torch.arange(ids.shape[1])
-        end = batch.attention_mask.sum(1, keepdim=True) - 1 - len(head.suffix_ids)  # first suffix/[SEP] slot
-        text = (pos >= 1 + len(head.prefix_ids)) & (pos < end)
-        drop = torch.as_tensor(rng.random(ids.shape) >= keep_rate) & text
-        random_ids = torch.as_tensor(rng.choice(self._natural_ids, size=ids.shape))
-        return EncodedBatch(torch.where(drop, random_ids, ids), batch.attention_mask, batch.labels, batch.mask_pos)
-
     def initial_prompt(self, length: int, seed: int) -> np.ndarray:
         """p0: embeddings of ``length`` natural tokens drawn with ``seed`` (``[T, D]``).
 
@@ -460,20 +442,6 @@ class Backbone:
         self.counter.n += p * b
         pool_att = att if pool_prompt or not t else torch.cat([att[:, :1], att.new_zeros(p * b, t), att[:, 1 + t:]], 1)
         return self.head_impl.logits(self, hidden, pool_att, batch.mask_pos, t).reshape(p, b, -1)
-
-    def embeds_logits(self, embeds: Tensor) -> Tensor:
-        """Logits ``[N, C]`` with autograd of input embeddings ``[N, L, D]``, every position
-        attended: the model *below* its word-embedding lookup, which is where FedDRS's
-        pseudo-embeddings go (position and type embeddings and the embedding LayerNorm
-        still apply: in a BERT encoder they come after the lookup). Pooled heads only
-        (a pseudo-embedding has no ``[MASK]`` position)."""
-        head = self.head_impl
-        if not isinstance(head, PooledHead):  # checked before the forward, which would count queries
-            raise ValueError(f"embeds_logits needs a pooled head ({', '.join(POOLED_HEADS)}), not head={self.head}")
-        att = torch.ones(embeds.shape[:2], dtype=torch.long)
-        hidden = self.encoder(inputs_embeds=embeds, attention_mask=att).last_hidden_state
-        self.counter.n += len(embeds)
-        return head.pooled_logits(self, hidden, att)
 
     def score(self, prompts: Tensor | np.ndarray | None, batch: EncodedBatch, *, budget_mb: int = 0) -> Tensor:
         """Logits ``[P, B, C]`` of P candidate prompts, without gradients.

@@ -49,11 +49,11 @@ from flwr.client import Client, ClientApp, NumPyClient
 from flwr.common import Context, NDArrays, Scalar
 
 from fedtext.client import FedTextClient
+from fedtext.components import resolve
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import client_data, labelled
 from fedtext.node_state import Journal
 from fedtext.progress import setup_logging
-from fedtext.components import resolve
 from fedtext.registry import METHODS
 
 _STARTUP = {"startup_start": _IMPORT_START, "startup_end": time.time()}  # reported once per process

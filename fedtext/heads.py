@@ -122,7 +122,7 @@ class Head:
 
 class PooledHead(Head):
     """A head on the mean-pooled encoding; the only kind that can classify pseudo-embeddings,
-    which have no ``[MASK]`` position (:meth:`fedtext.backbone.Backbone.embeds_logits`)."""
+    which have no ``[MASK]`` position (:meth:`fedtext.methods.feddrs.model.EmbeddingsNet.embeds_logits`)."""
 
     def logits(self, host: HeadHost, hidden: Tensor, att: Tensor, mask_pos: Tensor | None,
                prompt_len: int) -> Tensor:

@@ -31,13 +31,13 @@ from flwr.server import Server, ServerApp, ServerAppComponents, ServerConfig, Si
 from flwr.server.history import History
 
 from fedtext import checkpoint, comm
+from fedtext.components import resolve
 from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.data import labelled
 from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
 from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name
-from fedtext.components import resolve
 from fedtext.registry import METHODS
 from fedtext.sampling import CONNECT_TIMEOUT_S
 from fedtext.strategy import Evaluator, FedTextStrategy

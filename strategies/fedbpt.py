@@ -46,7 +46,13 @@ from typing import Protocol
 import numpy as np
 from flwr.common import Scalar
 
-from fedtext.methods.fedbpt.cmaes import CMAState, ReferenceServerES, corrected_sigma, reference_sigma_prime, server_step
+from fedtext.methods.fedbpt.cmaes import (
+    CMAState,
+    ReferenceServerES,
+    corrected_sigma,
+    reference_sigma_prime,
+    server_step,
+)
 from fedtext.methods.fedbpt.config import FedBPTConfig
 from fedtext.methods.fedbpt.model import FedBPTModel, FedBPTUpload
 from fedtext.strategy import FedTextStrategy

@@ -31,7 +31,16 @@ import torch
 from fedtext.backbone import Backbone
 from fedtext.config import RunConfig
 from fedtext.methods.feddrs.distill import Teaching, distill_steps
-from fedtext.methods.feddrs.samplers import adversarial_samples, pseudo_labels, random_embeddings, sequence_ends, target_samples, word_embedding_name, wrap
+from fedtext.methods.feddrs.model import EmbeddingsNet
+from fedtext.methods.feddrs.samplers import (
+    adversarial_samples,
+    pseudo_labels,
+    random_embeddings,
+    sequence_ends,
+    target_samples,
+    word_embedding_name,
+    wrap,
+)
 from fedtext.progress import Progress
 from fedtext.records.probes import peak_rss_mb
 from fedtext.records.writer import RunRecorder
@@ -109,6 +118,7 @@ class FedDRS(DistillStrategy):
         emb = word_embedding_name(student)
         params = [p for n, p in student.named_trainable() if n != emb]  # ω^f: all but ω^emb
         ends = sequence_ends(student)
+        student_net = EmbeddingsNet(student)  # f(θ; ω_S): the student below its word-embedding lookup
         n, classes = mc.sample_batch, self.task.num_classes
         kl = []  # (before, after) of each iteration's distillation
         # one part per teacher sampled and one per iteration's student steps
@@ -117,7 +127,7 @@ class FedDRS(DistillStrategy):
                 rng = np.random.default_rng([self.cfg.seed, server_round, it, 0xD125])
                 teachings = []
                 for arrays, upload in zip(models, uploads, strict=True):
-                    teacher = self.teacher.load(arrays)
+                    teacher = EmbeddingsNet(self.teacher.load(arrays))
                     counts = upload.arrays["label_counts"] if mc.label_prior == "client" else None
                     thetas = []
                     for kind in mc.samplers:
@@ -126,7 +136,7 @@ class FedDRS(DistillStrategy):
                             theta = target_samples(teacher, ends, theta, pseudo_labels(counts, n, classes, rng),
                                                    mc.sample_steps, mc.beta)
                         elif kind == "adversarial":
-                            theta = adversarial_samples(teacher, student, ends, theta,
+                            theta = adversarial_samples(teacher, student_net, ends, theta,
                                                         pseudo_labels(counts, n, classes, rng), lam,
                                                         mc.sample_steps, mc.beta)
                         thetas.append(theta)
@@ -134,7 +144,7 @@ class FedDRS(DistillStrategy):
                     with torch.no_grad():
                         teachings.append(Teaching(x, torch.softmax(teacher.embeds_logits(x), -1)))
                     bar.advance()  # pragma: no mutate
-                kl.append(distill_steps(student, params, teachings, lambda net, x: net.embeds_logits(x),
+                kl.append(distill_steps(student, params, teachings, lambda net, x: student_net.embeds_logits(x),
                                         mc.distill_steps, mc.distill_lr))
                 bar.advance()  # pragma: no mutate
         return kl[0][0], kl[-1][1]

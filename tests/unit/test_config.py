@@ -7,9 +7,9 @@ import tomllib
 
 import pytest
 
+from fedtext.components import resolve
 from fedtext.config import ConfigError, MethodConfig, RunConfig
 from fedtext.model import Model
-from fedtext.components import resolve
 from fedtext.registry import CONFIGS, METHODS, make_config
 from simulations.compare import flatten
 from simulations.guide import markdown_rows

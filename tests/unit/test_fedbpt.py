@@ -12,15 +12,23 @@ from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
 from fedtext.blackbox import WhitenedCMA
-from fedtext.methods.fedbpt.cmaes import CMAConstants, CMAState, ReferenceServerES, corrected_sigma, reference_local_sigma, reference_sigma_prime, server_step
+from fedtext.client_app import client_class
 from fedtext.config import ConfigError
-from fedtext.registry import make_config
 from fedtext.data import client_data
+from fedtext.methods.fedbpt.cmaes import (
+    CMAConstants,
+    CMAState,
+    ReferenceServerES,
+    corrected_sigma,
+    reference_local_sigma,
+    reference_sigma_prime,
+    server_step,
+)
+from fedtext.methods.fedbpt.perturb import perturb
+from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedbpt import FedBPT
-
-from fedtext.client_app import client_class
 
 
 # --------------------------------------------------------------------------- sigma'
@@ -242,7 +250,7 @@ def test_perturbation_keeps_about_rp_of_text_tokens(backbone, demo):
     texts = list(demo.train["text"][:64])
     batch = backbone.encode(texts, [0] * 64)
     rng = np.random.default_rng(0)
-    out = backbone.perturb(batch, 0.8, rng)
+    out = perturb(backbone, batch, 0.8, rng)
     att = batch.attention_mask.bool()
     text = att.clone()
     text[:, 0] = False
@@ -250,7 +258,7 @@ def test_perturbation_keeps_about_rp_of_text_tokens(backbone, demo):
     kept = (out.input_ids == batch.input_ids)[text].float().mean().item()
     assert 0.76 < kept < 0.84
     assert torch.equal(out.input_ids[~text], batch.input_ids[~text])  # CLS, SEP, padding untouched
-    assert backbone.perturb(batch, 1.0, rng) is batch
+    assert perturb(backbone, batch, 1.0, rng) is batch
 
 
 # ------------------------------------------------------------ bbt-fed Figure 2

@@ -13,14 +13,22 @@ from flwr.common import Code, FitRes, Status
 
 from clients.feddls import local_search, nearest_tokens
 from fedtext import comm
-from fedtext.methods.feddls.codecs import SENTINEL, FullCodec, LassoCodec, PCACodec, QuantCodec, check_upload, encode_upload, rebuild_prompt
-from fedtext.registry import make_config
+from fedtext.client_app import client_class
 from fedtext.data import client_data
+from fedtext.methods.feddls.codecs import (
+    SENTINEL,
+    FullCodec,
+    LassoCodec,
+    PCACodec,
+    QuantCodec,
+    check_upload,
+    encode_upload,
+    rebuild_prompt,
+)
 from fedtext.records import participant_accuracy
+from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from strategies.feddls import FedDLS
-
-from fedtext.client_app import client_class
 
 # ------------------------------------------------------------------ upload codec
 TOY = np.array([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0], [-1.0, 0.0], [2.0, 0.1]], np.float32)

@@ -16,6 +16,7 @@ from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
 from fedtext.backbone import Backbone, EncodedBatch
+from fedtext.client_app import client_class
 from fedtext.data import client_data
 from fedtext.methods.feddpg.model import FedDPGModel, make_generator, mean_embedding
 from fedtext.methods.feddpg.unlearning import forget_split, relabel, unlearn, unlearning_loss
@@ -23,8 +24,6 @@ from fedtext.methods.fedptuning_v2.model import DeepPromptModel, attention_proje
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from strategies.feddpg import FedDPG
-
-from fedtext.client_app import client_class
 
 SMALL = dict(max_length=64, shots_per_class=8, client_test_size=8, eval_size=20)
 

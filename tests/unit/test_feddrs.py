@@ -15,19 +15,29 @@ from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
 from fedtext.backbone import Backbone
+from fedtext.client_app import client_class
 from fedtext.config import ConfigError
 from fedtext.data import client_data, partition_train
 from fedtext.methods.feddrs.config import SAMPLERS, parse_sampling
 from fedtext.methods.feddrs.distill import Teaching, distill_steps, kl_to_student
-from fedtext.methods.feddrs.samplers import adversarial_loss, adversarial_samples, pseudo_labels, random_embeddings, sequence_ends, target_loss, target_samples, word_embedding_name, wrap
+from fedtext.methods.feddrs.model import EmbeddingsNet
+from fedtext.methods.feddrs.samplers import (
+    adversarial_loss,
+    adversarial_samples,
+    pseudo_labels,
+    random_embeddings,
+    sequence_ends,
+    target_loss,
+    target_samples,
+    word_embedding_name,
+    wrap,
+)
 from fedtext.registry import make_config
 from fedtext.strategy import weighted_mean
 from fedtext.tasks import TASKS
 from fedtext.validation import Upload
 from strategies.feddf import FedDF
 from strategies.feddrs import FedDRS
-
-from fedtext.client_app import client_class
 
 SMALL = dict(max_length=48, shots_per_class=4, client_test_size=8, eval_size=20)
 TINY_DISTILL = dict(sample_batch=2, sample_length=4, sample_steps=1, distill_steps=1)
@@ -136,7 +146,7 @@ def test_pseudo_labels_take_large_float32_counts_in_float64(counts):
 
 
 def test_target_sampling_lowers_the_teachers_cross_entropy_to_gamma_eq_6(nets):
-    teacher, student = nets
+    teacher, student = EmbeddingsNet(nets[0]), nets[1]
     ends, rng = sequence_ends(student), np.random.default_rng(3)
     theta0 = random_embeddings(student, 4, 6, 0.5, rng)
     gamma = pseudo_labels(None, 4, 2, rng)
@@ -144,13 +154,13 @@ def test_target_sampling_lowers_the_teachers_cross_entropy_to_gamma_eq_6(nets):
     with torch.no_grad():
         before, after = target_loss(teacher, ends, theta0, gamma), target_loss(teacher, ends, theta, gamma)
     assert not torch.equal(theta, theta0) and float(after) < float(before)
-    assert all(p.grad is None for p in teacher.trainable_parameters())  # only theta got a gradient
+    assert all(p.grad is None for p in nets[0].trainable_parameters())  # only theta got a gradient
 
 
 def test_adversarial_sampling_grows_the_teacher_student_gap_eq_7(nets):
-    teacher, student = nets
-    ends, rng = sequence_ends(student), np.random.default_rng(4)
-    theta0 = random_embeddings(student, 4, 6, 0.5, rng)
+    teacher, student = (EmbeddingsNet(net) for net in nets)
+    ends, rng = sequence_ends(nets[1]), np.random.default_rng(4)
+    theta0 = random_embeddings(nets[1], 4, 6, 0.5, rng)
     gamma = pseudo_labels(None, 4, 2, rng)
     ce = torch.nn.functional.cross_entropy
 
@@ -171,13 +181,13 @@ def test_a_distillation_step_lowers_the_kl_it_optimises_eq_8(nets):
     ends = sequence_ends(student)
     x = wrap(ends, random_embeddings(student, 6, 6, 0.5, np.random.default_rng(5)))
     with torch.no_grad():
-        probs = torch.softmax(teacher.embeds_logits(x), -1)
+        probs = torch.softmax(EmbeddingsNet(teacher).embeds_logits(x), -1)
     head = [p for n, p in student.named_trainable() if n.startswith("head.")]
     saved = [p.detach().clone() for p in head]
-    before, after = distill_steps(student, head, [Teaching(x, probs)], lambda net, inp: net.embeds_logits(inp),
+    before, after = distill_steps(student, head, [Teaching(x, probs)], lambda net, inp: EmbeddingsNet(net).embeds_logits(inp),
                                   steps=2, lr=1e-2)
     with torch.no_grad():
-        direct = float(kl_to_student(student.embeds_logits(x), probs))
+        direct = float(kl_to_student(EmbeddingsNet(student).embeds_logits(x), probs))
         for p, s in zip(head, saved, strict=True):
             p.copy_(s)  # the module-scoped student back as it was
     assert after < before and after == pytest.approx(direct, rel=1e-5)
@@ -354,9 +364,9 @@ def test_adversarial_loss_is_teacher_ce_minus_lambda_student_ce_eq_7(nets: tuple
         (x,) = net.seen
         assert torch.equal(x, wrap(ends, theta))
     # the real networks: CE computed here from each one's logits, −log p(γ) averaged by hand
-    real_teacher, real_student = nets
-    ends = sequence_ends(real_student)
-    theta = random_embeddings(real_student, 3, 4, 0.5, np.random.default_rng(8))
+    real_teacher, real_student = (EmbeddingsNet(net) for net in nets)
+    ends = sequence_ends(nets[1])
+    theta = random_embeddings(nets[1], 3, 4, 0.5, np.random.default_rng(8))
     gamma = torch.tensor([0, 1, 1])
     with torch.no_grad():
         x = wrap(ends, theta)
@@ -462,7 +472,7 @@ def test_every_samplers_samples_reach_the_distillation(monkeypatch: pytest.Monke
         assert (theta[2:4] == 1.0).all()  # θ^tr: the target sampler's output
         assert (theta[4:6] == 2.0).all()  # θ^ad: the adversarial sampler's output
         with torch.no_grad():
-            probs = torch.softmax(strat.teacher.load(strat.model.initial_arrays()).embeds_logits(x), -1)
+            probs = torch.softmax(EmbeddingsNet(strat.teacher.load(strat.model.initial_arrays())).embeds_logits(x), -1)
         torch.testing.assert_close(t.probs, probs)  # every client uploaded the initial model here
 
 
@@ -479,3 +489,13 @@ def test_pseudo_labels_gamma_follow_each_clients_uploaded_label_counts(monkeypat
     _, calls, _ = _spied_rounds(monkeypatch, 2, 1, [[4, 0], [0, 4]], sampling="target+adversarial", sample_batch=16,
                                 label_prior="uniform")
     assert all(set(c["gamma"].tolist()) == {0, 1} for c in calls)  # 16 uniform draws: both labels (seeded)
+
+
+def test_pseudo_embeddings_need_a_pooled_head_and_are_refused_before_any_query() -> None:
+    """A pseudo embedding has no ``[MASK]`` position to read: a cloze head is refused when
+    the network is made, before a forward pass counts a query."""
+    bb = Backbone("all-MiniLM-L6-v2", "tied", TASKS["sst2"], 32)
+    before = bb.queries
+    with pytest.raises(ValueError, match=r"need a pooled head \(similarity, linear\), not head=tied"):
+        EmbeddingsNet(bb)
+    assert bb.queries == before

@@ -18,18 +18,24 @@ from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
+from fedtext.client_app import client_class
 from fedtext.config import ConfigError
 from fedtext.data import client_data
 from fedtext.methods.fes.filter import knn_sets, representational_filter
-from fedtext.methods.fes.labels import PSEUDO_PICK_SALT, gold_count, pick_class_quota, pick_top_k, pseudo_target, split_pool
+from fedtext.methods.fes.labels import (
+    PSEUDO_PICK_SALT,
+    gold_count,
+    pick_class_quota,
+    pick_top_k,
+    pseudo_target,
+    split_pool,
+)
 from fedtext.methods.fes.model import layer_capacity, plan_predicate
 from fedtext.methods.fes.pacing import Pace, Pacer, aug_e, parse_paces
 from fedtext.methods.fes.plan import search_depth
 from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
 from strategies.fes import FewShotStrategy
-
-from fedtext.client_app import client_class
 
 SMALL = dict(max_length=32, client_test_size=0, eval_size=20, shots_per_class=4)
 

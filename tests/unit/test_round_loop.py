@@ -18,14 +18,26 @@ from typing import Any
 import numpy as np
 import pytest
 from flwr.app import RecordDict
-from flwr.common import (Code, DisconnectRes, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns,
-                         GetParametersRes, GetPropertiesIns, GetPropertiesRes, ReconnectIns, Status)
+from flwr.common import (
+    Code,
+    DisconnectRes,
+    EvaluateIns,
+    EvaluateRes,
+    FitIns,
+    FitRes,
+    GetParametersIns,
+    GetParametersRes,
+    GetPropertiesIns,
+    GetPropertiesRes,
+    ReconnectIns,
+    Status,
+)
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.client_app import make_client
+from fedtext.config import RunConfig
 from fedtext.registry import METHODS
 from fedtext.server_app import build
-from fedtext.config import RunConfig
 
 # 2 clients, 1 round, 4 shots per class and a 4-token prompt: seconds per method on 2 cores
 TINY = {"num-server-rounds": 1, "shots-per-class": 4, "client-test-size": 8, "eval-size": 16,

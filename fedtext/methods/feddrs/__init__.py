@@ -6,7 +6,7 @@ distils the *task parameters* ω^f (everything but the word-embedding matrix ω^
 which stays the clients' average, §4) from the round's client models (teachers ω_k)
 into the averaged model (student ω_S). No text is involved: the inputs are
 pseudo-embeddings θ ``[N, L, D]`` fed to the encoder *below* its word-embedding lookup
-(:meth:`fedtext.backbone.Backbone.embeds_logits`), drawn three ways (§4, Fig. 2):
+(:meth:`fedtext.methods.feddrs.model.EmbeddingsNet.embeds_logits`), drawn three ways (§4, Fig. 2):
 
 * **random** (θ^rd): per position, a random mix of two rows of the averaged embedding
   matrix plus Gaussian noise with the matrix's per-dimension spread

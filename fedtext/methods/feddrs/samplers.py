@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from fedtext.backbone import Backbone
+from fedtext.methods.feddrs.model import EmbeddingsNet
 
 
 # ---------------------------------------------------------------- the samplers
@@ -63,12 +64,12 @@ def descend(theta: Tensor, loss_fn: Callable[[Tensor], Tensor], steps: int, beta
     return theta
 
 
-def target_loss(teacher: Backbone, ends: Tensor, theta: Tensor, gamma: Tensor) -> Tensor:
+def target_loss(teacher: EmbeddingsNet, ends: Tensor, theta: Tensor, gamma: Tensor) -> Tensor:
     """One teacher's term of L_tar (eq. 6): CE(σ(f(θ; ω_k)), γ_k), mean over samples."""
     return torch.nn.functional.cross_entropy(teacher.embeds_logits(wrap(ends, theta)), gamma)
 
 
-def adversarial_loss(teacher: Backbone, student: Backbone, ends: Tensor, theta: Tensor, gamma: Tensor,
+def adversarial_loss(teacher: EmbeddingsNet, student: EmbeddingsNet, ends: Tensor, theta: Tensor, gamma: Tensor,
                      lam: float) -> Tensor:
     """One teacher's term of L_adv (eq. 7): CE(f(θ; ω_k), γ) - λ·CE(f(θ; ω_S), γ)."""
     x = wrap(ends, theta)
@@ -76,13 +77,13 @@ def adversarial_loss(teacher: Backbone, student: Backbone, ends: Tensor, theta: 
     return ce(teacher.embeds_logits(x), gamma) - lam * ce(student.embeds_logits(x), gamma)
 
 
-def target_samples(teacher: Backbone, ends: Tensor, theta0: Tensor, gamma: Tensor, steps: int,
+def target_samples(teacher: EmbeddingsNet, ends: Tensor, theta0: Tensor, gamma: Tensor, steps: int,
                    beta: float) -> Tensor:
     """θ^tr: random samples moved so that teacher k outputs γ_k (eq. 6)."""
     return descend(theta0, lambda t: target_loss(teacher, ends, t, gamma), steps, beta)
 
 
-def adversarial_samples(teacher: Backbone, student: Backbone, ends: Tensor, theta0: Tensor, gamma: Tensor,
+def adversarial_samples(teacher: EmbeddingsNet, student: EmbeddingsNet, ends: Tensor, theta0: Tensor, gamma: Tensor,
                         lam: float, steps: int, beta: float) -> Tensor:
     """θ^ad: random samples moved so that teacher k outputs γ_k while the student
     does not (eq. 7, strength λ)."""
