@@ -35,14 +35,16 @@ def test_one_registry_names_each_method_once():
 
 
 def test_each_config_names_its_own_strategy_and_client_of_one_method_module():
-    """Every config declares both strings itself (a subclass of another method's config
-    must not inherit its classes silently); they resolve to a strategy and a client of the
+    """Every config declares its three strings itself (a subclass of another method's config
+    must not inherit its classes silently); the model lives in a method package's
+    ``model.py``; the strategy and client resolve to a strategy and a client of the
     same method module (``strategies.<m>`` / ``clients.<m>``)."""
     from fedtext.client import FedTextClient
     from fedtext.strategy import FedTextStrategy
 
     for config in CONFIGS:
-        assert "strategy" in vars(config) and "client" in vars(config), config
+        assert "strategy" in vars(config) and "client" in vars(config) and "model" in vars(config), config
+        assert config.model.startswith("fedtext.methods.") and ".model:" in config.model, config  # beside its config
         strategy_module, client_module = config.strategy.split(":")[0], config.client.split(":")[0]
         assert strategy_module.startswith("strategies.") and client_module.startswith("clients."), config
         assert strategy_module.removeprefix("strategies.") == client_module.removeprefix("clients."), config
