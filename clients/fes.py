@@ -93,8 +93,10 @@ class FewShotClient(FedTextClient):
         with torch.no_grad():
             chunks = self.backbone.encode(texts, [0] * len(texts)).chunks(batch)
             for b in self.progress(chunks, "filter embeddings", -(-len(texts) // batch), "batches"):
-                h = self.backbone.encoder(input_ids=b.input_ids, attention_mask=b.attention_mask).last_hidden_state
-                out.append(mean_pool(h, b.attention_mask).numpy())
+                bb, att = self.backbone, b.attention_mask.to(self.backbone.device)
+                with bb.precision.autocast():
+                    h = bb.encoder(input_ids=b.input_ids.to(bb.device), attention_mask=att).last_hidden_state
+                out.append(mean_pool(h.float(), att).cpu().numpy())
                 self.backbone.counter.n += len(b)
         return np.concatenate(out)
 

@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from fedtext.config import DEFAULT_MODEL, ConfigError, RunConfig
+from fedtext.devices import CPU_FP32, Precision
 from fedtext.heads import HEADS, mean_pool
 from fedtext.progress import Progress, track
 from fedtext.records.probes import current_rss_mb
@@ -168,6 +169,11 @@ class Backbone:
     trainable
         ``"none"`` (frozen, prompt methods), ``"all"`` (full fine-tuning) or a
         predicate on parameter names (partial training); see :meth:`set_trainable`.
+    precision
+        Device and compute dtype (:class:`fedtext.devices.Precision`, from the run's
+        ``device`` and ``precision``): the weights live on the device, encoder calls run
+        under its autocast, logits come back as CPU float32 (every loss, every array sent
+        and the query counts are computed as on a CPU in fp32).
     """
 
     def __init__(
@@ -177,6 +183,7 @@ class Backbone:
         task: Task,
         max_length: int = 128,
         trainable: str | Callable[[str], bool] = "none",
+        precision: Precision = CPU_FP32,
     ) -> None:
         from transformers import AutoTokenizer
 
@@ -201,6 +208,8 @@ class Backbone:
         self.task = task
         self.max_length = max_length
         self.counter = QueryCounter()  # shared with trainable copies
+        self.precision = precision
+        self.device = precision.device
         self.encoder.eval()
         if self.mlm is not None:
             self.mlm.eval()
@@ -211,6 +220,10 @@ class Backbone:
         if self.linear is not None:
             torch.nn.init.zeros_(self.linear.weight)
             torch.nn.init.zeros_(self.linear.bias)
+        if self.device.type != "cpu":  # trainable copies deep-copy these: they stay on the device
+            (self.mlm or self.encoder).to(self.device)
+            if self.linear is not None:
+                self.linear.to(self.device)
         self.set_trainable(trainable)
         self._token_cache: dict[str, list[int]] = {}
         self._label_cache: Tensor | None = None
@@ -296,7 +309,7 @@ class Backbone:
 
     def trainable_arrays(self) -> list[np.ndarray]:
         """The trainable weights as float32 arrays, in :meth:`named_trainable` order."""
-        return [p.detach().numpy().astype(np.float32, copy=True) for _, p in self.named_trainable()]
+        return [p.detach().cpu().numpy().astype(np.float32, copy=True) for _, p in self.named_trainable()]
 
     def load_trainable(self, arrays: Sequence[np.ndarray]) -> None:
         """Overwrite the trainable weights (in :meth:`named_trainable` order) with ``arrays``."""
@@ -331,10 +344,10 @@ class Backbone:
         # a cached one could not be saved for a later backward (fedprompt, feddpg).
         with torch.inference_mode(False), torch.set_grad_enabled(self.training and torch.is_grad_enabled()), \
                 suspended_hooks(self.encoder):
-            hidden = self.encoder(
-                input_ids=descriptions.input_ids, attention_mask=descriptions.attention_mask
-            ).last_hidden_state
-            vectors = torch.nn.functional.normalize(mean_pool(hidden, descriptions.attention_mask), dim=-1)
+            att = descriptions.attention_mask.to(self.device)
+            with self.precision.autocast():
+                hidden = self.encoder(input_ids=descriptions.input_ids.to(self.device), attention_mask=att)
+            vectors = torch.nn.functional.normalize(mean_pool(hidden.last_hidden_state.float(), att), dim=-1)
         if not self.training:
             self._label_cache = vectors
         return vectors
@@ -381,7 +394,7 @@ class Backbone:
     # ----------------------------------------------------------------- prompts
     def vocab_embeddings(self) -> np.ndarray:
         """e(V): the input embedding matrix as float32 ``[V, D]``."""
-        return self.embeddings.weight.detach().float().numpy()
+        return self.embeddings.weight.detach().float().cpu().numpy()
 
     def embedding_std(self) -> float:
         """Standard deviation of the entries of e(V) (scale for random projections)."""
@@ -421,7 +434,8 @@ class Backbone:
         positions only carry keys and values: fedptuning-v2).
         """
         b, l = batch.input_ids.shape
-        tok = self.embeddings(batch.input_ids)  # [B, L, D]
+        dev = self.device
+        tok = self.embeddings(batch.input_ids.to(dev))  # [B, L, D]
         d = tok.shape[-1]
         if prompts is None:
             prompts = tok.new_zeros(1, b, 0, d)
@@ -431,17 +445,20 @@ class Backbone:
         x = torch.cat(
             [
                 tok[:, :1].expand(p, b, 1, d),
-                prompts.to(tok.dtype),
+                prompts.to(dev, tok.dtype),
                 tok[:, 1:].expand(p, b, l - 1, d),
             ],
             dim=2,
         ).reshape(p * b, t + l, d)
         att = torch.cat([torch.ones(b, t, dtype=batch.attention_mask.dtype), batch.attention_mask], dim=1)
-        att = att.repeat(p, 1)  # [P*B, T+L]
-        hidden = self.encoder(inputs_embeds=x, attention_mask=att).last_hidden_state
+        att = att.repeat(p, 1).to(dev)  # [P*B, T+L]
+        with self.precision.autocast():  # the encoder in the compute dtype; the head in float32
+            hidden = self.encoder(inputs_embeds=x, attention_mask=att).last_hidden_state.float()
         self.counter.n += p * b
         pool_att = att if pool_prompt or not t else torch.cat([att[:, :1], att.new_zeros(p * b, t), att[:, 1 + t:]], 1)
-        return self.head_impl.logits(self, hidden, pool_att, batch.mask_pos, t).reshape(p, b, -1)
+        mask_pos = None if batch.mask_pos is None else batch.mask_pos.to(dev)
+        logits = self.head_impl.logits(self, hidden, pool_att, mask_pos, t).reshape(p, b, -1)
+        return logits.cpu()  # labels, losses and numpy live on the CPU (a no-op there)
 
     def score(self, prompts: Tensor | np.ndarray | None, batch: EncodedBatch, *, budget_mb: int = 0) -> Tensor:
         """Logits ``[P, B, C]`` of P candidate prompts, without gradients.
@@ -584,24 +601,27 @@ def backbone_for(cfg: "RunConfig", task: Task) -> "Backbone":
     nothing of one run's own: its ``max-client-memory-mb`` goes to :meth:`Backbone.score`
     with each population (``FedTextClient.prompt_losses``).
     """
-    return get_backbone(cfg.model, cfg.resolved_head, task, cfg.max_length)
+    return get_backbone(cfg.model, cfg.resolved_head, task, cfg.max_length, cfg.device, cfg.precision)
 
 
-def get_backbone(model: str, head: str, task: Task | str, max_length: int) -> Backbone:
+def get_backbone(model: str, head: str, task: Task | str, max_length: int, device: str = "cpu",
+                 precision: str = "fp32") -> Backbone:
     """One frozen backbone per process (a Ray actor hosts many simulated clients), per
-    model, head, task (a :class:`Task`, or a built-in task's name) and max length.
+    model, head, task (a :class:`Task`, or a built-in task's name), max length, device and
+    precision (``device=cuda`` without a GPU, ``fp16`` on a CPU: one-line ``ConfigError``).
 
     Never train it: ask it for a :meth:`Backbone.trainable_copy`.
     """
     from fedtext.tasks import TASKS
 
-    return _get_backbone(model, head, TASKS[task] if isinstance(task, str) else task, max_length)
+    return _get_backbone(model, head, TASKS[task] if isinstance(task, str) else task, max_length,
+                         Precision.of(device, precision))
 
 
 @functools.lru_cache(maxsize=2)
-def _get_backbone(model: str, head: str, task: Task, max_length: int) -> Backbone:
+def _get_backbone(model: str, head: str, task: Task, max_length: int, precision: Precision) -> Backbone:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # no weight-loading bars in every client process
     hf_logging.set_verbosity_error()
-    return Backbone(model, head, task, max_length)
+    return Backbone(model, head, task, max_length, precision=precision)

@@ -31,6 +31,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -44,6 +45,9 @@ CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every c
 HEADS = ("similarity", "tied", "mlm", "linear", "cls")
 PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# compute dtype of the encoder (fedtext.devices): what is sent stays float32 whatever it is
+PRECISIONS = ("fp32", "bf16", "fp16")
+DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")  # auto = CUDA when torch sees a GPU, else the CPU
 # Keys the server adds to a run's recorded config (config.json), derived from the rest.
 # resolved-labels: the label names in id order as a JSON list (a string label in the data is the id of its name)
 DERIVED_KEYS = ("resolved-task", "resolved-labels", "trainable-parameters")
@@ -171,6 +175,9 @@ class RunConfig:
     holdout: str = ""
     # scale and memory (every method)
     max_client_memory_mb: int = 0
+    # accelerators and precision (every method; fedtext.devices)
+    device: str = "auto"
+    precision: str = "fp32"
     # reliability (every method)
     stale_after_s: float = 300.0
     resume: str = ""
@@ -262,6 +269,9 @@ class RunConfig:
         if self.post_tune_popsize < 2:
             raise ConfigError(f"post-tune-popsize must be >= 2 (CMA-ES needs a population), got {self.post_tune_popsize}")
         check_choice("partition", self.partition, PARTITIONS)
+        if not DEVICE_PATTERN.fullmatch(self.device):
+            raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got '{self.device}'")
+        check_choice("precision", self.precision, PRECISIONS)
         check_choice("client-ids", self.client_ids, CLIENT_IDS)
         if self.client_ids == "lazy" and self.holdout_set:
             raise ConfigError("holdout needs client-ids=ask (the server must know who each client is before "

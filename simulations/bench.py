@@ -2,6 +2,7 @@
 
     python -m simulations.bench                    # everything (about 10 minutes on 2 cores)
     python -m simulations.bench --skip-simulation  # without the two Flower/Ray runs
+    python -m simulations.bench --precisions       # only part 4: fp32 against bf16 (about 8 minutes)
 
 Prints markdown tables headed by the machine and date:
 
@@ -25,6 +26,7 @@ Prints markdown tables headed by the machine and date:
    some client or the server evaluation was computing (the run record's ``busy_s``) and
    the time new Ray actors spent importing torch (``startup_s``, round 1): the rest is
    Flower/Ray overhead.
+4. **Precisions** (``--precisions``): fp32 against bf16 on this CPU (:func:`precision_tables`).
 """
 
 from __future__ import annotations
@@ -51,13 +53,15 @@ CHUNK_SWEEP = (2048, 4096, 8192, 16384, 32768)
 
 
 # ------------------------------------------------------------------ 1. hardware
-def gemm_gflops(sizes: tuple[int, ...] = (1024, 2048), repeats: int = 10) -> float:
-    """Best fp32 matmul rate over ``repeats`` n x n x n products per size (2 n^3 FLOPs
-    each). The best, not the mean: the peak is what the hardware can do, and a shared
-    machine only ever makes single measurements slower."""
+def gemm_gflops(sizes: tuple[int, ...] = (1024, 2048), repeats: int = 10, precision: str = "fp32") -> float:
+    """Best matmul rate over ``repeats`` n x n x n products per size (2 n^3 FLOPs each),
+    in ``precision``'s dtype. The best, not the mean: the peak is what the hardware can
+    do, and a shared machine only ever makes single measurements slower."""
+    from fedtext.devices import DTYPES
+
     best = 0.0
     for n in sizes:
-        a, b = torch.randn(n, n), torch.randn(n, n)
+        a, b = torch.randn(n, n, dtype=DTYPES[precision]), torch.randn(n, n, dtype=DTYPES[precision])
         a @ b  # warm-up
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -74,19 +78,21 @@ def flops_per_token(encoder: torch.nn.Module, seq_len: float) -> float:
     return 2.0 * params + 4.0 * c.num_hidden_layers * seq_len * c.hidden_size
 
 
-def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8) -> dict[str, float]:
-    """Useful tokens/s of a plain forward and of batched scoring on SST-2 dev texts."""
+def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, precision: str = "fp32",
+                   sweep_chunks: bool = True) -> dict[str, float]:
+    """Useful tokens/s of a plain forward and of batched scoring on SST-2 dev texts, the
+    encoder computing in ``precision`` (fedtext.devices: autocast, float32 logits)."""
     import fedtext.backbone as fb
     from fedtext.backbone import get_backbone
     from fedtext.data import load_splits
 
-    bb = get_backbone("all-MiniLM-L6-v2", "similarity", "sst2", 128)
+    bb = get_backbone("all-MiniLM-L6-v2", "similarity", "sst2", 128, "cpu", precision)
     texts = list(load_splits(SST2).test["text"][:n_texts])
     batches = bb.batches(texts, [0] * len(texts), batch_size=32)
     useful = sum(int(x.attention_mask.sum()) for x in batches)
 
     def plain() -> None:
-        with torch.inference_mode():
+        with torch.inference_mode(), bb.precision.autocast():
             for x in batches:
                 bb.encoder(input_ids=x.input_ids, attention_mask=x.attention_mask)
 
@@ -108,7 +114,7 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8) -> 
     sweep = {}
     # Tokens per encoder call (what max-client-memory-mb sets), through MAX_TOKENS_PER_CHUNK:
     # the chunk of a score() without a budget.
-    for tokens in CHUNK_SWEEP:
+    for tokens in CHUNK_SWEEP if sweep_chunks else ():
         fb.MAX_TOKENS_PER_CHUNK, saved = tokens, fb.MAX_TOKENS_PER_CHUNK
         try:
             sweep[tokens] = score_useful / best_seconds(lambda: bb.score(prompts, batch), repeats=2)
@@ -127,7 +133,7 @@ def high_water_mb() -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024.0
 
 
-def client_round(method: str, budget_mb: int) -> dict[str, float]:
+def client_round(method: str, budget_mb: int, precision: str = "fp32") -> dict[str, float]:
     """One warm-up and one timed local round of ``method``'s client (this process)."""
     from fedtext.records.probes import current_rss_mb, peak_rss_mb
     from fedtext.data import client_data
@@ -136,7 +142,7 @@ def client_round(method: str, budget_mb: int) -> dict[str, float]:
     from fedtext.server_app import strategy_class
     from fedtext.tasks import TASKS
 
-    cfg = make_config(method, dataset=SST2, max_client_memory_mb=budget_mb)
+    cfg = make_config(method, dataset=SST2, max_client_memory_mb=budget_mb, device="cpu", precision=precision)
     task = TASKS["sst2"]
     strategy = strategy_class(method)(cfg, task)
     strategy.global_arrays = strategy.initial_arrays()
@@ -155,9 +161,9 @@ def client_round(method: str, budget_mb: int) -> dict[str, float]:
             "round_peak_mb": high_water_mb(), "queries": metrics["queries"]}
 
 
-def client_in_subprocess(method: str, budget_mb: int = 0) -> dict[str, float]:
-    out = subprocess.run([sys.executable, "-m", "simulations.bench", "--client", method, "--budget", str(budget_mb)],
-                         capture_output=True, text=True, check=True)
+def client_in_subprocess(method: str, budget_mb: int = 0, precision: str = "fp32") -> dict[str, float]:
+    out = subprocess.run([sys.executable, "-m", "simulations.bench", "--client", method, "--budget", str(budget_mb),
+                          "--precision", precision], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -178,21 +184,77 @@ def simulation(cpus_per_client: float, threads: int, out: Path) -> list[dict]:
     return load_run(run)["rounds"]
 
 
+# ------------------------------------------------------------ 4. precisions
+PRECISION_METHODS = ("bbt-fed", "fedbpt", "feddls", "fedprompt", "fedavg")  # 3 gradient-free, 2 back-prop
+
+
+def header() -> str:
+    """The line every table is headed by: date, machine, CPU, torch and its threads."""
+    from fedtext.devices import cpu_has_bf16
+
+    return (f"# fedtext bench: {_dt.date.today()} | {platform.node()} | {os.cpu_count()} CPUs | "
+            f"{platform.processor() or platform.machine()} | device cpu (bf16 instructions: "
+            f"{'yes' if cpu_has_bf16() else 'no'}) | torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+
+
+def precision_tables(precisions: tuple[str, ...] = ("fp32", "bf16"), passes: int = 2) -> None:
+    """fp32 against bf16 on this CPU, as ratios within one run: GEMM peak in each dtype,
+    useful tokens/s of a plain forward and of batched scoring and their share of that
+    dtype's GEMM-derived peak (best of ``passes`` interleaved passes, each a best of 3),
+    then one local round per method of :data:`PRECISION_METHODS` in a fresh process each
+    (seconds, model queries, the round's peak RSS)."""
+    rates: dict[str, dict[str, float]] = {}
+    for _ in range(passes):  # interleaved: a slow moment of a shared machine hits both
+        for prec in precisions:
+            r = backbone_rates(precision=prec, sweep_chunks=False)
+            r["gemm"] = gemm_gflops(precision=prec)
+            old = rates.get(prec)
+            rates[prec] = r if old is None else {k: max(old[k], r[k]) if k in ("plain_tps", "score_tps", "gemm")
+                                                 else r[k] for k in r}
+    base = rates[precisions[0]]
+    print("| encoder (MiniLM-L6, SST-2 dev) | " + " | ".join(precisions) + " | ratio |")
+    print("| --- |" + " --- |" * (len(precisions) + 1))
+    for key, label in (("gemm", "GEMM 2048^3, GFLOP/s"), ("plain_tps", "plain forward, useful tokens/s"),
+                       ("score_tps", "batched scoring P=20 x B=32, useful tokens/s")):
+        cells = " | ".join(f"{rates[p][key]:,.0f}" for p in precisions)
+        print(f"| {label} | {cells} | {rates[precisions[-1]][key] / base[key]:.2f}x |")
+    for key, fkey, label in (("plain_tps", "flops_per_token", "plain forward, share of the dtype's GEMM peak"),
+                             ("score_tps", "flops_per_token_scored", "scoring, share of the dtype's GEMM peak")):
+        cells = " | ".join(f"{rates[p][key] * rates[p][fkey] / (rates[p]['gemm'] * 1e9):.0%}" for p in precisions)
+        print(f"| {label} | {cells} | |")
+    print(flush=True)
+    print("| client, one local round (SST-2, defaults) | " + " | ".join(
+        f"{p} s | {p} queries | {p} round peak RSS" for p in precisions) + " | time ratio | peak ratio |")
+    print("| --- |" + " --- |" * (3 * len(precisions) + 2))
+    for m in PRECISION_METHODS:
+        rows = {p: client_in_subprocess(m, 0, p) for p in precisions}
+        cells = " | ".join(f"{rows[p]['fit_s']:.2f} | {rows[p]['queries']:,} | {rows[p]['round_peak_mb']:,.0f} MB"
+                           for p in precisions)
+        first, last = rows[precisions[0]], rows[precisions[-1]]
+        print(f"| {m} | {cells} | {first['fit_s'] / last['fit_s']:.2f}x | "
+              f"{last['round_peak_mb'] / first['round_peak_mb']:.2f} |", flush=True)
+
+
 # ----------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--skip-simulation", action="store_true", help="leave out the Flower/Ray runs (part 3)")
     ap.add_argument("--client", help=argparse.SUPPRESS)  # internal: one client round, prints JSON
     ap.add_argument("--budget", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)  # internal, with --client
+    ap.add_argument("--precisions", action="store_true", help="only the fp32-vs-bf16 tables (part 4): the "
+                    "encoder, GEMM peaks and one local round per method, in each precision")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.client:
-        print(json.dumps(client_round(args.client, args.budget)))
+        print(json.dumps(client_round(args.client, args.budget, args.precision)))
+        return 0
+    if args.precisions:
+        print(header())
+        precision_tables()
         return 0
 
-    print(f"# fedtext bench: {_dt.date.today()} | {platform.node()} | {os.cpu_count()} CPUs | "
-          f"{platform.processor() or platform.machine()} | torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads\n")
+    print(header())
     gflops = gemm_gflops()
     r = backbone_rates()
     gflops = max(gflops, gemm_gflops())  # again after: the better of two measurements

@@ -190,12 +190,16 @@ def missing_note(rows: pd.DataFrame, runs: list[dict[str, Any]]) -> str:
     return "Fewer finished runs than the experiment asks for: " + "; ".join(parts) + ".\n"
 
 
-def run_one(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "") -> int:
-    """One simulation in a fresh process (a private Ray per run, or the cluster at ``ray_address``)."""
+def run_one(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "",
+            gpus_per_client: float = 0.0) -> int:
+    """One simulation in a fresh process (a private Ray per run, or the cluster at
+    ``ray_address``; ``gpus_per_client``: Ray GPUs per client actor)."""
     pairs = " ".join(f"{k}={_quote(v)}" for k, v in overrides.items())
     cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(num_supernodes), "--run-config", pairs]
     if ray_address:
         cmd += ["--ray-address", ray_address]
+    if gpus_per_client:
+        cmd += ["--gpus-per-client", str(gpus_per_client)]
     with open(log_path, "w") as log:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines as they happen
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -219,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="output folder (default: simulations/results/<experiment name> "
                     "for an experiment file inside this checkout, else results/<experiment name> beside the file)")
     ap.add_argument("--table-only", action="store_true", help="rebuild the table from existing records")
+    ap.add_argument("--gpus-per-client", type=float, default=0.0, help="Ray GPUs per client actor (fractional: "
+                    "0.25 runs four clients per GPU; see docs/performance.md)")
     ap.add_argument("--ray-address", default="", help="run on this running Ray cluster (see docs/performance.md)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -253,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({n} clients)", flush=True)
             t0 = time.time()
             suffix = f"-{ov['holdout']}" if ov.get("holdout") else ""
-            rc = run_one(ov, n, out / f"{label}-s{ov['seed']}{suffix}.log", args.ray_address)
+            rc = run_one(ov, n, out / f"{label}-s{ov['seed']}{suffix}.log", args.ray_address, args.gpus_per_client)
             failed += rc != 0
             print(f"    done in {time.time() - t0:.0f} s (exit {rc})", flush=True)
     rows = one_run_per_seed(load_runs(runs_dir))

@@ -48,17 +48,23 @@ def _typed(value: str) -> Any:
     return value
 
 
-def backend_config(cpus_per_client: float = 2.0, ray_address: str = "") -> dict[str, Any]:
+def backend_config(cpus_per_client: float = 2.0, ray_address: str = "", gpus_per_client: float = 0.0) -> dict[str, Any]:
     """Flower's Ray backend config: a private Ray instance on this machine's CPUs, or,
     with ``ray_address`` (``"127.0.0.1:6379"``, ``"auto"``), the running Ray cluster
-    there (its resources are the cluster's: ``num_cpus`` cannot be set when attaching)."""
+    there (its resources are the cluster's: ``num_cpus`` cannot be set when attaching).
+
+    ``gpus_per_client`` is Ray's ``num_gpus`` per client actor, fractional so that several
+    clients share one GPU (0.25: four actors per GPU, each building its backbone there
+    with ``device=auto``); 0 keeps the actors on the CPUs."""
+    if gpus_per_client < 0:
+        raise ConfigError(f"--gpus-per-client must be >= 0, got {gpus_per_client}")
     init: dict[str, Any] = {"include_dashboard": False}
     init.update({"address": ray_address} if ray_address else {"num_cpus": os.cpu_count() or 2})
-    return {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": 0.0}, "init_args": init}
+    return {"client_resources": {"num_cpus": cpus_per_client, "num_gpus": float(gpus_per_client)}, "init_args": init}
 
 
 def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float = 2.0,
-             ray_address: str = "") -> list[dict[str, Any]]:
+             ray_address: str = "", gpus_per_client: float = 0.0) -> list[dict[str, Any]]:
     """Validate ``overrides``, run them through Flower's simulation engine and return the
     run record(s) it wrote (:func:`fedtext.records.load_run` dicts, with ``status``)."""
     from flwr.simulation import run_simulation
@@ -81,7 +87,7 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
         server_app=make_server_app(overrides, num_supernodes),
         client_app=make_client_app(overrides),
         num_supernodes=num_supernodes,
-        backend_config=backend_config(cpus_per_client, ray_address),
+        backend_config=backend_config(cpus_per_client, ray_address, gpus_per_client),
     )
     # A ServerApp thread that never closed its run (the engine stopped under it) is failed.
     finish_open_runs("failed", "the simulation engine stopped before the run finished (see the log)")
@@ -117,13 +123,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--num-supernodes", type=int, default=4, help="simulated clients (default 4)")
     ap.add_argument("--run-config", default="", help="space-separated key=value overrides of pyproject's run-config")
     ap.add_argument("--cpus-per-client", type=float, default=2.0, help="Ray CPUs per client actor (default 2)")
+    ap.add_argument("--gpus-per-client", type=float, default=0.0, help="Ray GPUs per client actor, fractional "
+                    "(0.25: four clients share a GPU; default 0)")
     ap.add_argument("--ray-address", default="", help="attach to a running Ray cluster (head's host:port, or "
                     "'auto'); default: start a private Ray instance on this machine")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     install_signal_handlers()  # the ServerApp runs in a thread here: record SIGTERM from the main one
     try:
-        runs = simulate(parse_pairs(args.run_config), args.num_supernodes, args.cpus_per_client, args.ray_address)
+        runs = simulate(parse_pairs(args.run_config), args.num_supernodes, args.cpus_per_client, args.ray_address,
+                        args.gpus_per_client)
     except ConfigError as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -50,7 +50,8 @@ class EmbeddingsNet:
         attended (position and type embeddings and the embedding LayerNorm still apply: in a
         BERT encoder they come after the lookup). Counts N model queries."""
         net = self.backbone
-        att = torch.ones(embeds.shape[:2], dtype=torch.long)
-        hidden = net.encoder(inputs_embeds=embeds, attention_mask=att).last_hidden_state
+        att = torch.ones(embeds.shape[:2], dtype=torch.long, device=net.device)
+        with net.precision.autocast():  # the encoder in the run's compute dtype, the head in float32
+            hidden = net.encoder(inputs_embeds=embeds.to(net.device), attention_mask=att).last_hidden_state.float()
         net.counter.n += len(embeds)
-        return net.head_impl.pooled_logits(net, hidden, att)
+        return net.head_impl.pooled_logits(net, hidden, att).cpu()

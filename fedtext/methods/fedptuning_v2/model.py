@@ -67,7 +67,8 @@ class DeepPromptModel(Model):
         rng = np.random.default_rng([self.cfg.seed, 0x9A0])  # the same tokens as the other methods' p0
         ids = rng.choice(self.backbone.natural_token_ids(), size=self.cfg.prompt_length, replace=False)
         b = self.backbone
-        seq = torch.tensor([[b.cls_id, *ids.tolist(), b.sep_id]])
+        # float32 on any precision: the round-0 arrays are the same whatever a run computes in
+        seq = torch.tensor([[b.cls_id, *ids.tolist(), b.sep_id]], device=b.device)
         captured: list[torch.Tensor] = []
         handles = [m.register_forward_hook(lambda _m, _i, out: captured.append(out[0, 1:-1].detach().clone()))
                    for pair in attention_projections(b) for m in pair]
@@ -78,7 +79,7 @@ class DeepPromptModel(Model):
             for h in handles:
                 h.remove()
         keys, values = torch.stack(captured[0::2]), torch.stack(captured[1::2])
-        return [keys.numpy().astype(np.float32), values.numpy().astype(np.float32)]
+        return [keys.cpu().numpy().astype(np.float32), values.cpu().numpy().astype(np.float32)]
 
     def logits(self, keys: torch.Tensor, values: torch.Tensor, batch: EncodedBatch) -> torch.Tensor:
         """Logits ``[B, C]`` with the prefixes in place (autograd as the caller set it)."""
