@@ -144,7 +144,8 @@ class FedDRS(DistillStrategy):
                     with torch.no_grad():
                         teachings.append(Teaching(x, torch.softmax(teacher.embeds_logits(x), -1)))
                     bar.advance()  # pragma: no mutate
-                kl.append(distill_steps(student, params, teachings, lambda net, x: student_net.embeds_logits(x),
+                kl.append(distill_steps(student, params, teachings,
+                                        lambda net, x: EmbeddingsNet(net).embeds_logits(x),
                                         mc.distill_steps, mc.distill_lr))
                 bar.advance()  # pragma: no mutate
         return kl[0][0], kl[-1][1]
