@@ -81,3 +81,23 @@ def test_compare_passes_gpus_per_client_to_each_simulation(monkeypatch, tmp_path
     compare.run_one({"method": "fedprompt"}, 4, tmp_path / "b.log")
     assert commands[0][-2:] == ["--gpus-per-client", "0.25"]
     assert "--gpus-per-client" not in commands[1]
+
+
+def test_the_gpu_federation_example_is_a_simulation_config_flower_accepts() -> None:
+    """docs/performance.md's ``flwr run`` GPU line parses into Flower's simulation config
+    (the parser ``flwr run --federation-config`` uses; Flower >= 1.42) with its GPU share."""
+    import re
+
+    from ..conftest import REPO
+
+    utils = pytest.importorskip("flwr.supercore.utils")
+    if not hasattr(utils, "simulation_config_from_json"):
+        pytest.skip("this Flower has no --federation-config simulation keys")
+    from flwr.common.config import parse_config_args
+
+    text = (REPO / "docs" / "performance.md").read_text()
+    line = re.search(r'--federation-config "([^"]*client-resources-num-gpus[^"]*)"', text).group(1)
+    fields = {k.replace("-", "_"): v for k, v in parse_config_args([line]).items()}
+    config = utils.simulation_config_from_json(fields)
+    assert config.num_supernodes == 8 and config.client_resources_num_gpus == pytest.approx(0.25)
+    assert config.client_resources_num_cpus == 2
