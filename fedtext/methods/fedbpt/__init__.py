@@ -1,4 +1,4 @@
-"""FedBPT's config and model (../shared/papers/003_d1c16544ac440cf9.txt, §4).
+"""FedBPT (../shared/papers/003_d1c16544ac440cf9.txt, §4).
 
 Global arrays (what Algorithm 1 sends): ``z`` ``[d]``, ``sigma`` ``[1]`` and, with
 ``fedbpt.download=full``, ``C`` ``[d, d]`` (float32): ``4 (d + 1 + d^2) + 3 * 128`` B
@@ -32,4 +32,8 @@ local seed                       --                                          the
 recombination, so that mu_l in sigma' is what the clients ran); ``fitness=ratio`` the
 fifth; the last two stay ours (fresh masks every iteration with ``keep-rate``, a new
 seed per client and round), set ``fedbpt.keep-rate=0.5`` for the reference's rate.
+
+Modules: ``config.py`` (keys, no torch), ``model.py`` (global arrays, packed upload), ``cmaes.py``
+(Algorithm 2's server step and the authors' reference step), ``perturb.py`` (the clients'
+input perturbation); the Flower side: ``strategies/fedbpt.py``, ``clients/fedbpt.py``.
 """

@@ -12,8 +12,6 @@ from fedtext.methods.subspace import SubspaceConfig
 
 DOWNLOADS = ("full", "compact")
 SERVER_STEPS = ("paper", "reference")
-
-
 FITNESSES = ("perturbed", "ratio")
 SIGMA_UPDATES = ("damped", "printed")  # sigma_update of fedtext.methods.fedbpt.cmaes.server_step
 REFERENCE_CLAMPS = ("as-run", "as-logged")  # clamp of fedtext.methods.fedbpt.cmaes.ReferenceServerES

@@ -1,4 +1,4 @@
-"""FedDPG's config and model: a dynamic prompt generator G, and FedDPGu's unlearning.
+"""FedDPG: a dynamic prompt generator G, and FedDPGu's unlearning.
 
 FedDPG (Shakeri et al., ``../shared/papers/004_03995fac2178d15f.txt``, §3.2): a two-layer
 MLP G maps the mean input embedding ē = (1/n) Σ_i e_i of a text (d_e) to |P|·d_e
@@ -54,4 +54,8 @@ relabelled set's mean; ``examples``: λ per example, the code's at λ = 1; see
 :func:`unlearning_loss`). :func:`forget_split`, :func:`relabel` and :func:`unlearn` are
 the one implementation, used by the client in the ``unlearn-round`` scenario and by
 :func:`simulations.papers.feddpg.unlearning.unlearn_run` on a finished run's checkpoint.
+
+Modules: ``config.py`` (keys, no torch), ``model.py`` (the generator G, eqs. (2)-(3)),
+``unlearning.py`` (FedDPGu, eq. (5)); the Flower side: ``strategies/feddpg.py``,
+``clients/feddpg.py``; script: ``simulations/papers/feddpg/unlearning.py``.
 """

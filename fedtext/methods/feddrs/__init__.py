@@ -60,4 +60,9 @@ down, as docs/methods.md repeats):
   keeping K models on the server).
 * **Variants** (Table 1): ``sampling=adversarial`` is AdOnly; ``post-only=true`` is
   PostOnly (plain FedAvg until the last round, then post-processing).
+
+Modules: ``config.py`` (keys of FedDRS and FedDF, no torch), ``model.py`` (the model, and
+``EmbeddingsNet``: the encoder below its word-embedding lookup), ``samplers.py`` (eqs. (6)-(7)),
+``distill.py`` (eq. (8)); the Flower side: ``strategies/feddrs.py``, ``strategies/feddf.py``,
+``clients/feddrs.py``, ``clients/feddf.py``.
 """

@@ -67,4 +67,9 @@ Where the paper is silent, or the authors' code (UbiquitousLearning/FeS) differs
   embeddings follow layer 0's capacity, the pooler (read by fedcls's ``cls`` head only)
   trains only under the full plan (so ``frozen=0, bias=0`` is full fine-tuning as fedavg,
   ``frozen=0, bias=-1`` BitFit).
+
+Modules: ``config.py`` (keys of FeS and its three baselines, no torch), ``model.py`` (which layers
+train), ``labels.py`` (gold shots, pseudo-label picks), ``filter.py`` (eq. (2)), ``pacing.py``
+(AUG-E and the Pacer), ``plan.py`` (the depth search); the Flower side: ``strategies/fes.py``,
+``clients/fes.py``; scripts: ``simulations/papers/fes/``.
 """
