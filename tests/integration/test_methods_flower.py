@@ -177,11 +177,11 @@ def test_feddpg_trains_then_unlearns_through_flower_simulation(tmp_path, monkeyp
     # has 2 classes (a relabel is the other one), so check the relabel seed too: the client's in round 2
     from fedtext import checkpoint
     from fedtext.client import client_seed
-    from fedtext.methods import feddpg
-    from simulations import unlearning
+    from fedtext.methods.feddpg import unlearning as feddpg_unlearning
+    from simulations.papers.feddpg import unlearning
 
-    seeds, original = [], feddpg.unlearn
-    monkeypatch.setattr(feddpg, "unlearn", lambda *a: seeds.append(a[-1]) or original(*a))
+    seeds, original = [], feddpg_unlearning.unlearn
+    monkeypatch.setattr(feddpg_unlearning, "unlearn", lambda *a: seeds.append(a[-1]) or original(*a))
     again = unlearning.unlearn_run(run, 1, 3, start="before-unlearning", output=tmp_path / "again.npz")
     assert seeds == [client_seed(SimpleNamespace(seed=config["seed"]), 1, 2)]
     assert again["unlearn_loss"] == pytest.approx(m["unlearn_loss"], rel=1e-5)
