@@ -13,7 +13,7 @@ Server (Algorithm 2): keeps the global CMA-ES state (z, sigma, C, p_sigma, p_c) 
 corrected step size sigma' of eq. (12) (= eq. (4)/(13) for equal lambda_k and even
 |S_t|) from the best half's local step sizes, and updates p_sigma, p_c, sigma and C
 with sigma' in place of the intractable sigma_t (eqs. (6)-(7)); see
-:mod:`fedtext.cmaes` for the update written out. The new sigma uses CMA-ES's damping
+:mod:`fedtext.methods.fedbpt.cmaes` for the update written out. The new sigma uses CMA-ES's damping
 ``c_s/d_s`` by default; ``fedbpt.sigma-update=printed`` uses Alg. 2 line 5 as printed,
 ``sigma' exp(|p_sigma|/E|N| - 1)``.
 
@@ -75,7 +75,8 @@ class ServerStep(Protocol):
 
 
 class PaperStep:
-    """Algorithm 2: best half, sigma' of eq. (12), CMA-ES update written out (:mod:`fedtext.cmaes`)."""
+    """Algorithm 2: best half, sigma' of eq. (12), CMA-ES update written out
+    (:mod:`fedtext.methods.fedbpt.cmaes`)."""
 
     def __init__(self, mcfg: FedBPTConfig, seed: int) -> None:
         self.mcfg = mcfg
