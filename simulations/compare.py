@@ -68,7 +68,7 @@ from typing import Any
 import pandas as pd
 
 from fedtext.config import ConfigError, RunConfig
-from fedtext.records.probes import machine
+from fedtext.records.probes import machine_line
 from fedtext.records.reader import FINISHED, runs_under
 from simulations.tables import compare_table, load_runs, one_run_per_seed, run_key, to_markdown
 
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     table = compare_table(rows)
     header = (
         f"<!-- {args.experiment} | {n} clients | {dt.date.today()} | "
-        f"{machine()['cpu_count']} CPUs, {machine()['platform']} -->\n"
+        f"{machine_line()} -->\n"
     )
     note = missing_note(rows, runs)
     markdown = to_markdown(table) + (f"\n{note}" if note else "")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedtext.records.probes import machine
+from fedtext.records.probes import machine_line
 from simulations.tables import load_runs, one_run_per_seed
 
 
@@ -29,10 +29,8 @@ def parity(reference: Path, candidate: Path) -> str:
     """The markdown parity table of ``candidate``'s runs against ``reference``'s."""
     a = one_run_per_seed(load_runs(reference / "runs"))
     b = one_run_per_seed(load_runs(candidate / "runs"))
-    m = machine()
     lines = [
-        f"<!-- python -m simulations.parity {reference} {candidate} | {dt.date.today()} | "
-        f"{m['cpu_count']} CPUs, {m['platform']} -->",
+        f"<!-- python -m simulations.parity {reference} {candidate} | {dt.date.today()} | {machine_line()} -->",
         "| method | seeds | fp32 final acc | bf16 final acc | bf16 - fp32 (same seed) | largest | within fp32 spread "
         "| KB up / client-round (fp32, bf16) | KB down / client-round (fp32, bf16) | model queries (fp32, bf16) "
         "| wall s (fp32, bf16) | speed-up |",

@@ -39,6 +39,12 @@ def machine() -> dict[str, Any]:
     }
 
 
+def machine_line() -> str:
+    """The machine as a table header names it: ``2 CPUs, Linux-...`` (compare, parity)."""
+    m = machine()
+    return f"{m['cpu_count']} CPUs, {m['platform']}"
+
+
 # The packages whose versions decide a run's numbers (recorded in its provenance).
 PROVENANCE_PACKAGES = ("fedtext", "flwr", "torch", "transformers", "numpy")
 # What the process starting the server knows of the run (None when it does not):
