@@ -20,6 +20,7 @@ bf16 instructions or a GPU without bf16 support: each a one-line :class:`ConfigE
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -76,8 +77,11 @@ class Precision:
     name: str = "fp32"
 
     @classmethod
+    @functools.lru_cache(maxsize=None)
     def of(cls, device: str, precision: str) -> "Precision":
-        """Resolve and check a run's ``device`` and ``precision`` (one-line errors)."""
+        """Resolve and check a run's ``device`` and ``precision`` (one-line errors), once per
+        pair: ``get_backbone`` asks at every client build (a failed check raises, and is
+        not cached)."""
         resolved = resolve_device(device)
         check_precision(resolved, precision)
         return cls(resolved, precision)
