@@ -35,9 +35,9 @@ RECORDS = ("config.json", "rounds.jsonl", "summary.json", "experiment.json")
 
 @pytest.fixture
 def experiments(tmp_path) -> Path:
-    """The committed records (simulations/results: 19 experiments, 179 runs; record files
+    """The committed records (simulations/results: 20 experiments, 188 runs; record files
     only) plus two compare-runner experiments (2 methods x 2 seeds each), a running run and
-    a broken one: 21 experiments."""
+    a broken one: 22 experiments."""
     results = tmp_path / "results"
     committed = REPO / "simulations" / "results"
     shutil.copytree(committed, results, ignore=lambda d, names: [
@@ -93,7 +93,7 @@ def _overlap(a: list[float], b: list[float]) -> bool:
 def test_dashboard_in_headless_chromium(experiments, tmp_path):
     """Pick an experiment, switch the x-axis to cumulative bytes, see one line plus band per
     method, open a run's drill-down, download the table, follow a running run live; the
-    layout with the 21 experiments of the committed records and the fixture at 1400 x 900:
+    layout with the 22 experiments of the committed records and the fixture at 1400 x 900:
     the charts start in the first screen, the picker never pushes them down, no chart title
     lies under its toolbar, round axes tick whole numbers, the tables fit the page (scrolling
     sideways inside), two ticked runs' config diff lists exactly the keys that differ.
@@ -101,11 +101,10 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
 
     all_experiments = sorted(runs_table(RunStore(experiments))["experiment"].unique())
-    assert len(all_experiments) >= 20
+    assert len(all_experiments) >= 22
     port = _free_port()
     log = open(tmp_path / "server.log", "w")
     server = subprocess.Popen(
@@ -140,12 +139,17 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
     def tick(d, group: str, text: str) -> None:  # a checklist / radio option, by its label
         click(d, next(label for label in d.find_elements(By.CSS_SELECTOR, f"#{group} label") if label.text == text))
 
-    def pick(d, name: str) -> None:  # the experiment picker: type to search, take the one option left
+    def options(d) -> list:
+        return d.find_elements(By.CSS_SELECTOR, "#experiment .VirtualizedSelectOption")
+
+    def pick(d, name: str) -> None:  # the experiment picker: type to search, click the exact option
         box = d.find_element(By.CSS_SELECTOR, "#experiment input")
         box.send_keys(name)
-        WebDriverWait(d, 10).until(lambda d: [o.text for o in d.find_elements(
-            By.CSS_SELECTOR, "#experiment .VirtualizedSelectOption")] == [name])
-        box.send_keys(Keys.ENTER)
+        # the search has filtered (every option left contains the name; "fedbpt_sst2" also
+        # leaves "fedbpt_sst2_bf16") and the exact name is among them
+        WebDriverWait(d, 10).until(lambda d: name in (texts := [o.text for o in options(d)])
+                                   and all(name in t for t in texts))
+        next(o for o in options(d) if o.text == name).click()
         WebDriverWait(d, 10).until(lambda d: name in chips(d))  # (Escape now would clear them all)
 
     def chips(d) -> list[str]:
@@ -180,7 +184,7 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         assert "malformed" in driver.find_element(By.ID, "runs").text  # always listed
         assert chips(driver) == ["exp-b"]
         facts = driver.execute_script(LAYOUT_JS)
-        # 21 experiments to choose from, and the charts start in the first screen
+        # 22 experiments to choose from, and the charts start in the first screen
         assert facts["charts_top"] < facts["vh"] / 3, facts["charts_top"]
         first_top = facts["charts_top"]
         # pick exp-a instead

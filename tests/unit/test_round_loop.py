@@ -12,6 +12,7 @@ simulation engine: tests/integration/test_methods_flower.py.
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,6 @@ import numpy as np
 import pytest
 from flwr.app import RecordDict
 from flwr.common import (
-    Code,
     DisconnectRes,
     EvaluateIns,
     EvaluateRes,
@@ -30,7 +30,6 @@ from flwr.common import (
     GetPropertiesIns,
     GetPropertiesRes,
     ReconnectIns,
-    Status,
 )
 from flwr.server.client_proxy import ClientProxy
 
@@ -64,7 +63,15 @@ PER_METHOD: dict[str, dict[str, Any]] = {  # each method's own keys, at their sm
 
 class InProcessProxy(ClientProxy):
     """A client proxy that hands each message to a freshly built ClientApp client, as
-    Flower's ``client_fn`` does per message, keeping the node's ``context.state``."""
+    Flower's ``client_fn`` does per message, keeping the node's ``context.state``.
+
+    Flower's ``Server.fit`` sends a round's messages from a thread pool; in a real run each
+    client is its own process (a Ray actor or a SuperNode), so the clients here take turns
+    (``TURN``) instead of sharing one interpreter at once: two clients building in parallel
+    threads hit CPython 3.11's process-wide AST recursion counter ("AST constructor recursion
+    depth mismatch", CI, feddpg) and share the cached backbone, which no real run does."""
+
+    TURN = threading.Lock()
 
     def __init__(self, run_config: dict[str, Any], partition_id: int, num_partitions: int) -> None:
         super().__init__(str(partition_id))
@@ -76,16 +83,20 @@ class InProcessProxy(ClientProxy):
         return make_client(self.run_config, self.node_config, self.state)
 
     def get_properties(self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None) -> GetPropertiesRes:
-        return self._client().get_properties(ins)
+        with self.TURN:
+            return self._client().get_properties(ins)
 
     def get_parameters(self, ins: GetParametersIns, timeout: float | None, group_id: int | None) -> GetParametersRes:
-        return self._client().get_parameters(ins)
+        with self.TURN:
+            return self._client().get_parameters(ins)
 
     def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
-        return self._client().fit(ins)
+        with self.TURN:
+            return self._client().fit(ins)
 
     def evaluate(self, ins: EvaluateIns, timeout: float | None, group_id: int | None) -> EvaluateRes:
-        return self._client().evaluate(ins)
+        with self.TURN:
+            return self._client().evaluate(ins)
 
     def reconnect(self, ins: ReconnectIns, timeout: float | None, group_id: int | None) -> DisconnectRes:
         return DisconnectRes(reason="")
