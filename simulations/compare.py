@@ -78,13 +78,62 @@ REPO = Path(__file__).resolve().parents[1]  # the checkout whose simulations/res
 NOT_COMPARED = frozenset({"output-dir", "resume", "stale-after-s"})
 
 
+EXPERIMENT_KEYS = frozenset({"methods", "seeds", "holdouts", "rotate-holdouts", "num-supernodes", "run-config", "method",
+                             "description", "profile"})
+# What a [profile.<name>] table may set: the experiment keys that say how the runs are
+# configured (not which methods run: a profile changes the setting, not the comparison).
+PROFILE_KEYS = frozenset({"description", "num-supernodes", "seeds", "run-config", "method", "requires"})
+# What a profile's ``requires`` may name: checked before anything runs (:func:`preflight`).
+REQUIREMENTS = frozenset({"gpu", "hub"})
+
+
 def load_experiment(path: Path) -> dict[str, Any]:
     exp = tomllib.loads(path.read_text())
-    known = {"methods", "seeds", "holdouts", "rotate-holdouts", "num-supernodes", "run-config", "method", "description"}
-    unknown = set(exp) - known
+    unknown = set(exp) - EXPERIMENT_KEYS
     if unknown:
         raise ConfigError(f"{path}: unknown experiment keys {sorted(unknown)}")
+    for name, profile in exp.get("profile", {}).items():
+        bad = set(profile) - PROFILE_KEYS
+        if bad:
+            raise ConfigError(f"{path}: [profile.{name}] has unknown keys {sorted(bad)} "
+                              f"(known: {', '.join(sorted(PROFILE_KEYS))})")
+        if set(profile.get("requires", [])) - REQUIREMENTS:
+            raise ConfigError(f"{path}: [profile.{name}] requires = {profile['requires']}: each one of "
+                              f"{', '.join(sorted(REQUIREMENTS))}")
     return exp
+
+
+def with_profile(exp: dict[str, Any], name: str | None) -> dict[str, Any]:
+    """The experiment with its ``[profile.<name>]`` applied (``name`` None: unchanged).
+
+    A profile is the same comparison in another setting, typically ``paper``: the
+    backbone, shots, clients, rounds and budgets as the paper ran them. Its
+    ``run-config`` keys override the experiment's ``[run-config]`` key by key, its
+    ``[profile.<name>.method.<label>]`` tables override that label's, and its
+    ``num-supernodes`` / ``seeds`` replace the experiment's; ``methods`` stay.
+
+    Raises
+    ------
+    ConfigError
+        The experiment has no such profile.
+    """
+    if name is None:
+        return exp
+    profiles = exp.get("profile", {})
+    if name not in profiles:
+        raise ConfigError(f"the experiment has no [profile.{name}] (profiles: {', '.join(sorted(profiles)) or 'none'})")
+    profile = profiles[name]
+    out = {k: v for k, v in exp.items() if k != "profile"}
+    out["run-config"] = {**flatten(exp.get("run-config", {})), **flatten(profile.get("run-config", {}))}
+    methods = {label: flatten(table) for label, table in exp.get("method", {}).items()}
+    for label, table in profile.get("method", {}).items():
+        methods[label] = {**methods.get(label, {}), **flatten(table)}
+    out["method"] = methods
+    for key in ("num-supernodes", "seeds"):
+        if key in profile:
+            out[key] = profile[key]
+    out["requires"] = list(profile.get("requires", []))
+    return out
 
 
 def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
