@@ -95,6 +95,23 @@ def resolve_model_path(name: str) -> str:
     return name
 
 
+def check_model(model: str) -> None:
+    """Raise a one-line :class:`ConfigError` unless ``model``'s configuration can be read
+    (the wheel's default, a local folder, or the hub: no weights are downloaded), so a
+    run that cannot load its backbone fails before anything starts."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(resolve_model_path(model))
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any loading failure: one clear line
+        where = ("offline (HF_HUB_OFFLINE=1; set HF_HUB_OFFLINE=0 where a hub is reachable)"
+                 if os.environ.get("HF_HUB_OFFLINE") == "1" else "(no hub reachable?)")
+        raise ConfigError(f"cannot load model '{model}' {where}: {type(exc).__name__}; "
+                          f"or give model= a local checkpoint directory") from None
+
+
 @dataclass
 class EncodedBatch:
     """Token ids of B texts, right-padded to the longest one (prompt not included).

@@ -188,6 +188,30 @@ def plan(exp: dict[str, Any], seeds: list[int] | None) -> list[dict[str, Any]]:
     return runs
 
 
+def preflight(runs: list[dict[str, Any]], requires: list[str]) -> None:
+    """Check, before anything runs, what a profile needs: every run's backbone readable
+    (:func:`fedtext.backbone.check_model`: the hub or a local folder), its ``device`` and
+    ``precision`` usable here (:meth:`fedtext.devices.Precision.of`), and a CUDA GPU where
+    ``requires`` names ``gpu``. Each failure is one :class:`ConfigError` line. Imports
+    torch and transformers, so only ``--profile`` pays for it."""
+    import torch
+
+    from fedtext.backbone import check_model
+    from fedtext.devices import Precision
+    from fedtext.registry import METHODS
+
+    if "gpu" in requires and not torch.cuda.is_available():
+        raise ConfigError(f"this profile needs a CUDA GPU (requires = {requires}); torch {torch.__version__} "
+                          f"sees none: run it on a GPU machine, or without --profile")
+    checked: set[tuple[str, str, str]] = set()
+    for ov in runs:
+        cfg = RunConfig.from_run_config(ov, METHODS)
+        if (key := (cfg.model, cfg.device, cfg.precision)) not in checked:
+            checked.add(key)
+            Precision.of(cfg.device, cfg.precision)
+            check_model(cfg.model)
+
+
 def default_out(experiment: Path) -> Path:
     """The output folder of an experiment file when ``--out`` is not given:
     ``<checkout>/simulations/results/<stem>`` for a file inside this checkout, else
@@ -272,6 +296,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="output folder (default: simulations/results/<experiment name> "
                     "for an experiment file inside this checkout, else results/<experiment name> beside the file)")
     ap.add_argument("--table-only", action="store_true", help="rebuild the table from existing records")
+    ap.add_argument("--profile", help="run the experiment's [profile.<name>] setting, e.g. paper (the paper's "
+                    "backbone and budgets; results under <out>-<name>)")
     ap.add_argument("--gpus-per-client", type=float, default=0.0, help="Ray GPUs per client actor (fractional: "
                     "0.25 runs four clients per GPU; see docs/performance.md)")
     ap.add_argument("--ray-address", default="", help="run on this running Ray cluster (see docs/performance.md)")
@@ -279,19 +305,23 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     try:
         exp = load_experiment(args.experiment)
+        exp = with_profile(exp, args.profile)
         if args.methods:
             exp["methods"] = args.methods
         runs = plan(exp, args.seeds)
+        if args.profile and not args.table_only:
+            preflight(runs, exp["requires"])
     except (ConfigError, tomllib.TOMLDecodeError, FileNotFoundError) as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2
-    out = args.out or default_out(args.experiment)
+    name = args.experiment.stem + (f"-{args.profile}" if args.profile else "")
+    out = args.out or default_out(args.experiment).with_name(name)
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     n = int(exp.get("num-supernodes", 4))
     # marks the folder as one experiment: the dashboard and the plot command group by it
     (out / "experiment.json").write_text(json.dumps({
-        "name": args.experiment.stem, "file": str(args.experiment), "methods": exp.get("methods"),
+        "name": name, "file": str(args.experiment), "profile": args.profile, "methods": exp.get("methods"),
         "seeds": sorted({ov["seed"] for ov in runs}), "num-supernodes": n,
     }, indent=2) + "\n")
     failed = 0
@@ -317,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     table = compare_table(rows)
     header = (
-        f"<!-- {args.experiment} | {n} clients | {dt.date.today()} | "
+        f"<!-- {args.experiment}{f' --profile {args.profile}' if args.profile else ''} | {n} clients | {dt.date.today()} | "
         f"{machine_line()} -->\n"
     )
     note = missing_note(rows, runs)

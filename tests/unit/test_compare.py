@@ -187,3 +187,102 @@ def test_parity_puts_each_seed_of_two_precisions_side_by_side(tmp_path):
     for pair in cells[7:10]:  # bytes up, down and queries: the fp32 figure, then the bf16 one
         fp32, bf16 = pair.split(", ")
         assert fp32 == bf16
+
+
+PROFILED = EXPERIMENT + """[method.bbt-fed]
+bbt-fed.popsize = 6
+[profile.paper]
+description = "the paper's setting"
+requires = ["hub"]
+num-supernodes = 7
+seeds = [3]
+[profile.paper.run-config]
+num-server-rounds = 5
+shots-per-class = 8
+[profile.paper.method.bbt-fed]
+bbt-fed.local-steps = 9
+"""
+
+
+def test_a_profile_overrides_keys_label_tables_clients_and_seeds_but_not_methods(tmp_path):
+    exp = compare.load_experiment(write_experiment(tmp_path, PROFILED))
+    assert compare.with_profile(exp, None) is exp  # no --profile: the experiment as written
+    paper = compare.with_profile(exp, "paper")
+    assert paper["methods"] == ["fedprompt", "bbt-fed"] and paper["num-supernodes"] == 7 and paper["seeds"] == [3]
+    assert paper["requires"] == ["hub"] and "profile" not in paper
+    runs = {o["method"]: o for o in compare.plan(paper, None)}
+    # the profile's keys replace the experiment's one by one; the others stay
+    assert runs["fedprompt"] == {"num-server-rounds": 5, "fedprompt.local-steps": 2, "shots-per-class": 8,
+                                 "method": "fedprompt", "seed": 3}
+    assert runs["bbt-fed"] == {"num-server-rounds": 5, "shots-per-class": 8, "bbt-fed.popsize": 6,
+                               "bbt-fed.local-steps": 9, "method": "bbt-fed", "seed": 3}
+    # the experiment itself is unchanged
+    assert [o["num-server-rounds"] for o in compare.plan(exp, None)] == [1] * 4
+
+
+@pytest.mark.parametrize("text, message", [
+    (EXPERIMENT + '[profile.paper]\nmethods = ["fedavg"]\n', r"\[profile.paper\] has unknown keys \['methods'\]"),
+    (EXPERIMENT + '[profile.paper]\nrequires = ["tpu"]\n', r"requires = \['tpu'\]: each one of gpu, hub"),
+])
+def test_a_malformed_profile_is_one_line_before_anything_runs(tmp_path, text, message):
+    with pytest.raises(compare.ConfigError, match=message):
+        compare.load_experiment(write_experiment(tmp_path, text))
+
+
+def test_an_unknown_profile_names_the_profiles_there_are(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(compare, "run_one", refuse_run)
+    assert compare.main([str(write_experiment(tmp_path, PROFILED)), "--profile", "papr"]) == 2
+    assert "the experiment has no [profile.papr] (profiles: paper)" in capsys.readouterr().err
+
+
+def test_a_profile_that_needs_a_gpu_or_an_unreachable_model_stops_in_one_line(tmp_path, monkeypatch, capsys):
+    """Offline, on this CPU: ``requires = ["gpu"]`` and a hub model each fail before any run
+    starts, and no output folder is made."""
+    import torch
+
+    monkeypatch.setattr(compare, "run_one", refuse_run)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    gpu = PROFILED.replace('requires = ["hub"]', 'requires = ["gpu", "hub"]')
+    assert compare.main([str(write_experiment(tmp_path, gpu)), "--profile", "paper"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("fedtext: configuration error: this profile needs a CUDA GPU") and "\n" not in err
+    hub = PROFILED.replace("shots-per-class = 8", 'shots-per-class = 8\nmodel = "roberta-large"')
+    assert compare.main([str(write_experiment(tmp_path, hub)), "--profile", "paper"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == ("fedtext: configuration error: cannot load model 'roberta-large' offline (HF_HUB_OFFLINE=1; set "
+                   "HF_HUB_OFFLINE=0 where a hub is reachable): OSError; or give model= a local checkpoint directory")
+    assert not (tmp_path / "results").exists()
+
+
+def test_a_profile_runs_where_its_model_loads_into_its_own_folder(tmp_path, monkeypatch, capsys):
+    """A profile whose backbone is a local folder passes the checks and runs; its records and
+    table go to ``<stem>-paper`` (the experiment's own results stay apart), named so in
+    ``experiment.json`` and the table's header."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from fedtext.backbone import resolve_model_path
+
+    ckpt = tmp_path / "tiny-mlm"
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
+    BertForMaskedLM(BertConfig(vocab_size=tok.vocab_size, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                               intermediate_size=32)).save_pretrained(ckpt)
+    tok.save_pretrained(ckpt)
+    started: list[tuple[str, int]] = []
+    monkeypatch.setattr(compare, "run_one", fake_run_one(started))
+    text = PROFILED.replace("shots-per-class = 8", f'shots-per-class = 8\nmodel = "{ckpt}"\nhead = "mlm"\n'
+                                                  'device = "cpu"')
+    exp = write_experiment(tmp_path, text)
+    assert compare.main([str(exp), "--profile", "paper"]) == 0
+    assert started == [("fedprompt", 3), ("bbt-fed", 3)]
+    out = tmp_path / "results" / "exp-paper"
+    assert compare.load_experiment(exp) and json_of(out / "experiment.json")["name"] == "exp-paper"
+    assert json_of(out / "experiment.json")["profile"] == "paper"
+    assert "--profile paper | 7 clients" in (out / "table.md").read_text().splitlines()[0]
+    assert not (tmp_path / "results" / "exp").exists()
+
+
+def json_of(path: Path) -> dict[str, Any]:
+    import json
+
+    return json.loads(path.read_text())
