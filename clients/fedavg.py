@@ -35,7 +35,7 @@ class FedAvgClient(FedTextClient):
         net.encoder.train()
         try:
             loss = gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
-                                  lambda batch: net.forward(None, batch), opt,
+                                  lambda batch: net.forward(None, batch), opt, self.backbone.precision,
                                   f"client {self.partition_id}: local training", mc.local_steps)
         finally:
             net.encoder.eval()

@@ -48,6 +48,6 @@ class FedDPGClient(FedTextClient):
         opt = torch.optim.AdamW(gen.parameters(), lr=mc.lr)
         rng = np.random.default_rng(client_seed(self.cfg, self.partition_id, server_round))
         loss = gradient_steps(minibatches(batch, mc.batch_size, mc.local_steps, rng), self.model.logits, opt,
-                              f"client {self.partition_id}: local training", mc.local_steps)
+                              self.backbone.precision, f"client {self.partition_id}: local training", mc.local_steps)
         gen.requires_grad_(False)
         return self.model.arrays(), len(batch), loss

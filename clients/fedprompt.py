@@ -22,6 +22,6 @@ class FedPromptClient(FedTextClient):
         opt = torch.optim.Adam([prompt], lr=mc.lr)
         rng = np.random.default_rng(client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0))))
         loss = gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
-                              lambda batch: self.backbone.forward(prompt, batch), opt,
+                              lambda batch: self.backbone.forward(prompt, batch), opt, self.backbone.precision,
                               f"client {self.partition_id}: local training", mc.local_steps)
         return [prompt.detach().numpy().astype(np.float32)], len(self.train_batch), loss

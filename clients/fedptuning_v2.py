@@ -23,7 +23,7 @@ class FedPTuningV2Client(FedTextClient):
         opt = torch.optim.Adam([keys, values], lr=mc.lr)
         rng = np.random.default_rng(client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0))))
         loss = gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
-                              lambda batch: self.model.logits(keys, values, batch), opt,
+                              lambda batch: self.model.logits(keys, values, batch), opt, self.backbone.precision,
                               f"client {self.partition_id}: local training", mc.local_steps)
         out = [keys.detach().numpy().astype(np.float32), values.detach().numpy().astype(np.float32)]
         return out, len(self.train_batch), loss

@@ -172,7 +172,7 @@ class FewShotClient(FedTextClient):
         t0 = time.time()
         net.encoder.train()
         try:
-            loss = gradient_steps(steps, lambda b: net.forward(None, b), self.optimizer(net),
+            loss = gradient_steps(steps, lambda b: net.forward(None, b), self.optimizer(net), self.backbone.precision,
                                   f"client {self.partition_id}: local training")
         finally:
             net.encoder.eval()

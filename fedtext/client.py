@@ -41,6 +41,7 @@ from flwr.common import NDArrays, Scalar
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for, losses
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
+from fedtext.devices import Precision, backward_step
 from fedtext.model import Model, SubspaceModel
 from fedtext.progress import track
 from fedtext.prompts import project, projection
@@ -69,17 +70,18 @@ def minibatches(batch: EncodedBatch, size: int, steps: int, rng: np.random.Gener
 
 
 def gradient_steps(batches: Iterable[EncodedBatch], logits: Callable[[EncodedBatch], torch.Tensor],
-                   opt: torch.optim.Optimizer, what: str = "local training", total: int | None = None) -> float:
+                   opt: torch.optim.Optimizer, precision: Precision, what: str = "local training",
+                   total: int | None = None) -> float:
     """One ``opt`` step on the mean cross-entropy of ``logits(batch)`` per mini-batch
-    (the gradient methods' local loop); returns the mean loss over the steps. A loop
-    longer than a few seconds reports its progress as ``what`` (:mod:`fedtext.progress`;
+    (the gradient methods' local loop), loss-scaled under ``precision=fp16``
+    (:meth:`fedtext.devices.Precision.loss_scaler`); returns the mean loss over the steps.
+    A loop longer than a few seconds reports its progress as ``what`` (:mod:`fedtext.progress`;
     ``total``: the steps, for an ETA, default ``len(batches)`` where it has one)."""
     step_losses = []
+    scaler = precision.loss_scaler()
     for batch in track(batches, what, total, unit="steps"):
         loss = torch.nn.functional.cross_entropy(logits(batch), batch.labels)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        backward_step(loss, opt, scaler)
         step_losses.append(loss.item())
     return float(np.mean(step_losses))
 

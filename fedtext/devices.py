@@ -91,6 +91,18 @@ class Precision:
         """The compute dtype (``torch.bfloat16`` for ``bf16``)."""
         return DTYPES[self.name]
 
+    def loss_scaler(self) -> torch.amp.GradScaler:
+        """Loss scaling for the back-prop methods (one per optimizer, kept across its steps).
+
+        Enabled for ``fp16`` only: float16 gradients below ~6e-8 flush to zero, so the loss
+        is multiplied by a scale S (65,536 at first) before ``backward`` and the gradients
+        divided by S before the step; a step whose gradients overflowed (inf/NaN) is
+        skipped and S halved, and S doubles after 2,000 clean steps (``GradScaler``'s
+        defaults). bf16 has float32's exponent range and fp32 needs none: disabled, the
+        scaler passes the loss through and steps the optimizer as is (:func:`backward_step`).
+        """
+        return torch.amp.GradScaler(self.device.type, enabled=self.name == "fp16")
+
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:
         """The encoder's forward passes in the compute dtype (nothing for fp32, so that
@@ -103,3 +115,13 @@ class Precision:
 
 
 CPU_FP32 = Precision(torch.device("cpu"))
+
+
+def backward_step(loss: torch.Tensor, opt: torch.optim.Optimizer, scaler: torch.amp.GradScaler) -> None:
+    """One optimizer step on ``loss``: zero the gradients, back-propagate ``scaler.scale(loss)``
+    and step through ``scaler`` (unscaled gradients; skipped where they overflowed).
+    With a disabled scaler (fp32, bf16) this is ``loss.backward(); opt.step()``."""
+    opt.zero_grad()
+    scaler.scale(loss).backward()
+    scaler.step(opt)
+    scaler.update()

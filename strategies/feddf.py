@@ -53,6 +53,7 @@ class FedDF(DistillStrategy):
             teachings = [Teaching(b, torch.softmax(z, -1)) for b, z in zip(self.aux, ensemble, strict=True)]
             params = [p for _, p in student.named_trainable()]
             kl = distill_steps(student, params, teachings, lambda net, b: net.forward(None, b),
-                               iterations * self.mcfg.distill_steps, self.mcfg.distill_lr)
+                               iterations * self.mcfg.distill_steps, self.mcfg.distill_lr,
+                               precision=student.precision)
             bar.advance()
         return kl

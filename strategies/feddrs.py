@@ -146,6 +146,6 @@ class FedDRS(DistillStrategy):
                     bar.advance()  # pragma: no mutate
                 kl.append(distill_steps(student, params, teachings,
                                         lambda net, x: EmbeddingsNet(net).embeds_logits(x),
-                                        mc.distill_steps, mc.distill_lr))
+                                        mc.distill_steps, mc.distill_lr, precision=student.precision))
                 bar.advance()  # pragma: no mutate
         return kl[0][0], kl[-1][1]

@@ -101,3 +101,50 @@ def test_the_gpu_federation_example_is_a_simulation_config_flower_accepts() -> N
     config = utils.simulation_config_from_json(fields)
     assert config.num_supernodes == 8 and config.client_resources_num_gpus == pytest.approx(0.25)
     assert config.client_resources_num_cpus == 2
+
+
+def _start() -> torch.Tensor:
+    """The weights :func:`_one_step` starts from (its seed's draws after the 4 x 3 rows)."""
+    torch.manual_seed(0)
+    torch.randn(4, 3)
+    return torch.randn(3, 2)
+
+
+def _one_step(precision: Precision, scale_loss: float = 1.0) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """One ``gradient_steps`` SGD step (lr 0.5) of a 3 x 2 linear classifier on 4 rows;
+    returns the weights after it and the gradients ``backward`` produced."""
+    from fedtext.client import gradient_steps
+
+    torch.manual_seed(0)
+    x, labels = torch.randn(4, 3), torch.tensor([0, 1, 1, 0])
+    weight = torch.nn.Parameter(torch.randn(3, 2))
+    seen: list[torch.Tensor] = []
+    weight.register_hook(lambda g: seen.append(g.clone()))
+    batch = type("B", (), {"x": x, "labels": labels})()
+    gradient_steps([batch], lambda b: scale_loss * (b.x @ weight), torch.optim.SGD([weight], lr=0.5), precision)
+    return weight.detach(), seen
+
+
+def test_fp16_scales_the_loss_and_steps_on_the_unscaled_gradient() -> None:
+    """Loss scaling (``precision=fp16``): backward sees the gradient times S = 65,536, the
+    step uses it divided by S, so the weights after one step are the fp32 ones; fp32 and
+    bf16 scale nothing. (A scaler on this CPU: the arithmetic is the device's, not CUDA's.)"""
+    fp16 = Precision(torch.device("cpu"), "fp16")
+    assert fp16.loss_scaler().is_enabled() and fp16.loss_scaler().get_scale() == 65536.0
+    assert not CPU_FP32.loss_scaler().is_enabled() and not Precision(torch.device("cpu"), "bf16").loss_scaler().is_enabled()
+    w32, g32 = _one_step(CPU_FP32)
+    w16, g16 = _one_step(fp16)
+    torch.testing.assert_close(g16[0], 65536.0 * g32[0])
+    torch.testing.assert_close(w16, w32)
+    assert not torch.equal(w32, _start())  # the step moved the weights
+
+
+def test_fp16_skips_a_step_whose_scaled_gradients_overflow() -> None:
+    """A loss whose gradients times S overflow (inf) leaves the weights unchanged under
+    fp16 (GradScaler skips the step); fp32 steps on the same finite gradients."""
+    start = _start()
+    w16, g16 = _one_step(Precision(torch.device("cpu"), "fp16"), scale_loss=1e36)
+    assert not torch.isfinite(g16[0]).all()
+    torch.testing.assert_close(w16, start)
+    w32, g32 = _one_step(CPU_FP32, scale_loss=1e36)
+    assert torch.isfinite(g32[0]).all() and not torch.equal(w32, start)

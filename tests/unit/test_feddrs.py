@@ -18,6 +18,7 @@ from fedtext.backbone import Backbone
 from fedtext.client_app import client_class
 from fedtext.config import ConfigError
 from fedtext.data import client_data, partition_train
+from fedtext.devices import CPU_FP32, Precision
 from fedtext.methods.feddrs.config import SAMPLERS, parse_sampling
 from fedtext.methods.feddrs.distill import Teaching, distill_steps, kl_to_student
 from fedtext.methods.feddrs.model import EmbeddingsNet
@@ -185,7 +186,7 @@ def test_a_distillation_step_lowers_the_kl_it_optimises_eq_8(nets):
     head = [p for n, p in student.named_trainable() if n.startswith("head.")]
     saved = [p.detach().clone() for p in head]
     before, after = distill_steps(student, head, [Teaching(x, probs)], lambda net, inp: EmbeddingsNet(net).embeds_logits(inp),
-                                  steps=2, lr=1e-2)
+                                  steps=2, lr=1e-2, precision=student.precision)
     with torch.no_grad():
         direct = float(kl_to_student(EmbeddingsNet(student).embeds_logits(x), probs))
         for p, s in zip(head, saved, strict=True):
@@ -210,12 +211,12 @@ def test_distill_steps_take_plain_adamw_steps_on_eq_8_and_report_the_first_and_l
         return net[None]
 
     w = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
-    before, after = distill_steps(w, [w], teacher, logits, steps=1, lr=lr)
+    before, after = distill_steps(w, [w], teacher, logits, steps=1, lr=lr, precision=CPU_FP32)
     assert before == pytest.approx(kl_0, rel=1e-6) and after == pytest.approx(0.0, abs=1e-6)
     np.testing.assert_allclose(w.detach().numpy(), [1 + lr, 1 - lr], rtol=1e-6)
     # two steps: "before" is still the loss at w_0 (not at w_1, where it is 0); "after" at w_2
     w = torch.nn.Parameter(torch.tensor([1.0, 1.0]))
-    before, after = distill_steps(w, [w], teacher, logits, steps=2, lr=lr)
+    before, after = distill_steps(w, [w], teacher, logits, steps=2, lr=lr, precision=CPU_FP32)
     assert before == pytest.approx(kl_0, rel=1e-6)
     with torch.no_grad():
         assert after == pytest.approx(float(kl_to_student(w[None], teacher[0].probs)), rel=1e-6)
@@ -307,8 +308,8 @@ def test_feddf_distils_toward_the_ensemble_of_mean_logits_eq_2(monkeypatch):
     assert [len(b) for b in strat.aux] == [4, 2]  # 6 auxiliary texts, batches of 4
     seen = {}
 
-    def spy(student, params, teachings, logits, steps, lr):
-        seen.update(teachings=teachings, steps=steps, params=len(params))
+    def spy(student, params, teachings, logits, steps, lr, *, precision):
+        seen.update(teachings=teachings, steps=steps, params=len(params), precision=precision)
         return 1.0, 0.5
 
     monkeypatch.setattr("strategies.feddf.distill_steps", spy)
@@ -323,6 +324,7 @@ def test_feddf_distils_toward_the_ensemble_of_mean_logits_eq_2(monkeypatch):
     for t, e in zip(seen["teachings"], expected, strict=True):
         torch.testing.assert_close(t.probs, e, rtol=1e-5, atol=1e-6)
     assert seen["steps"] == 2 * cfg.method_config.distill_steps
+    assert seen["precision"] is student.precision  # loss scaling follows the student's device and dtype
     assert seen["params"] == len(strat.model.global_specs())  # FedDF distils every weight
 
 
@@ -420,7 +422,9 @@ def _spied_rounds(monkeypatch: pytest.MonkeyPatch, rounds: int, run: int, counts
         return torch.full_like(theta0, 2.0)
 
     def distill(student: Backbone, params: list[torch.nn.Parameter], teachings: list[Teaching],
-                logits: Callable[[Backbone, object], torch.Tensor], steps: int, lr: float) -> tuple[float, float]:
+                logits: Callable[[Backbone, object], torch.Tensor], steps: int, lr: float, *,
+                precision: Precision) -> tuple[float, float]:
+        assert precision is student.precision
         taught.append(list(teachings))
         return 1.0, 0.5
 

@@ -134,6 +134,7 @@ def test_progress_lines_reach_the_fedtext_logger(monkeypatch, caplog):
     """Where the work is done, lines go to the ``fedtext`` logger (and so to run.log); the
     loss a client's local loop returns is the same with or without them."""
     from fedtext.client import gradient_steps
+    from fedtext.devices import CPU_FP32
 
     caplog.set_level(logging.INFO, logger="fedtext")
     torch.manual_seed(0)
@@ -143,7 +144,7 @@ def test_progress_lines_reach_the_fedtext_logger(monkeypatch, caplog):
     def run() -> float:
         with torch.no_grad():
             weight.copy_(torch.ones(4, 2))
-        return gradient_steps(batches, lambda b: b.x @ weight, torch.optim.SGD([weight], lr=0.1),
+        return gradient_steps(batches, lambda b: b.x @ weight, torch.optim.SGD([weight], lr=0.1), CPU_FP32,
                               "client 0: local training", 3)
 
     quiet = run()

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from fedtext.backbone import EncodedBatch
+from fedtext.devices import backward_step
 
 if TYPE_CHECKING:
     from fedtext.config import RunConfig
@@ -110,7 +111,7 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
                "forget_examples": float(len(forget))}
     gen = model.load(arrays, trainable=True)
     opt = UNLEARN_OPTIMIZERS[mc.unlearn_optimizer](gen.parameters(), lr=mc.unlearn_lr or mc.lr)
-    losses = []
+    losses, scaler = [], model.backbone.precision.loss_scaler()  # fp16 only (fedtext.devices)
     for _ in range(mc.unlearn_steps):  # full batch: eq. (5) sums over all the client's examples
         forget_logits = model.logits(relabelled)
         now = float((forget_logits.argmax(-1) == forget_b.labels).float().mean())  # true labels, not relabels
@@ -119,9 +120,7 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
         keep_logits = model.logits(keep_b) if len(keep_b) else None
         loss = unlearning_loss(keep_logits, keep_b.labels, forget_logits, relabelled.labels,
                                mc.unlearn_lambda, mc.unlearn_loss)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+        backward_step(loss, opt, scaler)
         losses.append(loss.item())
     gen.requires_grad_(False)
     metrics.update(forget_accuracy_after=accuracy(model, forget_b), retained_accuracy_after=accuracy(model, keep_b),

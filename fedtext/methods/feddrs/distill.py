@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from fedtext.backbone import Backbone
+from fedtext.devices import Precision, backward_step
 
 
 @dataclass
@@ -29,7 +30,8 @@ def kl_to_student(student_logits: Tensor, teacher_probs: Tensor) -> Tensor:
 
 
 def distill_steps(student: Backbone, params: Sequence[torch.nn.Parameter], teachings: Sequence[Teaching],
-                  logits: Callable[[Backbone, object], Tensor], steps: int, lr: float) -> tuple[float, float]:
+                  logits: Callable[[Backbone, object], Tensor], steps: int, lr: float, *,
+                  precision: Precision) -> tuple[float, float]:
     """``steps`` AdamW steps (lr η*) on ``Σ_k KL(teacher_k || student)`` over every
     teacher's data (eq. 8; FedDF: one ensemble "teacher", eq. 2), updating ``params``
     only. Returns the loss before the first and after the last step."""
@@ -39,11 +41,10 @@ def distill_steps(student: Backbone, params: Sequence[torch.nn.Parameter], teach
         return sum(kl_to_student(logits(student, t.inputs), t.probs) for t in teachings)
 
     first = None
+    scaler = precision.loss_scaler()  # the student's; scales the loss under fp16 only (fedtext.devices)
     for _ in range(steps):
         value = loss()
         first = float(value.detach()) if first is None else first
-        opt.zero_grad()
-        value.backward()
-        opt.step()
+        backward_step(value, opt, scaler)
     with torch.no_grad():
         return first, float(loss())
