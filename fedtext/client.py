@@ -190,9 +190,16 @@ class FedTextClient(NumPyClient):
             "train_loss": float(loss),
             "queries": self.backbone.queries - q0,
             "peak_rss_mb": peak_rss_mb(),
+            **self.gpu_memory(),
             "fit_time_s": time.time() - t0,
             **self.fit_metrics,
         }
+
+    def gpu_memory(self) -> dict[str, Scalar]:
+        """``{"peak_gpu_mb": ...}`` when the backbone is on a GPU (beside the RSS, which does
+        not see GPU memory), else nothing: CPU replies keep their metrics as they were."""
+        peak = self.backbone.precision.peak_memory_mb()
+        return {} if peak is None else {"peak_gpu_mb": peak}
 
     def evaluate(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[float, int, dict[str, Scalar]]:
         t0, q0 = time.time(), self.backbone.queries
@@ -204,7 +211,8 @@ class FedTextClient(NumPyClient):
         if int(config.get("final", 0)) and self.cfg.post_tune_steps > 0 and len(self.train_batch):
             tuned = self.post_tune(self.model.prompt(arrays))
             loss, metrics["post_accuracy"] = self.backbone.evaluate(tuned, self.test_batches)
-        metrics.update(queries=self.backbone.queries - q0, peak_rss_mb=peak_rss_mb(), eval_time_s=time.time() - t0)
+        metrics.update(queries=self.backbone.queries - q0, peak_rss_mb=peak_rss_mb(), **self.gpu_memory(),
+                       eval_time_s=time.time() - t0)
         return loss, len(self.data.test), metrics
 
 

@@ -103,6 +103,14 @@ class Precision:
         """
         return torch.amp.GradScaler(self.device.type, enabled=self.name == "fp16")
 
+    def peak_memory_mb(self) -> float | None:
+        """Peak GPU memory torch allocated on this device since the process started, in MiB
+        (``torch.cuda.max_memory_allocated``; what the encoder, trainable copies and
+        activations held, not the CUDA context); None on a CPU, where the RSS is the figure."""
+        if self.device.type != "cuda":
+            return None
+        return torch.cuda.max_memory_allocated(self.device) / 2**20
+
     @contextlib.contextmanager
     def autocast(self) -> Iterator[None]:
         """The encoder's forward passes in the compute dtype (nothing for fp32, so that

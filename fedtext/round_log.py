@@ -106,6 +106,7 @@ class RoundLog:
                  if check_metrics(res.metrics, FIT_METRICS) is None]
         r.fit_queries = sum(int(res.metrics.get("queries", 0)) for _, res, _ in typed)
         r.client_rss_mb += [float(res.metrics.get("peak_rss_mb", 0)) for _, res, _ in typed]
+        r.client_gpu_mb += [float(res.metrics["peak_gpu_mb"]) for _, res, _ in typed if "peak_gpu_mb" in res.metrics]
         for proxy, res, u in typed:
             r.timing(res.metrics, "fit_time_s")
             r.sim_s.append(simulated_seconds(res.metrics, self.down_bytes.get(proxy.cid, 0) + u))
@@ -137,6 +138,7 @@ class RoundLog:
         rec.client_accuracy_std = float(np.std(list(accs.values()))) if accs else None
         rec.eval_queries = sum(int(r.metrics.get("queries", 0)) for _, r in results)
         rec.client_rss_mb += [float(r.metrics.get("peak_rss_mb", 0)) for _, r in results]
+        rec.client_gpu_mb += [float(r.metrics["peak_gpu_mb"]) for _, r in results if "peak_gpu_mb" in r.metrics]
         for _, res in results:
             rec.timing(res.metrics, "eval_time_s")
 

@@ -42,10 +42,10 @@ log = logging.getLogger("fedtext")
 
 #: Telemetry keys a fit reply may carry that the server reads as numbers (missing ones
 #: are fine); a method's own metrics are numbers too (Flower allows str/bytes/bool).
-FIT_METRICS = ("queries", "peak_rss_mb", "fit_time_s", "train_loss", "load_s", "busy_start", "busy_end",
-               "startup_start", "startup_end")
-EVAL_METRICS = ("accuracy", "post_accuracy", "queries", "peak_rss_mb", "eval_time_s", "load_s", "busy_start",
-                "busy_end", "startup_start", "startup_end")
+FIT_METRICS = ("queries", "peak_rss_mb", "peak_gpu_mb", "fit_time_s", "train_loss", "load_s", "busy_start",
+               "busy_end", "startup_start", "startup_end")
+EVAL_METRICS = ("accuracy", "post_accuracy", "queries", "peak_rss_mb", "peak_gpu_mb", "eval_time_s", "load_s",
+                "busy_start", "busy_end", "startup_start", "startup_end")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ COLUMNS = {
     "mb_down": "MB down (total)",
     "model_queries": "model queries",
     "peak_client_rss_mb": "peak client MB",
+    "peak_client_gpu_mb": "peak client GPU MB",  # dropped, like every all-empty column, on CPUs
     "client_s_per_round": "client s / client-round",
     "server_distill_s_per_round": "server distill s / round",
     "server_peak_mb": "server peak MB",
@@ -92,6 +93,7 @@ def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
                 "mb_down": summary.get("total_bytes_down", 0) / 2**20,
                 "model_queries": summary.get("total_model_queries"),
                 "peak_client_rss_mb": summary.get("peak_client_rss_mb"),
+                "peak_client_gpu_mb": summary.get("peak_client_gpu_mb"),
                 "wall_time_s": summary.get("wall_time_s"),
                 **round_costs(run["rounds"]),
             }
@@ -155,7 +157,8 @@ def _fmt(vals: pd.Series, col: str) -> str:
     if vals.empty:
         return "-"
     digits = 3 if "accuracy" in col else (
-        0 if col in ("model_queries", "peak_client_rss_mb", "wall_time_s", "trainable_parameters", "server_peak_mb")
+        0 if col in ("model_queries", "peak_client_rss_mb", "peak_client_gpu_mb", "wall_time_s", "trainable_parameters",
+                     "server_peak_mb")
         else 2)
     mean = f"{vals.mean():,.{digits}f}"
     return mean if len(vals) == 1 else f"{mean} ± {vals.std(ddof=1):,.{digits}f}"

@@ -346,6 +346,7 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     accs = [(k, a) for k, a in accs if a is not None]
     trained = [r for r in rounds if r["round"] > 0]
     rss = [x for x in (finite_number(r.get("client_peak_rss_mb")) for r in rounds) if x]
+    gpu = [x for x in (finite_number(r.get("client_peak_gpu_mb")) for r in rounds) if x is not None]
 
     def total(key: str, rows: list[dict[str, Any]]) -> float:
         return sum(finite_number(r.get(key)) or 0 for r in rows)
@@ -367,6 +368,7 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
                                              for x in [finite_number(r.get("bytes_down_per_client"))] if x is not None]),
         "total_model_queries": total("model_queries", rounds),
         "peak_client_rss_mb": max(rss) if rss else None,
+        "peak_client_gpu_mb": max(gpu) if gpu else None,  # clients on a GPU only
         "client_failures": int(total("client_failures", trained)),
     }
 

@@ -31,6 +31,7 @@ ROUND_FIELDS = (
     "model_queries",  # sequences the clients pushed through the backbone this round (fit + eval)
     "server_queries",  # sequences the server evaluated this round
     "client_peak_rss_mb",  # max over clients of the peak resident memory of their process
+    "client_peak_gpu_mb",  # max over clients of the GPU memory torch allocated at peak (None on CPUs)
     "train_loss",  # mean of the clients' reported local training losses
     "method_metrics",  # scalars a method reports from aggregation (e.g. FedBPT's sigma')
     "clients_evaluated",  # clients sent the global model for local testing (clients-per-eval)
@@ -80,6 +81,7 @@ class RoundRecord:
     eval_queries: int = 0
     server_queries: int = 0
     client_rss_mb: list[float] = field(default_factory=list)
+    client_gpu_mb: list[float] = field(default_factory=list)  # only clients on a GPU report one
     train_loss: float | None = None
     method_metrics: dict[str, float] = field(default_factory=dict)
     clients_evaluated: int = 0
@@ -140,6 +142,7 @@ class RoundRecord:
             "model_queries": self.fit_queries + self.eval_queries,
             "server_queries": self.server_queries,
             "client_peak_rss_mb": max(self.client_rss_mb) if self.client_rss_mb else None,
+            "client_peak_gpu_mb": max(self.client_gpu_mb) if self.client_gpu_mb else None,
             "train_loss": self.train_loss,
             "method_metrics": self.method_metrics,
             "clients_evaluated": self.clients_evaluated,

@@ -286,3 +286,19 @@ def json_of(path: Path) -> dict[str, Any]:
     import json
 
     return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "simulations" / "experiments").glob("*.toml")), ids=lambda p: p.stem)
+def test_every_paper_experiment_has_a_paper_profile_that_plans(path):
+    """Each paper experiment's ``[profile.paper]`` (the paper's backbone on a GPU, its clients,
+    shots, rounds and budgets where the paper gives them) validates as run-configs, needs a
+    GPU and a hub, and changes what the runs compute; the demo has none."""
+    exp = compare.load_experiment(path)
+    if path.stem == "demo_baselines":
+        assert "profile" not in exp
+        return
+    paper = compare.with_profile(exp, "paper")
+    assert sorted(paper["requires"]) == ["gpu", "hub"] and exp["profile"]["paper"]["description"]
+    runs = compare.plan(paper, None)
+    assert {(ov.get("model"), ov.get("device")) for ov in runs} <= {("roberta-large", "cuda"), ("roberta-base", "cuda")}
+    assert len(runs) >= len(exp["methods"])

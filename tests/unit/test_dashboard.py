@@ -344,3 +344,18 @@ def test_refresh_stays_under_a_second_with_50_runs_of_50_rounds(tmp_path):
     print(f"refresh after a new round, 50 runs x 50 rounds: {', '.join(f'{t:.3f}' for t in times)} s")
     assert max(times) <= 1.0, times
     assert len([t for t in figs[1]["data"] if t["meta"] == "line"]) == 5  # one mean line per method
+
+
+def test_the_compare_table_shows_gpu_memory_only_where_a_client_ran_on_a_gpu(tmp_path):
+    """``peak client GPU MB``: the largest ``client_peak_gpu_mb`` of a run, mean over seeds;
+    a table of CPU runs has no such column (as every all-empty column)."""
+    from simulations.tables import compare_table, load_runs, one_run_per_seed
+
+    cpu, gpu = tmp_path / "cpu", tmp_path / "gpu"
+    write_run(cpu, "c0", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)])
+    for seed, peaks in ((0, (1000.0, 1500.0)), (1, (2500.0, 900.0))):
+        write_run(gpu, f"g{seed}", "fedprompt", seed, [_round(0, 0.5), _round(1, 0.6, client_peak_gpu_mb=peaks[0]),
+                                                       _round(2, 0.7, client_peak_gpu_mb=peaks[1])])
+    assert "peak client GPU MB" not in compare_table(one_run_per_seed(load_runs(cpu))).columns
+    table = compare_table(one_run_per_seed(load_runs(gpu)))
+    assert table["peak client GPU MB"].tolist() == ["2,000 ± 707"]  # runs' peaks 1,500 and 2,500

@@ -148,3 +148,20 @@ def test_fp16_skips_a_step_whose_scaled_gradients_overflow() -> None:
     torch.testing.assert_close(w16, start)
     w32, g32 = _one_step(CPU_FP32, scale_loss=1e36)
     assert torch.isfinite(g32[0]).all() and not torch.equal(w32, start)
+
+
+def test_gpu_peak_memory_is_read_on_the_backbones_gpu_and_absent_on_a_cpu(monkeypatch) -> None:
+    """A client on a GPU reports torch's peak allocation there in MiB (``peak_gpu_mb``, beside
+    the RSS); on a CPU it reports none, so CPU replies are as before."""
+    from types import SimpleNamespace
+
+    from fedtext.client import FedTextClient
+
+    asked = []
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: asked.append(device) or 3 * 2**20 + 2**19)
+    gpu = Precision(torch.device("cuda", 1), "bf16")
+    assert gpu.peak_memory_mb() == 3.5 and asked == [torch.device("cuda", 1)]
+    assert CPU_FP32.peak_memory_mb() is None
+    on = SimpleNamespace(backbone=SimpleNamespace(precision=gpu))
+    assert FedTextClient.gpu_memory(on) == {"peak_gpu_mb": 3.5}
+    assert FedTextClient.gpu_memory(SimpleNamespace(backbone=SimpleNamespace(precision=CPU_FP32))) == {}

@@ -169,7 +169,7 @@ def test_fedbpt_sigma_out_of_range_and_negative_fitness_are_dropped(fedbpt):
 
 # ------------------------------------------------------------- typed metrics
 @pytest.mark.parametrize("bad", [{"queries": "lots"}, {"queries": -3}, {"queries": 2.5}, {"fit_time_s": float("nan")},
-                                 {"peak_rss_mb": True}, {"train_loss": "low"}])
+                                 {"peak_rss_mb": True}, {"peak_gpu_mb": "big"}, {"train_loss": "low"}])
 def test_a_fit_reply_with_mistyped_telemetry_is_dropped_and_not_counted(fedprompt, bad):
     a, b = honest_prompts(fedprompt)
     results = [fit_res([a], 2, 0, queries=5, fit_time_s=1.0), fit_res([b], 2, 1, **bad)]
@@ -192,6 +192,21 @@ def test_an_evaluate_reply_without_accuracy_is_dropped_with_a_reason(fedprompt):
     assert got["3"].startswith("evaluate reply: metric queries=")
     assert got["4"] == "evaluate reply: num_examples=1000000000 outside 0..32 (client-test-size)"
     assert got["5"] == "evaluate reply: loss=inf is not finite"
+
+
+def test_gpu_memory_is_the_largest_any_client_on_a_gpu_reported_and_none_on_cpus(fedprompt):
+    """``client_peak_gpu_mb``: max over the fit and evaluate replies that carry ``peak_gpu_mb``
+    (clients on a GPU); a round of CPU clients records None, not 0."""
+    a, b = honest_prompts(fedprompt)
+    fedprompt.aggregate_fit(1, [fit_res([a], 2, 0, peak_gpu_mb=300.0, peak_rss_mb=900.0),
+                                fit_res([b], 2, 1, peak_rss_mb=800.0)], [])
+    fedprompt.aggregate_evaluate(1, [eval_res(0, 8, accuracy=0.5, peak_gpu_mb=350.0),
+                                     eval_res(2, 8, accuracy=0.5, peak_gpu_mb=120.0)], [])
+    out = fedprompt.record.to_json(run_start=0.0)
+    assert out["client_peak_gpu_mb"] == 350.0 and out["client_peak_rss_mb"] == 900.0
+    fedprompt.rounds.begin(2)
+    fedprompt.aggregate_fit(2, [fit_res([a], 2, 0, peak_rss_mb=900.0)], [])
+    assert fedprompt.record.to_json(run_start=0.0)["client_peak_gpu_mb"] is None
 
 
 # ------------------------------------------------------------- whole runs
