@@ -53,19 +53,29 @@ CHUNK_SWEEP = (2048, 4096, 8192, 16384, 32768)
 
 
 # ------------------------------------------------------------------ 1. hardware
-def gemm_gflops(sizes: tuple[int, ...] = (1024, 2048), repeats: int = 10, precision: str = "fp32") -> float:
+def synchronize(device: str) -> None:
+    """Wait for the device's queued kernels (CUDA runs them asynchronously: a timer read
+    without this measures the launch, not the work); nothing on a CPU."""
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def gemm_gflops(sizes: tuple[int, ...] = (1024, 2048), repeats: int = 10, precision: str = "fp32",
+                device: str = "cpu") -> float:
     """Best matmul rate over ``repeats`` n x n x n products per size (2 n^3 FLOPs each),
-    in ``precision``'s dtype. The best, not the mean: the peak is what the hardware can
-    do, and a shared machine only ever makes single measurements slower."""
+    in ``precision``'s dtype on ``device``. The best, not the mean: the peak is what the
+    hardware can do, and a shared machine only ever makes single measurements slower."""
     from fedtext.devices import DTYPES
 
     best = 0.0
     for n in sizes:
-        a, b = torch.randn(n, n, dtype=DTYPES[precision]), torch.randn(n, n, dtype=DTYPES[precision])
+        a, b = (torch.randn(n, n, dtype=DTYPES[precision], device=device) for _ in range(2))
         a @ b  # warm-up
+        synchronize(device)
         for _ in range(repeats):
             t0 = time.perf_counter()
             a @ b
+            synchronize(device)
             best = max(best, 2 * n**3 / (time.perf_counter() - t0) / 1e9)
     return best
 
@@ -79,14 +89,14 @@ def flops_per_token(encoder: torch.nn.Module, seq_len: float) -> float:
 
 
 def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, precision: str = "fp32",
-                   sweep_chunks: bool = True) -> dict[str, float]:
+                   sweep_chunks: bool = True, device: str = "cpu") -> dict[str, float]:
     """Useful tokens/s of a plain forward and of batched scoring on SST-2 dev texts, the
-    encoder computing in ``precision`` (fedtext.devices: autocast, float32 logits)."""
+    encoder on ``device`` computing in ``precision`` (fedtext.devices: autocast, float32 logits)."""
     import fedtext.backbone as fb
     from fedtext.backbone import get_backbone
     from fedtext.data import load_splits
 
-    bb = get_backbone("all-MiniLM-L6-v2", "similarity", "sst2", 128, "cpu", precision)
+    bb = get_backbone("all-MiniLM-L6-v2", "similarity", "sst2", 128, device, precision)
     texts = list(load_splits(SST2).test["text"][:n_texts])
     batches = bb.batches(texts, [0] * len(texts), batch_size=32)
     useful = sum(int(x.attention_mask.sum()) for x in batches)
@@ -94,7 +104,8 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, pre
     def plain() -> None:
         with torch.inference_mode(), bb.precision.autocast():
             for x in batches:
-                bb.encoder(input_ids=x.input_ids, attention_mask=x.attention_mask)
+                bb.encoder(input_ids=x.input_ids.to(bb.device), attention_mask=x.attention_mask.to(bb.device))
+        synchronize(device)
 
     def best_seconds(fn, repeats: int = 3) -> float:  # best of a few, as for the GEMM
         fn()  # warm-up
@@ -133,10 +144,11 @@ def high_water_mb() -> float:
         return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:")) / 1024.0
 
 
-def client_round(method: str, budget_mb: int, precision: str = "fp32", rounds: int = 1) -> dict[str, float]:
-    """One warm-up and ``rounds`` timed local rounds of ``method``'s client (this process):
-    the fastest round's seconds (a shared machine only makes a round slower), the peak of
-    them all."""
+def client_round(method: str, budget_mb: int, precision: str = "fp32", rounds: int = 1,
+                 device: str = "cpu") -> dict[str, float]:
+    """One warm-up and ``rounds`` timed local rounds of ``method``'s client (this process)
+    on ``device``: the fastest round's seconds (a shared machine only makes a round slower),
+    the peak of them all (resident memory; on a GPU also the GPU memory torch allocated)."""
     from fedtext.records.probes import current_rss_mb, peak_rss_mb
     from fedtext.data import client_data
     from fedtext.client_app import client_class
@@ -144,7 +156,7 @@ def client_round(method: str, budget_mb: int, precision: str = "fp32", rounds: i
     from fedtext.server_app import strategy_class
     from fedtext.tasks import TASKS
 
-    cfg = make_config(method, dataset=SST2, max_client_memory_mb=budget_mb, device="cpu", precision=precision)
+    cfg = make_config(method, dataset=SST2, max_client_memory_mb=budget_mb, device=device, precision=precision)
     task = TASKS["sst2"]
     strategy = strategy_class(method)(cfg, task)
     strategy.global_arrays = strategy.initial_arrays()
@@ -155,20 +167,26 @@ def client_round(method: str, budget_mb: int, precision: str = "fp32", rounds: i
     # measured, not the process's (which loading the model and data may set).
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
+    on_gpu = torch.device(device).type == "cuda"
+    if on_gpu:
+        torch.cuda.reset_peak_memory_stats(device)
     start_mb = current_rss_mb()
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
         _, _, metrics = client.fit(arrays, {**strategy.fit_config(1), **extra})
         times.append(time.perf_counter() - t0)
-    fit_s = min(times)
+    fit_s = min(times)  # fit() returns numpy arrays: the GPU work is done when it returns
+    gpu = {"round_peak_gpu_mb": torch.cuda.max_memory_allocated(device) / 2**20} if on_gpu else {}
     return {"fit_s": fit_s, "peak_rss_mb": peak_rss_mb(), "round_start_mb": start_mb,
-            "round_peak_mb": high_water_mb(), "queries": metrics["queries"]}
+            "round_peak_mb": high_water_mb(), "queries": metrics["queries"], **gpu}
 
 
-def client_in_subprocess(method: str, budget_mb: int = 0, precision: str = "fp32", rounds: int = 1) -> dict[str, float]:
+def client_in_subprocess(method: str, budget_mb: int = 0, precision: str = "fp32", rounds: int = 1,
+                         device: str = "cpu") -> dict[str, float]:
     out = subprocess.run([sys.executable, "-m", "simulations.bench", "--client", method, "--budget", str(budget_mb),
-                          "--precision", precision, "--rounds", str(rounds)], capture_output=True, text=True, check=True)
+                          "--precision", precision, "--rounds", str(rounds), "--device", device],
+                         capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -193,16 +211,20 @@ def simulation(cpus_per_client: float, threads: int, out: Path) -> list[dict]:
 PRECISION_METHODS = ("bbt-fed", "fedbpt", "feddls", "fedprompt", "fedavg")  # 3 gradient-free, 2 back-prop
 
 
-def header() -> str:
-    """The line every table is headed by: date, machine, CPU, torch and its threads."""
+def header(device: str = "cpu") -> str:
+    """The line every table is headed by: date, machine, CPU, the device the bench ran on
+    (a GPU by its name), torch and its threads."""
     from fedtext.devices import cpu_has_bf16
 
+    dev = torch.device(device)
+    where = (f"device {device} ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else
+             f"device cpu (bf16 instructions: {'yes' if cpu_has_bf16() else 'no'})")
     return (f"# fedtext bench: {_dt.date.today()} | {platform.node()} | {os.cpu_count()} CPUs | "
-            f"{platform.processor() or platform.machine()} | device cpu (bf16 instructions: "
-            f"{'yes' if cpu_has_bf16() else 'no'}) | torch {torch.__version__}, {torch.get_num_threads()} threads\n")
+            f"{platform.processor() or platform.machine()} | {where} | torch {torch.__version__}, "
+            f"{torch.get_num_threads()} threads\n")
 
 
-def precision_tables(precisions: tuple[str, ...] = ("fp32", "bf16"), passes: int = 2) -> None:
+def precision_tables(precisions: tuple[str, ...] = ("fp32", "bf16"), passes: int = 2, device: str = "cpu") -> None:
     """fp32 against bf16 on this CPU, as ratios within one run: GEMM peak in each dtype,
     useful tokens/s of a plain forward and of batched scoring and their share of that
     dtype's GEMM-derived peak (best of ``passes`` interleaved passes, each a best of 3),
@@ -211,8 +233,8 @@ def precision_tables(precisions: tuple[str, ...] = ("fp32", "bf16"), passes: int
     rates: dict[str, dict[str, float]] = {}
     for _ in range(passes):  # interleaved: a slow moment of a shared machine hits both
         for prec in precisions:
-            r = backbone_rates(precision=prec, sweep_chunks=False)
-            r["gemm"] = gemm_gflops(precision=prec)
+            r = backbone_rates(precision=prec, sweep_chunks=False, device=device)
+            r["gemm"] = gemm_gflops(precision=prec, device=device)
             old = rates.get(prec)
             rates[prec] = r if old is None else {k: max(old[k], r[k]) if k in ("plain_tps", "score_tps", "gemm")
                                                  else r[k] for k in r}
@@ -232,7 +254,7 @@ def precision_tables(precisions: tuple[str, ...] = ("fp32", "bf16"), passes: int
         f"{p} s | {p} queries | {p} round peak RSS" for p in precisions) + " | time ratio | peak ratio |")
     print("| --- |" + " --- |" * (3 * len(precisions) + 2))
     for m in PRECISION_METHODS:
-        rows = {p: client_in_subprocess(m, 0, p, rounds=3) for p in precisions}
+        rows = {p: client_in_subprocess(m, 0, p, rounds=3, device=device) for p in precisions}
         cells = " | ".join(f"{rows[p]['fit_s']:.2f} | {rows[p]['queries']:,} | {rows[p]['round_peak_mb']:,.0f} MB"
                            for p in precisions)
         first, last = rows[precisions[0]], rows[precisions[-1]]
@@ -250,14 +272,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help=argparse.SUPPRESS)  # internal, with --client
     ap.add_argument("--precisions", action="store_true", help="only the fp32-vs-bf16 tables (part 4): the "
                     "encoder, GEMM peaks and one local round per method, in each precision")
+    ap.add_argument("--device", default="cpu", help="with --precisions: cpu, cuda or cuda:N (the GPU rows of "
+                    "docs/performance.md: --precisions --device cuda)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.client:
-        print(json.dumps(client_round(args.client, args.budget, args.precision, args.rounds)))
+        print(json.dumps(client_round(args.client, args.budget, args.precision, args.rounds, args.device)))
         return 0
     if args.precisions:
-        print(header())
-        precision_tables()
+        from fedtext.config import DEVICE_PATTERN, ConfigError
+        from fedtext.devices import Precision
+
+        try:
+            if args.device == "auto" or not DEVICE_PATTERN.fullmatch(args.device):
+                raise ConfigError(f"--device must be cpu, cuda or cuda:N, got {args.device!r}")
+            Precision.of(args.device, "bf16")  # the device, and bf16 on it, before anything is measured
+        except ConfigError as exc:
+            print(f"fedtext: configuration error: {exc}", file=sys.stderr)
+            return 2
+        print(header(args.device))
+        precision_tables(device=args.device)
         return 0
 
     print(header())

@@ -165,3 +165,32 @@ def test_gpu_peak_memory_is_read_on_the_backbones_gpu_and_absent_on_a_cpu(monkey
     on = SimpleNamespace(backbone=SimpleNamespace(precision=gpu))
     assert FedTextClient.gpu_memory(on) == {"peak_gpu_mb": 3.5}
     assert FedTextClient.gpu_memory(SimpleNamespace(backbone=SimpleNamespace(precision=CPU_FP32))) == {}
+
+
+def test_the_precision_bench_takes_a_device_and_refuses_one_it_cannot_use(monkeypatch, capsys) -> None:
+    """``python -m simulations.bench --precisions --device cuda``: each client round runs in
+    a subprocess on that device, timings wait for CUDA's queue, and a device this machine
+    lacks (or a malformed one) is one line before anything is measured."""
+    import json
+    import subprocess
+    from types import SimpleNamespace
+
+    from simulations import bench
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(bench, "precision_tables", lambda **kw: pytest.fail("measured on a missing device"))
+    for device, message in (("cuda", "device=cuda: torch sees no CUDA GPU"),
+                            ("tpu", "--device must be cpu, cuda or cuda:N, got 'tpu'")):
+        assert bench.main(["--precisions", "--device", device]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"fedtext: configuration error: {message}") and "\n" not in err
+    commands = []
+    monkeypatch.setattr(subprocess, "run", lambda cmd, **kw: commands.append(cmd) or SimpleNamespace(
+        stdout=json.dumps({"fit_s": 1.0})))
+    assert bench.client_in_subprocess("fedbpt", 0, "bf16", rounds=3, device="cuda:1") == {"fit_s": 1.0}
+    assert commands[0][-8:] == ["--budget", "0", "--precision", "bf16", "--rounds", "3", "--device", "cuda:1"]
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device: synced.append(device))
+    bench.synchronize("cpu")
+    bench.synchronize("cuda:1")
+    assert synced == ["cuda:1"]
