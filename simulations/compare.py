@@ -27,6 +27,13 @@ held-out clients never train and give the NP accuracy. With ``rotate-holdouts = 
 the i-th seed runs only with the i-th holdout (cyclically): one run per seed, each
 group held out in turn, at 1/len(holdouts) of the cost.
 
+``--profile paper`` runs the experiment's ``[profile.paper]`` instead (:func:`with_profile`):
+the paper's backbone, clients, shots, rounds and budgets, each key citing its source, for a
+machine with a GPU and a hub. What the profile ``requires`` (``gpu``, ``hub``) is checked
+before anything runs (:func:`preflight`: one line where torch sees no GPU or the backbone
+cannot be read), and its results go to ``<default out>-paper``. A hub *dataset* a profile
+names (``dataset = "ag_news"``) is not checked there: its first run fails in one line.
+
 The output folder (``--out``; default :func:`default_out`: ``simulations/results/<stem>``
 of this checkout for an experiment file inside it, ``<file's folder>/results/<stem>``
 for one elsewhere) gets ``experiment.json`` (name, file, methods, seeds), which the
