@@ -409,6 +409,12 @@ class Backbone:
         ]
 
     # ----------------------------------------------------------------- prompts
+    def token_embeddings(self, input_ids: Tensor) -> Tensor:
+        """e(ids) ``[B, L, D]``, looked up on the backbone's device and returned on the CPU:
+        for a method's own small network that stays there (FedDPG's G reads the mean word
+        embedding; the prompts it makes go to the device in :meth:`forward`)."""
+        return self.embeddings(input_ids.to(self.device)).cpu()
+
     def vocab_embeddings(self) -> np.ndarray:
         """e(V): the input embedding matrix as float32 ``[V, D]``."""
         return self.embeddings.weight.detach().float().cpu().numpy()

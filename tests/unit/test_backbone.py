@@ -325,3 +325,12 @@ def test_suspended_hooks_hides_every_hook_and_puts_them_back(backbone):
         for h in handles:
             h.remove()
     assert (dict(layer._forward_hooks), dict(layer._forward_pre_hooks)) == before  # the handles still remove them
+
+
+def test_token_embeddings_are_the_input_embedding_rows_on_the_cpu(backbone):
+    """What FedDPG's G reads: e(ids) ``[B, L, D]``, the rows of the input embedding matrix,
+    handed back on the CPU wherever the backbone lives."""
+    ids = torch.tensor([[101, 2023, 102], [101, 102, 0]])
+    got = backbone.token_embeddings(ids)
+    assert got.device.type == "cpu" and got.shape == (2, 3, backbone.dim)
+    torch.testing.assert_close(got, torch.as_tensor(backbone.vocab_embeddings()[ids.numpy()]))

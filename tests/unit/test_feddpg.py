@@ -423,7 +423,7 @@ def test_generator_is_a_two_layer_relu_mlp_on_hand_values() -> None:
 def test_mean_embedding_on_hand_values_counts_only_attended_tokens() -> None:
     """ē = (1/n) Σ_i e_i over the n attended tokens of each row, padding excluded."""
     table = torch.tensor([[0.0, 0.0], [1.0, 2.0], [3.0, 4.0], [10.0, 10.0]])  # ids 0..3, id 0 = padding
-    stub = SimpleNamespace(embeddings=torch.nn.Embedding.from_pretrained(table))
+    stub = SimpleNamespace(token_embeddings=torch.nn.Embedding.from_pretrained(table))
     batch = EncodedBatch(torch.tensor([[1, 2, 0], [3, 0, 0], [1, 3, 2]]),
                          torch.tensor([[1, 1, 0], [1, 0, 0], [1, 1, 1]]), torch.zeros(3, dtype=torch.long))
     # row 0: ([1, 2] + [3, 4]) / 2 = [2, 3]; row 1: [10, 10] / 1; row 2: ([1,2] + [10,10] + [3,4]) / 3 = [14/3, 16/3]
@@ -634,7 +634,7 @@ def test_mean_embedding_keeps_the_embedding_dtype(dtype: torch.dtype) -> None:
     """ē = (1/n) Σ_i e_i (eq. 2's input) is computed and returned in the embeddings' own
     precision (the mask is cast to it), e.g. for a half-precision table."""
     table = torch.tensor([[0.0, 0.0], [1.0, 2.0], [3.0, 4.0], [10.0, 10.0]], dtype=dtype)
-    stub = SimpleNamespace(embeddings=torch.nn.Embedding.from_pretrained(table))
+    stub = SimpleNamespace(token_embeddings=torch.nn.Embedding.from_pretrained(table))
     batch = EncodedBatch(torch.tensor([[1, 2, 0], [3, 0, 0]]), torch.tensor([[1, 1, 0], [1, 0, 0]]),
                          torch.zeros(2, dtype=torch.long))
     got = mean_embedding(stub, batch)

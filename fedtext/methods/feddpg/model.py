@@ -23,7 +23,7 @@ def make_generator(dim: int, hidden: int, prompts: int) -> torch.nn.Sequential:
 
 def mean_embedding(backbone: Backbone, batch: EncodedBatch) -> torch.Tensor:
     """ē per text ``[B, D]``: the mean word embedding over its n attended tokens."""
-    tok = backbone.embeddings(batch.input_ids)  # [B, L, D]
+    tok = backbone.token_embeddings(batch.input_ids)  # [B, L, D], on the CPU where G lives
     w = batch.attention_mask.unsqueeze(-1).to(tok.dtype)
     return (tok * w).sum(1) / w.sum(1).clamp(min=1.0)
 

@@ -38,8 +38,8 @@ def random_embeddings(net: Backbone, n: int, length: int, noise: float, rng: np.
     the (averaged) embedding matrix: samples "in the embedding's distribution" (§4 (1))."""
     emb = net.embeddings.weight.detach()
     a, b = (torch.as_tensor(rng.choice(net.natural_token_ids(), size=(n, length))) for _ in range(2))
-    u = torch.as_tensor(rng.random((n, length, 1)), dtype=emb.dtype)
-    eps = torch.as_tensor(rng.standard_normal((n, length, emb.shape[1])), dtype=emb.dtype)
+    u = emb.new_tensor(rng.random((n, length, 1)))  # emb's dtype and device (a GPU's, on one)
+    eps = emb.new_tensor(rng.standard_normal((n, length, emb.shape[1])))
     return u * emb[a] + (1 - u) * emb[b] + noise * emb.std(0) * eps
 
 

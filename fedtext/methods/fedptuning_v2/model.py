@@ -37,7 +37,9 @@ def deep_prompts(backbone: Backbone, keys: torch.Tensor, values: torch.Tensor) -
 
     def overwrite(prefix: torch.Tensor):
         def hook(_mod: torch.nn.Module, _inp: tuple, out: torch.Tensor) -> torch.Tensor:
-            return torch.cat([out[:, :1], prefix.to(out.dtype).expand(out.shape[0], t, out.shape[-1]), out[:, 1 + t:]], 1)
+            # the prefix in the projection's dtype and on its device (the trained keys/values stay
+            # float32 on the CPU, autograd follows the copy)
+            return torch.cat([out[:, :1], prefix.to(out).expand(out.shape[0], t, out.shape[-1]), out[:, 1 + t:]], 1)
         return hook
 
     handles = []
