@@ -167,9 +167,8 @@ def client_round(method: str, budget_mb: int, precision: str = "fp32", rounds: i
     # measured, not the process's (which loading the model and data may set).
     with open("/proc/self/clear_refs", "w") as f:
         f.write("5")
-    on_gpu = torch.device(device).type == "cuda"
-    if on_gpu:
-        torch.cuda.reset_peak_memory_stats(device)
+    if client.backbone.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(client.backbone.device)
     start_mb = current_rss_mb()
     times = []
     for _ in range(rounds):
@@ -177,7 +176,8 @@ def client_round(method: str, budget_mb: int, precision: str = "fp32", rounds: i
         _, _, metrics = client.fit(arrays, {**strategy.fit_config(1), **extra})
         times.append(time.perf_counter() - t0)
     fit_s = min(times)  # fit() returns numpy arrays: the GPU work is done when it returns
-    gpu = {"round_peak_gpu_mb": torch.cuda.max_memory_allocated(device) / 2**20} if on_gpu else {}
+    # the client's own GPU probe (FedTextClient.gpu_memory), a peak since the reset above
+    gpu = {"round_peak_gpu_mb": metrics["peak_gpu_mb"]} if "peak_gpu_mb" in metrics else {}
     return {"fit_s": fit_s, "peak_rss_mb": peak_rss_mb(), "round_start_mb": start_mb,
             "round_peak_mb": high_water_mb(), "queries": metrics["queries"], **gpu}
 
