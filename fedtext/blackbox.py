@@ -8,12 +8,74 @@ and pycma's sigma is the step size in z-space.
 
 A box bound ``|z_i| <= bound`` is handled by repair: candidates are clipped before
 they are evaluated (pycma is told the fitness of the repaired point).
+
+Step-size rule. Every pycma object of fedtext (the clients' local CMA-ES here, the
+authors' reference server in :mod:`fedtext.methods.fedbpt.cmaes`) comes from :func:`new_es`,
+which fixes the step-size adaptation to what the authors ran (BBT and FedBPT pin
+``cma==3.4.0``): cumulative step-size adaptation (CSA) with cma 3.4's damping, whatever
+pycma is installed. pycma >= 4 otherwise picks TPA instead of CSA from dimension 300 on
+(``TPA_dimension``; FedBPT's d = 500) and computes CSA's damping d_sigma by a new formula:
+at d = 500 the reference server's sigma after 5 rounds was 1.078 under cma 4.5 against
+0.913 under cma 3.4, and at d = 10 sigma differed in the 6th digit
+(``tools/reference/fedbpt.py``; fixtures in ``tests/unit/reference/fedbpt.json``).
 """
 
 from __future__ import annotations
 
 import cma
 import numpy as np
+
+
+def classic_csa_damping(es: cma.CMAEvolutionStrategy) -> float:
+    """d_sigma of CSA as cma 3.4 computes it (``CMAAdaptSigmaCSA.initialize``)::
+
+        d_sigma = CSA_dampfac (1/2 + min(1, (lam_mirr / (0.159 lambda) - 1)^2) / 2
+                               + 2 max(0, ((mu_eff - 1) / (n + 1))^(1/2) - 1) + c_sigma)
+
+    Without mirrored samples (``lam_mirr = 0``) this is Hansen's (2016) tutorial value
+    ``1 + 2 max(0, sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma``; pycma mirrors samples of
+    populations below 6 (``CMA_mirrors``), which the first terms account for. The exponent is
+    pycma's ``CSA_damp_mueff_exponent`` (1/2 unless ``CSA_squared``)."""
+    sp, a = es.sp, es.adapt_sigma
+    exponent = es.opts["CSA_damp_mueff_exponent"]
+    if exponent is None:
+        exponent = 1 if es.opts["CSA_squared"] else 0.5
+    return float(es.opts["CSA_dampfac"]) * (
+        0.5 + min(1.0, (sp.lam_mirr / (0.159 * sp.popsize) - 1) ** 2) / 2
+        + 2 * max(0.0, ((sp.weights.mueff - 1) / (es.N + 1)) ** exponent - 1) + a.cs)
+
+
+def classic_chi_n(n: int) -> float:
+    """E|N(0, I_n)| as cma 3.4 approximates it in CSA's step-size update (``Mh.chiN``): exact
+    values for n <= 6, else ``sqrt(n) (1 - 1/(4n) + 1/(26 n^2))``. cma 4.5 tabulates exact
+    values up to n = 100 and uses ``1/(32 n^2)`` above (d = 10: 3.08433 against 3.08437, which
+    moved sigma in the 6th digit per step)."""
+    exact = {1: 0.7978845608028654, 2: 1.2533141373156, 3: 1.59576912160573, 4: 1.87997120597325,
+             5: 2.1276921621409746, 6: 2.3499640074665633}
+    return exact[n] if n in exact else n**0.5 * (1 - 1.0 / (4 * n) + 1.0 / (26 * n**2))
+
+
+def new_es(x0: np.ndarray, sigma0: float, opts: dict) -> cma.CMAEvolutionStrategy:
+    """A pycma ``CMAEvolutionStrategy`` with CSA step-size adaptation, cma 3.4's damping
+    (:func:`classic_csa_damping`) and cma 3.4's E|N(0, I)| (:func:`classic_chi_n`), as the
+    authors ran pycma, on any installed version (``opts`` must not set ``AdaptSigma``).
+
+    CSA's update reads E|N(0, I_n)| from pycma's process-wide cache
+    (``MathHelperFunctions._chiN_dict``, the same private table in cma 3.4 and 4.x); the
+    entry for this dimension is set to cma 3.4's value, for every pycma object of the
+    process (fedtext makes all of them here)."""
+    if "AdaptSigma" in opts:
+        raise ValueError("new_es sets AdaptSigma itself (CSA, as the authors ran pycma)")
+    n = int(np.size(x0))
+    cache = getattr(cma.utilities.math.MathHelperFunctions, "_chiN_dict", None)
+    if isinstance(cache, dict):
+        cache[n] = classic_chi_n(n)
+    es = cma.CMAEvolutionStrategy(x0, sigma0, {**opts, "AdaptSigma": cma.sigma_adaptation.CMAAdaptSigmaCSA})
+    a = es.adapt_sigma
+    if not getattr(a, "is_initialized", False):  # cma 3.x initialises CSA lazily, at the first tell
+        a.initialize(es)
+    a.damps = classic_csa_damping(es)
+    return es
 
 
 class WhitenedCMA:
@@ -53,7 +115,7 @@ class WhitenedCMA:
         if equal_weights:
             mu = popsize // 2
             opts["CMA_recombination_weights"] = [1.0] * mu + [0.0] * (popsize - mu)
-        self.es = cma.CMAEvolutionStrategy(np.zeros(d), float(sigma), opts)
+        self.es = new_es(np.zeros(d), float(sigma), opts)
         self.bound = bound
         self._u: list[np.ndarray] = []
 

@@ -46,7 +46,10 @@ def machine_line() -> str:
 
 
 # The packages whose versions decide a run's numbers (recorded in its provenance).
-PROVENANCE_PACKAGES = ("fedtext", "flwr", "torch", "transformers", "numpy")
+# cma: pycma's defaults changed between 3.x and 4.x (step-size rule at d >= 300, CSA damping);
+# fedtext pins the rule (fedtext.blackbox.new_es), the record says which pycma ran it.
+# scikit-learn: FedDLS's LASSO (coordinate descent) solves with it.
+PROVENANCE_PACKAGES = ("fedtext", "flwr", "torch", "transformers", "numpy", "cma", "scikit-learn")
 # What the process starting the server knows of the run (None when it does not):
 # Flower's run id, the SuperNodes a simulation launched, the nodes connected at training start.
 LAUNCH_FIELDS = ("flower_run_id", "num_supernodes", "nodes_at_start")

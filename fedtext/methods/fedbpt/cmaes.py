@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 import cma
 import numpy as np
 
+from fedtext.blackbox import new_es
 from fedtext.methods.fedbpt.config import REFERENCE_CLAMPS, SIGMA_UPDATES
 
 
@@ -226,7 +227,7 @@ class ReferenceServerES:
         if clamp not in REFERENCE_CLAMPS:
             raise ValueError(f"clamp must be one of {REFERENCE_CLAMPS}, got {clamp!r}")
         opts = {"popsize": m, "CMA_mu": m, "seed": seed, "verbose": -9}
-        self.es = cma.CMAEvolutionStrategy(np.zeros(d), float(sigma0), opts)
+        self.es = new_es(np.zeros(d), float(sigma0), opts)  # CSA as cma 3.4 (fedtext.blackbox.new_es)
         self.m, self.clamp = m, clamp
         self.sigma_local = float(sigma0)  # what clients start from; sigma_0 at round 1
 
