@@ -44,6 +44,7 @@ from fedtext.config import DEFAULT_MODEL, ConfigError, RunConfig
 from fedtext.devices import CPU_FP32, Precision
 from fedtext.heads import HEADS, mean_pool
 from fedtext.progress import Progress, track
+from fedtext.prompts import SplitPrompt
 from fedtext.records.probes import current_rss_mb
 from fedtext.tasks import Task
 
@@ -420,8 +421,9 @@ class Backbone:
         return self.embeddings.weight.detach().float().cpu().numpy()
 
     def embedding_std(self) -> float:
-        """Standard deviation of the entries of e(V) (scale for random projections)."""
-        return float(self.embeddings.weight.detach().float().std())
+        """Standard deviation of the entries of e(V) (scale for random projections): the
+        population std over every float32 entry, BBT's ``np.std(embedding.reshape(-1))``."""
+        return float(np.std(self.vocab_embeddings().reshape(-1)))
 
     @functools.cached_property
     def _natural_ids(self) -> np.ndarray:
@@ -448,13 +450,48 @@ class Backbone:
         return self.vocab_embeddings()[ids].copy()
 
     # ----------------------------------------------------------------- forward
-    def _logits(self, prompts: Tensor | None, batch: EncodedBatch, pool_prompt: bool = True) -> Tensor:
-        """Logits ``[P, B, C]`` on one batch in one encoder call.
+    @property
+    def embedding_layer(self) -> torch.nn.Module:
+        """The encoder's embedding layer (word + position (+ type) embeddings, LayerNorm), whose
+        output BBT's injection adds ``A z`` to (:meth:`embedding_offsets`). One clear error for
+        an encoder without one."""
+        layer = getattr(self.encoder, "embeddings", None)
+        if not isinstance(layer, torch.nn.Module):
+            raise ConfigError(f"prompt-injection=embedding-output needs an encoder with an embedding layer module "
+                              f"(BERT/RoBERTa-style 'embeddings'); model '{self.name}' has none: use "
+                              "prompt-injection=input-embedding")
+        return layer
 
-        ``prompts``: ``[P, T, D]`` (each prompt for every input), ``[P, B, T, D]`` (a
-        prompt per input) or ``None`` (no prompt, P = 1). ``pool_prompt=False`` leaves
-        the prompt positions out of the pooled heads' mean (deep prompts, whose
-        positions only carry keys and values: fedptuning-v2).
+    @contextlib.contextmanager
+    def embedding_offsets(self, offsets: Tensor | None, b: int) -> Iterator[None]:
+        """While open, every encoder call adds ``offsets`` ``[P, T, D]`` to the embedding layer's
+        output at positions ``1..T`` of its ``P * B`` rows (row ``i`` gets prompt ``i // B``):
+        BBT's injection (``embedding_output + extended_prompt_embedding``, after position
+        embeddings and LayerNorm). ``None``: nothing is added."""
+        if offsets is None:
+            yield
+            return
+        p, t, d = offsets.shape
+        flat = offsets[:, None].expand(p, b, t, d).reshape(p * b, t, d)
+
+        def add(_module: torch.nn.Module, _inputs: tuple, out: Tensor) -> Tensor:
+            return torch.cat([out[:, :1], out[:, 1 : 1 + t] + flat.to(out.device, out.dtype), out[:, 1 + t :]], dim=1)
+
+        handle = self.embedding_layer.register_forward_hook(add)
+        try:
+            yield
+        finally:
+            handle.remove()
+
+    def hidden_states(self, prompts: Tensor | None, batch: EncodedBatch,
+                      offsets: Tensor | None = None) -> tuple[Tensor, Tensor, int]:
+        """The encoder's last hidden states ``[P*B, T+L, D]`` (float32), the attention mask
+        ``[P*B, T+L]`` and T, in one encoder call.
+
+        ``prompts``: input embeddings of the prompt positions, ``[P, T, D]`` (each prompt
+        for every input), ``[P, B, T, D]`` (a prompt per input) or ``None`` (no prompt,
+        P = 1); ``offsets`` ``[P, T, D]``: added to the embedding layer's output at the
+        prompt positions (:meth:`embedding_offsets`; BBT's injection).
         """
         b, l = batch.input_ids.shape
         dev = self.device
@@ -475,15 +512,27 @@ class Backbone:
         ).reshape(p * b, t + l, d)
         att = torch.cat([torch.ones(b, t, dtype=batch.attention_mask.dtype), batch.attention_mask], dim=1)
         att = att.repeat(p, 1).to(dev)  # [P*B, T+L]
-        with self.precision.autocast():  # the encoder in the compute dtype; the head in float32
+        with self.precision.autocast(), self.embedding_offsets(offsets, b):  # encoder in the compute dtype
             hidden = self.encoder(inputs_embeds=x, attention_mask=att).last_hidden_state.float()
         self.counter.n += p * b
+        return hidden, att, t
+
+    def _logits(self, prompts: Tensor | None, batch: EncodedBatch, pool_prompt: bool = True,
+                offsets: Tensor | None = None) -> Tensor:
+        """Logits ``[P, B, C]`` on one batch in one encoder call (:meth:`hidden_states`; the
+        head in float32). ``pool_prompt=False`` leaves the prompt positions out of the pooled
+        heads' mean (deep prompts, whose positions only carry keys and values: fedptuning-v2).
+        """
+        b = len(batch)
+        hidden, att, t = self.hidden_states(prompts, batch, offsets)
+        p = hidden.shape[0] // b
         pool_att = att if pool_prompt or not t else torch.cat([att[:, :1], att.new_zeros(p * b, t), att[:, 1 + t:]], 1)
-        mask_pos = None if batch.mask_pos is None else batch.mask_pos.to(dev)
+        mask_pos = None if batch.mask_pos is None else batch.mask_pos.to(self.device)
         logits = self.head_impl.logits(self, hidden, pool_att, mask_pos, t).reshape(p, b, -1)
         return logits.cpu()  # labels, losses and numpy live on the CPU (a no-op there)
 
-    def score(self, prompts: Tensor | np.ndarray | None, batch: EncodedBatch, *, budget_mb: int = 0) -> Tensor:
+    def score(self, prompts: Tensor | np.ndarray | SplitPrompt | None, batch: EncodedBatch, *,
+              budget_mb: int = 0) -> Tensor:
         """Logits ``[P, B, C]`` of P candidate prompts, without gradients.
 
         Candidates are stacked into the batch dimension so that the whole population
@@ -496,7 +545,10 @@ class Backbone:
         Parameters
         ----------
         prompts
-            ``[P, T, D]``, per-input ``[P, B, T, D]``, or ``None`` (no prompt, P = 1).
+            ``[P, T, D]`` input embeddings, per-input ``[P, B, T, D]``, a
+            :class:`fedtext.prompts.SplitPrompt` of two ``[P, T, D]`` (input embeddings
+            and offsets added after the embedding layer: BBT's injection), or ``None``
+            (no prompt, P = 1).
         batch
             The texts.
         budget_mb
@@ -507,19 +559,26 @@ class Backbone:
         if prompts is None:
             with torch.inference_mode():
                 return self._logits(None, batch)
+        offsets = None
+        if isinstance(prompts, SplitPrompt):
+            prompts, offsets = prompts
+            offsets = torch.as_tensor(np.asarray(offsets, dtype=np.float32))
         prompts = torch.as_tensor(np.asarray(prompts, dtype=np.float32))
         if prompts.ndim not in (3, 4) or prompts.shape[-1] != self.dim or (
             prompts.ndim == 4 and prompts.shape[1] != len(batch)
         ):
             raise ValueError(f"prompts must be [P, T, {self.dim}] or [P, {len(batch)}, T, {self.dim}], "
                              f"got {tuple(prompts.shape)}")
+        if offsets is not None and (prompts.ndim != 3 or offsets.shape != prompts.shape):
+            raise ValueError(f"a split prompt's two parts must both be [P, T, {self.dim}], got "
+                             f"{tuple(prompts.shape)} and {tuple(offsets.shape)}")
         groups = length_buckets(batch, BUCKET_ROWS) if len(prompts) > 1 else None
         pieces = [(prompts, batch)] if groups is None else [
             (prompts if prompts.ndim == 3 else prompts[:, rows], batch.take(rows).trimmed()) for rows in groups]
         sizes = [self._chunk_rows(p, b, budget_mb) for p, b in pieces]
         calls = sum(-(-len(p) // size) for (p, _), size in zip(pieces, sizes, strict=True))
         with Progress(f"scoring {len(prompts)} prompts on {len(batch)} texts", calls, "encoder calls") as bar:
-            parts = [self._score_chunks(p, b, size, bar) for (p, b), size in zip(pieces, sizes, strict=True)]
+            parts = [self._score_chunks(p, b, size, bar, offsets) for (p, b), size in zip(pieces, sizes, strict=True)]
         if groups is None:
             return parts[0]
         out = parts[0].new_empty(len(prompts), len(batch), parts[0].shape[-1])
@@ -532,12 +591,15 @@ class Backbone:
         seq = batch.input_ids.shape[1] + prompts.shape[-2]
         return max(1, self.chunk_tokens(seq, budget_mb) // (len(batch) * seq))
 
-    def _score_chunks(self, prompts: Tensor, batch: EncodedBatch, chunk: int, bar: Progress) -> Tensor:
-        """:meth:`score` of ``prompts`` on one batch, ``chunk`` prompts per encoder call."""
+    def _score_chunks(self, prompts: Tensor, batch: EncodedBatch, chunk: int, bar: Progress,
+                      offsets: Tensor | None = None) -> Tensor:
+        """:meth:`score` of ``prompts`` (and their ``offsets``) on one batch, ``chunk`` prompts
+        per encoder call."""
         out = []
         with torch.inference_mode():
             for i in range(0, len(prompts), chunk):
-                out.append(self._logits(prompts[i : i + chunk], batch))
+                out.append(self._logits(prompts[i : i + chunk], batch,
+                                        offsets=None if offsets is None else offsets[i : i + chunk]))
                 bar.advance()
             return torch.cat(out)
 
@@ -577,14 +639,17 @@ class Backbone:
     def evaluate(self, prompt: PromptSource, batches: Sequence[EncodedBatch]) -> tuple[float, float]:
         """Mean cross-entropy and accuracy over pre-encoded batches.
 
-        ``prompt``: one ``[T, D]`` prompt for every input, ``None`` (no prompt), or a
-        function of the batch returning ``[T, D]`` or per-input ``[B, T, D]`` prompts.
+        ``prompt``: one ``[T, D]`` prompt for every input (or a :class:`SplitPrompt` of two),
+        ``None`` (no prompt), or a function of the batch returning ``[T, D]`` or per-input
+        ``[B, T, D]`` prompts.
         """
         loss, correct, n = 0.0, 0, 0
         for batch in track(batches, "evaluation", unit="batches"):
             p = prompt(batch) if callable(prompt) else prompt
             # One prompt is one encoder call per batch under any budget: no budget to pass.
-            logits = self.score(None if p is None else np.asarray(p)[None], batch)[0]
+            one = None if p is None else SplitPrompt(*(np.asarray(x)[None] for x in p)) \
+                if isinstance(p, SplitPrompt) else np.asarray(p)[None]
+            logits = self.score(one, batch)[0]
             loss += float(torch.nn.functional.cross_entropy(logits, batch.labels, reduction="sum"))
             correct += int((logits.argmax(-1) == batch.labels).sum())
             n += len(batch)
@@ -598,7 +663,7 @@ class QueryCounter:
         self.n = 0
 
 
-PromptSource = np.ndarray | None | Callable[[EncodedBatch], np.ndarray]
+PromptSource = np.ndarray | SplitPrompt | None | Callable[[EncodedBatch], np.ndarray]
 
 
 def _predicate(trainable: str | Callable[[str], bool]) -> Callable[[str], bool]:

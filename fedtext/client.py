@@ -44,7 +44,7 @@ from fedtext.data import ClientData
 from fedtext.devices import Precision, backward_step
 from fedtext.model import Model, SubspaceModel
 from fedtext.progress import track
-from fedtext.prompts import project, projection
+from fedtext.prompts import Prompts, SplitPrompt, project, projection
 from fedtext.records.probes import peak_rss_mb
 from fedtext.tasks import Task
 
@@ -149,33 +149,39 @@ class FedTextClient(NumPyClient):
         domains = set(self.data.train["domain"]) | set(self.data.test["domain"])
         return next(iter(domains)) if len(domains) == 1 else ""
 
-    def prompt_losses(self, prompts: np.ndarray, batch: EncodedBatch | None = None) -> np.ndarray:
+    def prompt_losses(self, prompts: Prompts, batch: EncodedBatch | None = None) -> np.ndarray:
         """Mean cross-entropy of each of ``[P, T, D]`` prompts on ``batch`` (default: the
-        shots), all P prompts in one batched forward, in encoder calls that fit this
-        client's run's ``max-client-memory-mb``."""
+        shots; or a :class:`fedtext.prompts.SplitPrompt`), all P prompts in one batched
+        forward, in encoder calls that fit this client's run's ``max-client-memory-mb``."""
         batch = self.train_batch if batch is None else batch
         scored = self.backbone.score(prompts, batch, budget_mb=self.cfg.max_client_memory_mb)
         return losses(scored, batch.labels).numpy()
 
-    def post_tune(self, prompt: np.ndarray) -> np.ndarray:
+    def post_tune(self, prompt: Prompts) -> Prompts:
         """BBT post-tuning of p' (App. B): ``post-tune-steps`` CMA-ES iterations on z in
-        ``p' + A z`` from z = 0 with sigma = ``post-tune-sigma``; returns ``p' + A z_mean``.
+        ``p' + A z`` from z = 0 with sigma = ``post-tune-sigma``; returns ``p' + A z_mean``
+        (a :class:`fedtext.prompts.SplitPrompt` under ``prompt-injection=embedding-output``:
+        p' the input embeddings, A z added after the embedding layer, as BBT).
 
         A is BBT's fixed projection for this run (:func:`fedtext.prompts.projection`,
-        ``post-tune-dim`` columns); ``post-tune-popsize`` candidates per iteration,
-        scored in one batched forward.
+        ``post-tune-dim`` columns, scaled for sigma = 1: ``post-tune-sigma`` sets the step
+        in that fixed space, FedDLS App. B's setting, rather than rescaling A by BBT's
+        1/sigma0); ``post-tune-popsize`` candidates per iteration, scored in one batched
+        forward.
         """
         from fedtext.blackbox import WhitenedCMA  # pycma (3.4 s to import) only for clients that post-tune
 
         cfg = self.cfg
-        a = projection(cfg.seed, prompt.size, cfg.post_tune_dim, self.backbone.embedding_std())
+        size = int(np.prod(np.shape(prompt.embeds if isinstance(prompt, SplitPrompt) else prompt)))  # T * D
+        a = projection(cfg.seed, size, cfg.post_tune_dim, self.backbone.embedding_std())
         es = WhitenedCMA(
             mean=np.zeros(cfg.post_tune_dim), sigma=cfg.post_tune_sigma, cov=None, popsize=cfg.post_tune_popsize,
             seed=client_seed(cfg, self.partition_id, self.POST_TUNE_ROUND),
         )
+        inj = cfg.prompt_injection
         for _ in self.progress(range(cfg.post_tune_steps), "post-tuning (CMA-ES)", unit="iterations"):
-            es.tell(self.prompt_losses(project(prompt, a, es.ask())))
-        return project(prompt, a, es.mean)
+            es.tell(self.prompt_losses(project(prompt, a, es.ask(), inj)))
+        return project(prompt, a, es.mean, inj)
 
     # ---------------------------------------------------------- Flower hooks
     def get_properties(self, config: dict[str, Scalar]) -> dict[str, Scalar]:

@@ -47,6 +47,8 @@ PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing t
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # compute dtype of the encoder (fedtext.devices): what is sent stays float32 whatever it is
 PRECISIONS = ("fp32", "bf16", "fp16")
+# ``prompt-injection``: where the A z of a BBT prompt p0 + A z enters (fedtext.prompts.SplitPrompt)
+PROMPT_INJECTIONS = ("embedding-output", "input-embedding")
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")  # auto = CUDA when torch sees a GPU, else the CPU
 # Keys the server adds to a run's recorded config (config.json), derived from the rest.
 # resolved-labels: the label names in id order as a JSON list (a string label in the data is the id of its name)
@@ -112,6 +114,7 @@ class MethodConfig:
     client: ClassVar[str] = ""  # "clients.<module>:<Class>", a FedTextClient subclass
     default_head: ClassVar[str] = "similarity"
     heads: ClassVar[tuple[str, ...]] = PROMPT_HEADS
+    min_clients_per_round: ClassVar[int] = 1  # fewer is a ConfigError (FedBPT: 2, a population)
 
     @classmethod
     def model_class(cls) -> type:
@@ -172,6 +175,8 @@ class RunConfig:
     post_tune_sigma: float = 0.1
     post_tune_popsize: int = 10
     post_tune_dim: int = 100
+    # BBT-style prompts p0 + A z (bbt-fed, fedbpt, post-tuning; fedtext.prompts.SplitPrompt)
+    prompt_injection: str = "embedding-output"
     holdout: str = ""
     # scale and memory (every method)
     max_client_memory_mb: int = 0
@@ -272,12 +277,16 @@ class RunConfig:
         if not DEVICE_PATTERN.fullmatch(self.device):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got '{self.device}'")
         check_choice("precision", self.precision, PRECISIONS)
+        check_choice("prompt-injection", self.prompt_injection, PROMPT_INJECTIONS)
         check_choice("client-ids", self.client_ids, CLIENT_IDS)
         if self.client_ids == "lazy" and self.holdout_set:
             raise ConfigError("holdout needs client-ids=ask (the server must know who each client is before "
                               "sampling participants)")
         check_choice("head", self.head, ("auto", *HEADS))
         mc = self.method_config
+        if mc is not None and 0 < self.clients_per_round < mc.min_clients_per_round:
+            raise ConfigError(f"{self.method} needs at least {mc.min_clients_per_round} clients per round, got "
+                              f"clients-per-round={self.clients_per_round}")
         if mc is not None and self.head != "auto" and self.head not in mc.heads:
             raise ConfigError(
                 f"head={self.head} does not fit method {self.method}; it takes {', '.join(mc.heads)} "
@@ -314,12 +323,17 @@ class RunConfig:
         parse_trackers(self.tracker)
 
     def check_num_clients(self, num_clients: int) -> None:
-        """Raise ``ConfigError`` if more clients per round are asked than exist."""
+        """Raise ``ConfigError`` if more clients per round are asked than exist, or a round
+        would have fewer than the method needs (``clients-per-round=0``: all of them)."""
         if self.clients_per_round > num_clients:
             raise ConfigError(
                 f"clients-per-round={self.clients_per_round} exceeds the {num_clients} "
                 "connected clients (set num-supernodes or lower clients-per-round)"
             )
+        need = self.method_config.min_clients_per_round if self.method_config is not None else 1
+        if (self.clients_per_round or num_clients) < need:
+            raise ConfigError(f"{self.method} needs at least {need} clients per round; {num_clients} connected "
+                              "(set num-supernodes)")
 
     @property
     def eval_sample_size(self) -> int:

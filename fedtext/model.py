@@ -32,7 +32,7 @@ import numpy as np
 
 from fedtext.backbone import Backbone, EncodedBatch, _predicate
 from fedtext.comm import ArraySpec
-from fedtext.prompts import bbt_space, project
+from fedtext.prompts import Prompts, bbt_space, project
 
 if TYPE_CHECKING:
     from fedtext.config import MethodConfig, RunConfig
@@ -135,13 +135,16 @@ class SubspaceModel(PromptModel):
     def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
         super().__init__(cfg, backbone)
         self.d = self.mcfg.intrinsic_dim
-        self.p0, self.A = bbt_space(backbone, cfg.prompt_length, self.d, cfg.seed)
+        self.p0, self.A = bbt_space(backbone, cfg.prompt_length, self.d, cfg.seed, self.mcfg.sigma0)
+        if cfg.prompt_injection == "embedding-output":
+            backbone.embedding_layer  # noqa: B018 - one clear error now for an encoder without one
 
-    def project(self, z: np.ndarray) -> np.ndarray:
-        """``p0 + A z`` for one z ``[d]`` or a population ``[P, d]``."""
-        return project(self.p0, self.A, z)
+    def project(self, z: np.ndarray) -> Prompts:
+        """``p0 + A z`` for one z ``[d]`` or a population ``[P, d]``, entering where the run's
+        ``prompt-injection`` says (:func:`fedtext.prompts.project`)."""
+        return project(self.p0, self.A, z, self.cfg.prompt_injection)
 
-    def prompt(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    def prompt(self, arrays: Sequence[np.ndarray]) -> Prompts:
         return self.project(np.asarray(arrays[0], dtype=np.float32)[: self.d])
 
     def trainable_parameters(self) -> int:

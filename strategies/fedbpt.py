@@ -97,10 +97,12 @@ class PaperStep:
 
 
 class ReferenceStep:
-    """The authors' server (``global_es.py``): pycma over all m uploads, ratio-scaled client sigma.
+    """The authors' server (``global_es.py``): pycma over the round's uploads, ratio-scaled client sigma.
 
-    m is fixed at the first round with uploads (``clients-per-round``, as the reference
-    fixes it to its client count); a later round with fewer valid uploads keeps the state.
+    pycma's population is built with the first round's valid uploads (``clients-per-round``
+    when none drops, as the reference fixes it to its client count); a round with another
+    number k of valid uploads recombines those k with pycma's weights for k, and sigma'
+    divides by the same k (:class:`fedtext.methods.fedbpt.cmaes.ReferenceServerES`).
     """
 
     def __init__(self, mcfg: FedBPTConfig, seed: int) -> None:
@@ -115,14 +117,11 @@ class ReferenceStep:
 
     def step(self, clients: list[FedBPTUpload]) -> dict[str, Scalar]:
         if self.es is None:
-            m = max(2, len(clients))  # pycma needs a population of >= 2
-            self.es = ReferenceServerES(self.mcfg.intrinsic_dim, self.mcfg.sigma0, m, self.seed,
+            self.es = ReferenceServerES(self.mcfg.intrinsic_dim, self.mcfg.sigma0, max(2, len(clients)), self.seed,
                                         self.mcfg.reference_clamp)
         sigma_prime = reference_sigma_prime([c.sigmas for c in clients], self.mcfg.popsize)
         sigma_after = self.es.tell(np.stack([c.z for c in clients]), [c.loss for c in clients], sigma_prime)
-        if sigma_after is None:
-            log.warning("fedbpt reference step skipped: %d valid uploads, pycma's population is m=%d",
-                        len(clients), self.es.m)
+        if sigma_after is None:  # fewer than 2 uploads (FedBPT.aggregate does not call with those)
             return {"sigma_prime": sigma_prime, "sigma": self.es.sigma_local, "server_step_skipped": 1}
         return {"sigma_prime": sigma_prime, "sigma": self.es.sigma_local, "sigma_after": sigma_after}
 
@@ -156,7 +155,18 @@ class FedBPT(FedTextStrategy):
         return self.model.download_arrays(*self.server.distribution())
 
     def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray], dict[str, Scalar]]:
-        """One server step (``fedbpt.server-step``) on the round's decoded uploads."""
+        """One server step (``fedbpt.server-step``) on the round's decoded valid uploads.
+
+        Both steps count the same clients in the recombination and in sigma': the round's
+        valid uploads (dropped ones are in neither). Fewer than 2 valid uploads are no
+        population (eq. (4) keeps the best floor(|S_t|/2)): the step is skipped, the state
+        kept, the round recorded with ``server_step_skipped`` and a warning.
+        """
+        if len(uploads) < 2:
+            log.warning("fedbpt round %d: server step skipped, %d valid upload(s); a CMA-ES step needs >= 2",
+                        server_round, len(uploads))
+            return self.global_state(), {"server_step_skipped": 1.0,
+                                         "z_norm": float(np.linalg.norm(self.server.distribution()[0]))}
         metrics = self.server.step([self.model.unpack_upload(u.arrays) for u in uploads])
         metrics["z_norm"] = float(np.linalg.norm(self.server.distribution()[0]))  # |z_{t+1}|, for the records
         return self.global_state(), metrics

@@ -8,7 +8,7 @@ import torch
 
 from fedtext.backbone import Backbone, losses
 from fedtext.config import ConfigError
-from fedtext.prompts import bbt_space, project, projection
+from fedtext.prompts import SplitPrompt, bbt_space, project, projection
 from fedtext.tasks import TASKS
 
 
@@ -76,8 +76,55 @@ def test_projection_is_identical_for_the_same_seed(backbone):
     p0, a = bbt_space(backbone, 4, 10, seed=3)
     assert p0.shape == (4, backbone.dim) and a.shape == (4 * backbone.dim, 10)
     z = np.arange(10, dtype=np.float32)
-    np.testing.assert_allclose(project(p0, a, z), p0 + (a @ z).reshape(4, -1), rtol=1e-5, atol=1e-6)
-    assert project(p0, a, np.stack([z, z])).shape == (2, 4, backbone.dim)
+    summed = project(p0, a, z, "input-embedding")
+    np.testing.assert_allclose(summed, p0 + (a @ z).reshape(4, -1), rtol=1e-5, atol=1e-6)
+    assert project(p0, a, np.stack([z, z]), "input-embedding").shape == (2, 4, backbone.dim)
+    split = project(p0, a, np.stack([z, 2 * z]))  # default: BBT's injection, p0 and A z apart
+    assert isinstance(split, SplitPrompt) and split.embeds.shape == split.offsets.shape == (2, 4, backbone.dim)
+    np.testing.assert_array_equal(split.embeds[1], p0)
+    np.testing.assert_allclose(split.offsets[1], 2 * (a @ z).reshape(4, -1), rtol=1e-5, atol=1e-6)
+    # post-tuning a split prompt adds to its offsets and keeps its input embeddings
+    again = project(SplitPrompt(p0, split.offsets[0]), a, z)
+    np.testing.assert_array_equal(again.embeds, p0)
+    np.testing.assert_allclose(again.offsets, 2 * split.offsets[0], rtol=1e-5, atol=1e-6)
+
+
+def test_projection_scale_is_bbts():
+    """BBT (bbt.py): std = alpha * std_hat / (sqrt(d) * sigma), alpha = 1: A's entries shrink with
+    the CMA-ES's initial step size sigma0 (a dropped sigma0 or sqrt would pass the other tests)."""
+    a1 = projection.__wrapped__(1, 4000, 25, 0.5, 1.0)
+    a2 = projection.__wrapped__(1, 4000, 25, 0.5, 0.25)
+    np.testing.assert_allclose(a2, 4 * a1, rtol=1e-6)
+    assert abs(a1.std() - 0.5 / 5) < 0.002
+
+
+def test_embedding_std_is_the_population_std_of_every_entry(backbone):
+    w = backbone.embeddings.weight.detach().double().numpy()
+    assert backbone.embedding_std() == pytest.approx(float(np.std(w.reshape(-1))), rel=1e-6)  # not ddof=1
+    assert backbone.embedding_std() != pytest.approx(float(np.std(w[:, 0])), rel=1e-3)  # every entry, not a column
+
+
+def test_split_prompt_offsets_enter_after_the_embedding_layer(backbone, demo):
+    """BBT's injection: the encoder's first layer sees the embedding layer's output for
+    [CLS] p0 text [SEP] plus the offsets at exactly the T prompt positions, nothing else moved
+    (an offset added before the LayerNorm, or at the wrong positions, fails)."""
+    batch = backbone.encode(list(demo.test["text"][:2]), [0, 1])
+    p0 = backbone.initial_prompt(3, 0)
+    off = np.random.default_rng(0).standard_normal((3, backbone.dim)).astype(np.float32)
+    seen = []
+    layer0 = backbone.encoder.encoder.layer[0]
+    handle = layer0.register_forward_pre_hook(lambda _m, args: seen.append(args[0].detach().clone()))
+    try:
+        backbone.score(SplitPrompt(p0[None], np.zeros_like(off)[None]), batch)
+        backbone.score(SplitPrompt(p0[None], off[None]), batch)
+        backbone.score(p0[None], batch)
+    finally:
+        handle.remove()
+    plain, shifted, inputs = seen
+    torch.testing.assert_close(plain, inputs)  # zero offsets: the plain prompt
+    delta = (shifted - plain).numpy()
+    np.testing.assert_allclose(delta[:, 1:4], np.broadcast_to(off, (2, 3, backbone.dim)), atol=1e-5)
+    assert np.abs(delta[:, [0]]).max() == 0 and np.abs(delta[:, 4:]).max() == 0
 
 
 def test_tied_head_reads_mask_position(demo):

@@ -24,8 +24,10 @@ from fedtext.methods.fedbpt.cmaes import (
     reference_sigma_prime,
     server_step,
 )
+from fedtext.methods.fedbpt.model import UPLOAD
 from fedtext.methods.fedbpt.perturb import perturb
 from fedtext.registry import make_config
+from fedtext.validation import Upload
 from fedtext.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedbpt import FedBPT
@@ -362,11 +364,12 @@ def test_reference_server_step_by_hand():
     assert np.allclose(es.C, es.C.T) and not np.allclose(es.C, np.eye(3))  # rank-mu update from the uploads
 
 
-def test_reference_server_step_keeps_state_when_clients_are_missing():
+def test_reference_server_step_keeps_state_with_one_upload():
     es, z, fit = _mock_reference_round()
-    assert es.tell(z[:3], fit[:3], 0.5) is None  # pycma needs all m = 4
+    assert es.tell(z[:1], fit[:1], 0.5) is None  # one upload is no population
     np.testing.assert_array_equal(es.mean, np.zeros(3))
     assert es.sigma_local == 1.0
+    assert es.tell(z[:3], fit[:3], 0.5) is not None  # 3 of m = 4: a step over those 3
 
 
 def test_reference_server_step_as_logged_clamp():
@@ -528,7 +531,7 @@ def test_reference_step_passes_the_configured_clamp():
 
 
 def test_reference_step_with_two_clients_takes_a_step():
-    """m = max(2, clients) = 2: two uploads are a full pycma population and are told;
+    """Two uploads at the first round: pycma's population is m = 2, and they are told;
     weights: positive half of RecombinationWeights(4), w_i ∝ ln(2.5) - ln(i) = 0.916, 0.223 -> 0.804, 0.196."""
     step = _ref_step()
     z = [[0.01, 0.0, 0.0], [0.0, 0.02, 0.0]]
@@ -542,25 +545,91 @@ def test_reference_step_with_two_clients_takes_a_step():
     np.testing.assert_allclose(step.es.mean, w[0] * np.array(z[1]) + w[1] * np.array(z[0]), rtol=1e-9)
 
 
-def test_reference_step_skipped_round_metrics():
-    """Fewer valid uploads than pycma's m: no step; metrics say so and keep sigma_local."""
+def test_reference_step_with_one_upload_is_skipped():
+    """One valid upload is no population: no step; metrics say so and keep sigma_local."""
     step = _ref_step()
-    # one upload at the first round: m = max(2, 1) = 2 > 1 -> skipped, sigma_local stays sigma_0 = 1
     metrics = step.step(_ups([[0.01, 0.0, 0.0]], [[0.8, 0.6]], [0.3]))
-    # sigma' = sqrt((0.64 + 0.36) / m=1 / mu_l = 5 // 2 = 2) = sqrt(0.5)
+    # sigma' = sqrt((0.64 + 0.36) / k=1 / mu_l = 5 // 2 = 2) = sqrt(0.5)
     assert metrics == pytest.approx({"sigma_prime": np.sqrt(0.5), "sigma": 1.0, "server_step_skipped": 1})
     assert metrics["server_step_skipped"] == 1 and isinstance(metrics["server_step_skipped"], int)
     np.testing.assert_array_equal(step.es.mean, np.zeros(3))
-    # a full round, then a short one: the short one reports the kept sigma_local
+
+
+def test_reference_step_short_round_recombines_the_valid_uploads():
+    """A round with 3 of 4 uploads (one dropped) takes a step over those 3: sigma' divides by 3
+    and pycma's weights are those of a population of 3, w_i ∝ ln(3.5) - ln(i) (before: the
+    round was skipped, m having been fixed at 4 by round 1, while sigma' divided by 3)."""
     step = _ref_step()
     z = [[0.01, 0.0, 0.0], [0.0, 0.02, 0.0], [0.0, 0.0, 0.03], [0.01, 0.01, 0.01]]
     sig = [np.full(2, 0.8), np.full(2, 0.6), np.full(2, 1.0), np.full(2, 0.7)]
-    full = step.step(_ups(z, sig, [0.3, 0.1, 0.4, 0.2]))
-    mean = step.es.mean.copy()
-    short = step.step(_ups(z[:3], sig[:3], [0.3, 0.1, 0.4]))
-    # sigma' = sqrt(2 (0.64 + 0.36 + 1) / 3 / 2) = sqrt(2/3)
-    assert short == pytest.approx({"sigma_prime": np.sqrt(2 / 3), "sigma": full["sigma"], "server_step_skipped": 1})
-    np.testing.assert_array_equal(step.es.mean, mean)
+    step.step(_ups(z, sig, [0.3, 0.1, 0.4, 0.2]))
+    assert step.es.m == 4
+    old = step.es.mean.copy()
+    z2 = [list(old + d) for d in ([0.002, 0.0, 0.0], [0.0, -0.003, 0.0], [0.0, 0.0, 0.001])]
+    short = step.step(_ups(z2, sig[:3], [0.3, 0.1, 0.4]))
+    # sigma' = sqrt(2 (0.64 + 0.36 + 1) / 3 / 2) = sqrt(2/3): the same 3 clients
+    assert short["sigma_prime"] == pytest.approx(np.sqrt(2 / 3)) and "server_step_skipped" not in short
+    w = np.log(3.5) - np.log([1, 2, 3])
+    w /= w.sum()  # 0.6162, 0.2676, 0.1162
+    ranked = np.array(z2)[[1, 0, 2]]  # losses 0.1, 0.3, 0.4
+    np.testing.assert_allclose(step.es.mean, old + w @ (ranked - old), rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(step.es.weights(3), w, rtol=1e-12)
+
+
+@pytest.mark.parametrize("d", [3, 40])  # d = 40: pycma re-decomposes C lazily, every few steps
+def test_carried_state_is_pycmas_own_step(d):
+    """carry_state is complete: a server built for 5 clients that is told 4 uploads every round
+    (each step through a population-4 ES carrying its state) ends bitwise where a server built
+    for 4 ends, over 12 rounds (mean, sigma, C, both paths); a missing piece of state (a path,
+    the iteration count, C's decomposition or its lazy-update counters) moves it."""
+    from fedtext.methods.fedbpt.cmaes import ReferenceServerES
+
+    direct, carried = ReferenceServerES(d, 1.0, 4, seed=3), ReferenceServerES(d, 1.0, 5, seed=3)
+    rng = np.random.default_rng(1)
+    for _ in range(12):
+        z = direct.mean + 0.3 * rng.standard_normal((4, d))
+        f, sp = rng.random(4), 0.5 + rng.random()
+        direct.tell(z, f, sp)
+        carried.tell(z, f, sp)
+    a, b = direct.es, carried.es
+    np.testing.assert_array_equal(a.mean, b.mean)
+    assert a.sigma == b.sigma and direct.sigma_local == carried.sigma_local
+    np.testing.assert_array_equal(a.sm.C, b.sm.C)
+    np.testing.assert_array_equal(a.pc, b.pc)
+    np.testing.assert_array_equal(a.adapt_sigma.ps, b.adapt_sigma.ps)
+    assert a.countiter == b.countiter == 12
+
+
+@pytest.mark.parametrize("server_step", ["paper", "reference"])
+def test_a_round_with_one_valid_upload_skips_the_server_step(fedbpt, server_step):
+    """Both server steps: one valid upload (the others dropped) is no population; the state is
+    kept and the round says so (before: the paper step recombined the single client with mu = 1)."""
+    import dataclasses
+
+    from strategies.fedbpt import SERVER_STEPS
+
+    mcfg = dataclasses.replace(fedbpt.mcfg, server_step=server_step)
+    fedbpt.server = SERVER_STEPS[server_step](mcfg, 7)
+    before = [a.copy() for a in fedbpt.global_state()]
+    z = np.full(D, 0.5)
+    upload = Upload(proxy=None, partition_id="0", num_examples=4,
+                    arrays={UPLOAD: fedbpt.model.pack_upload(z, [0.9] * STEPS, 0.3)}, metrics={})
+    arrays, metrics = fedbpt.aggregate(1, [upload])
+    assert metrics["server_step_skipped"] == 1.0
+    for a, b in zip(arrays, before, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fedbpt_needs_two_clients_per_round():
+    """One client per round is a one-line config error (eq. (4)'s best half is empty; the
+    authors' code refuses to start); so is clients-per-round=0 with one connected client."""
+    with pytest.raises(ConfigError, match="fedbpt needs at least 2 clients per round, got clients-per-round=1"):
+        make_config("fedbpt", clients_per_round=1)
+    make_config("bbt-fed", clients_per_round=1)  # FedAvg of z takes one
+    cfg = make_config("fedbpt", clients_per_round=0)
+    cfg.check_num_clients(2)
+    with pytest.raises(ConfigError, match="fedbpt needs at least 2 clients per round; 1 connected"):
+        cfg.check_num_clients(1)
 
 
 # ------------------------------------------- CMA-ES constants / server step vs. hand-written tutorial

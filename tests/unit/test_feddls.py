@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import math
 from types import SimpleNamespace
 
@@ -468,9 +470,14 @@ def test_post_tuning_is_seeded_and_stays_near_the_global_prompt(backbone):
     p = backbone.initial_prompt(4, 0)
     q0 = backbone.queries
     a, b = client.post_tune(p), client.post_tune(p)
-    np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(a.offsets, b.offsets)
     assert backbone.queries - q0 == 2 * 2 * 4 * len(client.train_batch)  # 2 runs x 2 iters x popsize 4
-    assert 0 < np.linalg.norm(a - p) < 0.5 * np.linalg.norm(p)
+    # BBT's injection (prompt-injection=embedding-output): p' stays the input, A z is the offset
+    np.testing.assert_array_equal(a.embeds, p)
+    assert 0 < np.linalg.norm(a.offsets) < 0.5 * np.linalg.norm(p)
+    summed = client_class("feddls")(dataclasses.replace(cfg, prompt_injection="input-embedding"), TASKS["demo"],
+                                    client_data(cfg, 0, 2), backbone).post_tune(p)
+    assert isinstance(summed, np.ndarray) and 0 < np.linalg.norm(summed - p) < 0.5 * np.linalg.norm(p)
 
 
 # ------------------------------------------------------------------- P/NP sweeps

@@ -198,7 +198,7 @@ def test_a_tight_budget_chunks_scoring_without_changing_results(backbone, demo, 
     full = backbone.score(prompts, batch)
     calls = []
     real = backbone._logits
-    monkeypatch.setattr(backbone, "_logits", lambda p, b: calls.append(len(p)) or real(p, b))
+    monkeypatch.setattr(backbone, "_logits", lambda p, b, **kw: calls.append(len(p)) or real(p, b, **kw))
     # below resident: one prompt per call
     torch.testing.assert_close(backbone.score(prompts, batch, budget_mb=1), full, atol=1e-5, rtol=1e-5)
     assert calls == [1] * 6
@@ -221,7 +221,7 @@ def test_clients_of_two_runs_share_the_backbone_but_each_scores_under_its_own_bu
     budgets, sizes = [], []
     real_chunk, real_logits = shared.chunk_tokens, shared._logits
     monkeypatch.setattr(shared, "chunk_tokens", lambda seq, mb: budgets.append(mb) or real_chunk(seq, mb))
-    monkeypatch.setattr(shared, "_logits", lambda p, x: sizes.append(len(p)) or real_logits(p, x))
+    monkeypatch.setattr(shared, "_logits", lambda p, x, **kw: sizes.append(len(p)) or real_logits(p, x, **kw))
     z = np.random.default_rng(0).normal(size=(4, 20)).astype(np.float32)
 
     def fitness(client) -> tuple[set[int], list[int], np.ndarray]:

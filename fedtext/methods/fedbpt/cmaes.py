@@ -26,6 +26,7 @@ path-length deviation); ``printed`` runs the line as printed.
 
 from __future__ import annotations
 
+import copy
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -208,17 +209,24 @@ def reference_local_sigma(
 class ReferenceServerES:
     """The authors' server CMA-ES (NVFlare ``research/fed-bpt/src/global_es.py``), on pycma.
 
-    One pycma ``CMAEvolutionStrategy`` over z with population = parent number = m, the
-    clients per round (``popsize=m, CMA_mu=m``: pycma then recombines all m uploads with
-    the positive half of its default weights for 2m, ``w_i ∝ ln((2m+1)/2) - ln i``, by
-    their uploaded fitness). A round: ``sigma <- sigma'`` (:func:`reference_sigma_prime`),
-    ``ask()`` (as the reference does; the samples are discarded), ``tell(client means,
-    fitnesses)``; pycma treats the means as injected solutions (it shortens any whose
-    Mahalanobis distance from the mean is implausibly long under N(z, sigma'^2 C)). The
-    clients are then sent ``(mean, sigma_local, C)`` with :func:`reference_local_sigma`.
+    One pycma ``CMAEvolutionStrategy`` over z with population = parent number = the round's
+    clients (``popsize=m, CMA_mu=m``: pycma then recombines all m uploads with the positive
+    half of its default weights for 2m, ``w_i ∝ ln((2m+1)/2) - ln i``, by their uploaded
+    fitness). A round: ``sigma <- sigma'`` (:func:`reference_sigma_prime`), ``ask()`` (as the
+    reference does; the samples are discarded), ``tell(client means, fitnesses)``; pycma
+    treats the means as injected solutions (it shortens any whose Mahalanobis distance from
+    the mean is implausibly long under N(z, sigma'^2 C)). The clients are then sent
+    ``(mean, sigma_local, C)`` with :func:`reference_local_sigma`. pycma runs with the
+    authors' step-size rule whatever version is installed (:func:`fedtext.blackbox.new_es`).
 
-    pycma needs all m solutions (``tell`` refuses fewer than mu = m): a round with fewer
-    valid uploads is not told; the state is kept and :meth:`tell` returns ``None``.
+    Dropped uploads. The authors' server waits for all m clients (``send_model_and_wait``);
+    sigma' divides by m and pycma's weights are those of m. Here a round with k valid
+    uploads recombines exactly those k, with pycma's weights for a population of k, and
+    sigma' divides by the same k (:func:`reference_sigma_prime`): the round's step is pycma's
+    step of a population-k ES carrying this one's state (mean, sigma, C and its
+    decomposition, both paths, iteration count), which is bitwise pycma's own step when
+    k = m (``tests/unit/test_fedbpt.py``). A round with fewer than 2 valid uploads is not a
+    population: it is not told, the state is kept and :meth:`tell` returns ``None``.
     """
 
     def __init__(self, d: int, sigma0: float, m: int, seed: int, clamp: str = "as-run") -> None:
@@ -226,10 +234,15 @@ class ReferenceServerES:
             raise ValueError("pycma seeds must be > 0 (0 means 'seed from the clock')")
         if clamp not in REFERENCE_CLAMPS:
             raise ValueError(f"clamp must be one of {REFERENCE_CLAMPS}, got {clamp!r}")
-        opts = {"popsize": m, "CMA_mu": m, "seed": seed, "verbose": -9}
-        self.es = new_es(np.zeros(d), float(sigma0), opts)  # CSA as cma 3.4 (fedtext.blackbox.new_es)
+        if m < 2:
+            raise ValueError("the server's population needs m >= 2 clients")
+        self.seed, self.d = seed, d
+        self.es = new_es(np.zeros(d), float(sigma0), self._opts(m))  # CSA as cma 3.4 (fedtext.blackbox.new_es)
         self.m, self.clamp = m, clamp
         self.sigma_local = float(sigma0)  # what clients start from; sigma_0 at round 1
+
+    def _opts(self, m: int) -> dict:
+        return {"popsize": m, "CMA_mu": m, "seed": self.seed, "verbose": -9}
 
     @property
     def mean(self) -> np.ndarray:
@@ -239,19 +252,27 @@ class ReferenceServerES:
     def C(self) -> np.ndarray:
         return np.asarray(self.es.sm.C, dtype=np.float64)
 
-    def weights(self) -> np.ndarray:
-        """pycma's recombination weights of the m ranked uploads (sum 1)."""
-        return np.asarray(self.es.sp.weights[: self.m], dtype=np.float64)
+    def weights(self, k: int | None = None) -> np.ndarray:
+        """pycma's recombination weights of k ranked uploads (default m; sum 1)."""
+        es = self.es if k in (None, self.m) else new_es(np.zeros(self.d), 1.0, self._opts(k))
+        return np.asarray(es.sp.weights[: k or self.m], dtype=np.float64)
 
     def tell(self, solutions: np.ndarray, fitnesses: Sequence[float], sigma_prime: float) -> float | None:
-        """One server step; returns pycma's sigma after ``tell`` (None: not told)."""
-        if len(solutions) < self.m:
+        """One server step on the round's k uploads; returns pycma's sigma after ``tell``
+        (None: fewer than 2 uploads, not told)."""
+        k = len(solutions)
+        if k < 2:
             return None
         self.es.sigma = float(sigma_prime)
+        es = self.es if k == self.m else new_es(np.zeros(self.d), 1.0, self._opts(k))
         with warnings.catch_warnings():  # the uploads are "injected" solutions by design
             warnings.simplefilter("ignore", cma.evolution_strategy.InjectionWarning)
-            self.es.ask()
-            self.es.tell([np.asarray(s, dtype=np.float64) for s in solutions], [float(f) for f in fitnesses])
+            es.ask()
+            if es is not self.es:
+                carry_state(self.es, es)  # the population-k ES continues from this one's state
+            es.tell([np.asarray(s, dtype=np.float64) for s in solutions], [float(f) for f in fitnesses])
+        if es is not self.es:
+            carry_state(es, self.es)
         sigma_after = float(self.es.sigma)
         self.sigma_local = reference_local_sigma(sigma_after, sigma_prime, self.sigma_local, self.clamp)
         self.es.sigma = self.sigma_local  # what global_es carries to the clients
@@ -261,3 +282,31 @@ class ReferenceServerES:
         """The state as plain arrays (checkpointing; pycma's paths stay in the object)."""
         return {"mean": self.mean, "sigma": np.array([self.sigma_local]), "C": self.C,
                 "generation": np.array([self.es.countiter])}
+
+
+# The state of pycma's covariance sampler (GaussFullSampler, cma 3.4 and 4.x): C, its eigen
+# decomposition and the counters of its lazy re-decomposition; its other attributes (learning
+# rates, the lazy-update gap, lambda and mu_eff) belong to the population and stay the receiver's.
+SAMPLER_STATE = ("C", "B", "D", "_inverse_root_C", "count_eigen", "count_tell", "last_update", "_corr_condition",
+                 "_corr_condition_count_eigen")
+
+
+def carry_state(src: cma.CMAEvolutionStrategy, dst: cma.CMAEvolutionStrategy) -> None:
+    """Give ``dst`` the search state of ``src``: mean, sigma, the covariance with its
+    decomposition (:data:`SAMPLER_STATE` of pycma's sampler), the evolution paths p_c and
+    p_sigma, the iteration count and the previous mean; population, weights and learning
+    rates stay ``dst``'s own. pycma's ``tell`` on ``dst`` then makes the step ``src`` would
+    make with ``dst``'s population (equal to the last bit for the same population:
+    tests/unit/test_fedbpt.py)."""
+    dst.mean = np.array(src.mean, dtype=np.float64, copy=True)
+    dst.sigma = float(src.sigma)
+    for name in SAMPLER_STATE:
+        if hasattr(src.sm, name):
+            setattr(dst.sm, name, copy.deepcopy(getattr(src.sm, name)))
+    dst.pc = np.array(src.pc, copy=True)
+    ps = getattr(src.adapt_sigma, "ps", None)  # pycma creates p_sigma at the first tell
+    if ps is not None:
+        dst.adapt_sigma.ps = np.array(ps, copy=True)
+    dst.countiter = src.countiter
+    if hasattr(src, "mean_old"):
+        dst.mean_old = np.array(src.mean_old, copy=True)

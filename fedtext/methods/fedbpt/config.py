@@ -25,6 +25,9 @@ class FedBPTConfig(SubspaceConfig):
     model: ClassVar[str] = "fedtext.methods.fedbpt.model:FedBPTModel"
     strategy: ClassVar[str] = "strategies.fedbpt:FedBPT"
     client: ClassVar[str] = "clients.fedbpt:FedBPTClient"
+    # eq. (4) keeps the best floor(|S_t|/2) clients and the server's CMA-ES recombines a population:
+    # one client per round would skip every server step (the authors' code refuses to start)
+    min_clients_per_round: ClassVar[int] = 2
 
     keep_rate: float = 0.9  # r_p
     download: str = "full"  # full | compact
