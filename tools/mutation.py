@@ -69,6 +69,11 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.methods.fedbpt.cmaes.xǁReferenceServerESǁweights",
         "strategies.fedbpt.xǁPaperStepǁstep",
         "strategies.fedbpt.xǁReferenceStepǁstep",
+        "strategies.fedbpt.xǁFedBPTǁaggregate",
+        "fedtext.methods.fedbpt.cmaes.x_carry_state",
+        "fedtext.blackbox.x_classic_csa_damping",
+        "fedtext.blackbox.x_classic_chi_n",
+        "fedtext.blackbox.x_new_es",
     ),
     "feddls": (  # FedDLS: the codecs (LASSO eq. (5)-(6), PCA, quantisation), token uploads, local search
         "fedtext.methods.feddls.codecs.x_encode_upload",
@@ -93,6 +98,8 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.methods.fes.plan.x_search_depth",
         "fedtext.methods.fes.filter.x_knn_sets",
         "fedtext.methods.fes.filter.x_representational_filter",
+        "fedtext.methods.fes.filter.x_votek_filter",
+        "fedtext.methods.fes.filter.x_keep_count",
         "fedtext.methods.fes.pacing.xǁPaceǁlabels_round",
         "fedtext.methods.fes.pacing.xǁPaceǁtarget",
         "fedtext.methods.fes.pacing.x_aug_e",
@@ -134,8 +141,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.methods.fedptuning_v2.model.xǁDeepPromptModelǁinitial_arrays",
         "fedtext.methods.fedptuning_v2.model.xǁDeepPromptModelǁlogits",
     ),
-    "shared": (  # the weighted means and the byte accounting every method's figures rest on
+    "shared": (  # the weighted means and the byte accounting every method's figures rest on; BBT's prompt
         "fedtext.strategy.x_weighted_mean",
+        "fedtext.prompts.x_projection",
+        "fedtext.prompts.x_project",
         "fedtext.comm.x_payload_bytes",
         "fedtext.comm.x_expected_bytes",
         "fedtext.strategy.xǁFedTextStrategyǁsimulated_seconds",

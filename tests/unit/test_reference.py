@@ -55,3 +55,11 @@ def test_fixtures_say_where_they_come_from() -> None:
         for name, c in doc["checks"].items():
             assert c["verdict"] != "DIFFERS", (f.name, name)
             assert c["max_abs_diff"] <= c["tolerance"] or c["verdict"].startswith("departs"), (f.name, name)
+
+
+def test_docs_testing_holds_the_table_of_every_fixture() -> None:
+    """docs/testing.md's "Against the authors' code" table is the one the fixtures make
+    (``python -m tools.reference.table --write`` after writing a fixture)."""
+    from tools.reference import table
+
+    assert table.current() == table.block(), "run: python -m tools.reference.table --write"
