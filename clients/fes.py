@@ -4,7 +4,10 @@ One client class does all four; what differs is config (:mod:`fedtext.methods.fe
 the trained weights (co-planning), whether and how it pseudo-labels, and the head.
 
 A fit message carries ``train`` and ``label`` (0/1) and, when labelling, either
-``pace`` (``"f-n-k"``: keep ``Pace.target`` pseudo labels) or ``label_count`` (static).
+``pace`` (``"f-n-k"``: keep ``Pace.target`` pseudo labels, ``|U| k/100 (r-1)/f`` in round
+``r``) or ``label_count`` (static). The server asks for labels in rounds ``1 + f``,
+``1 + 2f``, ... only (:meth:`fedtext.methods.fes.pacing.Pace.labels_round`), so the
+model a client labels with has trained ``r - 1 >= f`` rounds, as the authors'.
 A client first pseudo-labels (§2.3: the downloaded global model infers on its filtered
 unlabelled texts, the most confident become labels, or, with ``pseudo-pick=class-quota``,
 per-class quotas drawn by confidence; earlier ones are re-labelled, not kept), then
@@ -31,7 +34,7 @@ from flwr.common import NDArrays, Scalar
 from fedtext.backbone import EncodedBatch
 from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
 from fedtext.heads import mean_pool
-from fedtext.methods.fes.filter import knn_sets, representational_filter
+from fedtext.methods.fes.filter import VOTES, keep_count, knn_sets
 from fedtext.methods.fes.labels import PSEUDO_PICK_SALT, PSEUDO_PICKS, pseudo_target, split_pool
 from fedtext.methods.fes.model import FewShotModel
 from fedtext.methods.fes.pacing import parse_paces
@@ -71,7 +74,10 @@ class FewShotClient(FedTextClient):
     # -------------------------------------------------------------- filtering
     def candidates(self) -> tuple[np.ndarray, float]:
         """Ids of the unlabelled texts that may be pseudo-labelled, and the seconds spent
-        filtering now (§3.2; once per client: the kept ids are stored)."""
+        filtering now (§3.2; once per client: the kept ids are stored). The filter keeps
+        ``int(N * keep-ratio)`` of the ``N`` texts (:func:`keep_count`, the authors' count;
+        none below one text: the client then labels nothing), chosen by eq. (2) or the
+        authors' vote-k (``fes.vote``)."""
         n = len(self.unlabeled)
         if not getattr(self.mcfg, "filter", False) or n == 0:
             return np.arange(n), 0.0
@@ -80,9 +86,9 @@ class FewShotClient(FedTextClient):
             return np.asarray(stored["kept"], dtype=int), 0.0
         t0 = time.time()
         emb = self.proxy_embeddings(list(self.unlabeled["text"]))
-        keep = max(1, int(round(self.mcfg.keep_ratio * n)))
+        keep = keep_count(n, self.mcfg.keep_ratio)
         neighbours = knn_sets(emb, self.mcfg.neighbours, centre=self.mcfg.centre_proxy)
-        kept = representational_filter(neighbours, keep, self.mcfg.rho)
+        kept = VOTES[self.mcfg.vote](neighbours, keep, self.mcfg.rho)
         self.store(kept=sorted(kept))
         return np.asarray(sorted(kept), dtype=int), time.time() - t0
 

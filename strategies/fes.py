@@ -10,16 +10,20 @@ Server (Alg. 1, ``Pacing``): every round it draws two client groups separately,
 
 * ``G_train``: ``clients-per-round`` clients among those holding gold or pseudo labels
   (clients ``0..L-1`` from the start; a client joins once it reports labels);
-* ``G_label`` (labelling rounds of the pace): ``n`` participants;
+* ``G_label`` (labelling rounds of the pace: rounds ``1 + f``, ``1 + 2f``, ..., never
+  round 1, as the authors' ``gen > 0 and gen % f == 0``; static pacing: every round from
+  round 2 on): ``n`` participants;
 
 sends each the global model with ``train``/``label`` flags, and aggregates the trained
 uploads with FedAvg weighted by labelled examples (gold + pseudo, as the authors'
 code). Labelling-only clients answer with an empty result, which is not an upload.
 
 Pacing: ``fes`` asks its :class:`fedtext.methods.fes.pacing.Pacer` (AUG-E search and
-switching, eq. (1)); ``fedfsl``/``fedfsl-bias`` (and ``fes.pacing=static``) label on
-``static-clients`` clients every round, each keeping ``static-labels``; ``fedcls``
-never labels. The pace of each round, every AUG-E a trial or window measured, and the
+switching, eq. (1); round 1, a gold-label round, is in no trial window); ``fedfsl``/``fedfsl-bias``
+(and ``fes.pacing=static``) label on ``static-clients`` clients every round from round 2
+on, each keeping ``static-labels``; ``fedcls`` never labels. A client labels with the
+global model it is sent, the one after ``r - 1`` rounds (the authors' ``g{gen-1}``
+aggregate). The pace of each round, every AUG-E a trial or window measured, and the
 search/switch events go to the round's ``method_metrics`` (a static pace is recorded as
 ``pace_f=1, pace_n=static-clients, pace_k=1``: its count is ``static-labels``, not a k %).
 
@@ -184,7 +188,7 @@ class FewShotStrategy(FedTextStrategy):
             if server_round == 0:
                 self.pacer.start(acc)  # a resumed pacer keeps its window
             else:
-                events = self.pacer.observe(acc)
+                events = self.pacer.observe(acc, server_round)
                 self.record.method_metrics.update(events)
                 if events:
                     log.info("fes round %d: %s (pace now %s, candidates %s)", server_round, events,

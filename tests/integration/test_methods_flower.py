@@ -104,9 +104,10 @@ FEW_SHOT = {  # extra run-config, bytes each way per (training) client-round
 @pytest.mark.parametrize("method", sorted(FEW_SHOT))
 def test_few_shot_methods_run_two_rounds_on_three_clients_through_flower(method, tmp_path):
     """fes / fedfsl / fedfsl-bias / fedcls: gold labels on clients 0-1, client 2 unlabelled.
-    Pseudo-labelling methods label in round 1 (client 2 answers with an empty report, not an
-    upload), so client 2 can be drawn to train in round 2; bytes are the planned tensors;
-    every round has a simulated device time of at least its bytes at 1 MB/s."""
+    Round 1 trains on the gold labels only; pseudo-labelling methods label in round 2 (the
+    authors' schedule: with the model after round 1, never the untrained one; client 2
+    answers with an empty report, not an upload); bytes are the planned tensors; every
+    round has a simulated device time of at least its bytes at 1 MB/s."""
     extra, nbytes = FEW_SHOT[method]
     few = (f"{method}.gold-labels=8 {method}.unlabeled-size=24 {method}.max-local-steps=2 clients-per-round=2 "
            f"{extra}")
@@ -116,7 +117,8 @@ def test_few_shot_methods_run_two_rounds_on_three_clients_through_flower(method,
         assert r["bytes_up_per_client"] == nbytes == r["bytes_down_per_client"]
         assert r["sim_time_s"] >= 2 * nbytes / 1e6
         assert 0.0 <= r["global_accuracy"] <= 1.0
-    m = rounds[1]["method_metrics"]
+    assert rounds[1]["method_metrics"]["label_clients"] == 0  # round 1: gold labels only
+    m = rounds[2]["method_metrics"]
     if method == "fedcls":
         assert m["label_clients"] == 0 and m["pseudo_labels"] == 0
     else:

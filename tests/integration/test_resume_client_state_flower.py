@@ -23,11 +23,13 @@ from fedtext.records import load_run
 
 from ..conftest import REPO
 
-TINY = ("num-server-rounds=3 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
+TINY = ("shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
         "stale-after-s=2")
-FES = (f"method=fes {TINY} clients-per-round=2 fes.gold-labels=8 fes.unlabeled-size=24 fes.max-local-steps=2 "
-       "fes.paces=2-3-20 fes.neighbours=4")  # labels in round 2 only: round 3 trains on round 2's pseudo labels
-FEDDPG = (f"method=feddpg {TINY} feddpg.hidden=5 feddpg.prompts=2 feddpg.local-steps=2 feddpg.batch-size=4 "
+# pace 2-3-20 labels in rounds 1 + 2, 1 + 4, ... (the authors' schedule): in round 3 of 4 only, so
+# round 4 trains on round 3's pseudo labels
+FES = (f"method=fes num-server-rounds=4 {TINY} clients-per-round=2 fes.gold-labels=8 fes.unlabeled-size=24 "
+       "fes.max-local-steps=2 fes.paces=2-3-20 fes.neighbours=4")
+FEDDPG = (f"method=feddpg num-server-rounds=3 {TINY} feddpg.hidden=5 feddpg.prompts=2 feddpg.local-steps=2 feddpg.batch-size=4 "
           "feddpg.unlearn-round=2 feddpg.unlearn-client=1 feddpg.unlearn-steps=2 clients-per-eval=0")
 
 
@@ -95,13 +97,14 @@ def _same_rounds(a: Path, b: Path, method_keys=()) -> list[dict]:
 
 @pytest.mark.slow
 def test_fes_killed_and_resumed_keeps_its_pseudo_labels(tmp_path, own_processes):
-    """FeS labels in round 2 only (pace 2-3-20); killed after round 2's checkpoint and
-    resumed, round 3 trains on round 2's pseudo labels as the uninterrupted run does
-    (without the journal: 0 pseudo labels in round 3, another accuracy and loss)."""
+    """FeS labels in round 3 only (pace 2-3-20: rounds 1 + 2k); killed after round 3's checkpoint
+    and resumed, round 4 trains on round 3's pseudo labels as the uninterrupted run does
+    (without the journal: 0 pseudo labels in round 4, another accuracy and loss)."""
     env, _ = own_processes
-    whole, resumed = _kill_and_resume(tmp_path, FES, env, clients=3)
+    whole, resumed = _kill_and_resume(tmp_path, FES, env, clients=3, kill_after=3)
     rounds = _same_rounds(whole, resumed, ("pseudo_labels", "label_clients", "train_clients", "labelled_clients"))
-    assert rounds[3]["method_metrics"]["pseudo_labels"] > 0 and rounds[3]["method_metrics"]["label_clients"] == 0
+    assert rounds[3]["method_metrics"]["label_clients"] > 0 and rounds[2]["method_metrics"]["label_clients"] == 0
+    assert rounds[4]["method_metrics"]["pseudo_labels"] > 0 and rounds[4]["method_metrics"]["label_clients"] == 0
     assert np.array_equal(checkpoint.load(whole).global_arrays[0], checkpoint.load(resumed).global_arrays[0])
     journal = resumed / "node-state"
     assert journal.is_dir() and all(json.loads(p.read_text())["format"] == 1 for p in journal.glob("p*/round-*.json"))

@@ -236,7 +236,7 @@ def test_lasso_selection_is_eq_8_soft_thresholding_on_orthogonal_embeddings_hand
     ids, x = codec.compress(np.array([1.5, 1.5, 0.5, 0.5], np.float32))
     assert ids.tolist() == [0] and x.tolist() == pytest.approx([1.0])
     # ties: e(V) = I, R = (1, 0.08, 0.05), alpha / 2 = 0.1 -> x* = (0.9, 0, 0); Phi = 2 keeps id 0, then
-    # of the zeros the larger |<e, R>|: id 1 (0.08 > 0.05); refit (1, 0.08)
+    # of the zeros the larger |<e, R - e(V)^T x*>| = |<e, (0.1, 0.08, 0.05)>|: id 1 (0.08 > 0.05); refit (1, 0.08)
     codec = LassoCodec(np.eye(3, dtype=np.float32), phi=2, alpha=0.2, screen=100)
     ids, x = codec.compress(np.array([1.0, 0.08, 0.05], np.float32))
     assert ids.tolist() == [0, 1] and x.tolist() == pytest.approx([1.0, 0.08])
@@ -244,6 +244,25 @@ def test_lasso_selection_is_eq_8_soft_thresholding_on_orthogonal_embeddings_hand
     codec = LassoCodec(np.eye(3, dtype=np.float32), phi=3, alpha=0.2, screen=100)
     ids, x = codec.compress(np.array([0.05, 0.1, 1.0], np.float32))
     assert ids.tolist() == [0, 1, 2] and x.tolist() == pytest.approx([0.05, 0.1, 1.0])
+
+
+def test_lasso_ties_go_to_the_token_the_lasso_residual_needs_not_the_one_most_like_R_hand_computed() -> None:
+    """Eq. (9) where LASSO leaves fewer than L non-zero weights: the zeros are ranked by their
+    correlation with what eq. (8) left unexplained, R - e(V)^T x* (the path's next entrant),
+    not with R itself (which favours a token parallel to the part already fitted).
+
+    e(V) = e0 (1.1, 0.1, -0.6), e1 (0.5, -0.3, -1.6), e2 (0.1, -0.4, -0.2), e3 (0.3, -0.5, 0.7);
+    R = e0/2 - e2/2 = (0.5, 0.25, -0.2). <e, R> = (0.695, 0.495, -0.01, -0.115); alpha / 2 = 0.1,
+    ||e0||^2 = 1.58, so x* = ((0.695 - 0.1) / 1.58, 0, 0, 0) = (0.37658, 0, 0, 0) (the zeros'
+    |<e, R - 0.37658 e0>| = 0.0623, 0.0816, 0.0623 < 0.1: KKT holds). Phi = 2 keeps e0, then e2
+    (0.0816), and the refit is exact: (0.5, -0.5). Ranked by |<e, R>| instead, e1 (0.495) would
+    come second and the refit leave 29.5% of R (fedtext before 2026-11-25)."""
+    vocab = np.array([[1.1, 0.1, -0.6], [0.5, -0.3, -1.6], [0.1, -0.4, -0.2], [0.3, -0.5, 0.7]], np.float32)
+    r = np.array([0.5, 0.25, -0.2], np.float32)
+    ids, x = LassoCodec(vocab, phi=2, alpha=0.2, screen=100).compress(r)
+    assert ids.tolist() == [0, 2]
+    assert x.tolist() == pytest.approx([0.5, -0.5], abs=1e-6)
+    assert np.linalg.norm(vocab[ids].T.astype(np.float64) @ x - r) < 1e-6
 
 
 def test_lasso_error_falls_with_phi_and_keeps_exactly_phi(vocab):

@@ -432,6 +432,44 @@ def test_mean_embedding_on_hand_values_counts_only_attended_tokens() -> None:
     torch.testing.assert_close(got, torch.tensor([[2.0, 3.0], [10.0, 10.0], [14 / 3, 16 / 3]]))
 
 
+def test_padded_mean_embedding_counts_the_padding_up_to_N_on_hand_values() -> None:
+    """``feddpg.mean-embedding = padded`` (the authors' code: every text padded to 128 positions,
+    ``inputs_embeds.mean(dim=1)``): ē = (Σ_i e_i + (N - n) e([PAD])) / N, whatever the batch
+    width; a text of more than N tokens counts its n tokens (N = 4 here)."""
+    table = torch.tensor([[0.5, -1.0], [1.0, 2.0], [3.0, 4.0], [10.0, 10.0]])  # id 0 = [PAD], a trained vector
+    stub = SimpleNamespace(token_embeddings=torch.nn.Embedding.from_pretrained(table), pad_id=0)
+    batch = EncodedBatch(torch.tensor([[1, 2, 0, 0, 0], [3, 0, 0, 0, 0], [1, 3, 2, 1, 3]]),
+                         torch.tensor([[1, 1, 0, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]),
+                         torch.zeros(3, dtype=torch.long))
+    got = mean_embedding(stub, batch, pad_to=4)
+    # row 0: ([1, 2] + [3, 4] + 2 [0.5, -1]) / 4 = [1.25, 1]; row 1: ([10, 10] + 3 [0.5, -1]) / 4 = [2.875, 1.75];
+    # row 2: 5 tokens > N: ([1,2] + [10,10] + [3,4] + [1,2] + [10,10]) / 5 = [5, 5.6]
+    torch.testing.assert_close(got, torch.tensor([[1.25, 1.0], [2.875, 1.75], [5.0, 5.6]]))
+    # the batch width does not matter: row 1 alone, unpadded
+    alone = EncodedBatch(torch.tensor([[3]]), torch.tensor([[1]]), torch.zeros(1, dtype=torch.long))
+    torch.testing.assert_close(mean_embedding(stub, alone, pad_to=4), got[1:2])
+
+
+def test_mean_embedding_option_picks_G_s_input_and_is_validated(backbone):
+    from fedtext.config import ConfigError
+    from fedtext.methods.feddpg.config import PADDED_LENGTH
+
+    assert PADDED_LENGTH == 128  # data/glue.py: padding='max_length', max_length=128
+    batch = backbone.encode(["a fine movie", "the market fell sharply today"], [0, 1])
+    got = {}
+    for mode, pad_to in (("tokens", 0), ("padded", 128)):
+        model = FedDPGModel(dpg(prompts=2, hidden=5, mean_embedding=mode), backbone)
+        gen = model.load(model.initial_arrays())
+        with torch.no_grad():
+            want = gen(mean_embedding(backbone, batch, pad_to)).reshape(2, 2, 384)
+            got[mode] = model.prompts(batch)
+        torch.testing.assert_close(got[mode], want)
+    assert not torch.allclose(got["tokens"], got["padded"], atol=1e-4)  # [PAD] is a trained vector in MiniLM
+    assert dpg().method_config.mean_embedding == "tokens"  # eq. (2)'s 1/n Σ by default
+    with pytest.raises(ConfigError, match="mean-embedding"):
+        dpg(mean_embedding="batch")
+
+
 def _encoder_calls(backbone, batch, run) -> list[dict]:
     """The keyword arguments of every encoder call on ``batch``'s rows that ``run()`` makes
     (under no_grad): what the encoder was fed (inputs_embeds, attention_mask)."""

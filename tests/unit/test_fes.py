@@ -21,7 +21,7 @@ from fedtext import comm
 from fedtext.client_app import client_class
 from fedtext.config import ConfigError
 from fedtext.data import client_data
-from fedtext.methods.fes.filter import knn_sets, representational_filter
+from fedtext.methods.fes.filter import VOTES, keep_count, knn_sets, representational_filter, votek_filter
 from fedtext.methods.fes.labels import (
     PSEUDO_PICK_SALT,
     gold_count,
@@ -157,13 +157,15 @@ def test_fes_strategy_hands_every_pacing_key_to_the_pacer():
 
 
 def test_pace_target_grows_linearly_every_f_rounds():
+    """The authors' schedule (pet/modeling.py): label when gen = round - 1 (the rounds the
+    global model has trained) is > 0 and a multiple of f, keeping |U| k/100 gen/f."""
     pace = Pace(2, 4, 10)
-    assert [pace.labels_round(i) for i in range(1, 7)] == [False, True, False, True, False, True]
-    assert [pace.target(50, i) for i in (2, 4, 6)] == [5, 10, 15]  # |U| k/100 i/f
+    assert [pace.labels_round(i) for i in range(1, 8)] == [False, False, True, False, True, False, True]
+    assert [pace.target(50, i) for i in (3, 5, 7)] == [5, 10, 15]  # |U| k/100 (r-1)/f
     # floor, not round or ceil: 25 * 10/100 * 1 = 2.5 -> 2; * 3 = 7.5 -> 7
-    assert [Pace(1, 1, 10).target(25, i) for i in (1, 3)] == [2, 7]
-    assert Pace(3, 1, 10).target(25, 3) == 2  # i / f = 1
-    assert Pace(1, 1, 60).target(50, 2) == 50  # never more than |U|
+    assert [Pace(1, 1, 10).target(25, i) for i in (2, 4)] == [2, 7]
+    assert Pace(3, 1, 10).target(25, 4) == 2  # (r-1) / f = 1
+    assert Pace(1, 1, 60).target(50, 3) == 50  # never more than |U|
     assert parse_paces("1-2-10, 2-4-2.5") == [Pace(1, 2, 10), Pace(2, 4, 2.5)]
     assert parse_paces("1-1-0.5") == [Pace(1, 1, 0.5)]  # any k > 0, also below 1 %
     with pytest.raises(ConfigError, match="fes.paces: '1-2' is not f-n-k"):
@@ -171,6 +173,100 @@ def test_pace_target_grows_linearly_every_f_rounds():
     for bad in ("0-2-5", "1-0-5", "1-2-0", "1-2-5-7", "1-x-5"):
         with pytest.raises(ConfigError, match=f"'{bad}' is not f-n-k"):
             parse_paces(bad)
+
+
+def test_labelling_follows_the_authors_schedule_never_with_an_untrained_model():
+    """Issue 44 (tools/reference/fes.py runs the authors' train_fedpet): they label in
+    generation gen > 0 with gen % f == 0, with the aggregate after gen rounds of training,
+    keeping |U| k/100 gen/f. Round r (1-based) is their gen r - 1: f = 1 labels from round 2
+    on (fedfsl's static pace too), f = 2 in rounds 3, 5, ..., never round 1 (the old
+    schedule labelled in rounds f, 2f, ..., with f = 1 first with the untrained model)."""
+    assert [r for r in range(1, 11) if Pace(1, 2, 10).labels_round(r)] == list(range(2, 11))
+    assert [r for r in range(1, 11) if Pace(2, 2, 10).labels_round(r)] == [3, 5, 7, 9]
+    assert [r for r in range(1, 11) if Pace(3, 2, 10).labels_round(r)] == [4, 7, 10]
+    assert not any(Pace(f, 1, 10).labels_round(r) for f in (1, 2, 5) for r in (-1, 0, 1))
+    # the authors' curriculum target in those rounds: 40 * 10/100 * gen/f
+    assert [Pace(2, 1, 10).target(40, r) for r in (3, 5, 7)] == [4, 8, 12]
+    assert [Pace(1, 1, 10).target(40, r) for r in (0, 1, 2)] == [0, 0, 4]  # rounds 0 and 1: none
+
+
+class _Proxy:
+    """A connected client that reports its partition id (hashable, as Flower's proxies)."""
+
+    def __init__(self, cid: str, pid: int) -> None:
+        self.cid, self.pid = cid, pid
+
+    def get_properties(self, ins, timeout, group_id):
+        return SimpleNamespace(properties={"partition_id": self.pid, "domain": ""})
+
+
+def _manager(n):
+    from flwr.server import SimpleClientManager
+
+    manager = SimpleClientManager()
+    for pid in range(n):
+        manager.register(_Proxy(cid=f"node-{pid}", pid=pid))
+    return manager
+
+
+@pytest.mark.parametrize(("method", "kw", "labellers"), [
+    ("fes", dict(paces="2-3-10"), [0, 0, 3, 0, 3, 0]),
+    ("fes", dict(paces="1-2-10"), [0, 2, 2, 2, 2, 2]),
+    ("fedfsl", dict(static_clients=2), [0, 2, 2, 2, 2, 2]),
+    ("fes", dict(pacing="static", static_clients=4), [0, 4, 4, 4, 4, 4]),
+    ("fedcls", {}, [0, 0, 0, 0, 0, 0]),
+])
+def test_the_server_draws_labelling_clients_in_the_authors_rounds_only(method, kw, labellers):
+    """G_label follows Pace.labels_round: nobody labels in round 1 (fed with the model
+    after 0 rounds); a labelling client is sent ``label=1`` and the pace (or count)."""
+    strat = FewShotStrategy(cfg_of(method, gold_labels=8, **kw), TASKS["demo"])
+    manager, got = _manager(6), []
+    for r in range(1, 7):
+        strat.rounds.begin(r)
+        picked = strat.sample_clients(r, manager)
+        got.append(sum(label for _, label in strat.roles.values()))
+        assert strat.record.method_metrics["label_clients"] == got[-1]
+        for proxy in picked:
+            _, extra = strat.download(r, proxy, "fit")
+            assert extra["label"] == strat.roles[proxy.cid][1]
+            assert ("pace" in extra or "label_count" in extra) == bool(extra["label"])
+    assert got == labellers
+
+
+def test_pacer_round_1_is_in_no_window_so_every_trial_holds_a_labelling_round():
+    """No pace labels in round 1, so the first trial window starts after it: a pace with
+    f = 2 is tried over rounds 2-3 (round 3 labels) and AUG-E counts the gain from round 1's
+    accuracy (0.6), not round 0's (0.5). The old Pacer counted round 1 into the window,
+    which then held no labelling round."""
+    a, b = Pace(2, 1, 10), Pace(1, 1, 10)
+    p = Pacer([a, b], trial_rounds=1, top=1)
+    p.latency(1.0, 0.1)
+    p.start(0.5)
+    assert p.observe(0.6, 1) == {} and p.window_start_acc == 0.6 and p.pace() == a
+    assert p.observe(0.65, 2) == {}
+    events = p.observe(0.7, 3)  # Δacc 0.1 over rounds 2-3 / (1.0 * 1/2 + 0.1 * 10)
+    assert events == {"aug_e": pytest.approx(0.1 / 1.5), "trial_done": 1.0} and p.pace() == b
+    assert any(a.labels_round(r) for r in (2, 3))
+    events = p.observe(0.8, 4)  # b: one round (4, a labelling round of f = 1): 0.1 / (1 + 1)
+    assert events["aug_e"] == pytest.approx(0.05) and events["chosen"] == 1.0 and p.pace() == a
+
+
+def test_the_strategy_tells_the_pacer_which_round_it_evaluated(monkeypatch):
+    """Round 1 (no labels) only moves the first window's start; the first trial (1-2-10,
+    one round) closes after round 2 (the old loop closed it after round 1)."""
+    from fedtext.strategy import FedTextStrategy
+
+    strat = FewShotStrategy(cfg_of("fes", paces="1-2-10,1-3-10"), TASKS["demo"])
+    accs = iter([0.5, 0.6, 0.7])
+    monkeypatch.setattr(FedTextStrategy, "evaluate", lambda self, r, params: (0.0, {"accuracy": next(accs)}))
+    for r in (0, 1):
+        strat.rounds.begin(r)
+        strat.evaluate(r, None)
+    assert strat.pacer.trials == [] and strat.pacer.window_start_acc == 0.6
+    strat.rounds.begin(2)
+    strat.evaluate(2, None)
+    assert [t["pace"] for t in strat.pacer.trials] == ["1-2-10"] and strat.pacer.pace() == Pace(1, 3, 10)
+    assert strat.record.method_metrics["trial_done"] == 1.0
 
 
 def test_a_bad_pace_in_a_fit_message_names_fes_paces_in_the_error():
@@ -266,6 +362,64 @@ def test_filter_picks_an_exact_eq2_maximum_at_every_step(seed, rho):
     for i, u in enumerate(picks):
         scores = exact_scores(v, picks[:i], rho)
         assert scores[u] == max(scores.values()), (i, u)
+
+
+def test_votek_filter_is_the_authors_fast_votek_by_hand_on_the_six_text_graph():
+    """fes.vote=votek (fed/selective_annotating.py ``fast_votek``) on V6, rho = 10.
+
+    Their ``votes`` list: by vote count |E(u)|, then by first vote (voter 0 votes 2 then 1,
+    its V from the least similar; voter 1 then votes 0; voter 4 votes 3, 5; voter 5 votes 4):
+    1 (3), 0 (3), 2 (2), 3 (2), 5 (1), 4 (1).
+    Step 1: scores = counts, 0 and 1 tie at 3: 1 comes first in the list (eq. (2): 0).
+    Step 2: voter 1 is chosen and no longer votes; c = |V(x) ∩ {1}| = 1 for x = 0, 2, 3:
+      score(0) = rho^-c(2) + rho^-c(3) = 0.2, score(2) = rho^-c(0) = 0.1, score(3) = 2,
+      score(4) = score(5) = 1 -> 3.
+    Step 3: voter 3 is chosen too: score(0) = 0.1 (x = 2), score(2) = 0.1 (x = 0), score(4) =
+      0.1 (x = 5, c(5) = 1), score(5) = 0.1: a four-way tie, 0 first in the list.
+    Step 4: 2's voters 0 and 1 are both chosen: 2 can no longer be chosen; 4 and 5 tie at
+      0.1 -> 5 (listed before 4). Step 5: 4's only voter 5 is chosen: nothing is left, the
+      selection stops at 4 texts (their loop would pick a chosen text again)."""
+    assert votek_filter(V6, 6, rho=10.0) == [1, 3, 0, 5]
+    assert votek_filter(V6, 2, rho=10.0) == [1, 3] and votek_filter(V6, 0, rho=10.0) == []
+    assert representational_filter(V6, 4, rho=10.0) == [0, 3, 1, 2]  # eq. (2), the default
+    assert VOTES == {"eq2": representational_filter, "votek": votek_filter}
+
+
+def votek_by_the_rule(neighbours: np.ndarray, keep: int, rho: float) -> list[int]:
+    """The vote-k rule restated in plain Python: their ``votes`` list order (vote count, then
+    first vote, each voter listing its V(x) from the least similar); per step, every unchosen
+    text with an unchosen voter scores the float sum, voter by voter in id order, of
+    ``rho ** -|V(x) ∩ L|`` over its unchosen voters x; the first text of the list among the
+    largest scores is chosen."""
+    voters: dict[int, list[int]] = {}  # in the order texts got their first vote
+    for x, vs in enumerate(neighbours):
+        for u in reversed(vs.tolist()):
+            voters.setdefault(u, []).append(x)
+    listed = sorted(voters, key=lambda u: -len(voters[u]))  # stable: first vote breaks ties
+    chosen: list[int] = []
+    while len(chosen) < min(keep, len(neighbours)):
+        seen = {x: sum(u in chosen for u in neighbours[x].tolist()) for x in range(len(neighbours))}
+        scores = {}
+        for u in listed:
+            if u not in chosen and any(x not in chosen for x in voters[u]):
+                scores[u] = 0.0
+                for x in sorted(voters[u]):
+                    if x not in chosen:
+                        scores[u] += rho ** -seen[x]
+        if not scores:
+            break
+        chosen.append(max(scores, key=scores.get))  # the first of the largest, in list order
+    return chosen
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize(("n", "k", "rho"), [(24, 4, 10.0), (40, 6, 10.0), (24, 3, 1.5), (30, 12, 10.0)])
+def test_votek_filter_matches_the_rule_restated_on_random_graphs(seed, n, k, rho):
+    """Same picks, ties and last-bit sum differences included (rho = 10: 1 + 0.1 + 0.1 is
+    not 0.1 + 0.1 + 1 in floats), and the same early stop (k = 3 of 24: keep 24)."""
+    v = knn_sets(np.random.default_rng([seed, n]).normal(size=(n, 6)), k)
+    for keep in (1, n // 4, n):
+        assert votek_filter(v, keep, rho) == votek_by_the_rule(v, keep, rho)
 
 
 def test_knn_sets_are_the_most_cosine_similar_other_texts():
@@ -443,21 +597,21 @@ def test_pseudo_labels_follow_the_pace_and_survive_a_round_the_client_sat_out():
     state = RecordDict()
     client = fes_client(2, state)  # no gold labels (clients 0 and 1 hold them)
     arrays = client.model.initial_arrays()
-    out, n, _ = client.train(arrays, {"server_round": 2, "train": 0, "label": 1, "pace": "1-2-10"})
+    out, n, _ = client.train(arrays, {"server_round": 3, "train": 0, "label": 1, "pace": "1-2-10"})
     assert out == [] and n == 0  # labelling only: nothing to upload
     m = client.fit_metrics
     first = set(state["fes"]["ids"])
     assert m["labelled_candidates"] == 20  # keep-ratio 0.5 of 40
-    assert m["num_pseudo"] == m["pseudo_labels"] == 4  # floor(20 * 10/100 * 2/1)
+    assert m["num_pseudo"] == m["pseudo_labels"] == 4  # floor(20 * 10/100 * (3-1)/1)
     assert len(state["fes"]["kept"]) == 20
-    # round 3: not sampled (no message). Round 4: a fresh client object, same node state.
+    # round 4: not sampled (no message). Round 5: a fresh client object, same node state.
     later = fes_client(2, state)
     texts, labels, n_pseudo = later.labelled_set()
     assert n_pseudo == 4 and len(texts) == 4
-    out, n, _ = later.train(arrays, {"server_round": 4, "train": 1, "label": 0})
+    out, n, _ = later.train(arrays, {"server_round": 5, "train": 1, "label": 0})
     assert n == 4 and later.fit_metrics["trained"] == 1 and len(out) == len(later.model.upload_specs())
-    # labelled again in round 5: the curriculum keeps floor(20 * 0.1 * 5) = 10, re-labelling the 4
-    later.train(arrays, {"server_round": 5, "train": 0, "label": 1, "pace": "1-2-10"})
+    # labelled again in round 6: the curriculum keeps floor(20 * 0.1 * 5) = 10, re-labelling the 4
+    later.train(arrays, {"server_round": 6, "train": 0, "label": 1, "pace": "1-2-10"})
     assert later.fit_metrics["num_pseudo"] == 10
     assert first < set(state["fes"]["ids"])  # same global model: the 4 most confident stay among the 10
 
@@ -510,16 +664,19 @@ def test_pseudo_labels_are_the_top_k_most_confident_argmax_relabelled_every_time
 
 def test_fit_message_without_round_is_round_0_and_without_a_count_labels_nothing():
     """Defaults of a fit message (the train seed also reads a missing ``server_round`` as 0):
-    no ``server_round``: round 0, so the pace's target ``floor(|U| k/100 * 0/f)`` is 0 (round
-    1 would keep floor(5 * 0.5) = 2); neither ``pace`` nor ``label_count``: 0 pseudo labels
-    (mutants: default round 1 or None, default count 1 or None)."""
+    no ``server_round``: round 0, so the pace's target is 0 (round 2 would keep
+    floor(5 * 0.5 * 1) = 2; rounds 0 and 1 have trained no round); neither ``pace`` nor
+    ``label_count``: 0 pseudo labels (mutants: default round 2 or None, default count 1 or
+    None)."""
     client = stub_client(P1)
     m = client.pseudo_label(None, {"pace": "1-1-50"})
     assert client.stored()["ids"] == [] and m["pseudo_labels"] == 0
-    m = client.pseudo_label(None, {"server_round": 1})
+    m = client.pseudo_label(None, {"server_round": 2})
     assert client.stored()["ids"] == [] and m["pseudo_labels"] == 0
-    client.pseudo_label(None, {"server_round": 1, "pace": "1-1-50"})  # the same pace labels in round 1
+    client.pseudo_label(None, {"server_round": 2, "pace": "1-1-50"})  # the same pace labels in round 2
     assert client.stored()["ids"] == [4, 1]
+    client.pseudo_label(None, {"server_round": 1, "pace": "1-1-50"})  # round 1: the untrained model keeps none
+    assert client.stored()["ids"] == []
 
 
 class FakeNet:
@@ -604,9 +761,9 @@ def test_pseudo_labelling_reports_seconds_per_inference_batch(monkeypatch):
 
 def test_pseudo_label_count_follows_the_pace_string_and_static_count():
     client = stub_client(P1)
-    client.pseudo_label(None, {"server_round": 2, "pace": "1-1-30"})  # floor(5 * 30/100 * 2/1) = 3
+    client.pseudo_label(None, {"server_round": 3, "pace": "1-1-30"})  # floor(5 * 30/100 * (3-1)/1) = 3
     assert client.stored()["ids"] == [4, 1, 2]
-    client.pseudo_label(None, {"server_round": 2, "pace": "2-1-30"})  # floor(5 * 0.3 * 2/2) = 1
+    client.pseudo_label(None, {"server_round": 3, "pace": "2-1-30"})  # floor(5 * 0.3 * 2/2) = 1
     assert client.stored()["ids"] == [4]
     client.pseudo_label(None, {"server_round": 3, "label_count": 9})  # never more than the candidates
     assert client.stored()["ids"] == [4, 1, 2, 0, 3]
@@ -651,6 +808,22 @@ def test_class_quota_pick_by_hand_quotas_and_labels():
     np.testing.assert_array_equal(rows, pick_class_quota(probs, 5, np.random.default_rng(0))[0])  # seeded
 
 
+def test_class_quota_rounds_in_floats_as_the_authors():
+    """pet/ipet.py: ``multiplier = num_new_examples / len(train_data)``, quota ``int(n_c *
+    multiplier)``. 22 * (30/44) = 14.999999999999998 -> 14 (the exact floor of 22 * 30 / 44
+    is 15); 49 * (1/49) = 0.9999999999999999 -> 0: a lone class of 49 texts gets no label
+    at target 1 (exact: 1). Which rows are drawn then is theirs given their RandomState
+    (tools/reference/fes.py)."""
+    two = np.array([[0.9, 0.1]] * 22 + [[0.2, 0.8]] * 22)
+    rows, labels = pick_class_quota(two, 30, np.random.default_rng(0))
+    assert np.bincount(labels, minlength=2).tolist() == [14, 14] and len(set(rows.tolist())) == 28
+    one = np.array([[0.7, 0.3]] * 49)
+    rows, labels = pick_class_quota(one, 1, np.random.default_rng(0))
+    assert rows.size == labels.size == 0
+    # 49 * (2/49) = 1.9999999999999998, 49 * (3/49) = 3.0
+    assert [len(pick_class_quota(one, t, np.random.default_rng(0))[0]) for t in (2, 3, 49)] == [1, 3, 49]
+
+
 def test_class_quota_draws_with_probability_proportional_to_the_softmax_maximum():
     # two texts of class 0 with maxima 0.6 and 0.9, quota floor(2 * 1/2) = 1: text 1 is drawn
     # with probability 0.9 / (0.6 + 0.9) = 0.6 (uniform: 0.5; least confident first: 0.4)
@@ -693,6 +866,38 @@ def test_pseudo_pick_and_centre_proxy_are_validated_options():
         cfg_of("fes", pseudo_pick="best")
     with pytest.raises(ConfigError, match="unknown fedfsl.pseudo-pick 'ipet'"):
         cfg_of("fedfsl", pseudo_pick="ipet")
+
+
+def test_filter_keeps_int_of_n_times_keep_ratio_and_none_below_one_text():
+    """The authors' ``select_num = int(len(unlabeled_data) * vote_k)``: 5 texts at 0.3 keep
+    int(1.5) = 1 (the old max(1, round(.)) kept 2); at 0.1, int(0.5) = 0: no candidate, and
+    a client told to label keeps no pseudo label and runs no forward (the old count kept 1)."""
+    assert [keep_count(5, 0.3), keep_count(5, 0.1), keep_count(40, 0.25), keep_count(0, 0.5)] == [1, 0, 10, 0]
+    assert keep_count(10, 0.7) == 7 and keep_count(100, 0.29) == 28  # float: 100 * 0.29 = 28.999999999999996
+    emb = np.array([[10.0, 1.0], [10.0, -1.0], [10.0, 4.0], [10.0, -4.0], [10.0, 0.0]])
+    client = stub_client(P1, filter=True, keep_ratio=0.3, neighbours=2)
+    client.proxy_embeddings = lambda texts: emb
+    assert len(client.candidates()[0]) == 1
+    client = stub_client(P1, filter=True, keep_ratio=0.1, neighbours=2)
+    client.proxy_embeddings = lambda texts: emb
+    asked = []
+    client.predict = lambda net, ids: asked.append(len(ids)) or (P1[ids], 0)  # the real one: no forward for none
+    m = client.pseudo_label(None, {"server_round": 2, "label_count": 3})
+    assert client.stored()["ids"] == [] and client.stored()["kept"] == [] and m["labelled_candidates"] == 0
+    assert asked == [0] and m["pseudo_labels"] == 0
+
+
+def test_filter_candidates_follow_fes_vote():
+    """``fes.vote``: eq. (2) by default, the authors' vote-k with ``votek`` (their choice of 2
+    of these 5 texts differs from eq. (2)'s)."""
+    emb = np.random.default_rng(3).normal(size=(5, 4))
+    picks = {}
+    for vote in ("eq2", "votek"):
+        client = stub_client(P1, filter=True, keep_ratio=0.4, neighbours=2, vote=vote)
+        client.proxy_embeddings = lambda texts: emb
+        picks[vote] = client.candidates()[0].tolist()
+        assert picks[vote] == sorted(VOTES[vote](knn_sets(emb, 2), 2, 10.0))
+    assert cfg_of("fes").method_config.vote == "eq2"
 
 
 def test_filter_candidates_use_centre_proxy(monkeypatch):
@@ -804,6 +1009,15 @@ def test_fedcls_is_vanilla_fine_tuning_one_rate_for_every_weight_unless_head_lr(
     client = client_class("fedcls")(fast, TASKS["demo"], client_data(fast, 0, 3), state=RecordDict())
     groups = client.optimizer(client.model.load(client.model.initial_arrays())).param_groups
     assert sorted((g["lr"], len(g["params"])) for g in groups) == [(5e-5, len(names) - 2), (5e-3, 2)]
+
+
+def test_the_config_accepts_exactly_the_votes_there_are() -> None:
+    """``fes.vote`` is validated against the config's names; each has its function."""
+    from fedtext.methods.fes.config import VOTE_NAMES
+
+    assert tuple(VOTES) == VOTE_NAMES == ("eq2", "votek")
+    with pytest.raises(ConfigError, match="unknown fes.vote 'fast'; choose one of: eq2, votek"):
+        cfg_of("fes", vote="fast")
 
 
 def test_the_config_accepts_exactly_the_pseudo_picks_there_are() -> None:

@@ -21,9 +21,10 @@ Choices where the paper is silent, and where the authors' code (gotobcn8/FedDPG,
 * **activation**: ReLU between the two layers (the paper says "two-layer MLP"; the
   code uses ReLU).
 * **ē**: the mean word embedding over the n tokens of the text as the tokenizer
-  gives them ([CLS] and [SEP] included, padding excluded). The code averages over the
-  padded batch width too, so a text's prompt depends on the longest text of its
-  batch; we follow the paper's 1/n Σ.
+  gives them ([CLS] and [SEP] included, padding excluded), the paper's 1/n Σ
+  (``mean-embedding = tokens``). The code pads every text to 128 positions and averages
+  all of them, [PAD]'s embedding included (``mean-embedding = padded``); with MiniLM's
+  trained [PAD] vector that makes the texts' ē nearly alike (``docs/papers/feddpg.md``).
 * **where P goes**: after [CLS], like every prompt method here (the code prepends it
   before ``<s>`` and classifies from the ``<s>`` state after the prompt); with the
   similarity head, which pools every position, the order does not matter beyond

@@ -10,6 +10,9 @@ from typing import ClassVar
 from fedtext.config import MethodConfig, check_choice, check_range
 
 INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
+# ē: the mean over the text's tokens (eq. 2), or over the authors' code's 128 padded positions
+MEAN_EMBEDDINGS = ("tokens", "padded")
+PADDED_LENGTH = 128  # the authors' max_length (data/glue.py: padding='max_length')
 
 
 # the file in the run folder that keeps the global G an unlearning round replaced (written by
@@ -35,6 +38,7 @@ class FedDPGConfig(MethodConfig):
     hidden: int = 20  # h: hidden units of G (paper: 5 / 10 / 20)
     prompts: int = 10  # |P|: prompt vectors G makes per text (paper: 1 / 5 / 10)
     input: str = "prompt-text"  # §4.2.2: prompt-text = [P; x], text = x only, prompt = P only
+    mean_embedding: str = "tokens"  # ē over the n tokens (eq. 2); padded: 128 positions with [PAD] (authors' code)
     local_steps: int = 4  # AdamW steps per round
     lr: float = 1e-3  # the authors' code: AdamW, 1e-3
     batch_size: int = 16
@@ -52,6 +56,7 @@ class FedDPGConfig(MethodConfig):
         check_range(self.key("hidden"), self.hidden, 1)
         check_range(self.key("prompts"), self.prompts, 1)
         check_choice(self.key("input"), self.input, INPUTS)
+        check_choice(self.key("mean_embedding"), self.mean_embedding, MEAN_EMBEDDINGS)
         check_range(self.key("local_steps"), self.local_steps, 1)
         check_range(self.key("lr"), self.lr, 0, low_open=True)
         check_range(self.key("batch_size"), self.batch_size, 1)

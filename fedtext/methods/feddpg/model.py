@@ -10,6 +10,7 @@ import torch
 
 from fedtext.backbone import Backbone, EncodedBatch
 from fedtext.comm import ArraySpec
+from fedtext.methods.feddpg.config import PADDED_LENGTH
 from fedtext.model import Model
 
 if TYPE_CHECKING:
@@ -21,11 +22,18 @@ def make_generator(dim: int, hidden: int, prompts: int) -> torch.nn.Sequential:
     return torch.nn.Sequential(torch.nn.Linear(dim, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, prompts * dim))
 
 
-def mean_embedding(backbone: Backbone, batch: EncodedBatch) -> torch.Tensor:
-    """ē per text ``[B, D]``: the mean word embedding over its n attended tokens."""
+def mean_embedding(backbone: Backbone, batch: EncodedBatch, pad_to: int = 0) -> torch.Tensor:
+    """ē per text ``[B, D]``: the mean word embedding over its n attended tokens (eq. 2's
+    (1/n) Σ e_i), or with ``pad_to`` = N > 0 over N positions, the text's n tokens and
+    N - n copies of the padding token's embedding (the authors' code: every text padded to
+    N = 128, ``inputs_embeds.mean(dim=1)``); a text longer than N counts its n tokens."""
     tok = backbone.token_embeddings(batch.input_ids)  # [B, L, D], on the CPU where G lives
     w = batch.attention_mask.unsqueeze(-1).to(tok.dtype)
-    return (tok * w).sum(1) / w.sum(1).clamp(min=1.0)
+    total, n = (tok * w).sum(1), w.sum(1)
+    if pad_to:
+        pad = backbone.token_embeddings(torch.tensor([[backbone.pad_id]]))[0].to(tok.dtype)  # [1, D]
+        return (total + (pad_to - n).clamp(min=0.0) * pad) / n.clamp(min=float(pad_to))
+    return total / n.clamp(min=1.0)
 
 
 class FedDPGModel(Model):
@@ -62,7 +70,8 @@ class FedDPGModel(Model):
 
     def prompts(self, batch: EncodedBatch) -> torch.Tensor:
         """Per-text prompts ``[B, |P|, D]`` = reshape(G(ē)) (eqs. 2-3)."""
-        e_bar = mean_embedding(self.backbone, batch)
+        pad_to = PADDED_LENGTH if self.mcfg.mean_embedding == "padded" else 0
+        e_bar = mean_embedding(self.backbone, batch, pad_to)
         return self.generator(e_bar).reshape(len(batch), self.mcfg.prompts, self.backbone.dim)
 
     def logits(self, batch: EncodedBatch) -> torch.Tensor:

@@ -36,7 +36,8 @@ Where the paper is silent, or the authors' code (UbiquitousLearning/FeS) differs
   (``pet/ipet.py``, ``generate_ipet_train_set``) does not rank: it splits the count into
   per-class quotas and, within each predicted class, *draws* texts without replacement
   with probability proportional to their softmax maximum; ``pseudo-pick=class-quota`` is
-  that rule (:func:`pick_class_quota`). Their quotas follow the class counts of the
+  that rule (:func:`pick_class_quota`; quotas ``int(n_c * (target / N))`` in floats, as
+  theirs, and their draws given their ``RandomState``). Their quotas follow the class counts of the
   labels the client's unlabelled examples carry (``train_data=unlabeled_data`` in
   ``pet/modeling.py``): the *true* labels the first time (which a client cannot know),
   the previous labelling's predictions afterwards (written into the same objects); ours
@@ -45,16 +46,26 @@ Where the paper is silent, or the authors' code (UbiquitousLearning/FeS) differs
   top of its pseudo-label count; the authors' ``pet/modeling.py`` counts them toward it
   (``num_new_examples = augmented_point - len(train_data)``): ``gold-in-target=true``
   (:func:`pseudo_target`).
-* Curriculum (§3.1 "k ... linear increase"): a client labelled in round ``i`` keeps
-  ``floor(|U| * k/100 * i/f)`` pseudo labels (its most confident ones under ``top-k``),
-  re-labelling all earlier ones (§2.3); this is the authors' ``augmented_point`` formula. Static pacing
+* Schedule and curriculum (§3.1 "k ... linear increase"; the authors' ``train_fedpet``):
+  ``n`` clients label in rounds ``r = 1 + f, 1 + 2f, ...`` (their ``gen > 0 and gen % f ==
+  0`` with ``gen = r - 1``), never in round 1, which trains on the gold labels only, each
+  with the global model it is sent, the one after ``r - 1`` rounds (their ``g{gen-1}``
+  aggregate); a client labelled in round ``r`` keeps ``floor(|U| * k/100 * (r-1)/f)``
+  pseudo labels (its most confident ones under ``top-k``), re-labelling all earlier ones
+  (§2.3): their ``augmented_point``. Until 2026-11-25 fedtext labelled in rounds ``f, 2f,
+  ...`` keeping ``|U| k/100 r/f`` (with ``f = 1`` first with the untrained model); that
+  schedule is gone, not an option. Static pacing labels every round from round 2 on and
   keeps ``static-labels`` (the paper's "100 pseudo labels per selected client per
-  round"; the code keeps min(100, |U|) in total, which is what we do).
-* Filtering: eq. (2) exactly, ``score(u) = sum_{x in E(u)} rho^-|V(x) ∩ L|``; the code
-  (``fed/selective_annotating.py``, from vote-k) also skips voters x that are themselves
-  selected, breaks ties by vote count rather than id, and uses a 12-layer
+  round"; the code keeps min(100, |U|) in total, which is what we do). Round 1 belongs to
+  no AUG-E trial window (nothing labels in it), so every window holds a labelling round.
+* Filtering: eq. (2) exactly, ``score(u) = sum_{x in E(u)} rho^-|V(x) ∩ L|`` (``fes.vote=eq2``);
+  the code (``fed/selective_annotating.py``, ``fast_votek`` from vote-k) also skips voters x
+  that are themselves selected, never picks a text nobody votes for, and breaks ties by vote
+  count, then first vote, rather than id: ``fes.vote=votek`` (:func:`votek_filter`, their
+  picks exactly). It uses a 12-layer
   paraphrase-mpnet proxy with k=150 neighbours, rho=10 and a 10 % keep ratio; we use
-  the process's own frozen MiniLM as the proxy and scale k to the pools here. The
+  the process's own frozen MiniLM as the proxy and scale k to the pools here. Both keep
+  ``int(N * ratio)`` texts (:func:`keep_count`; none, and no labels, below one). The
   authors subtract the mean embedding of the client's texts before the cosine k-NN
   (``calculate_sentence_transformer_embedding(mean=True)``); we do not by default
   (§3.2 says "cosine similarity between the embedding vectors"): ``centre-proxy=true``.
@@ -68,8 +79,11 @@ Where the paper is silent, or the authors' code (UbiquitousLearning/FeS) differs
   trains only under the full plan (so ``frozen=0, bias=0`` is full fine-tuning as fedavg,
   ``frozen=0, bias=-1`` BitFit).
 
+Measured against the authors' code by ``tools/reference/fes.py`` (fixture
+``tests/unit/reference/fes.json``; what agrees and what departs: ``docs/papers/fes.md``).
+
 Modules: ``config.py`` (keys of FeS and its three baselines, no torch), ``model.py`` (which layers
-train), ``labels.py`` (gold shots, pseudo-label picks), ``filter.py`` (eq. (2)), ``pacing.py``
+train), ``labels.py`` (gold shots, pseudo-label picks), ``filter.py`` (eq. (2), vote-k), ``pacing.py``
 (AUG-E and the Pacer), ``plan.py`` (the depth search); the Flower side: ``strategies/fes.py``,
 ``clients/fes.py``; scripts: ``simulations/papers/fes/``.
 """

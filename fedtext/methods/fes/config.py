@@ -14,6 +14,8 @@ PACINGS = ("curriculum", "static", "none")
 # ``pseudo-pick`` values; fedtext.methods.fes.labels.PSEUDO_PICKS holds their functions
 # (tests/unit/test_fes.py checks the two agree)
 PSEUDO_PICK_NAMES = ("top-k", "class-quota")
+# ``fes.vote`` values; fedtext.methods.fes.filter.VOTES holds their functions (checked alike)
+VOTE_NAMES = ("eq2", "votek")
 
 
 # ------------------------------------------------------------------------- configs
@@ -147,17 +149,18 @@ class FeSConfig(PseudoLabelConfig):
     client: ClassVar[str] = "clients.fes:FewShotClient"
 
     pacing: str = "curriculum"  # curriculum (Alg. 1) | static (ablation: fedfsl's pacing)
-    paces: str = "1-2-10,1-4-5,2-4-10"  # initial list of <f, n, k>: every f rounds n clients keep k%·i/f of U
+    paces: str = "1-2-10,1-4-5,2-4-10"  # initial <f, n, k> list: in rounds 1+f, 1+2f.. n clients keep k%·(r-1)/f of U
     trial_rounds: int = 1  # r: rounds each configuration is tried (Alg. 1 line 13)
     candidates: int = 2  # t: top-t configurations kept for switching
     threshold: float = 0.0  # s: AUG-E below this switches (Alg. 1 line 7)
     eta: float = 1.0  # eta in eq. (1)
     theta: float = 1.0  # theta in eq. (1): weight of training cost
     filter: bool = True  # representational filtering (§3.2)
-    keep_ratio: float = 0.25  # share of a client's unlabelled texts the filter keeps
+    keep_ratio: float = 0.25  # share of a client's unlabelled texts the filter keeps (int(N x ratio), as the authors')
     rho: float = 10.0  # rho > 1 in eq. (2) (authors' code: 10)
     neighbours: int = 16  # k of the k-NN sets V(x) (authors' code: 150 of ~1,200 texts)
     centre_proxy: bool = False  # subtract the mean proxy embedding before the k-NN (authors' code: yes)
+    vote: str = "eq2"  # eq2 (§3.2) | votek (authors' fast_votek: chosen texts stop voting, ties by vote count)
     frozen_layers: int = 4  # §3.3/§4.4's AG News plan, 2/3 frozen: MiniLM-L6 layers 0-3
     bias_layers: int = 2  # the top 1/3 bias-only (layers 4-5), no full layer
 
@@ -172,6 +175,7 @@ class FeSConfig(PseudoLabelConfig):
         check_range(self.key("keep_ratio"), self.keep_ratio, 0, 1, low_open=True)
         check_range(self.key("rho"), self.rho, 1, low_open=True)
         check_range(self.key("neighbours"), self.neighbours, 1)
+        check_choice(self.key("vote"), self.vote, VOTE_NAMES)
 
     @property
     def pacing_mode(self) -> str:

@@ -56,12 +56,15 @@ def pick_top_k(probs: np.ndarray, target: int, rng: np.random.Generator) -> tupl
 
 
 def pick_class_quota(probs: np.ndarray, target: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """The authors' pseudo-label choice (``pet/ipet.py``: ``generate_ipet_train_set`` and
-    ``_draw_examples_by_label_probability``): each row gets its argmax label; class ``c``
-    gets the quota ``floor(n_c * target / N)`` (``n_c`` rows predicted ``c``; the floors
-    may leave the total below ``target``, as there), drawn without replacement from those
-    rows with probability proportional to their softmax maximum. Rows come class by class.
-    ``target >= 0``.
+    """The authors' pseudo-label choice (``pet/ipet.py``: ``generate_fedipet_train_sets``,
+    ``generate_ipet_train_set`` and ``_draw_examples_by_label_probability``): each row gets
+    its argmax label; class ``c`` gets the quota ``int(n_c * (target / N))`` (``n_c`` rows
+    predicted ``c``), in floats as theirs (``multiplier = num_new_examples /
+    len(train_data)``, ``int(epl * multiplier)``): one below the exact floor where the
+    float product falls just under an integer (``49 * (1/49) = 0.999...``); the floors may
+    leave the total below ``target``, as there. Each quota is drawn without replacement
+    from its rows with probability proportional to their softmax maximum
+    (``rng.choice(rows, size, replace=False, p)``). Rows come class by class. ``target >= 0``.
 
     The authors' ``n_c`` counts the labels the client's unlabelled examples carry (their
     ``train_data`` argument is the unlabelled set): the *true* labels, which no client
@@ -69,14 +72,15 @@ def pick_class_quota(probs: np.ndarray, target: int, rng: np.random.Generator) -
     same objects. Here it counts the current predictions, so that a quota never exceeds
     its class (they upsample a class by repeating its texts then). Their
     RNG is ``np.random.RandomState(seed)`` made afresh every round; ``rng`` here is seeded
-    per (run seed, client, round) by the caller.
+    per (run seed, client, round) by the caller (given a ``RandomState(seed)`` instead, the
+    draws are theirs: ``tools/reference/fes.py``).
     """
     n, labels, conf = len(probs), probs.argmax(1), probs.max(1)
-    target = min(target, n)
+    multiplier = min(target, n) / n if n else 0.0  # the authors' num_new_examples / len(train_data)
     rows_out, labels_out = [np.zeros(0, dtype=int)], [np.zeros(0, dtype=int)]
     for c in range(probs.shape[1]):
         rows = np.flatnonzero(labels == c)
-        quota = len(rows) * target // max(n, 1)  # floor(n_c * target / N), exact
+        quota = int(len(rows) * multiplier)  # int(n_c * (target / N)) in floats, as theirs
         if quota:
             rows_out.append(rng.choice(rows, size=quota, replace=False, p=conf[rows] / conf[rows].sum()))
             labels_out.append(np.full(quota, c))

@@ -23,12 +23,21 @@ class Pace:
         return f"{self.f}-{self.n}-{self.k:g}"
 
     def labels_round(self, server_round: int) -> bool:
-        """Whether ``server_round`` (1-based) is a labelling round."""
-        return server_round % self.f == 0
+        """Whether ``server_round`` (1-based) is a labelling round: the authors' ``gen > 0 and
+        gen % f == 0`` (``pet/modeling.py``, ``train_fedpet``) with ``gen = server_round - 1``,
+        the rounds the global model a client gets in ``server_round`` has trained. Never
+        round 1 (no model has trained yet; it trains on the gold labels only), then rounds
+        ``1 + f``, ``1 + 2f``, ..."""
+        trained = server_round - 1
+        return trained > 0 and trained % self.f == 0
 
     def target(self, unlabeled: int, server_round: int) -> int:
-        """Pseudo labels a client labelled in ``server_round`` keeps: ``|U| k/100 i/f``."""
-        return min(unlabeled, int(math.floor(unlabeled * self.k / 100 * server_round / self.f)))
+        """Pseudo labels a client labelled in ``server_round`` keeps: ``|U| k/100 i/f`` with
+        ``i = server_round - 1`` rounds trained, floored, at most ``|U|`` (the authors'
+        ``augmented_point = min(int(len(unlabeled_data) * aug_data_point / 100 *
+        gen/infer_freq), len(unlabeled_data))``, in the same float order); 0 in rounds 0 and 1."""
+        trained = max(server_round - 1, 0)
+        return min(unlabeled, int(math.floor(unlabeled * self.k / 100 * trained / self.f)))
 
 
 def parse_paces(text: str, key: str = "fes.paces") -> list[Pace]:
@@ -60,7 +69,10 @@ class Pacer:
     """Algorithm 1's configurator: try each pace for ``r`` rounds, keep the best (by
     AUG-E) and the top-``t`` candidates; while running, a window of ``r`` rounds whose
     AUG-E falls below ``s`` re-tries the candidates and switches to their best. A window
-    lasts ``max(r, f)`` rounds, so that every pace labels at least once in its trial.
+    lasts ``max(r, f)`` rounds, so that every pace labels at least once in its trial: no
+    pace labels in round 1 (:meth:`Pace.labels_round`), so round 1 belongs to no window
+    (its accuracy is where the first one starts), and any ``f`` rounds from round 2 on
+    hold exactly one labelling round of a pace ``<f, n, k>``.
 
     The server calls :meth:`pace` when it configures a round and :meth:`observe` after
     evaluating it; latencies come from the clients' measurements (:meth:`latency`).
@@ -105,10 +117,15 @@ class Pacer:
         if self.window_start_acc is None:
             self.window_start_acc = accuracy
 
-    def observe(self, accuracy: float) -> dict[str, float]:
-        """After a round: close the window when ``r`` rounds are done; returns the events
-        (``aug_e``, ``trial_done``, ``chosen``, ``switch``) as record metrics."""
+    def observe(self, accuracy: float, server_round: int | None = None) -> dict[str, float]:
+        """After round ``server_round``: close the window when ``r`` rounds are done; returns
+        the events (``aug_e``, ``trial_done``, ``chosen``, ``switch``) as record metrics.
+        After round 1, which no pace labels in, the first window starts from ``accuracy``
+        instead (no event)."""
         self.start(accuracy)
+        if server_round == 1:
+            self.window_start_acc, self.window_rounds = accuracy, 0
+            return {}
         self.window_rounds += 1
         events: dict[str, float] = {}
         # A window spans at least one labelling cycle (f rounds): a pace with f > r tried
