@@ -1,8 +1,12 @@
-"""Golden records: the per-method reshape (issue 9) changed no number.
+"""Golden records: no refactoring changes a number by accident.
 
 ``tests/integration/golden/golden_demo.json`` holds, per method, the per-round accuracy, loss and
 bytes of a 2-round demo run (seed 0) recorded with ``simulations.simulate`` on the main
-*before* the reshape (commit in the file; the run-config there uses the old flat keys).
+*before* the per-method reshape of issue 9 (commit in the file; the run-config there uses the
+old flat keys). A change meant to move a method's numbers re-records that method
+(``python tests/integration/golden/record.py <method> --why "..."``), which notes the commit,
+date and reason in its ``rerecorded`` field: bbt-fed, fedbpt and feddls were re-recorded for
+issue 44 (BBT's prompt injection and A's scale, pycma pinned to cma 3.4's CSA, FedDLS's LASSO ties).
 Each test reruns the same setting with today's keys through Flower's simulation engine
 and asks for the same numbers: bytes, queries and accuracies exactly, losses to 1e-5
 relative (bit-identical on the machine that recorded them; on another CPU of the same
