@@ -27,22 +27,19 @@ import numpy as np
 
 
 def classic_csa_damping(es: cma.CMAEvolutionStrategy) -> float:
-    """d_sigma of CSA as cma 3.4 computes it (``CMAAdaptSigmaCSA.initialize``)::
+    """d_sigma of CSA as cma 3.4 computes it (``CMAAdaptSigmaCSA.initialize``) with pycma's
+    default ``CSA_dampfac = 1`` and ``CSA_damp_mueff_exponent = 1/2`` (fedtext never sets
+    them; :func:`new_es` refuses them)::
 
-        d_sigma = CSA_dampfac (1/2 + min(1, (lam_mirr / (0.159 lambda) - 1)^2) / 2
-                               + 2 max(0, ((mu_eff - 1) / (n + 1))^(1/2) - 1) + c_sigma)
+        d_sigma = 1/2 + min(1, (lam_mirr / (0.159 lambda) - 1)^2) / 2
+                  + 2 max(0, ((mu_eff - 1) / (n + 1))^(1/2) - 1) + c_sigma
 
     Without mirrored samples (``lam_mirr = 0``) this is Hansen's (2016) tutorial value
     ``1 + 2 max(0, sqrt((mu_eff - 1) / (n + 1)) - 1) + c_sigma``; pycma mirrors samples of
-    populations below 6 (``CMA_mirrors``), which the first terms account for. The exponent is
-    pycma's ``CSA_damp_mueff_exponent`` (1/2 unless ``CSA_squared``)."""
-    sp, a = es.sp, es.adapt_sigma
-    exponent = es.opts["CSA_damp_mueff_exponent"]
-    if exponent is None:
-        exponent = 1 if es.opts["CSA_squared"] else 0.5
-    return float(es.opts["CSA_dampfac"]) * (
-        0.5 + min(1.0, (sp.lam_mirr / (0.159 * sp.popsize) - 1) ** 2) / 2
-        + 2 * max(0.0, ((sp.weights.mueff - 1) / (es.N + 1)) ** exponent - 1) + a.cs)
+    populations below 6 (``CMA_mirrors``), which the first terms account for."""
+    sp = es.sp
+    return (0.5 + min(1.0, (sp.lam_mirr / (0.159 * sp.popsize) - 1) ** 2) / 2
+            + 2 * max(0.0, ((sp.weights.mueff - 1) / (es.N + 1)) ** 0.5 - 1) + es.adapt_sigma.cs)
 
 
 def classic_chi_n(n: int) -> float:
@@ -55,24 +52,28 @@ def classic_chi_n(n: int) -> float:
     return exact[n] if n in exact else n**0.5 * (1 - 1.0 / (4 * n) + 1.0 / (26 * n**2))
 
 
+# pycma options that would change the step-size rule new_es pins (pycma matches option names
+# case-insensitively; fedtext writes them as pycma documents them)
+PINNED_OPTIONS = ("AdaptSigma", "CSA_dampfac", "CSA_damp_mueff_exponent", "CSA_squared")
+
+
 def new_es(x0: np.ndarray, sigma0: float, opts: dict) -> cma.CMAEvolutionStrategy:
     """A pycma ``CMAEvolutionStrategy`` with CSA step-size adaptation, cma 3.4's damping
     (:func:`classic_csa_damping`) and cma 3.4's E|N(0, I)| (:func:`classic_chi_n`), as the
-    authors ran pycma, on any installed version (``opts`` must not set ``AdaptSigma``).
+    authors ran pycma, on any installed version (``opts`` must not set :data:`PINNED_OPTIONS`).
 
     CSA's update reads E|N(0, I_n)| from pycma's process-wide cache
     (``MathHelperFunctions._chiN_dict``, the same private table in cma 3.4 and 4.x); the
     entry for this dimension is set to cma 3.4's value, for every pycma object of the
     process (fedtext makes all of them here)."""
-    if "AdaptSigma" in opts:
-        raise ValueError("new_es sets AdaptSigma itself (CSA, as the authors ran pycma)")
+    pinned = [k for k in PINNED_OPTIONS if k in opts]
+    if pinned:
+        raise ValueError(f"new_es sets {', '.join(pinned)} itself (CSA, as the authors ran pycma)")
     n = int(np.size(x0))
-    cache = getattr(cma.utilities.math.MathHelperFunctions, "_chiN_dict", None)
-    if isinstance(cache, dict):
-        cache[n] = classic_chi_n(n)
+    cma.utilities.math.MathHelperFunctions._chiN_dict[n] = classic_chi_n(n)
     es = cma.CMAEvolutionStrategy(x0, sigma0, {**opts, "AdaptSigma": cma.sigma_adaptation.CMAAdaptSigmaCSA})
     a = es.adapt_sigma
-    if not getattr(a, "is_initialized", False):  # cma 3.x initialises CSA lazily, at the first tell
+    if not a.is_initialized:  # cma 3.x initialises CSA lazily, at the first tell; 4.x in the constructor
         a.initialize(es)
     a.damps = classic_csa_damping(es)
     return es

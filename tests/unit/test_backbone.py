@@ -79,8 +79,9 @@ def test_projection_is_identical_for_the_same_seed(backbone):
     summed = project(p0, a, z, "input-embedding")
     np.testing.assert_allclose(summed, p0 + (a @ z).reshape(4, -1), rtol=1e-5, atol=1e-6)
     assert project(p0, a, np.stack([z, z]), "input-embedding").shape == (2, 4, backbone.dim)
-    split = project(p0, a, np.stack([z, 2 * z]))  # default: BBT's injection, p0 and A z apart
+    split = project(p0, a, np.stack([z, 2 * z]).astype(np.float64))  # default: BBT's injection, p0 and A z apart
     assert isinstance(split, SplitPrompt) and split.embeds.shape == split.offsets.shape == (2, 4, backbone.dim)
+    assert split.offsets.dtype == split.embeds.dtype == np.float32  # z is taken as float32 (what the encoder gets)
     np.testing.assert_array_equal(split.embeds[1], p0)
     np.testing.assert_allclose(split.offsets[1], 2 * (a @ z).reshape(4, -1), rtol=1e-5, atol=1e-6)
     # post-tuning a split prompt adds to its offsets and keeps its input embeddings

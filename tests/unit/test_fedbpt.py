@@ -616,6 +616,7 @@ def test_a_round_with_one_valid_upload_skips_the_server_step(fedbpt, server_step
                     arrays={UPLOAD: fedbpt.model.pack_upload(z, [0.9] * STEPS, 0.3)}, metrics={})
     arrays, metrics = fedbpt.aggregate(1, [upload])
     assert metrics["server_step_skipped"] == 1.0
+    assert metrics["z_norm"] == float(np.linalg.norm(before[0])) == 0.0  # |z|, not |sigma| = 1
     for a, b in zip(arrays, before, strict=True):
         np.testing.assert_array_equal(a, b)
 
@@ -845,3 +846,49 @@ def test_reference_tell_leaves_sigma_local_on_pycma_and_silences_only_injection_
     assert [str(w.message) for w in record] == ["some other pycma warning"]
     assert es.sigma_local == pytest.approx(after / 0.7 * 1.0)  # as-run, sigma_0 = 1
     assert es.es.sigma == es.sigma_local
+
+
+# ------------------------------------------- pycma pinned to the authors' step-size rule
+def test_classic_chi_n_is_cma_34s_expected_norm():
+    """E|N(0, I_n)| as cma 3.4: exact for n <= 6 (sqrt(2) Γ((n+1)/2) / Γ(n/2)), above
+    sqrt(n) (1 - 1/(4n) + 1/(26 n^2)) (cma 4.5: 1/(32 n^2), and exact up to 100)."""
+    import math
+
+    from fedtext.blackbox import classic_chi_n
+
+    for n in range(1, 7):
+        assert classic_chi_n(n) == pytest.approx(math.sqrt(2) * math.gamma((n + 1) / 2) / math.gamma(n / 2), rel=1e-12)
+    for n in (7, 10, 500):
+        assert classic_chi_n(n) == pytest.approx(n**0.5 * (1 - 1 / (4 * n) + 1 / (26 * n * n)), rel=1e-15)
+    assert classic_chi_n(10) != pytest.approx(10**0.5 * (1 - 1 / 40 + 1 / 3200), rel=1e-9)  # not cma 4.5's
+
+
+@pytest.mark.parametrize("n, popsize", [(2, 40), (10, 5), (10, 10), (300, 6)])
+def test_new_es_runs_csa_with_cma_34s_damping(n, popsize):
+    """CSA whatever the dimension (cma >= 4 picks TPA from n = 300 on), d_sigma by cma 3.4's
+    formula on pycma's own mu_eff, c_sigma and mirrors: (2, 40) has mu_eff = 11.3 > n + 2, so
+    the middle term counts; (10, 5) mirrors one sample (lam_mirr = 1), so the first term is
+    below 1; E|N(0, I_n)| in pycma's cache is cma 3.4's."""
+    from fedtext.blackbox import classic_chi_n, new_es
+
+    es = new_es(np.zeros(n), 1.0, {"popsize": popsize, "seed": 1, "verbose": -9})
+    assert type(es.adapt_sigma).__name__ == "CMAAdaptSigmaCSA"
+    sp, a = es.sp, es.adapt_sigma
+    mirror = min(1.0, (sp.lam_mirr / (0.159 * popsize) - 1) ** 2)
+    expected = 0.5 + mirror / 2 + 2 * max(0.0, ((sp.weights.mueff - 1) / (n + 1)) ** 0.5 - 1) + a.cs
+    assert a.damps == pytest.approx(expected, rel=1e-14)
+    if (n, popsize) == (2, 40):
+        assert 2 * (((sp.weights.mueff - 1) / 3) ** 0.5 - 1) > 0.1
+    if (n, popsize) == (10, 5):
+        assert sp.lam_mirr == 1 and mirror < 0.1
+    import cma
+
+    assert cma.utilities.math.MathHelperFunctions._chiN_dict[n] == classic_chi_n(n)
+
+
+@pytest.mark.parametrize("key", ["AdaptSigma", "CSA_dampfac", "CSA_damp_mueff_exponent", "CSA_squared"])
+def test_new_es_refuses_options_that_change_the_pinned_rule(key):
+    from fedtext.blackbox import new_es
+
+    with pytest.raises(ValueError, match=f"new_es sets {key} itself"):
+        new_es(np.zeros(3), 1.0, {key: 1})

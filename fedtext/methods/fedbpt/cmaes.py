@@ -252,10 +252,16 @@ class ReferenceServerES:
     def C(self) -> np.ndarray:
         return np.asarray(self.es.sm.C, dtype=np.float64)
 
+    def _population(self, k: int) -> cma.CMAEvolutionStrategy:
+        """A pycma object for a population of k (its weights and learning rates; its search
+        state is this server's, given by :func:`carry_state` before a step)."""
+        return new_es(self.es.mean, self.es.sigma, self._opts(k))
+
     def weights(self, k: int | None = None) -> np.ndarray:
         """pycma's recombination weights of k ranked uploads (default m; sum 1)."""
-        es = self.es if k in (None, self.m) else new_es(np.zeros(self.d), 1.0, self._opts(k))
-        return np.asarray(es.sp.weights[: k or self.m], dtype=np.float64)
+        k = k or self.m
+        es = self.es if k == self.m else self._population(k)
+        return np.asarray(es.sp.weights[:k], dtype=np.float64)
 
     def tell(self, solutions: np.ndarray, fitnesses: Sequence[float], sigma_prime: float) -> float | None:
         """One server step on the round's k uploads; returns pycma's sigma after ``tell``
@@ -264,7 +270,7 @@ class ReferenceServerES:
         if k < 2:
             return None
         self.es.sigma = float(sigma_prime)
-        es = self.es if k == self.m else new_es(np.zeros(self.d), 1.0, self._opts(k))
+        es = self.es if k == self.m else self._population(k)
         with warnings.catch_warnings():  # the uploads are "injected" solutions by design
             warnings.simplefilter("ignore", cma.evolution_strategy.InjectionWarning)
             es.ask()
@@ -284,29 +290,24 @@ class ReferenceServerES:
                 "generation": np.array([self.es.countiter])}
 
 
-# The state of pycma's covariance sampler (GaussFullSampler, cma 3.4 and 4.x): C, its eigen
-# decomposition and the counters of its lazy re-decomposition; its other attributes (learning
-# rates, the lazy-update gap, lambda and mu_eff) belong to the population and stay the receiver's.
+# What carries a pycma object's search state (cma 3.4 and 4.x): of the strategy, its mean,
+# step size, rank-one path, iteration count and previous mean; of its covariance sampler
+# (GaussFullSampler), C, its eigen decomposition and the counters of its lazy re-decomposition;
+# of CSA, p_sigma (made at the first tell). Everything else (weights, learning rates, the
+# lazy-update gap, lambda, mu_eff) belongs to the population and stays the receiver's.
+ES_STATE = ("mean", "sigma", "pc", "countiter", "mean_old")
 SAMPLER_STATE = ("C", "B", "D", "_inverse_root_C", "count_eigen", "count_tell", "last_update", "_corr_condition",
                  "_corr_condition_count_eigen")
+CSA_STATE = ("ps",)
 
 
 def carry_state(src: cma.CMAEvolutionStrategy, dst: cma.CMAEvolutionStrategy) -> None:
-    """Give ``dst`` the search state of ``src``: mean, sigma, the covariance with its
-    decomposition (:data:`SAMPLER_STATE` of pycma's sampler), the evolution paths p_c and
-    p_sigma, the iteration count and the previous mean; population, weights and learning
-    rates stay ``dst``'s own. pycma's ``tell`` on ``dst`` then makes the step ``src`` would
-    make with ``dst``'s population (equal to the last bit for the same population:
-    tests/unit/test_fedbpt.py)."""
-    dst.mean = np.array(src.mean, dtype=np.float64, copy=True)
-    dst.sigma = float(src.sigma)
-    for name in SAMPLER_STATE:
-        if hasattr(src.sm, name):
-            setattr(dst.sm, name, copy.deepcopy(getattr(src.sm, name)))
-    dst.pc = np.array(src.pc, copy=True)
-    ps = getattr(src.adapt_sigma, "ps", None)  # pycma creates p_sigma at the first tell
-    if ps is not None:
-        dst.adapt_sigma.ps = np.array(ps, copy=True)
-    dst.countiter = src.countiter
-    if hasattr(src, "mean_old"):
-        dst.mean_old = np.array(src.mean_old, copy=True)
+    """Give ``dst`` copies of the search state of ``src`` (:data:`ES_STATE`,
+    :data:`SAMPLER_STATE`, :data:`CSA_STATE`; an attribute ``src`` does not have yet is left
+    alone): pycma's ``tell`` on ``dst`` then makes the step ``src`` would make with ``dst``'s
+    population (equal to the last bit for the same population: tests/unit/test_fedbpt.py)."""
+    for a, b, names in ((src, dst, ES_STATE), (src.sm, dst.sm, SAMPLER_STATE),
+                        (src.adapt_sigma, dst.adapt_sigma, CSA_STATE)):
+        for name in names:
+            if hasattr(a, name):
+                setattr(b, name, copy.deepcopy(getattr(a, name)))
