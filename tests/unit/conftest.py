@@ -23,3 +23,41 @@ def fedbpt(backbone, request):
     strat.global_arrays = strat.initial_arrays()
     strat.rounds.begin(1)
     return strat
+
+
+@pytest.fixture()
+def feddls_server():
+    """FedDLS's server at its initial prompt p'_0 and the start of round 1 on the demo task:
+    ``feddls_server(**fields)`` returns the strategy, ``fields`` the run-config fields of
+    ``make_config("feddls", ...)`` (e.g. ``prompt_length``, ``compression``)."""
+    from fedtext.registry import make_config
+    from fedtext.tasks import TASKS
+    from strategies.feddls import FedDLS
+
+    def make(**fields) -> FedDLS:
+        strat = FedDLS(make_config("feddls", **fields), TASKS["demo"])
+        strat.global_arrays = [strat.initial_arrays()[0]]
+        strat.rounds.begin(1)
+        return strat
+
+    return make
+
+
+@pytest.fixture()
+def feddls_upload():
+    """A FedDLS client's upload as the server receives it: ``feddls_upload(pid, ids, n=8)``
+    returns ``(proxy, FitRes)`` carrying the uint16 token ids (``SENTINEL``: position
+    unchanged), ``n`` examples and the client's ``partition_id``, at p' version 0."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    from flwr.common import Code, FitRes, Status
+
+    from fedtext import comm
+
+    def make(pid: int, ids, n: int = 8):
+        return (SimpleNamespace(cid=f"node{pid}"),
+                FitRes(Status(Code.OK, ""), comm.encode([np.asarray(ids, np.uint16)]), n,
+                       {"partition_id": pid, "dls_version": 0}))
+
+    return make

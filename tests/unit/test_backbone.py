@@ -351,6 +351,31 @@ def test_label_vectors_are_encoded_by_the_plain_encoder_after_a_fedptuning_v2_fo
     torch.testing.assert_close(fresh.label_vectors, plain, atol=1e-5, rtol=1e-5)
 
 
+def test_fedptuning_v2_prefix_forward_builds_its_ids_on_the_backbones_device(backbone, monkeypatch):
+    """On a GPU the initial prefixes come from one encoder forward whose ids must be on the
+    encoder's device (a CPU tensor into a CUDA encoder fails). CPU-only check of that
+    plumbing: the backbone claims the ``meta`` device and the encoder only records where
+    its inputs are, then stops the forward."""
+    from fedtext.methods.fedptuning_v2.model import DeepPromptModel
+    from fedtext.registry import make_config
+
+    class Stop(Exception):
+        pass
+
+    seen: list[tuple[str, str]] = []
+
+    def forward(input_ids, attention_mask):
+        seen.append((input_ids.device.type, attention_mask.device.type))
+        raise Stop
+
+    model = DeepPromptModel(make_config("fedptuning-v2", task="demo", prompt_length=4, max_length=64), backbone)
+    monkeypatch.setattr(backbone, "device", torch.device("meta"))
+    monkeypatch.setattr(backbone.encoder, "forward", forward)
+    with pytest.raises(Stop):
+        model.initial_arrays()
+    assert seen == [("meta", "meta")]
+
+
 def test_suspended_hooks_hides_every_hook_and_puts_them_back(backbone):
     from fedtext.backbone import suspended_hooks
 

@@ -396,23 +396,14 @@ def test_server_and_client_rebuild_bit_identical_prompts_and_bytes(backbone, com
     assert comm.payload_bytes(payload) == updates_sent * per_update(t, d)
 
 
-def _upload(pid, ids):
-    return (SimpleNamespace(cid=f"node{pid}"),
-            FitRes(Status(Code.OK, ""), comm.encode([np.asarray(ids, np.uint16)]), 8,
-                   {"partition_id": pid, "dls_version": 0}))
-
-
-def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog):
-    cfg = make_config("feddls", prompt_length=3, max_length=64, compression="full")
-    strat = FedDLS(cfg, TASKS["demo"])
-    strat.global_arrays = [strat.initial_arrays()[0]]
-    strat.rounds.begin(1)
+def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog, feddls_server, feddls_upload):
+    strat = feddls_server(prompt_length=3, max_length=64, compression="full")
     vocab, prev = strat.vocab, strat.global_arrays[0]
     nat = backbone.natural_token_ids()
     a, b = int(nat[100]), int(nat[200])
     special = int(backbone.tokenizer.cls_token_id)
-    good = [_upload(0, [a, SENTINEL, SENTINEL]), _upload(1, [b, b, SENTINEL])]
-    bad = [_upload(2, [len(vocab) + 5, SENTINEL, SENTINEL]), _upload(3, [special, SENTINEL, SENTINEL]),
+    good = [feddls_upload(0, [a, SENTINEL, SENTINEL]), feddls_upload(1, [b, b, SENTINEL])]
+    bad = [feddls_upload(2, [len(vocab) + 5, SENTINEL, SENTINEL]), feddls_upload(3, [special, SENTINEL, SENTINEL]),
            (SimpleNamespace(cid="node4"), FitRes(Status(Code.OK, ""), comm.encode([np.zeros(3, np.int32)]), 8, {}))]
     params, metrics = strat.aggregate_fit(1, good + bad, [])
     assert [d["reason"].split(":")[0] for d in strat.record.dropped] == [
@@ -428,7 +419,7 @@ def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog):
     assert metrics["compression_rel_error"] == pytest.approx(rel, rel=1e-4) and 0 < rel < 1e-3
 
 
-def test_server_round_metrics_count_changed_positions_and_the_update_on_hand_values(backbone) -> None:
+def test_server_round_metrics_count_changed_positions_and_the_update_on_hand_values(backbone, feddls_upload) -> None:
     """The round's method metrics: positions_changed = mean over clients of the positions not
     sent as the sentinel (T = 4: 1 and 2 changed -> 1.5; counting the sentinels would give
     2.5); update_bytes = what the download of this round's update weighs; a round where no
@@ -439,15 +430,15 @@ def test_server_round_metrics_count_changed_positions_and_the_update_on_hand_val
     nat = backbone.natural_token_ids()
     a, b, s = int(nat[100]), int(nat[200]), SENTINEL
     strat.rounds.begin(1)
-    params, metrics = strat.aggregate_fit(1, [_upload(0, [a, s, s, s]), _upload(1, [b, b, s, s])], [])
+    params, metrics = strat.aggregate_fit(1, [feddls_upload(0, [a, s, s, s]), feddls_upload(1, [b, b, s, s])], [])
     assert metrics["positions_changed"] == 1.5
     assert metrics["update_bytes"] == comm.expected_bytes(strat.updates[-1]) > 0
     strat.rounds.begin(2)
-    params, metrics = strat.aggregate_fit(2, [_upload(0, [s, s, s, s]), _upload(1, [s, s, s, s])], [])
+    params, metrics = strat.aggregate_fit(2, [feddls_upload(0, [s, s, s, s]), feddls_upload(1, [s, s, s, s])], [])
     assert metrics["positions_changed"] == 0.0 and metrics["compression_rel_error"] == 0.0
 
 
-def test_server_records_the_version_each_client_reports_and_keeps_it_when_none_is_reported() -> None:
+def test_server_records_the_version_each_client_reports_and_keeps_it_when_none_is_reported(feddls_upload) -> None:
     """§4.3's incremental download: after aggregation the server holds, per client, the p' version
     its upload reports (``dls_version``); an upload without one keeps the version the server knew
     (0, p'_0, for a client it has never heard from)."""
@@ -456,8 +447,8 @@ def test_server_records_the_version_each_client_reports_and_keeps_it_when_none_i
     strat.global_arrays = [strat.initial_arrays()[0]]
     for rnd in (1, 2, 3):
         strat.rounds.begin(rnd)
-        ups = [_upload(pid, [SENTINEL] * 3) for pid in (0, 1, 2)] if rnd == 3 else [
-            _upload(pid, [SENTINEL] * 3) for pid in (0, 1)]
+        ups = [feddls_upload(pid, [SENTINEL] * 3) for pid in (0, 1, 2)] if rnd == 3 else [
+            feddls_upload(pid, [SENTINEL] * 3) for pid in (0, 1)]
         for _, res in ups:
             res.metrics["dls_version"] = rnd - 1  # the p' each client searched from
         if rnd == 3:  # node1 (known at version 1) and node2 (never seen) report nothing

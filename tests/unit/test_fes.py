@@ -422,6 +422,16 @@ def test_votek_filter_matches_the_rule_restated_on_random_graphs(seed, n, k, rho
         assert votek_filter(v, keep, rho) == votek_by_the_rule(v, keep, rho)
 
 
+def test_votek_filter_with_everyone_voting_for_everyone_stops_after_n_minus_1():
+    """Three texts, each voting for the other two (k = N - 1), keep 3. Ranks by first vote
+    (x0 lists 2 then 1 least similar first): 2, 1, 0. Round 1: all score 2, text 2 (rank
+    0). Round 2: texts 0 and 1 score 10^-1 each (their one unchosen voter has seen one
+    chosen text): text 1 (rank 1). Round 3: text 0's only voters are chosen, so the loop
+    stops with 2 ids; text 0 has seen N - 1 = 2 chosen texts, so the powers must reach
+    rho^-(N-1) (a table one shorter fails with an IndexError)."""
+    assert votek_filter(np.array([[1, 2], [0, 2], [0, 1]]), 3, 10.0) == [2, 1]
+
+
 def test_knn_sets_are_the_most_cosine_similar_other_texts():
     e = np.array([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0], [0.1, 0.9]])
     np.testing.assert_array_equal(knn_sets(e, 1), [[1], [0], [3], [2]])
@@ -677,6 +687,14 @@ def test_fit_message_without_round_is_round_0_and_without_a_count_labels_nothing
     assert client.stored()["ids"] == [4, 1]
     client.pseudo_label(None, {"server_round": 1, "pace": "1-1-50"})  # round 1: the untrained model keeps none
     assert client.stored()["ids"] == []
+    # the round also seeds the class-quota draw: no ``server_round`` draws as round 0, not 1
+    # (P1, 3 labels: quotas 1, 1, 0; round 0 draws texts 4 and 3, round 1 texts 4 and 1)
+    client = stub_client(P1, pseudo_pick="class-quota")
+    drawn = {}
+    for key, config in (("none", {}), (0, {"server_round": 0}), (1, {"server_round": 1})):
+        client.pseudo_label(None, {**config, "label_count": 3})
+        drawn[key] = client.stored()["ids"]
+    assert drawn == {"none": [4, 3], 0: [4, 3], 1: [4, 1]}
 
 
 class FakeNet:

@@ -139,26 +139,17 @@ def test_bbt_fed_z_sigma_C_average_is_weighted_by_examples():
     np.testing.assert_allclose(C, 4 * np.eye(3))  # uniform: 3 I
 
 
-def test_feddls_eq5_is_the_uniform_mean_whatever_the_clients_example_counts(backbone):
+def test_feddls_eq5_is_the_uniform_mean_whatever_the_clients_example_counts(backbone, feddls_server, feddls_upload):
     """Eq. (5) of FedDLS: p = (1/M) Σ_i p_i. With 2 and 30 examples the example-weighted
     mean would sit 14/16 of the way to client 1's token; the uniform one halfway."""
     from fedtext.methods.feddls.codecs import SENTINEL
-    from strategies.feddls import FedDLS
 
-    cfg = make_config("feddls", compression="full", **{**SMALL, "prompt_length": 2})
-    strat = FedDLS(cfg, TASKS["demo"])
-    strat.global_arrays = [strat.initial_arrays()[0]]
-    strat.rounds.begin(1)
+    strat = feddls_server(compression="full", **{**SMALL, "prompt_length": 2})
     vocab, prev = strat.vocab, strat.global_arrays[0]
     nat = backbone.natural_token_ids()
     a, b = int(nat[100]), int(nat[200])
-
-    def upload(pid, ids, n):
-        return (SimpleNamespace(cid=f"node{pid}"),
-                FitRes(Status(Code.OK, ""), comm.encode([np.asarray(ids, np.uint16)]), n,
-                       {"partition_id": pid, "dls_version": 0}))
-
-    params, _ = strat.aggregate_fit(1, [upload(0, [a, SENTINEL], 2), upload(1, [b, SENTINEL], 30)], [])
+    uploads = [feddls_upload(0, [a, SENTINEL], 2), feddls_upload(1, [b, SENTINEL], 30)]
+    params, _ = strat.aggregate_fit(1, uploads, [])
     got = comm.decode(params)[0]
     uniform = np.stack([(vocab[a] + vocab[b]) / 2, prev[1]])
     weighted = np.stack([(2 * vocab[a] + 30 * vocab[b]) / 32, prev[1]])
