@@ -419,17 +419,15 @@ def test_server_averages_rebuilt_prompts_and_drops_bad_ids(backbone, caplog, fed
     assert metrics["compression_rel_error"] == pytest.approx(rel, rel=1e-4) and 0 < rel < 1e-3
 
 
-def test_server_round_metrics_count_changed_positions_and_the_update_on_hand_values(backbone, feddls_upload) -> None:
+def test_server_round_metrics_count_changed_positions_and_the_update_on_hand_values(backbone, feddls_server,
+                                                                                   feddls_upload) -> None:
     """The round's method metrics: positions_changed = mean over clients of the positions not
     sent as the sentinel (T = 4: 1 and 2 changed -> 1.5; counting the sentinels would give
     2.5); update_bytes = what the download of this round's update weighs; a round where no
     client changed anything has a zero residual and a relative error of 0, not 0/0."""
-    cfg = make_config("feddls", prompt_length=4, max_length=64, compression="full")
-    strat = FedDLS(cfg, TASKS["demo"])
-    strat.global_arrays = [strat.initial_arrays()[0]]
+    strat = feddls_server(prompt_length=4, max_length=64, compression="full")
     nat = backbone.natural_token_ids()
     a, b, s = int(nat[100]), int(nat[200]), SENTINEL
-    strat.rounds.begin(1)
     params, metrics = strat.aggregate_fit(1, [feddls_upload(0, [a, s, s, s]), feddls_upload(1, [b, b, s, s])], [])
     assert metrics["positions_changed"] == 1.5
     assert metrics["update_bytes"] == comm.expected_bytes(strat.updates[-1]) > 0

@@ -31,7 +31,7 @@ def mean_embedding(backbone: Backbone, batch: EncodedBatch, pad_to: int = 0) -> 
     w = batch.attention_mask.unsqueeze(-1).to(tok.dtype)
     total, n = (tok * w).sum(1), w.sum(1)
     if pad_to:
-        pad = backbone.token_embeddings(torch.tensor([[backbone.pad_id]]))[0].to(tok.dtype)  # [1, D]
+        pad = backbone.token_embeddings(torch.tensor([[backbone.pad_id]]))[0]  # [1, D], tok's dtype (same lookup)
         return (total + (pad_to - n).clamp(min=0.0) * pad) / n.clamp(min=float(pad_to))
     return total / n.clamp(min=1.0)
 
