@@ -1,0 +1,198 @@
+"""Run one fedtext run through Flower's deployment engine on this machine, without Ray.
+
+    python -m simulations.deployment --num-supernodes 10 \
+        --run-config "method=fedbpt dataset=../shared/data/sst2 device=cuda" --output-dir runs
+    python -m simulations.deployment --num-supernodes 10 --from-record <run folder> \
+        --run-config "device=cuda run-name=on-gpu" --output-dir runs      # replay a recorded run
+
+One ``flower-superlink`` and N ``flower-supernode`` processes on loopback (insecure: one
+machine), then ``flwr run . <federation> --stream``: the processes and messages of an edge
+deployment (docs/deployment.md), each SuperNode holding partition i of N through its node
+config, each ClientApp in its own process as on a board. Use it where Ray is not installed
+(a GPU machine with a framework image, say) or to check a run-config the way a deployment
+runs it. ``--from-record`` starts from the run-config a run record ran with (its
+``config.json``, less what the server derived and where it wrote), so a CPU run can be
+replayed on a GPU key for key; ``--run-config`` pairs then replace keys. The run-config takes the same ``key=value`` pairs as ``simulations.simulate``
+(strings unquoted); paths resolve against the current directory. Ports are free ones picked
+at start, so several launches and ``flwr run``'s fixed local ports do not collide. Every
+process started here is stopped by its process group on exit; nothing else is touched.
+
+Exit status: 0 when the run's record says finished, 1 when it failed or wrote none, 2 for
+a configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
+
+REPO = Path(__file__).resolve().parents[1]
+CLIS = ("flwr", "flower-superlink", "flower-supernode")
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the kernel's pick for port 0)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def record_overrides(record: Path) -> dict[str, Any]:
+    """The run-config the run in folder ``record`` ran with: its ``config.json``'s keys less
+    the ones the server derived (:data:`fedtext.config.DERIVED_KEYS`) and ``output-dir``
+    (where it wrote, which a replay sets itself)."""
+    path = record / "config.json"
+    if not path.exists():
+        raise ConfigError(f"--from-record {record}: no config.json there (not a run record folder)")
+    config = json.loads(path.read_text())["config"]
+    return {k: v for k, v in config.items() if k not in DERIVED_KEYS and k != "output-dir"}
+
+
+def flwr_run_config(pairs: dict[str, Any]) -> str:
+    """``{"method": "fedbpt", "alpha": 0.5, "x": True}`` -> ``"method='fedbpt' alpha=0.5 x=true"``:
+    ``flwr run``'s run-config syntax (TOML values: strings quoted, numbers bare, booleans
+    lower-case)."""
+    out = []
+    for key, value in pairs.items():
+        if isinstance(value, bool):
+            out.append(f"{key}={str(value).lower()}")
+        elif isinstance(value, str):
+            if "'" in value:
+                raise ConfigError(f"run-config value of {key} contains a single quote: {value!r}")
+            out.append(f"{key}='{value}'")
+        else:
+            out.append(f"{key}={value}")
+    return " ".join(out)
+
+
+def cli(name: str) -> str:
+    """Flower's console script ``name``: beside this interpreter, else on PATH."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.exists() else shutil.which(name)
+    if not found:
+        raise ConfigError(f"{name} not found beside {sys.executable} or on PATH (pip install flwr)")
+    return found
+
+
+class Processes:
+    """Processes started here, each in its own session so that its group (a SuperNode's
+    ClientApp children included) is stopped with it, by PID."""
+
+    def __init__(self, env: dict[str, str], logs: Path) -> None:
+        self.env, self.logs, self.started = env, logs, []
+
+    def start(self, name: str, cmd: list[str]) -> subprocess.Popen:
+        log = (self.logs / f"{name}.log").open("w")
+        proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+        self.started.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.started:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.started:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+
+def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, logs: Path,
+           timeout_s: float = 3600.0) -> Path | None:
+    """Run ``overrides`` on a loopback SuperLink with ``num_supernodes`` SuperNodes; return
+    the run's record folder (None when none was written). Logs of every process go to
+    ``logs``."""
+    from fedtext.registry import METHODS
+
+    output_dir = output_dir.resolve()
+    pairs = {**overrides, "output-dir": str(output_dir)}
+    RunConfig.from_run_config(pairs, METHODS)  # fail before anything starts
+    logs.mkdir(parents=True, exist_ok=True)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    before = set(output_dir.glob("*/config.json"))
+    home = Path(tempfile.mkdtemp(prefix="fedtext-flwr-home-"))
+    port = free_port()
+    (home / "config.toml").write_text(
+        f'[superlink]\ndefault = "local"\n\n[superlink.local]\naddress = "127.0.0.1:{port}"\ninsecure = true\n')
+    env = {**os.environ, "FLWR_HOME": str(home), "HF_HUB_OFFLINE": os.environ.get("HF_HUB_OFFLINE", "1"),
+           "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
+    procs = Processes(env, logs)
+    try:
+        link = procs.start("superlink", [cli("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
+                                         str(port), "--disable-runtime-dependency-installation"])
+        deadline = time.time() + 120
+        while not listening(port):
+            if link.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"the SuperLink did not listen on {port}: see {logs / 'superlink.log'}")
+            time.sleep(0.5)
+        for i in range(num_supernodes):
+            procs.start(f"supernode-{i}", [
+                cli("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
+                "--port", str(free_port()),
+                "--node-config", f"partition-id={i} num-partitions={num_supernodes}"])
+        run = procs.start("flwr-run", [cli("flwr"), "run", ".", "local", "--stream",
+                                       "--run-config", flwr_run_config(pairs)])
+        try:
+            run.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            print(f"fedtext: the run did not end within {timeout_s:.0f} s", file=sys.stderr)
+    finally:
+        procs.stop_all()
+        shutil.rmtree(home, ignore_errors=True)
+    new = sorted(set(output_dir.glob("*/config.json")) - before)
+    return new[-1].parent if new else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    from simulations.simulate import parse_pairs
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--num-supernodes", type=int, default=4, help="SuperNodes, one partition each (default 4)")
+    ap.add_argument("--run-config", default="", help="space-separated key=value overrides of pyproject's run-config")
+    ap.add_argument("--from-record", default="", help="a run record folder: start from the run-config it ran with")
+    ap.add_argument("--output-dir", default="runs", help="where the run record goes (default ./runs)")
+    ap.add_argument("--logs", default="", help="folder for the processes' logs (default <output-dir>/deployment-logs)")
+    ap.add_argument("--timeout-s", type=float, default=3600.0, help="stop everything after this long (default 3600)")
+    args = ap.parse_args(argv)
+    try:
+        for name in CLIS:
+            cli(name)
+        out = Path(args.output_dir)
+        base = record_overrides(Path(args.from_record)) if args.from_record else {}
+        record = deploy({**base, **parse_pairs(args.run_config)}, args.num_supernodes, out,
+                        Path(args.logs) if args.logs else out / "deployment-logs", args.timeout_s)
+    except ConfigError as exc:
+        print(f"fedtext: configuration error: {exc}", file=sys.stderr)
+        return 2
+    if record is None:
+        print("fedtext: the run wrote no record (see the logs)", file=sys.stderr)
+        return 1
+    summary = json.loads((record / "summary.json").read_text()) if (record / "summary.json").exists() else {}
+    status = summary.get("status", "unknown")
+    print(f"fedtext: run {record.name} {status}")
+    return 0 if status == "finished" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""``python -m simulations.deployment``: a run through a real SuperLink and SuperNodes on
+loopback (no Ray), as the GPU check of 2026-11-26 ran it, and every process it started is
+gone when it returns."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from ..conftest import REPO, _env, processes_with_token
+
+BIN = Path(sys.executable).parent
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not all((BIN / t).exists() for t in ("flwr", "flower-superlink", "flower-supernode")),
+                       reason="needs Flower's CLIs"),
+]
+
+
+def test_the_launcher_runs_a_recorded_config_on_two_supernodes_and_leaves_no_process(tmp_path):
+    token = uuid.uuid4().hex
+    env = {**_env(), "FEDTEXT_TEST_TOKEN": token}
+    record = next((REPO / "simulations/results/fedbpt_reference_sst2_pilot/runs").glob("*-fedbpt-reference-dir05"))
+    out = tmp_path / "runs"
+    tiny = ("num-server-rounds=1 clients-per-round=2 eval-size=24 client-test-size=8 eval-every=1 "
+            "fedbpt.intrinsic-dim=20 fedbpt.local-steps=1 fedbpt.popsize=4 prompt-length=5 device=cpu run-name=replay")
+    done = subprocess.run([sys.executable, "-m", "simulations.deployment", "--num-supernodes", "2", "--from-record",
+                           str(record), "--run-config", tiny, "--output-dir", str(out), "--timeout-s", "400"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stderr[-3000:] + (out / "deployment-logs" / "flwr-run.log").read_text()[-3000:]
+    (run,) = [p.parent for p in out.glob("*/config.json")]
+    config = json.loads((run / "config.json").read_text())
+    assert config["config"]["fedbpt.server-step"] == "reference"  # from the record
+    assert config["config"]["partition"] == "dirichlet" and config["config"]["run-name"] == "replay"
+    assert config["provenance"]["nodes_at_start"] == 2
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [0, 1] and rounds[1]["num_clients"] == 2 and rounds[1]["dropped"] == []
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
+    assert {p.name for p in (out / "deployment-logs").iterdir()} == {
+        "superlink.log", "supernode-0.log", "supernode-1.log", "flwr-run.log"}
+    assert processes_with_token(token) == []

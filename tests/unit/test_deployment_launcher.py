@@ -1,0 +1,56 @@
+"""simulations/deployment.py's pure parts: the run-config it hands ``flwr run`` and the
+run-config it reads back from a run record (the launch itself: tests/system)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
+from fedtext.registry import METHODS
+from simulations.deployment import flwr_run_config, record_overrides
+from simulations.simulate import parse_pairs
+
+REPO = Path(__file__).resolve().parents[2]
+PILOT = REPO / "simulations" / "results" / "fedbpt_reference_sst2_pilot" / "runs"
+
+
+def test_flwr_run_config_quotes_strings_and_leaves_numbers_bare():
+    text = flwr_run_config({"method": "fedbpt", "alpha": 0.5, "seed": 3, "label-names": "", "flag": True,
+                            "off": False})
+    assert text == "method='fedbpt' alpha=0.5 seed=3 label-names='' flag=true off=false"
+
+
+def test_flwr_run_config_refuses_a_single_quote_in_a_value():
+    with pytest.raises(ConfigError, match="single quote"):
+        flwr_run_config({"label-names": "it's"})
+
+
+def test_flwr_run_config_round_trips_through_flowers_parser():
+    from flwr.common.config import parse_config_args
+
+    pairs = {"method": "fedbpt", "alpha": 0.5, "seed": 3, "dataset": "../shared/data/sst2", "label-names": ""}
+    assert parse_config_args([flwr_run_config(pairs)]) == pairs
+
+
+def test_record_overrides_replay_a_record_without_derived_keys_or_its_output_dir(tmp_path):
+    config = {"method": "fedbpt", "seed": 2, "output-dir": "/elsewhere", **{k: "x" for k in DERIVED_KEYS}}
+    (tmp_path / "config.json").write_text(json.dumps({"config": config}))
+    assert record_overrides(tmp_path) == {"method": "fedbpt", "seed": 2}
+
+
+def test_a_committed_record_replays_key_for_key_on_another_device():
+    record = next(PILOT.glob("*-fedbpt-paper-dir05"))
+    base = record_overrides(record)
+    cfg = RunConfig.from_run_config({**base, **parse_pairs("device=cpu run-name=replay")}, METHODS)
+    recorded = json.loads((record / "config.json").read_text())["config"]
+    assert cfg.to_run_config()["fedbpt.intrinsic-dim"] == recorded["fedbpt.intrinsic-dim"] == 500
+    assert {k: v for k, v in cfg.to_run_config().items() if k not in ("device", "run-name", "output-dir")} == {
+        k: v for k, v in recorded.items() if k not in (*DERIVED_KEYS, "device", "run-name", "output-dir")}
+
+
+def test_record_overrides_names_a_folder_without_a_record(tmp_path):
+    with pytest.raises(ConfigError, match="no config.json"):
+        record_overrides(tmp_path)
