@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -92,12 +93,33 @@ def cli(name: str) -> str:
     return found
 
 
+TOKEN_VAR = "FEDTEXT_DEPLOYMENT_TOKEN"  # set in every process this launcher starts, and inherited
+
+
+def processes_with(token: str) -> list[int]:
+    """PIDs whose environment holds ``FEDTEXT_DEPLOYMENT_TOKEN=<token>``: what this launch
+    started, however detached (the SuperLink starts each ServerApp, a SuperNode each ClientApp,
+    as processes of their own that may outlive their parent's process group)."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                    found.append(int(proc.name))
+            except OSError:  # gone, or another user's
+                pass
+    return found
+
+
 class Processes:
     """Processes started here, each in its own session so that its group (a SuperNode's
-    ClientApp children included) is stopped with it, by PID."""
+    ClientApp children included) is stopped with it, by PID; then any process still carrying
+    this launch's token (a ServerApp or ClientApp that left its group), by PID."""
 
     def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env, self.logs, self.started = env, logs, []
+        self.token = uuid.uuid4().hex
+        self.env, self.logs, self.started = {**env, TOKEN_VAR: self.token}, logs, []
 
     def start(self, name: str, cmd: list[str]) -> subprocess.Popen:
         log = (self.logs / f"{name}.log").open("w")
@@ -116,6 +138,17 @@ class Processes:
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
+        for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
+            left = processes_with(self.token)
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+            deadline = time.time() + grace
+            while left and time.time() < deadline:
+                time.sleep(0.2)
+                left = processes_with(self.token)
+            if not left:
+                return
 
 
 def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, logs: Path,

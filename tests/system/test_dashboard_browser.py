@@ -35,9 +35,9 @@ RECORDS = ("config.json", "rounds.jsonl", "summary.json", "experiment.json")
 
 @pytest.fixture
 def experiments(tmp_path) -> Path:
-    """The committed records (simulations/results: 20 experiments, 188 runs; record files
-    only) plus two compare-runner experiments (2 methods x 2 seeds each), a running run and
-    a broken one: 22 experiments."""
+    """The committed records (simulations/results; record files only) plus two compare-runner
+    experiments (2 methods x 2 seeds each), a running run and a broken one: at least 22
+    experiments."""
     results = tmp_path / "results"
     committed = REPO / "simulations" / "results"
     shutil.copytree(committed, results, ignore=lambda d, names: [
@@ -242,6 +242,10 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         shoot(driver, "dashboard-live.png")
 
         # ---- the committed records: two experiments side by side, mean ± std against the round
+        # (run ids read from the records, which a rerun replaces)
+        sst2_runs = sorted(p.name for p in (experiments / "fedbpt_sst2" / "runs").iterdir())
+        fedbpt_s0 = next(r for r in sst2_runs if r.endswith("-fedbpt-sst2-s0"))
+        bbt_fed_s1 = next(r for r in sst2_runs if r.endswith("-bbt-fed-sst2-s1"))  # same vintage as fedbpt_s0
         for name in ("fedbpt_sst2", "sst2_baselines"):
             pick(driver, name)
         for name in ("exp-a", "exp-b"):
@@ -250,7 +254,7 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         tick(driver, "x-axis", "Round")
         wait.until(lambda d: {t["xaxis"] for t in traces(d, "acc-x")} == {"x", "x2"}
                    and any(t["name"] == "fedbpt (n=3)" for t in traces(d, "acc-x"))
-                   and "20261122-120932-fedbpt-sst2-s0" in d.find_element(By.ID, "runs").text)
+                   and fedbpt_s0 in d.find_element(By.ID, "runs").text)
         driver.execute_script("window.scrollTo(0, 0)")
         time.sleep(0.5)  # the last relayout
         facts = driver.execute_script(LAYOUT_JS)
@@ -278,7 +282,7 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         assert runs_box["box"][2] <= facts["vw"] and runs_box["scroller"][2] <= facts["vw"]
         assert runs_box["content"] > runs_box["scroller"][2] - runs_box["scroller"][0]  # wider: it scrolls
         # ---- config diff: tick two runs of different methods
-        picked = ["20261122-120932-fedbpt-sst2-s0", "20261122-125205-fedprompt-sst2-s1"]
+        picked = [fedbpt_s0, bbt_fed_s1]
         for run_id in picked:
             row = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#runs tr") if run_id in r.text)
             click(driver, row.find_element(By.CSS_SELECTOR, "input[type=checkbox]"))
@@ -286,7 +290,7 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
                 for r in picked]
         keys = list(dict.fromkeys([*cfgs[0], *cfgs[1]]))
         differing = [k for k in keys if k not in cfgs[0] or k not in cfgs[1] or cfgs[0][k] != cfgs[1][k]]
-        assert {"method", "seed", "fedbpt.popsize", "fedprompt.lr"} <= set(differing)
+        assert {"method", "seed", "fedbpt.popsize", "bbt-fed.popsize"} <= set(differing)
         assert "dataset" not in differing and len(differing) < len(keys) / 2
 
         def diff_keys(d) -> list[str]:
@@ -294,7 +298,7 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
 
         wait.until(lambda d: diff_keys(d) == differing)
         header = driver.find_element(By.ID, "config-diff").text
-        assert all(r in header for r in picked) and "fedbpt" in header and "fedprompt" in header
+        assert all(r in header for r in picked) and "fedbpt" in header and "bbt-fed" in header
         row = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#config-diff tr") if r.text.startswith("seed"))
         assert row.text.split() == ["seed", "0", "1"]  # one column per run, in the order ticked
         assert f"{len(differing)} keys differ between the 2 ticked runs" in driver.find_element(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -45,3 +46,18 @@ def test_the_launcher_runs_a_recorded_config_on_two_supernodes_and_leaves_no_pro
     assert {p.name for p in (out / "deployment-logs").iterdir()} == {
         "superlink.log", "supernode-0.log", "supernode-1.log", "flwr-run.log"}
     assert processes_with_token(token) == []
+
+
+def test_stop_all_also_stops_a_child_that_left_its_process_group(tmp_path):
+    """A SuperNode's ClientApp or the SuperLink's ServerApp may run in a session of its own:
+    killing the started process's group misses it; the launch token finds it, by PID."""
+    from simulations.deployment import Processes, processes_with
+
+    procs = Processes(_env(), tmp_path)
+    procs.start("detached", ["bash", "-c", "setsid sleep 120 & echo started; wait"])
+    deadline = time.time() + 10
+    while len(processes_with(procs.token)) < 2 and time.time() < deadline:
+        time.sleep(0.1)
+    assert len(processes_with(procs.token)) == 2  # bash and the setsid'd sleep
+    procs.stop_all()
+    assert processes_with(procs.token) == []
