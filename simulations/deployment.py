@@ -96,11 +96,12 @@ def cli(name: str) -> str:
 TOKEN_VAR = "FEDTEXT_DEPLOYMENT_TOKEN"  # set in every process this launcher starts, and inherited
 
 
-def processes_with(token: str) -> list[int]:
-    """PIDs whose environment holds ``FEDTEXT_DEPLOYMENT_TOKEN=<token>``: what this launch
+def processes_with(token: str, var: str = TOKEN_VAR) -> list[int]:
+    """PIDs whose environment holds ``<var>=<token>`` (other than this process): what a launch
     started, however detached (the SuperLink starts each ServerApp, a SuperNode each ClientApp,
-    as processes of their own that may outlive their parent's process group)."""
-    needle = f"{TOKEN_VAR}={token}".encode()
+    as processes of their own that may outlive their parent's process group). The tests find
+    what they started the same way (``tests/conftest.py``, ``FEDTEXT_TEST_TOKEN``)."""
+    needle = f"{var}={token}".encode()
     found = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit() and int(proc.name) != os.getpid():

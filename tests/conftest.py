@@ -66,16 +66,9 @@ def demo():
 def processes_with_token(token: str) -> list[int]:
     """PIDs whose environment holds ``FEDTEXT_TEST_TOKEN=<token>``: the processes a test
     started, however detached (``flwr run`` spawns a SuperLink in its own session)."""
-    needle = f"FEDTEXT_TEST_TOKEN={token}".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit() and int(proc.name) != os.getpid():
-            try:
-                if needle in (proc / "environ").read_bytes().split(b"\0"):
-                    found.append(int(proc.name))
-            except OSError:  # gone, or another user's
-                pass
-    return found
+    from simulations.deployment import processes_with
+
+    return processes_with(token, "FEDTEXT_TEST_TOKEN")
 
 
 @pytest.fixture
