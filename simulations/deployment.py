@@ -15,7 +15,8 @@ runs it. ``--from-record`` starts from the run-config a run record ran with (its
 replayed on a GPU key for key; ``--run-config`` pairs then replace keys. The run-config takes the same ``key=value`` pairs as ``simulations.simulate``
 (strings unquoted); paths resolve against the current directory. Ports are free ones picked
 at start, so several launches and ``flwr run``'s fixed local ports do not collide. Every
-process started here is stopped by its process group on exit; nothing else is touched.
+process started here is stopped by its process group on exit, on Ctrl-C and on SIGTERM/SIGHUP
+(``timeout``, a scheduler); nothing else is touched.
 
 Exit status: 0 when the run's record says finished, 1 when it failed or wrote none, 2 for
 a configuration error.
@@ -198,8 +199,20 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
     return new[-1].parent if new else None
 
 
+def _stop_on_signal(signum: int, frame: object) -> None:
+    """SIGTERM/SIGHUP (``timeout``, a job scheduler, a closed terminal) end the launcher as an
+    exception, so :func:`deploy`'s ``finally`` stops what it started: Python's default for
+    SIGTERM ends the process at once, leaving the SuperLink and SuperNodes running (found on
+    2026-11-26: ``timeout 100 python -m simulations.deployment`` left 105 processes behind)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one clean-up, not one per repeated signal
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     from simulations.simulate import parse_pairs
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop_on_signal)
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--num-supernodes", type=int, default=4, help="SuperNodes, one partition each (default 4)")

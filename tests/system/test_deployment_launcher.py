@@ -5,6 +5,8 @@ gone when it returns."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -61,3 +63,30 @@ def test_stop_all_also_stops_a_child_that_left_its_process_group(tmp_path):
     assert len(processes_with(procs.token)) == 2  # bash and the setsid'd sleep
     procs.stop_all()
     assert processes_with(procs.token) == []
+
+
+def test_sigterm_to_the_launcher_stops_every_process_it_started(tmp_path):
+    """``timeout N python -m simulations.deployment`` sends SIGTERM: Python's default ends the
+    launcher without its clean-up, and the SuperLink, SuperNodes and ServerApp ran on (105
+    processes after a timed-out GPU rehearsal, 2026-11-26). Fails without the handler."""
+    token = uuid.uuid4().hex
+    env = {**_env(), "FEDTEXT_TEST_TOKEN": token}
+    out = tmp_path / "runs"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "simulations.deployment", "--num-supernodes", "2", "--output-dir", str(out),
+         "--timeout-s", "600", "--run-config", "method=fedprompt num-server-rounds=50 eval-size=24 device=cpu"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 180
+        # the SuperLink, 2 SuperNodes and `flwr run` are up once the launcher has 4 children
+        while len(processes_with_token(token)) < 5 and time.time() < deadline and launcher.poll() is None:
+            time.sleep(0.5)
+        assert launcher.poll() is None and len(processes_with_token(token)) >= 5
+        launcher.terminate()
+        assert launcher.wait(timeout=90) == 128 + 15
+        assert processes_with_token(token) == []
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        for pid in processes_with_token(token):
+            os.kill(pid, signal.SIGKILL)
