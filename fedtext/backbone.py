@@ -562,8 +562,10 @@ class Backbone:
         offsets = None
         if isinstance(prompts, SplitPrompt):
             prompts, offsets = prompts
-            offsets = torch.as_tensor(np.asarray(offsets, dtype=np.float32))
-        prompts = torch.as_tensor(np.asarray(prompts, dtype=np.float32))
+            offsets = torch.as_tensor(np.require(offsets, np.float32, "W"))
+        # "W": a copy where the array is read-only (Flower's received arrays are), which torch
+        # would otherwise wrap with a non-writable-tensor warning
+        prompts = torch.as_tensor(np.require(prompts, np.float32, "W"))
         if prompts.ndim not in (3, 4) or prompts.shape[-1] != self.dim or (
             prompts.ndim == 4 and prompts.shape[1] != len(batch)
         ):

@@ -45,16 +45,18 @@ REPO = Path(__file__).resolve().parents[1]
 CLIS = ("flwr", "flower-superlink", "flower-supernode")
 
 
-def free_port() -> int:
-    """A TCP port nothing listens on now (the kernel's pick for port 0)."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nothing listens on now on ``host`` (the kernel's pick for port 0); the
+    system tests take theirs from here too."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return int(s.getsockname()[1])
 
 
-def listening(port: int) -> bool:
+def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
     with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+        return s.connect_ex((host, port)) == 0
 
 
 def record_overrides(record: Path) -> dict[str, Any]:

@@ -17,17 +17,12 @@ from pathlib import Path
 import pytest
 
 from simulations.dashboard_data import RunStore, runs_table
+from simulations.deployment import free_port as _free_port
 
 from ..conftest import REPO
 from ..unit.test_dashboard import _round, write_experiment, write_run
 
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 RECORDS = ("config.json", "rounds.jsonl", "summary.json", "experiment.json")

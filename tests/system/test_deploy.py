@@ -36,6 +36,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from simulations.deployment import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
@@ -50,12 +52,6 @@ pytestmark = [
 
 
 PUBLIC = "127.0.0.2"  # the address SuperNodes (and strangers) reach; the SuperLink is on 127.0.0.1
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60,

@@ -15,13 +15,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+
+from simulations.deployment import free_port, listening
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -31,17 +32,6 @@ pytestmark = [
     pytest.mark.skipif(not all((BIN / t).exists() for t in ("flwr", "flower-superlink", "flower-supernode")),
                        reason="needs Flower's CLIs"),
 ]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
 
 
 def test_a_supernode_killed_mid_run_is_dropped_and_the_run_finishes(tmp_path):

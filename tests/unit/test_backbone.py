@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -126,6 +128,22 @@ def test_split_prompt_offsets_enter_after_the_embedding_layer(backbone, demo):
     delta = (shifted - plain).numpy()
     np.testing.assert_allclose(delta[:, 1:4], np.broadcast_to(off, (2, 3, backbone.dim)), atol=1e-5)
     assert np.abs(delta[:, [0]]).max() == 0 and np.abs(delta[:, 4:]).max() == 0
+
+
+def test_read_only_prompts_score_without_a_warning_and_stay_unchanged(backbone, demo):
+    """Arrays Flower hands a client are read-only: scoring them must not wrap them as
+    non-writable tensors (torch's UserWarning) nor write into them."""
+    batch = backbone.encode(list(demo.test["text"][:2]), [0, 1])
+    p0 = backbone.initial_prompt(3, 0)[None].astype(np.float32)
+    off = np.full_like(p0, 0.01)
+    for a in (p0, off):
+        a.setflags(write=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = backbone.score(p0, batch)
+        split = backbone.score(SplitPrompt(p0, off), batch)
+    assert tuple(plain.shape[:2]) == (1, 2) and split.shape == plain.shape
+    assert not p0.flags.writeable and np.all(off == np.float32(0.01))
 
 
 def test_tied_head_reads_mask_position(demo):
