@@ -5,8 +5,6 @@ gone when it returns."""
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -65,11 +63,11 @@ def test_stop_all_also_stops_a_child_that_left_its_process_group(tmp_path):
     assert processes_with(procs.token) == []
 
 
-def test_sigterm_to_the_launcher_stops_every_process_it_started(tmp_path):
+def test_sigterm_to_the_launcher_stops_every_process_it_started(tmp_path, own_processes):
     """``timeout N python -m simulations.deployment`` sends SIGTERM: Python's default ends the
     launcher without its clean-up, and the SuperLink, SuperNodes and ServerApp ran on (105
     processes after a timed-out GPU rehearsal, 2026-11-26). Fails without the handler."""
-    token = uuid.uuid4().hex
+    _, token = own_processes  # the fixture stops, by PID, whatever carries the token afterwards
     env = {**_env(), "FEDTEXT_TEST_TOKEN": token}
     out = tmp_path / "runs"
     launcher = subprocess.Popen(
@@ -88,5 +86,3 @@ def test_sigterm_to_the_launcher_stops_every_process_it_started(tmp_path):
     finally:
         if launcher.poll() is None:
             launcher.kill()
-        for pid in processes_with_token(token):
-            os.kill(pid, signal.SIGKILL)
