@@ -13,7 +13,7 @@
 #                 listener, and the Control API (flwr run / ls / supernode register,
 #                 unregister, ls) has no authentication of its own: whoever reaches it and
 #                 trusts ca.crt controls the federation. SuperNodes on other machines
-#                 connect through deploy/fleet_gateway.py (Fleet routes only, 403 for the
+#                 connect through nginx, deploy/fleet_proxy.py (Fleet routes only, 403 for the
 #                 rest); operators use 127.0.0.1:P on this host or an SSH tunnel to it.
 #                 See docs/deployment.md. Another address is refused unless you also give
 #   --allow-non-loopback  H is reachable from operators' machines only (a private admin
@@ -37,7 +37,7 @@ done
 if ! [[ $host =~ ^127\.[0-9]+\.[0-9]+\.[0-9]+$ || $host == ::1 || $host == "[::1]" || $host == localhost ]]; then
   [ "$any_host" = 1 ] || { echo "refusing --host $host: the Control API would be reachable there (anyone who trusts" \
        "ca.crt could register/unregister SuperNodes, list runs and run apps). Keep the SuperLink on" \
-       "127.0.0.1 and let SuperNodes in through deploy/fleet_gateway.py (docs/deployment.md); or, if" \
+       "127.0.0.1 and let SuperNodes in through nginx, deploy/fleet_proxy.py (docs/deployment.md); or, if" \
        "only operators can reach $host, add --allow-non-loopback" >&2; exit 2; }
 fi
 mkdir -p "$state"

@@ -1,0 +1,159 @@
+"""Attacks on the deployment as shipped (docs/deployment.md; tests/system/recipe.py).
+
+Issue 45 found the home-made gateway that fronted the SuperLink until then to be a
+resource hole: one 256 MiB POST without any credential was parsed by the SuperLink before
+its 401 (RSS 213 -> 975 MB, and it stayed there; three at once 2.2 GB), and 400 half-sent
+requests stayed open for 70 s and more (with 128 file descriptors it refused everyone,
+legitimate SuperNodes included, after 113). nginx now fronts the SuperLink
+(``deploy/fleet_proxy.py``); these tests repeat those attacks from another address
+(127.0.0.3) against it:
+
+- three 256 MiB bodies at once, two with a ``Content-Length`` and one chunked, to the Fleet
+  route that takes the largest bodies: each is answered 413 and the SuperLink's RSS rises by
+  less than 50 MB (it never sees them);
+- 400 slow requests held open (340 that never finish their header, 60 that never finish a
+  body; each one nginx closes is opened again at once) while the two SuperNodes run 2 rounds of
+  fedprompt: the run finishes with both clients in every round, and nginx closed every slow
+  request within its header or body timeout.
+
+The stranger's case (only ``ca.crt``: register, unregister, list, run; path tricks) is
+``tests/system/test_deploy.py::test_a_stranger_holding_only_ca_crt_cannot_register_unregister_list_or_run``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ssl
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from tests.system.recipe import ATTACKER, PUBLIC, rss_mb, run_method, tls_connect
+
+pytestmark = pytest.mark.slow
+
+FLOOD = 256 << 20  # bytes
+HEADER_TIMEOUT_S, BODY_TIMEOUT_S = 10, 20  # deploy/fleet_proxy.py's defaults
+
+
+def flood(port: int, ca: Path, size: int, chunked: bool) -> tuple[int, str]:
+    """POST ``size`` bytes to /v1/fleet/push-object without credentials; (bytes sent, status line)."""
+    with tls_connect(PUBLIC, port, ca, source=ATTACKER, timeout=60) as tls:
+        head = f"POST /v1/fleet/push-object HTTP/1.1\r\nHost: {PUBLIC}\r\nContent-Type: application/protobuf\r\n"
+        head += "Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {size}\r\n\r\n"
+        tls.sendall(head.encode())
+        block, sent = b"\0" * (1 << 20), 0
+        with contextlib.suppress(OSError):  # nginx may close its side once it has answered
+            while sent < size:
+                tls.sendall(b"%x\r\n%s\r\n" % (len(block), block) if chunked else block)
+                sent += len(block)
+            if chunked:
+                tls.sendall(b"0\r\n\r\n")
+        try:
+            status = tls.recv(200).split(b"\r\n", 1)[0].decode()
+        except OSError as exc:
+            status = f"no reply ({exc})"
+    return sent, status
+
+
+def test_a_256_mib_flood_without_credentials_never_reaches_the_superlink(deployment):
+    d = deployment
+    access = d.proxy_dir / "access.log"
+    seen = len(access.read_text().splitlines())
+    before = rss_mb(d.link.pid)
+    with ThreadPoolExecutor(3) as pool:
+        replies = list(pool.map(lambda chunked: flood(d.fleet_port, d.certs / "ca.crt", FLOOD, chunked),
+                                (False, False, True)))
+    time.sleep(2)
+    after = rss_mb(d.link.pid)
+    print(f"SuperLink RSS {before:.0f} -> {after:.0f} MB under 3 x 256 MiB; replies {replies}")
+    assert all(status == "HTTP/1.1 413 Request Entity Too Large" for _, status in replies), replies
+    assert after - before < 50, (before, after)
+    # and nothing of it was forwarded: no attacker's request reached the SuperLink (a 401)
+    attacker = [line for line in access.read_text().splitlines()[seen:] if line.startswith(f"{ATTACKER} ")]
+    assert len(attacker) == 3 and all('" 413 ' in line for line in attacker), attacker
+
+
+class SlowRequests:
+    """Hold ``header`` requests that never finish their header and ``body`` requests that
+    never finish their body open from ATTACKER, opening a new one for each nginx closes."""
+
+    def __init__(self, port: int, ca: Path, header: int, body: int) -> None:
+        self.port, self.ca = port, ca
+        self.kinds = ["header"] * header + ["body"] * body
+        self.stop = threading.Event()
+        self.open = 0
+        self.lifetimes: dict[str, list[float]] = {"header": [], "body": []}
+        self.closed = {"header": 0, "body": 0}
+        self.lock = threading.Lock()
+        self.threads = [threading.Thread(target=self.hold, args=(kind,), daemon=True) for kind in self.kinds]
+
+    def hold(self, kind: str) -> None:
+        while not self.stop.is_set():
+            try:
+                tls = tls_connect(PUBLIC, self.port, self.ca, source=ATTACKER, timeout=60)
+            except (OSError, ssl.SSLError):
+                time.sleep(1)
+                continue
+            started = time.time()
+            with self.lock:
+                self.open += 1
+            try:
+                if kind == "header":  # a header that never ends
+                    tls.sendall(f"POST /v1/fleet/push-object HTTP/1.1\r\nHost: {PUBLIC}\r\n".encode())
+                else:  # a complete header and 1 byte of a 70,000-byte body
+                    tls.sendall(f"POST /v1/fleet/push-object HTTP/1.1\r\nHost: {PUBLIC}\r\n"
+                                "Content-Type: application/protobuf\r\nContent-Length: 70000\r\n\r\nx".encode())
+                tls.settimeout(1.0)
+                while not self.stop.is_set():
+                    try:
+                        if not tls.recv(4096):
+                            break
+                        break  # nginx answered (408, or 429 above the per-address limit): it closes
+                    except TimeoutError:
+                        continue
+                    except (OSError, ssl.SSLError):
+                        break
+            finally:
+                with self.lock:
+                    self.open -= 1
+                    if not self.stop.is_set():
+                        self.closed[kind] += 1
+                        self.lifetimes[kind].append(time.time() - started)
+                tls.close()
+
+    def __enter__(self) -> "SlowRequests":
+        for thread in self.threads:
+            thread.start()
+        deadline = time.time() + 60
+        while self.open < len(self.kinds) * 0.9:
+            assert time.time() < deadline, f"only {self.open} slow requests opened"
+            time.sleep(0.5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=10)
+
+
+def test_legitimate_nodes_keep_training_while_400_slow_requests_are_open(deployment):
+    d = deployment
+    with SlowRequests(d.fleet_port, d.certs / "ca.crt", header=340, body=60) as slow:
+        open_at_start = slow.open
+        summary, rounds = run_method(d, "fedprompt", "fedprompt.local-steps=2")
+        open_at_end = slow.open
+    print(f"slow requests open at the run's start {open_at_start}, at its end {open_at_end}; closed by nginx "
+          f"{slow.closed}; longest lived header {max(slow.lifetimes['header'], default=0):.1f} s, "
+          f"body {max(slow.lifetimes['body'], default=0):.1f} s")
+    assert open_at_start >= 360 and open_at_end >= 360, (open_at_start, open_at_end)
+    assert summary["status"] == "finished", summary
+    for r in rounds[1:]:
+        assert r["num_clients"] == 2 and r["dropped"] == [], r
+    # nginx, not the attacker, ended them, each within its timeout (+ the 1 s poll and TLS slack)
+    assert slow.closed["header"] >= 340 and slow.closed["body"] >= 60, slow.closed
+    assert max(slow.lifetimes["header"]) < HEADER_TIMEOUT_S + 5, max(slow.lifetimes["header"])
+    assert max(slow.lifetimes["body"]) < BODY_TIMEOUT_S + 5, max(slow.lifetimes["body"])

@@ -1,0 +1,81 @@
+"""deploy/fleet_proxy.py: nginx's body cap and its configuration, without starting nginx
+(tests/system/test_deploy.py and test_adversarial.py run it)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("fleet_proxy", REPO / "deploy" / "fleet_proxy.py")
+fleet_proxy = importlib.util.module_from_spec(spec)
+sys.modules["fleet_proxy"] = fleet_proxy  # its dataclass looks its module up there
+spec.loader.exec_module(fleet_proxy)
+CHUNK = 5 * 1024 * 1024  # Flower 1.42's FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE default
+
+
+def test_flower_still_cuts_arrays_into_5_mib_chunks():
+    """The cap's formula rests on it; a Flower that changes it must change the docs too."""
+    from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE
+
+    assert FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE == CHUNK
+
+
+@pytest.mark.parametrize(("shape", "dtype", "expected"), [
+    ((8, 384), "float32", 8 * 384 * 4),        # fedprompt's default prompt
+    ((500,), "float32", 2_000),                # a BBT z of d=500
+    ((50,), "uint16", 100),                    # FedDLS token ids
+    ((30522, 384), "float32", CHUNK),          # word embeddings: one chunk is the most per object
+    (None, "float32", CHUNK),                  # no fixed shape: could be anything up to a chunk
+    ((10,), None, 80),                         # unknown dtype: 8 bytes per value
+])
+def test_spec_bytes_is_the_array_on_the_wire_at_most_one_chunk(shape, dtype, expected):
+    assert fleet_proxy.spec_bytes(shape, dtype, CHUNK) == expected
+
+
+def test_body_cap_is_the_largest_upload_array_plus_framing_over_the_served_methods():
+    # fedprompt's 8 x 384 float32 prompt is larger than anything bbt-fed uploads (d=500 + fitness)
+    cap = fleet_proxy.body_cap(["bbt-fed", "fedprompt"], {})
+    assert (cap.bytes, cap.method, cap.array_bytes) == (8 * 384 * 4 + 65_536, "fedprompt", 12_288)
+    alone = fleet_proxy.body_cap(["bbt-fed"], {})
+    assert alone.method == "bbt-fed" and alone.bytes < cap.bytes
+    # the run-config is the runs' own: a longer prompt raises the cap by exactly its bytes
+    longer = fleet_proxy.body_cap(["fedprompt"], {"prompt-length": 20})
+    assert longer.bytes == 20 * 384 * 4 + 65_536
+    # a method uploading encoder weights: one whole chunk
+    assert fleet_proxy.body_cap(["fedavg"], {}).bytes == CHUNK + 65_536
+
+
+def test_the_configuration_fills_every_placeholder_and_refuses_a_missing_one(tmp_path):
+    template = fleet_proxy.TEMPLATE.read_text()
+    names = set(re.findall(r"@([a-z_]+)@", template))
+    values = {name: f"<{name}>" for name in names}
+    text = fleet_proxy.render(values)
+    assert "@" not in text.replace("$", "")
+    for name in names:
+        assert f"<{name}>" in text
+    # nginx's own variables are left alone
+    assert "$request_uri" in text and "$binary_remote_addr" in text
+    with pytest.raises(KeyError):
+        fleet_proxy.render({k: v for k, v in values.items() if k != "body_cap"})
+    with pytest.raises(KeyError):
+        fleet_proxy.render({**values, "unused": 1})
+
+
+def test_only_the_twelve_fleet_routes_pass_the_route_map():
+    """The regular expression nginx matches ``$request_uri`` against, tried as PCRE would."""
+    template = fleet_proxy.TEMPLATE.read_text()
+    (pattern,) = re.findall(r"^\s*~(\^/v1/fleet/\S+\$) 1;$", template, re.M)
+    route = re.compile(pattern)
+    fleet = ["register-node", "activate-node", "deactivate-node", "unregister-node", "send-node-heartbeat",
+             "pull-messages", "push-messages", "get-run", "get-fab", "push-object", "pull-object",
+             "confirm-message-received"]
+    assert all(route.match(f"/v1/fleet/{name}") for name in fleet)
+    for target in ["/v1/control/list-runs", "/v1/fleet/get-run?x=1", "/v1/fleet//get-run", "/V1/FLEET/get-run",
+                   "/v1/fleet/../control/list-runs", "/v1/fleet/get-run/", "/v1/fleet/get-runs", "/docs",
+                   "/v1/runtime/create-task", "x/v1/fleet/get-run"]:
+        assert not route.match(target), target
