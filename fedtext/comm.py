@@ -59,6 +59,20 @@ class ArraySpec:
     high: float | None = None
     finite: bool = True
 
+    def nbytes(self) -> int:
+        """Bytes of an array that fits this spec (a spec without a dtype counts 8 bytes an
+        element, the widest number fedtext sends); a spec without a shape has no bound.
+
+        Raises
+        ------
+        ValueError
+            The spec has no shape.
+        """
+        if self.shape is None:
+            raise ValueError(f"array spec '{self.name}' has no shape, so no size")
+        itemsize = np.dtype(self.dtype).itemsize if self.dtype is not None else 8
+        return int(np.prod(self.shape, dtype=np.int64)) * itemsize
+
 
 def check_arrays(arrays: Sequence[np.ndarray], specs: Sequence[ArraySpec]) -> str | None:
     """Return why ``arrays`` violate ``specs`` (count, shape, dtype, finite, range), or None."""

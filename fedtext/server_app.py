@@ -168,11 +168,13 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
             raise ConfigError(f"holdout by domain name ('{name}') needs partition=domain")
     evaluator = Evaluator(cfg, task)
     check_prompt_fits(cfg, evaluator.backbone)
-    trainable = cfg.method_config.model_class()(cfg, evaluator.backbone).trainable_parameters()
+    model = cfg.method_config.model_class()(cfg, evaluator.backbone)
+    trainable = model.trainable_parameters()
     # resolved-labels: a JSON list as text (the run-config holds single values; a name may hold a comma)
     config = {**cfg.to_run_config(), "resolved-task": task.name,
               "resolved-labels": json.dumps(list(data.label_names)), "trainable-parameters": int(trainable)}
-    ckpt = resume_checkpoint(cfg, config) if cfg.resume else None
+    limits = strategy_class(cfg.method).checkpoint_limits(cfg, model)
+    ckpt = resume_checkpoint(cfg, config, limits) if cfg.resume else None
     recorder = RunRecorder(cfg.output_dir, config, run_id=cfg.resume or None, resume=bool(cfg.resume),
                            keep_rounds=ckpt.round if ckpt else None, launch=launch, trackers=cfg.trackers)
     log.info(
@@ -226,16 +228,18 @@ def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
                           f"{limit} positions of {cfg.model}; lower one of them")
 
 
-# Keys a resumed run may change: how long to wait, how to report; not what is learnt.
-# trainable-parameters is derived (runs recorded before it existed lack it).
-RESUMABLE_CHANGES = {"resume", "num-server-rounds", "stale-after-s", "round-timeout-s", "client-failure-rate",
-                     "trainable-parameters", "tracker"}
+RESUMABLE_CHANGES = checkpoint.RESUMABLE_CHANGES  # keys a resumed run may change
 
 
-def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Checkpoint:
+def resume_checkpoint(cfg: RunConfig, config: dict[str, Any], limits: checkpoint.Limits) -> checkpoint.Checkpoint:
     """The checkpoint ``resume=`` names, after checking, before anything is loaded from it,
-    that the run folder lies inside ``output-dir`` and that the run-config matches the run's
-    (:func:`fedtext.checkpoint.load` then verifies the checkpoint's signature)."""
+    that the run folder lies inside ``output-dir`` and that the run-config matches the run's.
+
+    :func:`fedtext.checkpoint.load` then refuses, before anything is decompressed past
+    ``limits`` (the run's model's: ``FedTextStrategy.checkpoint_limits``) or unpickled, a
+    checkpoint whose signature does not verify or that belongs to another run: its run id
+    must be the folder's, its method ``cfg.method``, its config hash that of the run-config
+    in ``config.json`` (which the resuming run-config was just compared with)."""
     out = Path(cfg.output_dir).expanduser().resolve()
     run_dir = out / cfg.resume
     if not run_dir.resolve().is_relative_to(out) or run_dir.resolve() == out:
@@ -255,8 +259,9 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any]) -> checkpoint.Chec
     if changed:
         diffs = ", ".join(f"{k}={config.get(k)!r} (run: {stored.get(k, before.get(k))!r})" for k in changed[:5])
         raise ConfigError(f"resume='{cfg.resume}' must use the run's own config; these differ: {diffs}")
+    binding = checkpoint.Binding(run_dir.name, cfg.method, checkpoint.config_hash(stored))
     try:
-        ckpt = checkpoint.load(run_dir)
+        ckpt = checkpoint.load(run_dir, binding, limits)
     except FileNotFoundError:
         raise ConfigError(f"resume='{cfg.resume}': {run_dir} has no checkpoint (it never finished a round)") from None
     except checkpoint.CheckpointError as exc:

@@ -211,8 +211,23 @@ class FedTextStrategy(FedAvg):
         if self.recorder is None:
             return
         state = {name: getattr(self, name) for name in self.checkpoint_attrs}
-        checkpoint.save(self.recorder.dir, server_round, self.global_arrays, state,
-                        {"method": self.cfg.method, "seed": self.cfg.seed, "run_id": self.recorder.run_id})
+        binding = checkpoint.Binding(self.recorder.run_id, self.cfg.method, checkpoint.config_hash(self.recorder.config))
+        checkpoint.save(self.recorder.dir, server_round, self.global_arrays, state, {"seed": self.cfg.seed}, binding)
+
+    @classmethod
+    def checkpoint_state_bytes(cls, cfg: RunConfig, model: Model) -> int:
+        """The most bytes :attr:`checkpoint_attrs`, pickled, can grow to in a run of ``cfg``
+        beyond :data:`fedtext.checkpoint.STATE_ALLOWANCE` (which holds small state: FeS's
+        labelled set and pacer); a method whose state grows with the model or the rounds
+        says by how much. Bounds what ``resume=`` reads (:meth:`checkpoint_limits`)."""
+        return 0
+
+    @classmethod
+    def checkpoint_limits(cls, cfg: RunConfig, model: Model) -> checkpoint.Limits:
+        """What a checkpoint of a run of ``cfg`` can hold (:meth:`fedtext.checkpoint.Limits.for_model`
+        of ``model``'s global specs and :meth:`checkpoint_state_bytes`): ``resume=`` refuses a
+        larger one before decompressing it."""
+        return checkpoint.Limits.for_model(model.global_specs(), cls.checkpoint_state_bytes(cfg, model))
 
     def restore(self, ckpt: checkpoint.Checkpoint) -> None:
         """Continue from ``ckpt``: its global arrays and strategy state."""

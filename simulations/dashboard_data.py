@@ -285,8 +285,8 @@ class RunStore:
 
     def _load_json(self, path: Path, stamp: tuple[int, int], reader: Callable[[Path], tuple[dict | None, str | None]]
                    ) -> tuple[dict | None, str | None]:
-        """``reader(path)`` (:func:`fedtext.records.read_config` / ``read_summary``), cached
-        until the file's stat ``stamp`` changes."""
+        """``reader(path)`` (:func:`fedtext.records.read_config` / ``read_summary`` under
+        :attr:`root`), cached until the file's stat ``stamp`` changes."""
         cached = self._json.get(path)
         if cached is None or cached[0] != stamp:
             cached = (stamp, reader(path))
@@ -294,18 +294,22 @@ class RunStore:
         return cached[1]
 
     def _load(self, run_dir: Path, stamps: tuple) -> dict[str, Any]:
-        run: dict[str, Any] = {"dir": str(run_dir), "run_id": run_dir.name}
-        run["config"], config_problem = self._load_json(run_dir / "config.json", stamps[0], read_config)
-        run["summary"], summary_problem = self._load_json(run_dir / "summary.json", stamps[2], read_summary)
+        # every file is checked against self.root: one that resolves outside (a symlink) is not read
+        run: dict[str, Any] = {"dir": str(run_dir), "root": str(self.root), "run_id": run_dir.name}
+        run["config"], config_problem = self._load_json(run_dir / "config.json", stamps[0],
+                                                        lambda p: read_config(p, self.root))
+        run["summary"], summary_problem = self._load_json(run_dir / "summary.json", stamps[2],
+                                                          lambda p: read_summary(p, self.root))
         path = run_dir / "rounds.jsonl"
-        rounds_problem = file_problem(path)  # a directory: open() would raise, a FIFO would block
+        # outside the records, a directory (open() would raise), a FIFO (it would block): not read
+        rounds_problem = file_problem(path, self.root)
         if rounds_problem:
             self._rounds.pop(run_dir, None)
             run["rounds"], run["malformed_lines"], run["line_problem"] = [], 0, None
         else:
             rounds = self._rounds.setdefault(run_dir, _Rounds())
             try:
-                rounds.update(path)
+                rounds.update(path.resolve())
                 run["rounds"], run["malformed_lines"] = list(rounds.records), rounds.bad + rounds.tail_bad
                 run["line_problem"] = rounds.first_bad
             except OSError as exc:  # unreadable (no permission): still listed

@@ -9,8 +9,9 @@ what happened (:func:`fedtext.records.run_status`): ``finished``; ``failed`` wit
 exception, the configuration error or ``terminated by SIGTERM``; ``stale`` when the
 server stopped writing without a summary (SIGKILL, a SuperLink that died) for longer
 than the run's ``stale-after-s``; ``running``; ``malformed`` when a record file is not
-its record (a directory, not JSON, nested too deep, a field of the wrong type: the reason
-names it, as :func:`fedtext.records.load_run`'s readers found it). Exit status: 0 when
+its record (a directory, not JSON, a number that is not finite, nested too deep, a field
+of the wrong type, a file that resolves outside ``output_dir``: the reason names it, as
+:func:`fedtext.records.load_run`'s readers found it). Exit status: 0 when
 every run shown finished or is still running, 1 otherwise, 2 when there is no such run.
 """
 
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     bad = 0
     for d in dirs:
-        run = load_run(d)
+        run = load_run(d, args.output_dir)  # a record file resolving outside output_dir is malformed, not read
         cfg = (run["config"] or {}).get("config") or {}
         totals = summarize(run["rounds"])
         acc = totals["final_accuracy"]

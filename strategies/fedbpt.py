@@ -46,6 +46,7 @@ from typing import Protocol
 import numpy as np
 from flwr.common import Scalar
 
+from fedtext.config import RunConfig
 from fedtext.methods.fedbpt.cmaes import (
     CMAState,
     ReferenceServerES,
@@ -145,6 +146,13 @@ class FedBPT(FedTextStrategy):
         # pycma seed of the reference server: > 0, from the run seed, apart from the clients' (cf. client_seed)
         seed = int(np.random.SeedSequence([self.cfg.seed, 0xFEDB]).generate_state(1)[0] % (2**31 - 2)) + 1
         self.server = SERVER_STEPS[self.mcfg.server_step](self.mcfg, seed)
+
+    @classmethod
+    def checkpoint_state_bytes(cls, cfg: RunConfig, model: FedBPTModel) -> int:
+        """The server CMA-ES in ``d`` dimensions: a few ``d x d`` float64 matrices (pycma's
+        object pickles to 2.2-4.1 times one at d = 400..50, PaperStep's CMAState to 1.0-1.1),
+        so 4 of them."""
+        return 4 * 8 * model.d**2
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         """The global CMA-ES state (z, sigma, C, ...)."""

@@ -53,11 +53,14 @@ from flwr.common import Scalar
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext import comm
+from fedtext.config import RunConfig
 from fedtext.methods.feddls.codecs import SENTINEL, codec_for, rebuild_prompt
+from fedtext.model import Model
 from fedtext.strategy import FedTextStrategy
 from fedtext.validation import Upload
 
 log = logging.getLogger("fedtext")
+PICKLED_ARRAY_BYTES = 512  # what pickle adds to one small ndarray's bytes (about 150: class, dtype, shape)
 
 
 class FedDLS(FedTextStrategy):
@@ -77,6 +80,14 @@ class FedDLS(FedTextStrategy):
         self.updates: list[list[np.ndarray]] = []
         self.synced: dict[str, int] = {}
         self.resync: set[str] = set()  # nodes whose state was lost: their next download counts as resync
+
+    @classmethod
+    def checkpoint_state_bytes(cls, cfg: RunConfig, model: Model) -> int:
+        """The update history: one codec update a round (:meth:`Codec.specs` of the ``[T, D]``
+        prompt, plus ``PICKLED_ARRAY_BYTES`` of pickle framing an array), for every round."""
+        t, d = model.global_specs()[0].shape
+        update = sum(s.nbytes() + PICKLED_ARRAY_BYTES for s in codec_for(cfg.method_config, model.backbone).specs(t, d))
+        return cfg.num_server_rounds * update
 
     @property
     def version(self) -> int:

@@ -37,7 +37,8 @@ from fedtext.records.probes import (
 )
 from fedtext.records.reader import (
     CONFIG_FIELDS, DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, MAX_JSON_DEPTH, SUMMARY_NUMBERS, SUMMARY_TEXT,
-    SUMMARY_TOTALS, RecordError, check_config, check_summary, decode_json, file_problem, finite_number, load_run,
+    SUMMARY_TOTALS, RecordError, check_config, check_summary, decode_json, file_problem, finite_number, finite_record,
+    fits_a_record, load_run,
     parse_round_line, participant_accuracy, progress_line, read_config, read_heartbeat, read_rounds, read_summary,
     read_text, round_line, run_status, runs_since, runs_under, summarize,
 )
@@ -58,7 +59,7 @@ __all__ = [
     # reader
     "CONFIG_FIELDS", "DEFAULT_STALE_AFTER_S", "FINISHED", "HEARTBEAT_FILE", "MAX_JSON_DEPTH", "SUMMARY_NUMBERS",
     "SUMMARY_TEXT", "SUMMARY_TOTALS", "RecordError", "check_config", "check_summary", "decode_json", "file_problem",
-    "finite_number", "load_run", "parse_round_line", "participant_accuracy", "progress_line", "read_config",
+    "finite_number", "finite_record", "fits_a_record", "load_run", "parse_round_line", "participant_accuracy", "progress_line", "read_config",
     "read_heartbeat", "read_rounds", "read_summary", "read_text", "round_line", "run_status", "runs_since",
     "runs_under", "summarize",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import stat
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -48,21 +49,65 @@ class RecordError(ValueError):
     """Text that is not a record: not JSON, or nested deeper than :data:`MAX_JSON_DEPTH`."""
 
 
+def fits_a_record(value: Any) -> bool:
+    """Whether a number may stand in a record: a finite float, or an integer that converts
+    to one (``10**400`` does not: ``float()`` and ``math.isfinite`` raise OverflowError on it).
+    Booleans and non-numbers: True (not numbers, nothing to check)."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return -_FLOAT_MAX <= value <= _FLOAT_MAX  # exact: Python compares int and float exactly
+    return True
+
+
+_FLOAT_MAX = sys.float_info.max
+
+
+def _strict_float(text: str) -> float:
+    """A JSON number with a fraction or exponent; ``1e400`` (which overflows to inf) refused."""
+    value = float(text)
+    if not fits_a_record(value):
+        raise RecordError(f"number {text[:24]} is not finite")
+    return value
+
+
+def _strict_int(text: str) -> int:
+    """A JSON integer; one beyond a float's range (``10**400``) refused."""
+    value = int(text)  # ValueError past Python's 4300 digits: "not JSON"
+    if not fits_a_record(value):
+        raise RecordError(f"integer of {len(text.lstrip('-'))} digits does not fit a float")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    """``NaN``, ``Infinity``, ``-Infinity``: Python's json reads them, no record holds them."""
+    raise RecordError(f"{name} is not a finite number")
+
+
 def decode_json(text: str) -> Any:
     """``text`` as JSON, refusing what no writer writes.
+
+    Every reader of records (this module, the dashboard, the tables, ``simulations.status``)
+    decodes through here, so one rule holds everywhere: numbers are finite and fit a float
+    (:func:`fits_a_record`; the writer stores anything else as null,
+    :func:`finite_record`).
 
     Raises
     ------
     RecordError
-        Not JSON (including integers too long to convert), or nested deeper than
+        Not JSON (including integers too long to convert); a number that is not finite or
+        does not fit a float (``NaN``, ``-Infinity``, ``1e400``, ``10**400``), which would
+        raise OverflowError or reach a chart as inf; or nested deeper than
         :data:`MAX_JSON_DEPTH` (100 000 nested lists would raise ``RecursionError`` in
         the decoder, and a few hundred would in any later ``json.dumps``). Its message is
         one line.
     """
     try:
-        obj = json.loads(text)
+        obj = json.loads(text, parse_float=_strict_float, parse_int=_strict_int, parse_constant=_no_constant)
     except RecursionError:
         raise RecordError(f"nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except RecordError:
+        raise
     except ValueError as exc:  # JSONDecodeError, and "Exceeds the limit (4300 digits)"
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise RecordError(f"not JSON ({first[:120]})") from None
@@ -70,6 +115,17 @@ def decode_json(text: str) -> Any:
     if text.count("[") + text.count("{") > MAX_JSON_DEPTH and _depth(obj) > MAX_JSON_DEPTH:
         raise RecordError(f"nested deeper than {MAX_JSON_DEPTH} levels")
     return obj
+
+
+def finite_record(obj: Any) -> Any:
+    """``obj`` with every number :func:`decode_json` would refuse (NaN, inf, an integer
+    beyond a float) replaced by None: what the writer stores, so that fedtext never writes
+    a record its readers refuse (a diverged loss reads as unknown)."""
+    if isinstance(obj, dict):
+        return {k: finite_record(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_record(v) for v in obj]
+    return obj if fits_a_record(obj) else None
 
 
 def _depth(obj: Any) -> int:
@@ -96,9 +152,23 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def file_problem(path: Path) -> str | None:
-    """Why ``path`` cannot be read as a record file (a directory, a socket or FIFO that a
-    read would block on, no permission), or None: a regular file, or absent."""
+def file_problem(path: Path, root: Path | None = None) -> str | None:
+    """Why ``path`` cannot be read as a record file, or None: a regular file inside ``root``,
+    or absent.
+
+    ``root`` is the records folder the reader was given (``--runs``; None: the folder
+    ``path`` is in). A path that resolves outside it (a ``config.json`` symlinked to a file
+    elsewhere, or through a symlinked folder) is refused: a reader never leaves its records
+    folder, so nothing outside it is shown. The others: a directory, a socket or FIFO that
+    a read would block on, no permission.
+    """
+    base = path.parent if root is None else Path(root)
+    try:
+        resolved, inside = path.resolve(), base.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        return f"{path.name} unresolvable ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+    if not resolved.is_relative_to(inside):
+        return f"{path.name} resolves outside the records folder: not read"
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -112,14 +182,14 @@ def file_problem(path: Path) -> str | None:
     return None
 
 
-def read_text(path: Path, errors: str = "strict") -> tuple[str | None, str | None]:
+def read_text(path: Path, errors: str = "strict", root: Path | None = None) -> tuple[str | None, str | None]:
     """``(text, None)`` of a record file, ``(None, None)`` when it does not exist, else
-    ``(None, reason)`` (:func:`file_problem`, not UTF-8 with ``errors="strict"``)."""
-    problem = file_problem(path)
+    ``(None, reason)`` (:func:`file_problem` with ``root``, not UTF-8 with ``errors="strict"``)."""
+    problem = file_problem(path, root)
     if problem:
         return None, problem
-    try:
-        return path.read_text(encoding="utf-8", errors=errors), None
+    try:  # the resolved path: a link swapped after the check is not followed out
+        return path.resolve().read_text(encoding="utf-8", errors=errors), None
     except FileNotFoundError:  # removed between the stat and the read
         return None, None
     except UnicodeDecodeError:
@@ -178,10 +248,12 @@ def check_summary(summary: Any) -> str | None:
     return None
 
 
-def _read_record(path: Path, check: Callable[[Any], str | None]) -> tuple[dict[str, Any] | None, str | None]:
+def _read_record(path: Path, check: Callable[[Any], str | None], root: Path | None = None
+                 ) -> tuple[dict[str, Any] | None, str | None]:
     """``(object, None)`` of a JSON record file that passes ``check``; ``(None, None)`` when
-    absent; ``(None, reason)`` when unreadable, not JSON, too deep or failing ``check``."""
-    text, problem = read_text(path)
+    absent; ``(None, reason)`` when outside ``root``, unreadable, not JSON (a number that is
+    not finite included), too deep or failing ``check``."""
+    text, problem = read_text(path, root=root)
     if text is None:
         return None, problem
     try:
@@ -192,16 +264,18 @@ def _read_record(path: Path, check: Callable[[Any], str | None]) -> tuple[dict[s
     return (None, problem) if problem else (obj, None)
 
 
-def read_config(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+def read_config(path: Path, root: Path | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """A run's ``config.json``: ``(object, None)``, ``(None, None)`` when absent, or
-    ``(None, reason)`` when it is not a config record (:func:`check_config`)."""
-    return _read_record(path, check_config)
+    ``(None, reason)`` when it is not a config record (:func:`check_config`) or resolves
+    outside ``root`` (:func:`file_problem`)."""
+    return _read_record(path, check_config, root)
 
 
-def read_summary(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+def read_summary(path: Path, root: Path | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """A run's ``summary.json``: ``(object, None)``, ``(None, None)`` when absent (the run
-    has not ended), or ``(None, reason)`` when it is not a summary (:func:`check_summary`)."""
-    return _read_record(path, check_summary)
+    has not ended), or ``(None, reason)`` when it is not a summary (:func:`check_summary`)
+    or resolves outside ``root`` (:func:`file_problem`)."""
+    return _read_record(path, check_summary, root)
 
 
 def round_line(line: str) -> tuple[dict[str, Any] | None, str | None]:
@@ -228,11 +302,11 @@ def parse_round_line(line: str) -> dict[str, Any] | None:
     return round_line(line)[0]
 
 
-def read_rounds(path: Path) -> tuple[list[dict[str, Any]], int, str | None, str | None]:
+def read_rounds(path: Path, root: Path | None = None) -> tuple[list[dict[str, Any]], int, str | None, str | None]:
     """A run's ``rounds.jsonl``: ``(records, malformed lines, first malformed line's reason,
-    file problem)``; a file that cannot be read (a directory) has the last, an absent one
-    reads as no rounds."""
-    text, problem = read_text(path, errors="replace")
+    file problem)``; a file that cannot be read (a directory, outside ``root``) has the
+    last, an absent one reads as no rounds."""
+    text, problem = read_text(path, errors="replace", root=root)
     records: list[dict[str, Any]] = []
     bad, first = 0, None
     for number, line in enumerate((text or "").splitlines(), 1):
@@ -245,22 +319,25 @@ def read_rounds(path: Path) -> tuple[list[dict[str, Any]], int, str | None, str 
     return records, bad, first, problem
 
 
-def load_run(run_dir: str | Path) -> dict[str, Any]:
+def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, Any]:
     """Read one run directory, tolerating half-written or malformed files.
 
     Each file is read and checked by its reader (:func:`read_config`, :func:`read_summary`,
     :func:`read_rounds`). A ``config.json`` / ``summary.json`` that is not its record reads
     as ``None``; a line of ``rounds.jsonl`` that is not a JSON object with an integer
-    ``round`` (e.g. a truncated last line) is skipped and counted in ``malformed_lines``
+    ``round`` (e.g. a truncated last line, a NaN) is skipped and counted in ``malformed_lines``
     (the first one's reason in ``line_problem``). ``problem`` is the first file's reason
     (None: every file present is its record), and makes the run ``malformed``. ``status``
-    and ``reason`` are :func:`run_status`'s.
+    and ``reason`` are :func:`run_status`'s. ``root``: the records folder the run was found
+    in (None: ``run_dir`` itself); a file resolving outside it is not read (its problem).
     """
     run_dir = Path(run_dir)
-    out: dict[str, Any] = {"dir": str(run_dir)}
-    out["config"], config_problem = read_config(run_dir / "config.json")
-    out["summary"], summary_problem = read_summary(run_dir / "summary.json")
-    out["rounds"], out["malformed_lines"], out["line_problem"], rounds_problem = read_rounds(run_dir / "rounds.jsonl")
+    root = Path(root) if root is not None else run_dir
+    out: dict[str, Any] = {"dir": str(run_dir), "root": str(root)}
+    out["config"], config_problem = read_config(run_dir / "config.json", root)
+    out["summary"], summary_problem = read_summary(run_dir / "summary.json", root)
+    out["rounds"], out["malformed_lines"], out["line_problem"], rounds_problem = read_rounds(
+        run_dir / "rounds.jsonl", root)
     out["problem"] = config_problem or summary_problem or rounds_problem
     out["status"], out["reason"] = run_status(out)
     return out
@@ -270,7 +347,7 @@ def load_run(run_dir: str | Path) -> dict[str, Any]:
 def runs_under(root: str | Path) -> Iterator[dict[str, Any]]:
     """:func:`load_run` of every run directory under ``root`` (any depth), in path order."""
     for cfg_file in sorted(Path(root).rglob("config.json")):
-        yield load_run(cfg_file.parent)
+        yield load_run(cfg_file.parent, root)
 
 
 def runs_since(output_dir: str | Path, since: float) -> list[dict[str, Any]]:
@@ -280,20 +357,30 @@ def runs_since(output_dir: str | Path, since: float) -> list[dict[str, Any]]:
     found = []
     for cfg_file in sorted(root.glob("*/config.json")):
         if cfg_file.stat().st_mtime >= since - 1:
-            found.append(load_run(cfg_file.parent))
+            found.append(load_run(cfg_file.parent, root))
     return found
 
 
-def read_heartbeat(run_dir: str | Path) -> float | None:
-    """The run's last heartbeat (epoch seconds), or None."""
+HEARTBEAT_BYTES = 64  # "1763849095.123\n": a heartbeat is read no further
+
+
+def read_heartbeat(run_dir: str | Path, root: str | Path | None = None) -> float | None:
+    """The run's last heartbeat (epoch seconds), or None (also when the file resolves
+    outside ``root``, default ``run_dir``, or is no regular file: :func:`file_problem`)."""
     path = Path(run_dir) / HEARTBEAT_FILE
+    if file_problem(path, Path(root) if root is not None else Path(run_dir)):
+        return None
     try:
-        return float(path.read_text().strip())
+        with open(path.resolve(), "rb") as fh:
+            beat = float(fh.read(HEARTBEAT_BYTES).strip())
+        if math.isfinite(beat):
+            return beat
     except (OSError, ValueError):
-        try:
-            return path.stat().st_mtime
-        except OSError:
-            return None
+        pass
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
 
 
 def run_status(run: dict[str, Any], now: float | None = None) -> tuple[str, str | None]:
@@ -323,9 +410,10 @@ def run_status(run: dict[str, Any], now: float | None = None) -> tuple[str, str 
     except (TypeError, ValueError):
         stale_after = DEFAULT_STALE_AFTER_S
     run_dir = Path(run["dir"])
-    beat = read_heartbeat(run_dir)
-    if beat is None:
-        stamps = [p.stat().st_mtime for p in run_dir.glob("*") if p.is_file()]
+    root = Path(run.get("root") or run_dir)
+    beat = read_heartbeat(run_dir, root)
+    if beat is None:  # the newest record file's time, of those inside the records folder
+        stamps = [p.stat().st_mtime for p in run_dir.glob("*") if not file_problem(p, root) and p.is_file()]
         beat = max(stamps) if stamps else None
     if beat is not None and stale_after > 0:
         silence = (time.time() if now is None else now) - beat
@@ -381,7 +469,7 @@ def _is_int(v: Any) -> bool:
 def finite_number(v: Any) -> float | None:
     """A record's finite number as it is (int stays int), else None (``"12"``, ``True``,
     NaN, a list: None): how every reader of records treats a garbled field."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and fits_a_record(v):
         return v
     return None
 

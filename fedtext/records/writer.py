@@ -18,7 +18,7 @@ from typing import Any
 
 from fedtext.records.probes import launch_fields, machine, provenance
 from fedtext.records.reader import (
-    DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, load_run, progress_line, summarize,
+    DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, finite_record, load_run, progress_line, summarize,
 )
 from fedtext.tracking import Trackers
 
@@ -226,7 +226,8 @@ class RunRecorder:
         """Append one round and print the progress line."""
         self.rounds.append(record)
         with open(self.dir / "rounds.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(record) + "\n")
+            # a NaN loss or an inf metric is stored as null (unknown): the readers refuse non-finite numbers
+            fh.write(json.dumps(finite_record(record), allow_nan=False) + "\n")
             fh.flush()
         log.info(progress_line(record, int(self.config.get("num-server-rounds", 0))))
         self.trackers.log_round(record)
@@ -258,5 +259,5 @@ class RunRecorder:
 def _write_json(path: Path, obj: Any) -> None:
     """Write ``obj`` to ``path`` as indented JSON, atomically (a ``.tmp`` file, then a rename)."""
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, default=str))
+    tmp.write_text(json.dumps(finite_record(obj), indent=2, default=str, allow_nan=False))
     tmp.replace(path)  # atomic: a reader never sees half a file

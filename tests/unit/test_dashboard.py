@@ -17,7 +17,7 @@ from simulations.dashboard_data import (
     integer_dtick, round_series, run_detail, runs_table,
 )
 
-from .test_records import MALFORMED
+from .test_records import MALFORMED, SECRET
 
 
 def _round(i, acc, up=528, down=528, clients=None, wall=None, **extra):
@@ -317,6 +317,63 @@ def test_a_malformed_run_is_listed_with_its_reason_and_the_rest_render(case, tmp
     from simulations.tables import compare_table, load_runs, one_run_per_seed
 
     assert set(compare_table(one_run_per_seed(load_runs(root)))["runs"]) == {1}
+
+
+CHART_INPUTS = {"mode.value": "runs", "x-axis.value": "round", "log-x.value": [], "bytes-dir.value": "bytes",
+                "status-filter.value": ["running", "finished", "failed", "stale", "malformed"]}
+
+
+@pytest.mark.parametrize("number", ["1e400", "NaN", "-Infinity", str(10**400)])
+def test_a_non_finite_number_in_a_round_line_never_breaks_a_chart(number, tmp_path):
+    """Issue 45: a 1e400 in rounds.jsonl made every chart answer HTTP 500 (inf reached the
+    figure). The line is a malformed line: the run is listed with a note, its other rounds
+    drawn, and every chart callback answers 200 with finite numbers."""
+    from simulations.dashboard import make_app
+
+    root = tmp_path / "runs"
+    write_run(root, "r1-fedprompt", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)],
+              tail='{"round": 2, "global_accuracy": ' + number + ', "bytes_up": ' + number + "}\n")
+    app = make_app(root)
+    everything = ["demo · iid · 8 shots"]
+    for x_axis in ("round", "bytes", "wall"):
+        code, reply = dash_callback(app, "..acc-bytes.figure",
+                                    {**CHART_INPUTS, "experiment.value": everything, "x-axis.value": x_axis})
+        assert code == 200, (x_axis, code)
+        figures = [v["figure"] for v in reply["response"].values() if "figure" in v]
+        assert len(figures) == 7
+        acc = next(t for t in reply["response"]["acc-x"]["figure"]["data"] if t.get("customdata"))
+        assert acc["y"] == [0.5, 0.6]  # rounds 0 and 1; round 2's line is not read
+        assert all(isinstance(v, (int, float)) and math.isfinite(v) for f in figures for t in f["data"]
+                   for v in (t.get("x") or []) + (t.get("y") or []) if v is not None)
+    code, reply = dash_callback(app, "..detail-title", {"runs.active_cell": {"row": 0, "column": 0,
+                                                                              "row_id": "r1-fedprompt"}})
+    assert code == 200 and [r["round"] for r in reply["response"]["detail-rounds"]["data"]] == [0, 1]
+    row = runs_table(root).set_index("run_id").loc["r1-fedprompt"]
+    assert row["status"] == "finished" and row["note"] == "1 malformed line(s) in rounds.jsonl"
+
+
+def test_a_config_linked_outside_the_runs_is_never_shown(tmp_path):
+    """Issue 45: a config.json symlinked to a file outside --runs was shown in the drill-down
+    and the config diff. It is not read: the run is malformed, and nothing of the file
+    reaches any callback's answer."""
+    from simulations.dashboard import make_app
+
+    from .test_records import _linked_config
+
+    root = tmp_path / "runs"
+    write_run(root, "good", "bbt-fed", 0, [_round(0, 0.5)])
+    _linked_config(root)
+    app = make_app(root)
+    answers = [dash_callback(app, "..config-diff.data", {"runs.selected_row_ids": ["good", "bad"]}),
+               dash_callback(app, "..detail-title", {"runs.active_cell": {"row": 0, "column": 0, "row_id": "bad"}}),
+               dash_callback(app, "..runs.data", {"experiment.value": ["demo · iid · 8 shots"],
+                                                  "status-filter.value": CHART_INPUTS["status-filter.value"]})]
+    for code, reply in answers:
+        assert code == 200 and SECRET not in json.dumps(reply) and "api-token" not in json.dumps(reply)
+    detail = json.loads(answers[1][1]["response"]["detail-config"]["children"])
+    assert detail["config"] is None and "config.json resolves outside the records folder: not read" in detail["note"]
+    assert "api-token" not in config_diff(root, ["good", "bad"]).index
+    assert runs_table(root).set_index("run_id").loc["bad", "status"] == "malformed"
 
 
 def test_refresh_stays_under_a_second_with_50_runs_of_50_rounds(tmp_path):

@@ -247,6 +247,7 @@ def test_hub_datasets_share_the_column_and_label_handling():
 def test_a_run_recorded_before_the_new_keys_still_resumes(tmp_path):
     """A config.json without text-column & co. (recorded before issue 37) ran with their
     defaults: resume compares it so, and refuses a changed one."""
+    from fedtext import checkpoint
     from fedtext.registry import make_config
     from fedtext.server_app import resume_checkpoint
 
@@ -258,7 +259,7 @@ def test_a_run_recorded_before_the_new_keys_still_resumes(tmp_path):
            if k not in ("text-column", "label-column", "label-names", "label-descriptions", "resolved-labels")}
     (run / "config.json").write_text(json.dumps({"config": old}))
     with pytest.raises(ConfigError, match="has no checkpoint"):  # past the config comparison
-        resume_checkpoint(cfg, config)
+        resume_checkpoint(cfg, config, checkpoint.UNBOUNDED)
     changed = make_config("fedbpt", output_dir=str(tmp_path / "runs"), resume="old-run", text_column="body")
     with pytest.raises(ConfigError, match=r"these differ: text-column='body' \(run: 'text'\)"):
-        resume_checkpoint(changed, {**changed.to_run_config(), "resolved-task": "demo"})
+        resume_checkpoint(changed, {**changed.to_run_config(), "resolved-task": "demo"}, checkpoint.UNBOUNDED)

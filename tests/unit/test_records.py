@@ -118,12 +118,63 @@ def _config_list(root: Path) -> Path:
     return write_record(root, "bad", config=["method", "bbt-fed"])
 
 
+SECRET = "s3cret-outside-the-runs"  # in the files the links below point at, outside the records folder
+
+
+def _linked_config(root: Path) -> Path:
+    """Issue 45: ``config.json`` a symlink to a (valid) config record outside ``root``."""
+    d = write_record(root, "bad")
+    outside = root.parent / "elsewhere-config.json"
+    outside.write_text(json.dumps({"run_id": "bad", "config": {**CONFIG, "api-token": SECRET}}))
+    (d / "config.json").unlink()
+    (d / "config.json").symlink_to(outside)
+    return d
+
+
+def _linked_rounds(root: Path) -> Path:
+    """Issue 45: ``rounds.jsonl`` a symlink to (valid) round lines outside ``root``."""
+    d = write_record(root, "bad", summary=False)
+    outside = root.parent / "elsewhere-rounds.jsonl"
+    outside.write_text("".join(json.dumps({**r, "note": SECRET}) + "\n" for r in ROUNDS))
+    (d / "rounds.jsonl").unlink()
+    (d / "rounds.jsonl").symlink_to(outside)
+    return d
+
+
+def _huge_int_total(root: Path) -> Path:
+    """Issue 45: ``10**400`` in summary.json (``float()`` of it raises OverflowError)."""
+    d = write_record(root, "bad", summary=False)
+    summary = {**summarize(ROUNDS), "run_id": "bad", "status": "finished", "error": None, **CONFIG}
+    (d / "summary.json").write_text(json.dumps({**summary, "total_bytes_up": 10**400}))
+    return d
+
+
+def _number_line(text: str) -> Callable[[Path], Path]:
+    """Issue 45: a round line whose accuracy is ``text`` (``1e400``, ``NaN``, ``-Infinity``:
+    Python's json reads them as inf or NaN), the only line."""
+    def write(root: Path) -> Path:
+        d = write_record(root, "bad", rounds=[], summary=False)
+        (d / "rounds.jsonl").write_text('{"round": 0, "global_accuracy": ' + text + "}\n")
+        return d
+    return write
+
+
 MALFORMED: dict[str, tuple[Callable[[Path], Path], str]] = {
     "list seed": (_list_seed, "config.json: config.seed is a list, not a single value"),
     "string total": (_string_total, "summary.json: total_bytes_up is a string, not a number"),
     "deep nesting": (_deep_nesting, "rounds.jsonl has no readable round (line 1: nested deeper than 32 levels)"),
     "config.json a directory": (_config_directory, "config.json is a directory"),
     "config a list": (_config_list, "config.json: 'config' is a list, not an object"),
+    "config.json linked outside": (_linked_config, "config.json resolves outside the records folder: not read"),
+    "rounds.jsonl linked outside": (_linked_rounds, "rounds.jsonl resolves outside the records folder: not read"),
+    "10**400 in summary.json": (_huge_int_total, "summary.json: integer of 401 digits does not fit a float"),
+    "1e400 in rounds.jsonl": (_number_line("1e400"),
+                              "rounds.jsonl has no readable round (line 1: number 1e400 is not finite)"),
+    "NaN in rounds.jsonl": (_number_line("NaN"), "rounds.jsonl has no readable round (line 1: NaN is not a finite number)"),
+    "-Infinity in rounds.jsonl": (_number_line("-Infinity"),
+                                  "rounds.jsonl has no readable round (line 1: -Infinity is not a finite number)"),
+    "10**400 in rounds.jsonl": (_number_line(str(10**400)),
+                                "rounds.jsonl has no readable round (line 1: integer of 401 digits does not fit a float)"),
 }
 
 
@@ -131,18 +182,23 @@ MALFORMED: dict[str, tuple[Callable[[Path], Path], str]] = {
 def test_status_names_a_malformed_run_and_shows_the_rest(case, tmp_path, capsys):
     from simulations import status
 
-    write_record(tmp_path, "good")
+    root = tmp_path / "runs"  # the records folder; the linked cases point beside it
+    write_record(root, "good")
     write_fn, reason = MALFORMED[case]
-    bad = write_fn(tmp_path)
+    bad = write_fn(root)
     run = load_run(bad)
     assert (run["status"], run["reason"]) == ("malformed", reason)
-    assert load_run(tmp_path / "good")["status"] == "finished"
-    assert status.main([str(tmp_path), "--last", "5"]) == 1  # as for any run that did not finish
+    assert load_run(root / "good")["status"] == "finished"
+    assert status.main([str(root), "--last", "5"]) == 1  # as for any run that did not finish
     out = capsys.readouterr().out.splitlines()
     bad_line = next(line for line in out if line.startswith("bad  "))
     assert bad_line.startswith("bad  malformed  method=") and bad_line.endswith(f"reason: {reason}")
+    assert SECRET not in "\n".join(out)  # nothing of a file outside the records is shown
     assert any(line.startswith("good  finished  method=bbt-fed  rounds 2/2  acc 0.600") for line in out)
-    assert status.main([str(tmp_path), "--run", "good"]) == 0  # the finished run alone: 0, as always
+    assert status.main([str(root), "--run", "good"]) == 0  # the finished run alone: 0, as always
+    capsys.readouterr()
+    assert status.main([str(root), "--run", "bad"]) == 1
+    assert capsys.readouterr().out.startswith("bad  malformed  method=")
 
 
 def test_a_deep_line_among_readable_rounds_is_a_malformed_line(tmp_path):
@@ -153,6 +209,53 @@ def test_a_deep_line_among_readable_rounds_is_a_malformed_line(tmp_path):
     run = load_run(d)
     assert [r["round"] for r in run["rounds"]] == [0, 1, 2] and run["malformed_lines"] == 2
     assert run["status"] == "running" and run["line_problem"] == "line 4: nested deeper than 32 levels"
+
+
+def test_a_non_finite_line_among_readable_rounds_is_a_malformed_line(tmp_path):
+    """Issue 45: a 1e400 / NaN / -Infinity among readable rounds is a malformed line (never a
+    number that reaches a chart or a sum as inf or NaN); the other rounds stay."""
+    d = write_record(tmp_path, "r", summary=False)
+    with open(d / "rounds.jsonl", "a") as fh:
+        fh.write('{"round": 3, "global_accuracy": 1e400}\n{"round": 4, "global_loss": NaN}\n')
+        fh.write('{"round": 5, "bytes_up": -Infinity}\n{"round": 6, "bytes_up": ' + str(10**400) + "}\n")
+    run = load_run(d)
+    assert [r["round"] for r in run["rounds"]] == [0, 1, 2] and run["malformed_lines"] == 4
+    assert run["status"] == "running" and run["line_problem"] == "line 4: number 1e400 is not finite"
+    assert summarize(run["rounds"])["final_accuracy"] == 0.6
+
+
+def test_the_writer_stores_a_non_finite_number_as_null(tmp_path):
+    """What the readers refuse, the writer never writes: a diverged (NaN) loss, an inf
+    metric read as unknown, and the round stays readable."""
+    rec = RunRecorder(tmp_path, dict(CONFIG))
+    rec.log_round({"round": 0, "global_accuracy": 0.5, "global_loss": float("nan"),
+                   "method_metrics": {"sigma": float("inf"), "ok": 1.5}})
+    rec.finish()
+    run = load_run(rec.dir)
+    assert run["status"] == "finished" and run["malformed_lines"] == 0
+    assert run["rounds"] == [{"round": 0, "global_accuracy": 0.5, "global_loss": None,
+                              "method_metrics": {"sigma": None, "ok": 1.5}}]
+
+
+def test_a_heartbeat_linked_outside_the_records_is_not_read(tmp_path):
+    """Issue 45: the heartbeat is a record file too. One that links to a fresh time outside
+    the records folder does not keep a silent run ``running``: the run's own files say stale."""
+    import os
+    import time
+
+    from fedtext.records import read_heartbeat, run_status
+
+    root = tmp_path / "runs"
+    d = write_record(root, "r", config={**CONFIG, "stale-after-s": 5.0}, summary=False)
+    outside = tmp_path / "elsewhere-heartbeat"
+    outside.write_text(f"{time.time():.3f}\n")
+    (d / "heartbeat").symlink_to(outside)
+    an_hour_ago = time.time() - 3600
+    for f in d.iterdir():
+        os.utime(f, (an_hour_ago, an_hour_ago), follow_symlinks=False)
+    assert read_heartbeat(d, root) is None
+    status, reason = run_status(load_run(d, root))
+    assert status == "stale" and reason.startswith("no heartbeat for 360")
 
 
 def test_directories_where_files_should_be_are_malformed(tmp_path):

@@ -206,10 +206,10 @@ def test_resume_compares_the_config_and_the_folder_before_it_loads_the_checkpoin
     checkpoint.save(out / "run", 1, [np.zeros(3, np.float32)], {})
     _poison(out / "run", marker, keep_signature=False)
     with pytest.raises(ConfigError, match=r"seed=0 \(run: 1\)"):
-        resume_checkpoint(cfg, run_config)
+        resume_checkpoint(cfg, run_config, checkpoint.UNBOUNDED)
     (out / "run" / "config.json").write_text(json.dumps({"config": run_config}))
     with pytest.raises(ConfigError, match="not signed"):
-        resume_checkpoint(cfg, run_config)
+        resume_checkpoint(cfg, run_config, checkpoint.UNBOUNDED)
     assert not marker.exists()
     with pytest.raises(ConfigError, match="a folder name under output-dir"):  # refused by the config itself
         make_config("fedbpt", output_dir=str(out), resume="../outside")
@@ -217,7 +217,188 @@ def test_resume_compares_the_config_and_the_folder_before_it_loads_the_checkpoin
     (tmp_path / "outside").mkdir()
     (out / "linked").symlink_to(tmp_path / "outside")
     with pytest.raises(ConfigError, match="not a run folder inside output-dir"):
-        resume_checkpoint(make_config("fedbpt", output_dir=str(out), resume="linked", num_server_rounds=3), run_config)
+        resume_checkpoint(make_config("fedbpt", output_dir=str(out), resume="linked", num_server_rounds=3), run_config,
+                          checkpoint.UNBOUNDED)
+
+
+# Issue 45, item 4: a checkpoint is bound to its run and bounded by its model.
+def _resumable(out: Path, run_id: str, method: str, seed: int = 0):
+    """A run folder ``out/<run_id>`` as a run of ``method`` leaves it (its config.json), and
+    ``(cfg, run-config, limits)`` of resuming it: the limits of its real model
+    (``FedTextStrategy.checkpoint_limits``, on the demo backbone)."""
+    from fedtext.backbone import backbone_for
+    from fedtext.registry import make_config
+    from fedtext.server_app import strategy_class
+    from fedtext.tasks import TASKS
+
+    cfg = make_config(method, output_dir=str(out), resume=run_id, num_server_rounds=3, seed=seed)
+    config = cfg.to_run_config()
+    (out / run_id).mkdir(parents=True)
+    (out / run_id / "config.json").write_text(json.dumps({"run_id": run_id, "config": config}))
+    model = cfg.method_config.model_class()(cfg, backbone_for(cfg, TASKS["demo"]))
+    return cfg, config, strategy_class(method).checkpoint_limits(cfg, model)
+
+
+def _save_as_run(run_dir: Path, config: dict, arrays: list[np.ndarray], state: dict) -> None:
+    """The checkpoint the strategy saves after round 1 of the run in ``run_dir``."""
+    binding = checkpoint.Binding(run_dir.name, config["method"], checkpoint.config_hash(config))
+    checkpoint.save(run_dir, 1, arrays, state, {"seed": config["seed"]}, binding)
+
+
+@pytest.mark.parametrize("other", ["method", "config", "run id"])
+def test_a_checkpoint_of_another_run_is_refused_naming_what_differs_before_anything_is_unpickled(
+        tmp_path, monkeypatch, other):
+    """Issue 45: a fedprompt checkpoint signed with the same key, copied into a bbt-fed run
+    folder, was loaded (a matmul error in round 1). A checkpoint carries its run id, method
+    and config hash in the signed meta; another run's is refused in one line naming what
+    differs, and its pickle never runs. The run's own checkpoint still resumes, bit-exact."""
+    from fedtext.config import ConfigError
+    from fedtext.server_app import resume_checkpoint
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    marker = tmp_path / "code-ran"
+    cfg, config, limits = _resumable(tmp_path / "out", "victim", "bbt-fed")
+    z = np.arange(100, dtype=np.float32) / 7
+    _save_as_run(tmp_path / "out" / "victim", config, [z], {})
+    own = resume_checkpoint(cfg, config, limits)
+    assert own.round == 1 and own.global_arrays[0].dtype == np.float32 and np.array_equal(own.global_arrays[0], z)
+    source = {"method": ("elsewhere", "fp-run", "fedprompt", 0), "config": ("elsewhere", "victim", "bbt-fed", 1),
+              "run id": ("out", "other-run", "bbt-fed", 0)}[other]
+    folder, run_id, method, seed = source
+    _, their_config, _ = _resumable(tmp_path / folder, run_id, method, seed)
+    their_arrays = [np.zeros((8, 384), np.float32)] if method == "fedprompt" else [z]
+    _save_as_run(tmp_path / folder / run_id, their_config, their_arrays, {"server": _RunsCode(marker)})
+    (tmp_path / "out" / "victim" / checkpoint.FILE).write_bytes((tmp_path / folder / run_id / checkpoint.FILE).read_bytes())
+    with pytest.raises(ConfigError) as err:
+        resume_checkpoint(cfg, config, limits)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("resume='victim': ") and "belongs to another run: " in message
+    expected = {
+        "method": ["run id 'fp-run' (this run: 'victim')", "method 'fedprompt' (this run: 'bbt-fed')",
+                   "config hash '"],
+        "config": ["config hash '"], "run id": ["run id 'other-run' (this run: 'victim')"]}[other]
+    for words in expected:
+        assert words in message
+    assert ("method '" in message) == (other == "method") and ("config hash" in message) == (other != "run id")
+    assert not marker.exists()
+
+
+def _zip_bomb(path: Path, inflated: int, lie_to: int | None = None) -> None:
+    """A ``checkpoint.npz`` of ``inflated`` zero bytes deflated (a few hundred kB on disk):
+    in ``state`` beside a small meta and signature; with ``lie_to``, in ``meta`` (read first),
+    whose zip header then declares ``lie_to`` bytes (a header that understates what the
+    member inflates to)."""
+    import zipfile
+
+    big = "meta.npy" if lie_to is not None else "state.npy"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        if lie_to is None:
+            zf.writestr("meta.npy", checkpoint._npy_bytes(np.frombuffer(b'{"round": 1, "format": 3}', np.uint8)))
+        zf.writestr("signature.npy", checkpoint._npy_bytes(np.zeros(32, np.uint8)))
+        with zf.open(big, "w") as f:
+            block = bytes(2**20)
+            for _ in range(inflated // len(block)):
+                f.write(block)
+    if lie_to is not None:  # the central directory's uncompressed size (offset 24), which zipfile reads
+        data = bytearray(path.read_bytes())
+        entry = data.rindex(b"PK\x01\x02", 0, data.rindex(big.encode()))
+        data[entry + 24: entry + 28] = lie_to.to_bytes(4, "little")
+        path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("lie", [False, True])
+def test_a_compressed_checkpoint_is_refused_before_it_inflates(tmp_path, monkeypatch, lie):
+    """Issue 45: a 1.4 MB compressed checkpoint inflated to 1.46 GB (20 s) before "not
+    signed". Each member's declared uncompressed size is checked against what the run's
+    model can hold before anything is decompressed; a header that understates it is caught
+    by the capped read. Here 256 MiB of zeros, a quarter of a MB on disk: refused in one
+    line, with under 8 MiB allocated."""
+    import tracemalloc
+
+    from fedtext.config import ConfigError
+    from fedtext.server_app import resume_checkpoint
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    cfg, config, limits = _resumable(tmp_path / "out", "victim", "bbt-fed")
+    _zip_bomb(tmp_path / "out" / "victim" / checkpoint.FILE, 256 * 2**20, lie_to=1000 if lie else None)
+    assert (tmp_path / "out" / "victim" / checkpoint.FILE).stat().st_size < 2**20
+    tracemalloc.start()
+    try:
+        with pytest.raises(ConfigError) as err:
+            resume_checkpoint(cfg, config, limits)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    message = str(err.value)
+    assert "\n" not in message and peak < 8 * 2**20, (message, peak)
+    if lie:  # the zip's own check of what it inflated against the 1000 bytes declared
+        assert message.startswith("resume='victim': ") and "not a readable checkpoint archive" in message
+    else:
+        assert f"its members declare {256 * 2**20 + 2 * 128 + 25 + 32} bytes uncompressed, more than the " \
+               f"{limits.total} a checkpoint of this run's model can hold: refused" in message
+
+
+def test_each_array_is_bounded_by_the_models_spec(tmp_path, monkeypatch):
+    """A checkpoint of this very run (same binding) whose global array is larger than the
+    model's spec allows (twice its bytes plus a header) is refused before it is read."""
+    from fedtext.comm import ArraySpec
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    binding = checkpoint.Binding("run", "bbt-fed", "0" * 64)
+    limits = checkpoint.Limits.for_model([ArraySpec("z", (100,), "float32")])
+    assert limits.global_bytes == (2 * 400 + checkpoint.NPY_HEADER_BOUND,)
+    assert limits.state_bytes == checkpoint.STATE_ALLOWANCE + checkpoint.NPY_HEADER_BOUND
+    checkpoint.save(tmp_path, 1, [np.zeros(100, np.float64)], {}, binding=binding)  # float64: fits the factor 2
+    assert checkpoint.load(tmp_path, binding, limits).global_arrays[0].dtype == np.float64
+    checkpoint.save(tmp_path, 1, [np.zeros(2000, np.float32)], {}, binding=binding)
+    with pytest.raises(checkpoint.CheckpointError, match=r"global_0 holds 8128 bytes, more than the 4896 this run's "
+                                                          r"model can hold: refused"):
+        checkpoint.load(tmp_path, binding, limits)
+    checkpoint.save(tmp_path, 1, [np.zeros(100, np.float32)] * 2, {}, binding=binding)
+    with pytest.raises(checkpoint.CheckpointError, match="holds 2 global arrays, this run's model has 1: refused"):
+        checkpoint.load(tmp_path, binding, limits)
+
+
+def test_a_checkpoint_of_the_older_format_is_refused_in_one_line(tmp_path, monkeypatch):
+    """A format-2 checkpoint (signed, bound to nothing; what fedtext wrote before issue 45)
+    verifies with the user's key under the old scheme: it is refused, saying to start anew."""
+    import hashlib
+    import hmac
+    import io
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    checkpoint.save(tmp_path / "", 1, [np.zeros(1)], {})  # makes this user's key
+    key = (tmp_path / "key").read_bytes()
+    blobs = {"global_0": np.zeros(3, np.float32), "state": np.frombuffer(b"\x80\x05}\x94.", np.uint8),
+             "meta": np.frombuffer(json.dumps({"round": 1, "format": 2, "method": "bbt-fed"}).encode(), np.uint8)}
+    mac = hmac.new(key, digestmod=hashlib.sha256)  # format 2's signature, as fedtext wrote it
+    for name in sorted(blobs):
+        mac.update(json.dumps([name, blobs[name].dtype.str, list(blobs[name].shape)]).encode())
+        mac.update(blobs[name].tobytes())
+    blobs["signature"] = np.frombuffer(mac.digest(), np.uint8)
+    buf = io.BytesIO()
+    np.savez(buf, **blobs)
+    (tmp_path / checkpoint.FILE).write_bytes(buf.getvalue())
+    with pytest.raises(checkpoint.CheckpointError) as err:
+        checkpoint.load(tmp_path)
+    assert str(err.value) == (f"{tmp_path / checkpoint.FILE} was made by an older fedtext (checkpoint format 2, this "
+                              f"one reads 3); start a new run")
+
+
+def test_the_state_bounds_hold_the_methods_real_state():
+    """FedBPT's declared state bound holds its pycma server after a few steps (d = 5..400)."""
+    import pickle
+    from types import SimpleNamespace
+
+    from fedtext.methods.fedbpt.cmaes import ReferenceServerES
+    from strategies.fedbpt import FedBPT
+
+    for d in (5, 50, 400):
+        es = ReferenceServerES(d=d, sigma0=1.0, m=5, seed=7)
+        for t in range(3):
+            es.tell(np.random.default_rng(t).standard_normal((5, d)), [0.3, 0.1, 0.2, 0.4, 0.5], sigma_prime=0.8)
+        pickled = len(pickle.dumps({"server": es}, protocol=pickle.HIGHEST_PROTOCOL))
+        assert pickled <= FedBPT.checkpoint_state_bytes(None, SimpleNamespace(d=d)) + checkpoint.STATE_ALLOWANCE
 
 
 @pytest.mark.parametrize("where", ["/proc/fedtext-x", "file"])
