@@ -15,7 +15,10 @@ P/NP accuracies of FedDLS §5.1.
 
 Knowing the partitions also lets the server check that they are feasible before any
 client trains (:meth:`ClientSampler.check_partitions`) and bound what a client may claim
-to have trained on (:meth:`ClientSampler.max_examples`).
+to have trained on (:meth:`ClientSampler.max_examples`). With ``client-ids=lazy`` the
+server asks one node, once, for the number of partitions, and checks the same
+(:meth:`ClientSampler.check_lazy`): an infeasible split is one configuration error on the
+server, not a failure of every client.
 
 :class:`fedtext.strategy.FedTextStrategy` holds one :class:`ClientSampler`
 (``strategy.sampler``); a method's strategy overrides ``sample_clients`` (FeS, FedDPG) and
@@ -69,6 +72,7 @@ class ClientSampler:
         self.check_sizes = check_sizes
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
         self._partition_rows: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> train rows
+        self._lazy_asked = False  # client-ids=lazy: one node was asked for num-partitions (check_lazy)
 
     # ------------------------------------------------------------ identification
     def info(self, proxy: ClientProxy) -> dict[str, Any]:
@@ -92,11 +96,7 @@ class ClientSampler:
         ins = GetPropertiesIns({"domain": int(self.needs_domain)})
 
         def ask(proxy: ClientProxy) -> dict[str, Any]:
-            try:
-                return dict(proxy.get_properties(ins, PROPERTIES_TIMEOUT_S, None).properties)
-            except Exception as exc:  # noqa: BLE001 - a client without properties still trains
-                log.warning("client %s did not report properties (%s); treated as a participant", proxy.cid, exc)
-                return {}
+            return self.properties(proxy, ins, "treated as a participant")
 
         with ThreadPoolExecutor(max_workers=min(PROPERTIES_WORKERS, len(new))) as pool:
             answers = list(pool.map(ask, new))
@@ -105,6 +105,34 @@ class ClientSampler:
                        props.get("num_partitions"))
         self.check_partitions({int(i["num_partitions"]) for i in self.client_info.values()
                                if i.get("num_partitions") is not None})
+
+    @staticmethod
+    def properties(proxy: ClientProxy, ins: GetPropertiesIns, otherwise: str) -> dict[str, Any]:
+        """A node's answer to ``get_properties`` (``{}``, logged with ``otherwise``, if it fails)."""
+        try:
+            return dict(proxy.get_properties(ins, PROPERTIES_TIMEOUT_S, None).properties)
+        except Exception as exc:  # noqa: BLE001 - a client without properties still trains
+            log.warning("client %s did not report properties (%s); %s", proxy.cid, exc, otherwise)
+            return {}
+
+    def check_lazy(self, connected: list[ClientProxy]) -> None:
+        """``client-ids=lazy``: the partition feasibility check of ``ask``
+        (:meth:`check_partitions`), on the number of partitions one node reports.
+
+        One message, once per run, to the node with the smallest node id; it is not
+        cached as that node's identity, so the draws stay those over node ids. An
+        infeasible split (a Dirichlet draw flwr-datasets cannot make, clients without rows)
+        failed every client after the whole first round; it is now one configuration error
+        on the server. A node that does not answer leaves the check undone (logged)."""
+        if self._lazy_asked or not connected:
+            return
+        self._lazy_asked = True
+        first = min(connected, key=lambda p: p.cid)
+        props = self.properties(first, GetPropertiesIns({"domain": 0}),
+                                "client-ids=lazy: the partitions are not checked on the server")
+        parts = props.get("num_partitions")
+        if isinstance(parts, int) and not isinstance(parts, bool) and parts > 0:
+            self.check_partitions({parts})
 
     def learn(self, proxy: ClientProxy, pid: Any, domain: str | None = None, num_partitions: Any = None) -> None:
         """Cache who ``proxy`` is, from its properties."""
@@ -172,6 +200,8 @@ class ClientSampler:
         connected = list(client_manager.all().values())
         if self.cfg.client_ids == "ask":
             self.identify(connected)
+        else:
+            self.check_lazy(connected)
         found = [p for p in connected if not participants_only or self.info(p)["participant"]]
         return sorted(found, key=lambda p: self.info(p)["order"])
 

@@ -335,6 +335,35 @@ def test_an_impossible_dirichlet_split_is_a_configuration_error_before_round_one
         strat.sample_clients(1, _nodes(4))
 
 
+def test_lazy_client_ids_check_an_impossible_dirichlet_split_on_the_server_too(backbone, ten_rows):
+    """Issue 45 item 6: with ``client-ids=lazy`` nobody was asked, so the check above never
+    ran and every client failed its partition after the whole first round. The server now
+    asks one node (one message, once) for ``num-partitions``; the draw stays over node ids."""
+    asked = []
+
+    def nodes(n):
+        manager = _nodes(n)
+        for node in manager.all().values():
+            node.get_properties = lambda ins, timeout, group_id, node=node: (
+                asked.append(node.cid), _Node.get_properties(node, ins, timeout, group_id))[1]
+        return manager
+
+    cfg = make_config("fedprompt", dataset=ten_rows, task="demo", partition="dirichlet", alpha=0.001, max_length=64,
+                      client_ids="lazy")
+    with pytest.raises(ConfigError, match=r"^partition=dirichlet alpha=0.001 seed=0: flwr-datasets could not split "
+                                          r"10 rows into 4 clients"):
+        FedPrompt(cfg, TASKS["demo"]).sample_clients(1, nodes(4))
+    assert asked == ["n0"]
+    asked.clear()
+    ok = FedPrompt(make_config("fedprompt", dataset=ten_rows, task="demo", max_length=64, client_ids="lazy"),
+                   TASKS["demo"])
+    manager = nodes(5)
+    assert [p.cid for p in ok.sample_clients(1, manager)] == ["n0", "n1", "n2", "n3", "n4"]
+    assert [p.cid for p in ok.sample_clients(2, manager)] == ["n0", "n1", "n2", "n3", "n4"]
+    assert asked == ["n0"] and ok.sampler.client_info == {}  # once per run, and no node's identity is cached
+    assert ok.sampler._partition_rows == {(pid, 5): 2 for pid in range(5)}  # checked: 10 rows / 5 clients
+
+
 def test_nodes_that_disagree_on_the_number_of_partitions_are_refused(backbone):
     strat = FedPrompt(make_config("fedprompt", max_length=64), TASKS["demo"])
     manager = _nodes(2)
