@@ -20,6 +20,9 @@ server asks one node, once, for the number of partitions, and checks the same
 (:meth:`ClientSampler.check_lazy`): an infeasible split is one configuration error on the
 server, not a failure of every client.
 
+Before this process's first round the server waits up to :data:`CONNECT_TIMEOUT_S` for
+its nodes (:func:`wait_for_nodes`); none at all is a configuration error that names the wait.
+
 :class:`fedtext.strategy.FedTextStrategy` holds one :class:`ClientSampler`
 (``strategy.sampler``); a method's strategy overrides ``sample_clients`` (FeS, FedDPG) and
 ``check_sizes`` (FeS) on the strategy and reaches the sampler's :meth:`~ClientSampler.info`,
@@ -44,13 +47,41 @@ from fedtext.records.schema import RoundRecord
 
 log = logging.getLogger("fedtext")
 
-CONNECT_TIMEOUT_S = 60  # how long round 0 waits for clients-per-round clients to connect
+CONNECT_TIMEOUT_S = 60  # how long the first round waits for its (clients-per-round) clients to connect
 # Salt of the training draw (:meth:`ClientSampler.draw`): a stream of its own beside the
 # evaluation draw's (EVAL_SALT) and FeS's labelling draw's (fedtext.methods.fes.labels.LABEL_SALT).
 TRAIN_SALT = 0x5A3
 EVAL_SALT = 0xE7A1  # salt of the evaluation draw (:meth:`ClientSampler.sample_eval`)
 PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message may start a Ray actor (seconds)
 PROPERTIES_WORKERS = 64  # get_properties messages in flight at once (Flower's fit fan-out uses threads too)
+
+
+def wait_for_nodes(client_manager: ClientManager, n: int) -> None:
+    """Before this process's first round: wait up to :data:`CONNECT_TIMEOUT_S` for ``n``
+    connected SuperNodes (Flower's ``wait_for``); none at all is a configuration error.
+
+    A SuperLink without SuperNodes used to wait, then fail with whatever check came next
+    ("holdout='' leaves no participant client to train", after the server had loaded data
+    and model and evaluated round 0; FeS trained nobody every round). Fewer than ``n`` but
+    some is the callers' to judge (``clients-per-round`` against the federation).
+
+    Parameters
+    ----------
+    client_manager
+        Flower's client manager (fed by the grid: the nodes the SuperLink knows).
+    n
+        The nodes to wait for (at least 1).
+
+    Raises
+    ------
+    ConfigError
+        ``no SuperNode connected in <CONNECT_TIMEOUT_S> s ...``.
+    """
+    timeout = CONNECT_TIMEOUT_S  # read at call time: tests shorten it
+    client_manager.wait_for(max(1, n), timeout=timeout)
+    if client_manager.num_available() == 0:
+        raise ConfigError(f"no SuperNode connected in {timeout:g} s (the server's wait before round 1): start "
+                          "SuperNodes against this SuperLink (flower-supernode), or set num-supernodes")
 
 
 class ClientSampler:

@@ -291,6 +291,55 @@ def test_a_node_lost_mid_run_is_a_recorded_drop_not_a_configuration_error(backbo
         fresh.sample_clients(5, manager)
 
 
+class _EmptyGrid:
+    """A Flower grid whose SuperLink knows no SuperNode (what ``flwr run`` against a
+    SuperLink without ``flower-supernode`` gives the ServerApp)."""
+
+    run = SimpleNamespace(run_id=1)
+    stopped = False
+
+    def get_node_ids(self):
+        from flwr.supercore.run import RunNotRunningException
+
+        if self.stopped:  # ends Flower's node-polling thread after the test
+            raise RunNotRunningException()
+        return []
+
+
+NO_NODE = ("no SuperNode connected in 0.2 s (the server's wait before round 1): start SuperNodes against this "
+           "SuperLink (flower-supernode), or set num-supernodes")
+
+
+@pytest.mark.parametrize("method, clients_per_round", [("fedprompt", 0), ("fedprompt", 2), ("fes", 0)])
+def test_no_supernode_is_one_line_that_names_the_wait(backbone, tmp_path, monkeypatch, method, clients_per_round):
+    """Issue 45 item 6: a SuperLink without SuperNodes failed after the wait with "holdout=''
+    leaves no participant client to train" (FeS trained nobody, every round). Through
+    Flower's own grid driver (``start_grid``, which polls the grid for nodes) on a grid
+    without nodes, the run fails with one line that names the wait, in the record too."""
+    from flwr.server import ServerConfig, SimpleClientManager
+    from flwr.server.compat import start_grid
+
+    import fedtext.sampling
+    from fedtext.server_app import RecordingServer
+
+    monkeypatch.setattr(fedtext.sampling, "CONNECT_TIMEOUT_S", 0.2)
+    cfg = make_config(method, max_length=64, prompt_length=2, clients_per_round=clients_per_round,
+                      output_dir=str(tmp_path))
+    recorder = RunRecorder(tmp_path, cfg.to_run_config())
+    strategy_cls = FewShotStrategy if method == "fes" else FedPrompt
+    server = RecordingServer(recorder=recorder, client_manager=SimpleClientManager(),
+                             strategy=strategy_cls(cfg, TASKS["demo"], recorder=recorder))
+    grid = _EmptyGrid()
+    try:
+        with pytest.raises(ConfigError) as err:
+            start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=2))
+    finally:
+        grid.stopped = True
+    assert str(err.value) == NO_NODE
+    summary = json.loads((recorder.dir / "summary.json").read_text())
+    assert (summary["status"], summary["error"]) == ("failed", NO_NODE)
+
+
 # ------------------------------------------------------------- partition feasibility
 class _Node(SimpleNamespace):
     __hash__ = object.__hash__  # FeS puts proxies in sets
