@@ -296,7 +296,7 @@ def test_tls_and_node_auth_deployment_runs_two_methods(deployment):
     for method, extra in (("bbt-fed", "bbt-fed.popsize=4 bbt-fed.local-steps=2"),
                           ("fedprompt", "fedprompt.local-steps=2")):
         # a SuperNode starts a ClientApp process per message (~10 s here): evaluate on the
-        # last round only, and no get_properties round trip (client-ids=lazy)
+        # last round only, and one get_properties round trip in all, not one per node (client-ids=lazy)
         cfg = (f"method='{method}' num-server-rounds=2 clients-per-round=2 eval-size=40 client-test-size=8 "
                f"eval-every=2 client-ids='lazy' output-dir='{runs / method}' {extra}")
         run = flwr(d.env, "run", ".", "lab", "--stream", "--run-config", cfg, timeout=420)
