@@ -50,6 +50,15 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 # ``prompt-injection``: where the A z of a BBT prompt p0 + A z enters (fedtext.prompts.SplitPrompt)
 PROMPT_INJECTIONS = ("embedding-output", "input-embedding")
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")  # auto = CUDA when torch sees a GPU, else the CPU
+# A run id: the run folder's name under output-dir, which is also the key under which every
+# node journals its state (fedtext.node_state) and what resume= names. One path component
+# of these characters, starting with a letter or digit, at most 200 characters, and never
+# holding ".." (is_run_id). The records writer makes every run folder name one
+# (fedtext.records.writer.run_folder_name); run-name, which goes into that name, and
+# resume are checked against it here, at config time.
+RUN_ID_CHARS = "A-Za-z0-9._=+-"
+RUN_ID = re.compile(rf"[A-Za-z0-9][{RUN_ID_CHARS}]{{0,199}}")
+RUN_NAME_MAX = 64  # run-name's share of a run id's 200 characters (the rest: time, method, dataset, seed)
 # Keys the server adds to a run's recorded config (config.json), derived from the rest.
 # resolved-labels: the label names in id order as a JSON list (a string label in the data is the id of its name)
 DERIVED_KEYS = ("resolved-task", "resolved-labels", "trainable-parameters")
@@ -60,6 +69,12 @@ RENAMED = {
     "dls-candidates": "feddls.candidates",
     "dls-steps": "feddls.steps",
 }
+
+
+def is_run_id(text: str) -> bool:
+    """Whether ``text`` is a valid run id (:data:`RUN_ID`, no ``..``): a run folder's name
+    that every node accepts as the key of its journal."""
+    return bool(RUN_ID.fullmatch(text)) and ".." not in text
 
 
 def kebab(name: str) -> str:
@@ -267,8 +282,15 @@ class RunConfig:
         check_range("bandwidth-mbps", self.bandwidth_mbps, 0, low_open=True)
         if not 0 <= self.client_failure_rate < 1:
             raise ConfigError(f"client-failure-rate must be in [0, 1), got {self.client_failure_rate}")
-        if self.resume and ("/" in self.resume or self.resume in (".", "..")):
+        check_range("seed", self.seed, 0)  # numpy's SeedSequence refuses a negative seed deep in the server
+        if self.resume and not is_run_id(self.resume):
             raise ConfigError(f"resume takes a run id (a folder name under output-dir), got '{self.resume}'")
+        if self.run_name and not (is_run_id(self.run_name) and len(self.run_name) <= RUN_NAME_MAX):
+            # it goes into the run id, which every node checks before it journals its state: a
+            # name the nodes refuse would fail every client after the whole first round
+            raise ConfigError(f"run-name '{self.run_name}' must be at most {RUN_NAME_MAX} letters, digits and "
+                              f". _ = + - (starting with a letter or digit, no '..'): it names the run's folder "
+                              "on every node")
         check_range("alpha", self.alpha, 0, low_open=True)
         check_range("post-tune-sigma", self.post_tune_sigma, 0, low_open=True)
         if self.post_tune_popsize < 2:

@@ -205,6 +205,13 @@ def normalise(df: pd.DataFrame, domain: str, source: str, text_column: str = "te
     columns present when one is missing). Labels stay integers (``int64``; a float such as
     0.4 or a negative number is refused) or, when no label reads as a number, label
     names (``str``, stripped); a column mixing numbers and names is refused.
+
+    Texts: a missing one (null in JSONL or Parquet, ``None`` in a hub split) is the empty
+    text, not the word ``None``. A split whose texts are all empty or whitespace is refused
+    in one line naming ``source`` (it trained silently on nothing). A split where only
+    some are empty keeps them, with one warning: each is a labelled row the data holds,
+    and dropping rows would change every partition and count the user did not ask to
+    change; a model sees only its template and prompt for them.
     """
     missing = [c for c in (text_column, label_column) if c not in df.columns]
     if missing:
@@ -213,8 +220,17 @@ def normalise(df: pd.DataFrame, domain: str, source: str, text_column: str = "te
                           f"(set {keys} to the one to read)")
     if len(df) == 0:
         raise ConfigError(f"{source}: a header but no rows")
+    texts = df[text_column]
+    texts = texts.where(texts.notna(), "").astype(str)
+    empty = texts.str.strip() == ""
+    if empty.all():
+        raise ConfigError(f"{source}: every text in column '{text_column}' is empty or whitespace ({len(df)} rows): "
+                          "nothing to learn from (set text-column to the column that holds the texts)")
+    if empty.any():
+        log.warning("fedtext: %s: %d of %d texts are empty (first: row %d); they are kept as empty texts",
+                    source, int(empty.sum()), len(df), int(np.flatnonzero(empty.to_numpy())[0]))
     out = pd.DataFrame({
-        "text": df[text_column].astype(str).to_numpy(),
+        "text": texts.to_numpy(),
         "label": _labels(df[label_column], source),
         "domain": df["domain"].astype(str).to_numpy() if "domain" in df.columns else domain,
     })

@@ -86,13 +86,14 @@ from typing import Any
 
 from flwr.app import ConfigRecord, RecordDict
 
+from fedtext.config import is_run_id  # the one rule of what a run id (a run folder's name) is
+
 log = logging.getLogger("fedtext")
 
 STAMP_KEY = "fedtext.state-round"  # {"round": s, "prev": p}: the round the state is valid after
 DIR = "node-state"
 FORMAT = 1
 ENTRY = re.compile(r"^round-(\d+)\.json$")
-RUN_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._=+-]{0,199}$")  # one path component, never . or ..
 DISABLE_ENV = "FEDTEXT_NO_NODE_JOURNAL"  # tests only: "1" turns the journal off (today's behaviour)
 
 
@@ -178,7 +179,7 @@ def decode_records(data: Any) -> dict[str, ConfigRecord]:
 # ------------------------------------------------------------------ files
 def check_run_key(run_key: Any) -> str:
     """``run_key`` if it is one safe path component (it comes from the server), else an error."""
-    if not isinstance(run_key, str) or not RUN_KEY.match(run_key) or ".." in run_key:
+    if not isinstance(run_key, str) or not is_run_id(run_key):
         raise NodeStateError(f"run_key {run_key!r} is not a run folder name: no node state journalled under it")
     return run_key
 

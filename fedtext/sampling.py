@@ -15,7 +15,13 @@ P/NP accuracies of FedDLS §5.1.
 
 Knowing the partitions also lets the server check that they are feasible before any
 client trains (:meth:`ClientSampler.check_partitions`) and bound what a client may claim
-to have trained on (:meth:`ClientSampler.max_examples`).
+to have trained on (:meth:`ClientSampler.max_examples`). With ``client-ids=lazy`` the
+server asks one node, once, for the number of partitions, and checks the same
+(:meth:`ClientSampler.check_lazy`): an infeasible split is one configuration error on the
+server, not a failure of every client.
+
+Before this process's first round the server waits up to :data:`CONNECT_TIMEOUT_S` for
+its nodes (:func:`wait_for_nodes`); none at all is a configuration error that names the wait.
 
 :class:`fedtext.strategy.FedTextStrategy` holds one :class:`ClientSampler`
 (``strategy.sampler``); a method's strategy overrides ``sample_clients`` (FeS, FedDPG) and
@@ -41,13 +47,41 @@ from fedtext.records.schema import RoundRecord
 
 log = logging.getLogger("fedtext")
 
-CONNECT_TIMEOUT_S = 60  # how long round 0 waits for clients-per-round clients to connect
+CONNECT_TIMEOUT_S = 60  # how long the first round waits for its (clients-per-round) clients to connect
 # Salt of the training draw (:meth:`ClientSampler.draw`): a stream of its own beside the
 # evaluation draw's (EVAL_SALT) and FeS's labelling draw's (fedtext.methods.fes.labels.LABEL_SALT).
 TRAIN_SALT = 0x5A3
 EVAL_SALT = 0xE7A1  # salt of the evaluation draw (:meth:`ClientSampler.sample_eval`)
 PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message may start a Ray actor (seconds)
 PROPERTIES_WORKERS = 64  # get_properties messages in flight at once (Flower's fit fan-out uses threads too)
+
+
+def wait_for_nodes(client_manager: ClientManager, n: int) -> None:
+    """Before this process's first round: wait up to :data:`CONNECT_TIMEOUT_S` for ``n``
+    connected SuperNodes (Flower's ``wait_for``); none at all is a configuration error.
+
+    A SuperLink without SuperNodes used to wait, then fail with whatever check came next
+    ("holdout='' leaves no participant client to train", after the server had loaded data
+    and model and evaluated round 0; FeS trained nobody every round). Fewer than ``n`` but
+    some is the callers' to judge (``clients-per-round`` against the federation).
+
+    Parameters
+    ----------
+    client_manager
+        Flower's client manager (fed by the grid: the nodes the SuperLink knows).
+    n
+        The nodes to wait for (at least 1).
+
+    Raises
+    ------
+    ConfigError
+        ``no SuperNode connected in <CONNECT_TIMEOUT_S> s ...``.
+    """
+    timeout = CONNECT_TIMEOUT_S  # read at call time: tests shorten it
+    client_manager.wait_for(max(1, n), timeout=timeout)
+    if client_manager.num_available() == 0:
+        raise ConfigError(f"no SuperNode connected in {timeout:g} s (the server's wait before round 1): start "
+                          "SuperNodes against this SuperLink (flower-supernode), or set num-supernodes")
 
 
 class ClientSampler:
@@ -69,6 +103,7 @@ class ClientSampler:
         self.check_sizes = check_sizes
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
         self._partition_rows: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> train rows
+        self._lazy_asked = False  # client-ids=lazy: one node was asked for num-partitions (check_lazy)
 
     # ------------------------------------------------------------ identification
     def info(self, proxy: ClientProxy) -> dict[str, Any]:
@@ -92,11 +127,7 @@ class ClientSampler:
         ins = GetPropertiesIns({"domain": int(self.needs_domain)})
 
         def ask(proxy: ClientProxy) -> dict[str, Any]:
-            try:
-                return dict(proxy.get_properties(ins, PROPERTIES_TIMEOUT_S, None).properties)
-            except Exception as exc:  # noqa: BLE001 - a client without properties still trains
-                log.warning("client %s did not report properties (%s); treated as a participant", proxy.cid, exc)
-                return {}
+            return self.properties(proxy, ins, "treated as a participant")
 
         with ThreadPoolExecutor(max_workers=min(PROPERTIES_WORKERS, len(new))) as pool:
             answers = list(pool.map(ask, new))
@@ -105,6 +136,34 @@ class ClientSampler:
                        props.get("num_partitions"))
         self.check_partitions({int(i["num_partitions"]) for i in self.client_info.values()
                                if i.get("num_partitions") is not None})
+
+    @staticmethod
+    def properties(proxy: ClientProxy, ins: GetPropertiesIns, otherwise: str) -> dict[str, Any]:
+        """A node's answer to ``get_properties`` (``{}``, logged with ``otherwise``, if it fails)."""
+        try:
+            return dict(proxy.get_properties(ins, PROPERTIES_TIMEOUT_S, None).properties)
+        except Exception as exc:  # noqa: BLE001 - a client without properties still trains
+            log.warning("client %s did not report properties (%s); %s", proxy.cid, exc, otherwise)
+            return {}
+
+    def check_lazy(self, connected: list[ClientProxy]) -> None:
+        """``client-ids=lazy``: the partition feasibility check of ``ask``
+        (:meth:`check_partitions`), on the number of partitions one node reports.
+
+        One message, once per run, to the node with the smallest node id; it is not
+        cached as that node's identity, so the draws stay those over node ids. An
+        infeasible split (a Dirichlet draw flwr-datasets cannot make, clients without rows)
+        failed every client after the whole first round; it is now one configuration error
+        on the server. A node that does not answer leaves the check undone (logged)."""
+        if self._lazy_asked or not connected:
+            return
+        self._lazy_asked = True
+        first = min(connected, key=lambda p: p.cid)
+        props = self.properties(first, GetPropertiesIns({"domain": 0}),
+                                "client-ids=lazy: the partitions are not checked on the server")
+        parts = props.get("num_partitions")
+        if isinstance(parts, int) and not isinstance(parts, bool) and parts > 0:
+            self.check_partitions({parts})
 
     def learn(self, proxy: ClientProxy, pid: Any, domain: str | None = None, num_partitions: Any = None) -> None:
         """Cache who ``proxy`` is, from its properties."""
@@ -172,6 +231,8 @@ class ClientSampler:
         connected = list(client_manager.all().values())
         if self.cfg.client_ids == "ask":
             self.identify(connected)
+        else:
+            self.check_lazy(connected)
         found = [p for p in connected if not participants_only or self.info(p)["participant"]]
         return sorted(found, key=lambda p: self.info(p)["order"])
 

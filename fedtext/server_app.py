@@ -39,7 +39,7 @@ from fedtext.progress import setup_logging
 from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name
 from fedtext.registry import METHODS
-from fedtext.sampling import CONNECT_TIMEOUT_S
+from fedtext.sampling import wait_for_nodes
 from fedtext.strategy import Evaluator, FedTextStrategy
 from fedtext.tracking import check_installed
 
@@ -130,7 +130,7 @@ class RecordingServer(Server):
         ``initialize_parameters`` would have done."""
         strategy = self.strategy
         if strategy.cfg.clients_per_round:  # as initialize_parameters would
-            self._client_manager.wait_for(strategy.cfg.clients_per_round, timeout=CONNECT_TIMEOUT_S)
+            wait_for_nodes(self._client_manager, strategy.cfg.clients_per_round)
             strategy.cfg.check_num_clients(self._client_manager.num_available())
         self.parameters = comm.encode(strategy.global_arrays)
         history, start = History(), timeit.default_timer()

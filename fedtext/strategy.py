@@ -54,9 +54,10 @@ from fedtext.model import Model
 from fedtext.records.schema import RoundRecord
 from fedtext.records.writer import RunRecorder
 from fedtext.round_log import RoundLog
-# TRAIN_SALT is only re-exported: both constants were defined here, and code outside the
-# project may still name them as fedtext.strategy.CONNECT_TIMEOUT_S / TRAIN_SALT
-from fedtext.sampling import CONNECT_TIMEOUT_S, TRAIN_SALT, ClientSampler  # noqa: F401
+# CONNECT_TIMEOUT_S and TRAIN_SALT are only re-exported: both were defined here, and code outside
+# the project may still name them as fedtext.strategy.CONNECT_TIMEOUT_S / TRAIN_SALT (the waits
+# read fedtext.sampling.CONNECT_TIMEOUT_S: set it there)
+from fedtext.sampling import CONNECT_TIMEOUT_S, TRAIN_SALT, ClientSampler, wait_for_nodes  # noqa: F401
 from fedtext.tasks import Task
 from fedtext.validation import Tracked, Upload, UploadValidator
 
@@ -176,8 +177,12 @@ class FedTextStrategy(FedAvg):
         """The clients that train this round: default
         :meth:`fedtext.sampling.ClientSampler.sample_train` (too few participants is a
         configuration error in this process's first round, a recorded drop later)."""
-        first_round = server_round <= self.resumed_round + 1
-        return self.sampler.sample_train(server_round, client_manager, first_round, self.record)
+        return self.sampler.sample_train(server_round, client_manager, self.is_first_round(server_round), self.record)
+
+    def is_first_round(self, server_round: int) -> bool:
+        """Whether ``server_round`` is this process's first training round (1, or the one
+        after a resumed run's checkpoint): what goes wrong there is the configuration's."""
+        return server_round <= self.resumed_round + 1
 
     def check_sizes(self, sizes: list[int]) -> None:
         """The method's own feasibility check of the clients' train rows (``sizes[pid]``;
@@ -244,10 +249,11 @@ class FedTextStrategy(FedAvg):
         """Check clients-per-round against the connected clients, then send round-0 arrays.
 
         SuperNodes may still be connecting (real devices, or the simulation engine
-        registering its nodes), so wait up to ``CONNECT_TIMEOUT_S`` for enough of them.
+        registering its nodes), so wait up to ``CONNECT_TIMEOUT_S`` for enough of them
+        (:func:`fedtext.sampling.wait_for_nodes`: none at all is its own error).
         """
         if self.cfg.clients_per_round:
-            client_manager.wait_for(self.cfg.clients_per_round, timeout=CONNECT_TIMEOUT_S)
+            wait_for_nodes(client_manager, self.cfg.clients_per_round)
             self.cfg.check_num_clients(client_manager.num_available())
         self.global_arrays = [np.asarray(a) for a in self.initial_arrays()]
         return comm.encode(self.global_arrays)
@@ -255,8 +261,12 @@ class FedTextStrategy(FedAvg):
     def configure_fit(
         self, server_round: int, parameters: Parameters, client_manager: ClientManager
     ) -> list[tuple[ClientProxy, FitIns]]:
-        """Seeded sample of participants, each sent :meth:`download` and :meth:`fit_config`."""
+        """Seeded sample of participants, each sent :meth:`download` and :meth:`fit_config`.
+        In this process's first round, for every method's sampling alike, no SuperNode at all
+        is one configuration error (:func:`fedtext.sampling.wait_for_nodes`)."""
         self.rounds.begin(server_round)
+        if self.is_first_round(server_round):
+            wait_for_nodes(client_manager, 1)
         instructions = []
         for proxy in self.sample_clients(server_round, client_manager):
             arrays, extra = self.download(server_round, proxy, "fit")

@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except BaseException as exc:  # Ray's driver turns SIGTERM into SystemExit(15) in this thread
         finish_open_runs("failed", exit_reason(exc))
+        # one line of why: an error outside the configuration checks (seed=-1 was one) left
+        # no record and exited 1 without a word
+        print(f"fedtext: the run stopped: {' '.join(exit_reason(exc).split())}", file=sys.stderr)
         # Flower runs the ServerApp in a non-daemon thread; stopped while it identifies
         # clients (failures there are tolerated) it went on training and kept this process
         # alive for minutes after SIGTERM. The record is written: stop the process now.

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import re
 import threading
 import time
 import weakref
@@ -16,6 +17,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedtext.config import RUN_ID_CHARS
 from fedtext.records.probes import launch_fields, machine, provenance
 from fedtext.records.reader import (
     DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, finite_record, load_run, progress_line, summarize,
@@ -31,10 +33,15 @@ def run_folder_name(config: Mapping[str, Any], when: _dt.datetime | None = None)
     """The folder name of a new run: ``<stamp>-<method>-<dataset>-s<seed>[-<run-name>]``.
 
     A part the run-config does not hold (a refused start's config may lack any key) is left
-    out rather than written as ``None``, and each part is reduced to one path component
-    (separators become ``_``), so a refused start's odd ``method`` or ``run-name`` can
-    neither read as ``None`` nor point outside ``output-dir``. A run-config that holds its
-    keys, none with a ``/``, is named as it always was.
+    out rather than written as ``None``, and each part is reduced to the characters of a run
+    id (:data:`fedtext.config.RUN_ID`: every other character, ``/`` and spaces included,
+    becomes ``_``, and ``..`` becomes ``_.``), so a refused start's odd ``method`` or
+    ``run-name`` can neither read as ``None`` nor point outside ``output-dir``, and a
+    dataset folder named ``my data`` gives a run id every node accepts as its journal's
+    key (:func:`fedtext.node_state.check_run_key`; they refused ``my data`` after the whole
+    first round). The dataset's part keeps its first 64 characters, so that the name stays
+    within a run id's 200. A run-config whose values are made of those characters is named
+    as it always was.
 
     Parameters
     ----------
@@ -53,7 +60,7 @@ def run_folder_name(config: Mapping[str, Any], when: _dt.datetime | None = None)
     parts = [_path_part(x) for x in (
         stamp,
         "" if method is None else str(method),
-        "" if dataset is None else Path(str(dataset)).name,
+        "" if dataset is None else Path(str(dataset)).name[:DATASET_PART_MAX],
         "" if seed is None else f"s{seed}",
         str(config.get("run-name") or ""),
     )]
@@ -61,10 +68,17 @@ def run_folder_name(config: Mapping[str, Any], when: _dt.datetime | None = None)
 
 
 def _path_part(text: str) -> str:
-    """``text`` as one harmless path component: ``/`` and NUL -> ``_``; ``.``/``..`` -> ``""``
-    (a ``run-name`` such as ``a/b`` used to open a sub-folder that ``status`` never finds)."""
-    text = text.replace("/", "_").replace("\0", "_")
-    return "" if text in (".", "..") else text
+    """``text`` as a part of a run id: ``.``/``..`` -> ``""``, a character a run id does not
+    hold -> ``_`` (a ``run-name`` such as ``a/b`` used to open a sub-folder that ``status``
+    never finds), a dot before another dot -> ``_``."""
+    if text in (".", ".."):
+        return ""
+    return _DOT_BEFORE_DOT.sub("_", _NOT_IN_RUN_ID.sub("_", text))
+
+
+DATASET_PART_MAX = 64  # characters of the dataset's folder name in a run id
+_NOT_IN_RUN_ID = re.compile(f"[^{RUN_ID_CHARS}]")
+_DOT_BEFORE_DOT = re.compile(r"\.(?=\.)")
 
 
 RUN_LOG_FILE = "run.log"

@@ -194,7 +194,7 @@ def run_method(d: SimpleNamespace, method: str, extra: str, rounds: int = 2) -> 
     """``flwr run . lab`` of ``method`` through the proxy; its summary and round records.
 
     A SuperNode starts a ClientApp process per message (~10 s here): evaluate on the last
-    round only, and no get_properties round trip (``client-ids=lazy``).
+    round only, and one get_properties round trip in all, not one per node (``client-ids=lazy``).
     """
     runs = d.tmp / "runs" / f"{method}-{time.time_ns()}"
     cfg = (f"method='{method}' num-server-rounds={rounds} clients-per-round=2 eval-size=40 client-test-size=8 "

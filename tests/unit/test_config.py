@@ -153,6 +153,48 @@ def test_clients_per_round_above_connected_clients():
         cfg.check_num_clients(4)
 
 
+# ------------------------------------------------ issue 45 item 6: bad inputs, one line
+def test_a_negative_seed_is_one_line_at_config_time():
+    """``seed=-1`` passed the config and stopped the server deep in numpy (SeedSequence:
+    "expected non-negative integer"): ``python -m simulations.simulate`` exited 1 with no
+    output and no run record."""
+    with pytest.raises(ConfigError) as err:
+        parse(seed=-1)
+    assert str(err.value) == "seed must be >= 0, got -1"
+    assert parse(seed=0).seed == 0
+
+
+@pytest.mark.parametrize("name", ["a b", "x..y", "../x", "..", "a/b", "-lead", "caf\u00e9", "tab\there", "n" * 65])
+def test_a_run_name_the_nodes_would_refuse_is_one_line_at_config_time(name):
+    """``run-name`` goes into the run id, under which every node journals its state
+    (fedtext.node_state.check_run_key): a space or ``..`` passed the config, and every client
+    refused the run after the whole first round."""
+    with pytest.raises(ConfigError) as err:
+        parse(run_name=name)
+    assert str(err.value) == (f"run-name '{name}' must be at most 64 letters, digits and . _ = + - (starting "
+                              "with a letter or digit, no '..'): it names the run's folder on every node")
+
+
+@pytest.mark.parametrize("name", ["fes-searched", "n10", "a.b_c=d+e", "n" * 64])
+def test_an_accepted_run_name_gives_a_run_id_every_node_accepts(name):
+    from fedtext.node_state import check_run_key
+    from fedtext.records import run_folder_name
+
+    cfg = parse(run_name=name, method="fedbpt", dataset="demo")
+    run_id = run_folder_name(cfg.to_run_config())
+    assert run_id.endswith(f"-fedbpt-demo-s0-{name}") and check_run_key(run_id) == run_id
+
+
+def test_resume_takes_only_a_run_id_the_nodes_accept():
+    """``resume`` names the run id the clients journal under: a folder name with a space
+    (as a dataset named ``my data`` made) would be refused by every node."""
+    for bad in ("a b", "x/y", ".", "..", "x..y"):
+        with pytest.raises(ConfigError, match=re.escape(f"resume takes a run id (a folder name under output-dir), "
+                                                        f"got '{bad}'")):
+            parse(resume=bad)
+    assert parse(resume="20261122-220455-fedbpt-demo-s0").resume == "20261122-220455-fedbpt-demo-s0"
+
+
 def _float_keys() -> list[tuple[str, str]]:
     """(method, key) for every float key: the shared ones (under fedprompt) and each method's own."""
     import dataclasses

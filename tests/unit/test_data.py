@@ -103,6 +103,51 @@ def test_local_directory_errors(tmp_path):
         load_local(tmp_path)
 
 
+def _write(path, texts, labels) -> None:
+    """A split file (``.csv`` or ``.jsonl``) with these texts (None: a null) and labels."""
+    frame = pd.DataFrame({"text": texts, "label": labels})
+    if path.suffix == ".jsonl":
+        frame.to_json(path, orient="records", lines=True)
+    else:
+        frame.to_csv(path, index=False)
+
+
+@pytest.mark.parametrize("where, texts", [
+    ("train.csv", ["", "  ", "\t"]),  # empty and whitespace
+    ("train.jsonl", [None, None, ""]),  # nulls are empty texts, not the word "None"
+    ("test.csv", ["", " ", ""]),  # the test split alike: nothing to evaluate on
+    ("b/train.csv", ["", "", " "]),  # one domain of a folder of domains
+])
+def test_a_split_whose_texts_are_all_empty_is_refused_naming_its_file(tmp_path, where, texts):
+    """Issue 45 item 6: a training split of empty (or whitespace-only) texts loaded and
+    trained silently on nothing."""
+    fine = ["good", "bad", "fine"]
+    root = tmp_path / "data"
+    for domain in ("a", "b") if "/" in where else ("",):
+        (root / domain).mkdir(parents=True, exist_ok=True)
+        for split in ("train", "test"):
+            name = f"{domain}/{split}".lstrip("/")
+            chosen = where if where.startswith(name + ".") else f"{name}.csv"
+            _write(root / chosen, texts if chosen == where else fine, [0, 1, 0])
+    with pytest.raises(ConfigError) as err:
+        load_local(root)
+    assert str(err.value) == (f"{root / where}: every text in column 'text' is empty or whitespace (3 rows): nothing "
+                              "to learn from (set text-column to the column that holds the texts)")
+
+
+def test_a_split_where_some_texts_are_empty_keeps_them_as_empty_texts_with_one_warning(tmp_path, caplog):
+    """The choice for *some* empty texts: kept (each is a labelled row the data holds;
+    dropping rows would change every partition), as the empty text (a null used to become
+    the word "None"), with one warning that counts them."""
+    _write(tmp_path / "train.jsonl", ["good", "", None, "bad"], [1, 0, 1, 0])
+    _write(tmp_path / "test.csv", ["fine", "poor"], [1, 0])
+    with caplog.at_level("WARNING", logger="fedtext"):
+        splits = load_local(tmp_path)
+    assert splits.train["text"].tolist() == ["good", "", "", "bad"] and splits.train["label"].tolist() == [1, 0, 1, 0]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fedtext: {tmp_path / 'train.jsonl'}: 2 of 4 texts are empty (first: row 1); they are kept as empty texts"]
+
+
 @pytest.mark.parametrize("labels,row,shown", [([0, 0.4, 1.6], 1, "0.4"), ([1, 0, "pos"], 2, "'pos'"),
                                             ([1.0, 0.0, 2.5], 2, "2.5")])
 def test_a_label_that_is_not_an_integer_is_one_line_not_truncated(tmp_path, labels, row, shown):

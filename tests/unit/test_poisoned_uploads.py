@@ -291,6 +291,55 @@ def test_a_node_lost_mid_run_is_a_recorded_drop_not_a_configuration_error(backbo
         fresh.sample_clients(5, manager)
 
 
+class _EmptyGrid:
+    """A Flower grid whose SuperLink knows no SuperNode (what ``flwr run`` against a
+    SuperLink without ``flower-supernode`` gives the ServerApp)."""
+
+    run = SimpleNamespace(run_id=1)
+    stopped = False
+
+    def get_node_ids(self):
+        from flwr.supercore.run import RunNotRunningException
+
+        if self.stopped:  # ends Flower's node-polling thread after the test
+            raise RunNotRunningException()
+        return []
+
+
+NO_NODE = ("no SuperNode connected in 0.2 s (the server's wait before round 1): start SuperNodes against this "
+           "SuperLink (flower-supernode), or set num-supernodes")
+
+
+@pytest.mark.parametrize("method, clients_per_round", [("fedprompt", 0), ("fedprompt", 2), ("fes", 0)])
+def test_no_supernode_is_one_line_that_names_the_wait(backbone, tmp_path, monkeypatch, method, clients_per_round):
+    """Issue 45 item 6: a SuperLink without SuperNodes failed after the wait with "holdout=''
+    leaves no participant client to train" (FeS trained nobody, every round). Through
+    Flower's own grid driver (``start_grid``, which polls the grid for nodes) on a grid
+    without nodes, the run fails with one line that names the wait, in the record too."""
+    from flwr.server import ServerConfig, SimpleClientManager
+    from flwr.server.compat import start_grid
+
+    import fedtext.sampling
+    from fedtext.server_app import RecordingServer
+
+    monkeypatch.setattr(fedtext.sampling, "CONNECT_TIMEOUT_S", 0.2)
+    cfg = make_config(method, max_length=64, prompt_length=2, clients_per_round=clients_per_round,
+                      output_dir=str(tmp_path))
+    recorder = RunRecorder(tmp_path, cfg.to_run_config())
+    strategy_cls = FewShotStrategy if method == "fes" else FedPrompt
+    server = RecordingServer(recorder=recorder, client_manager=SimpleClientManager(),
+                             strategy=strategy_cls(cfg, TASKS["demo"], recorder=recorder))
+    grid = _EmptyGrid()
+    try:
+        with pytest.raises(ConfigError) as err:
+            start_grid(grid=grid, server=server, config=ServerConfig(num_rounds=2))
+    finally:
+        grid.stopped = True
+    assert str(err.value) == NO_NODE
+    summary = json.loads((recorder.dir / "summary.json").read_text())
+    assert (summary["status"], summary["error"]) == ("failed", NO_NODE)
+
+
 # ------------------------------------------------------------- partition feasibility
 class _Node(SimpleNamespace):
     __hash__ = object.__hash__  # FeS puts proxies in sets
@@ -333,6 +382,35 @@ def test_an_impossible_dirichlet_split_is_a_configuration_error_before_round_one
                       TASKS["demo"])
     with pytest.raises(ConfigError, match="could not split 10 rows into 4 clients"):
         strat.sample_clients(1, _nodes(4))
+
+
+def test_lazy_client_ids_check_an_impossible_dirichlet_split_on_the_server_too(backbone, ten_rows):
+    """Issue 45 item 6: with ``client-ids=lazy`` nobody was asked, so the check above never
+    ran and every client failed its partition after the whole first round. The server now
+    asks one node (one message, once) for ``num-partitions``; the draw stays over node ids."""
+    asked = []
+
+    def nodes(n):
+        manager = _nodes(n)
+        for node in manager.all().values():
+            node.get_properties = lambda ins, timeout, group_id, node=node: (
+                asked.append(node.cid), _Node.get_properties(node, ins, timeout, group_id))[1]
+        return manager
+
+    cfg = make_config("fedprompt", dataset=ten_rows, task="demo", partition="dirichlet", alpha=0.001, max_length=64,
+                      client_ids="lazy")
+    with pytest.raises(ConfigError, match=r"^partition=dirichlet alpha=0.001 seed=0: flwr-datasets could not split "
+                                          r"10 rows into 4 clients"):
+        FedPrompt(cfg, TASKS["demo"]).sample_clients(1, nodes(4))
+    assert asked == ["n0"]
+    asked.clear()
+    ok = FedPrompt(make_config("fedprompt", dataset=ten_rows, task="demo", max_length=64, client_ids="lazy"),
+                   TASKS["demo"])
+    manager = nodes(5)
+    assert [p.cid for p in ok.sample_clients(1, manager)] == ["n0", "n1", "n2", "n3", "n4"]
+    assert [p.cid for p in ok.sample_clients(2, manager)] == ["n0", "n1", "n2", "n3", "n4"]
+    assert asked == ["n0"] and ok.sampler.client_info == {}  # once per run, and no node's identity is cached
+    assert ok.sampler._partition_rows == {(pid, 5): 2 for pid in range(5)}  # checked: 10 rows / 5 clients
 
 
 def test_nodes_that_disagree_on_the_number_of_partitions_are_refused(backbone):

@@ -82,7 +82,8 @@ def test_a_refused_start_is_named_by_method_and_time_never_none(tmp_path):
     from fedtext.server_app import make_server_app
 
     cases = {"nope": ({"method": "nope"}, r"\d{8}-\d{6}-nope"),
-             "seed": ({"method": "nope", "seed": 3, "run-name": "../x"}, r"\d{8}-\d{6}-nope-s3-\.\._x"),
+             # a run id's characters only: "/" -> "_", a dot before a dot -> "_" (fedtext.config.RUN_ID)
+             "seed": ({"method": "nope", "seed": 3, "run-name": "../x"}, r"\d{8}-\d{6}-nope-s3-_\._x"),
              "default": ({"no-such-key": 1}, r"\d{8}-\d{6}-bbt-fed")}
     for case, (overrides, name) in cases.items():
         out = tmp_path / case
@@ -494,6 +495,63 @@ def test_unreadable_data_files_are_one_line_errors(tmp_path, train, test, messag
     path = _dataset(tmp_path, train, *(() if test is None else (test,)))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
         load_splits(path)
+
+
+def test_a_dataset_folder_with_a_space_runs_its_clients_journal_under_the_run_id(tmp_path, monkeypatch):
+    """Issue 45 item 6: ``dataset=.../my data`` put ``my data`` into the run id, which
+    every node refused as its journal's key (fedtext.node_state.check_run_key) after the
+    whole first round. Nothing in Flower or the run-config stops such a path (the data
+    loads): the run id now spells the folder ``my_data``, and a client's fit journals under it."""
+    from types import SimpleNamespace
+
+    from flwr.app import ConfigRecord, RecordDict
+    from flwr.common import FitIns, ndarrays_to_parameters
+
+    import fedtext.client_app as ca
+    from fedtext.data import partition_train
+    from fedtext.registry import make_config
+
+    folder = tmp_path / "my data"
+    folder.mkdir()
+    _dataset(folder, b"text\tlabel\n" + b"".join(b"text %d\t%d\n" % (i, i % 2) for i in range(40)))
+    cfg = make_config("fedavg", dataset=str(folder), label_names="neg,pos", output_dir=str(tmp_path / "runs"))
+    assert len(partition_train(cfg, 0, 2)) + len(partition_train(cfg, 1, 2)) == 40  # the folder's rows load
+    run_id = RunRecorder(cfg.output_dir, cfg.to_run_config()).run_id
+    assert run_id.endswith("-fedavg-my_data-s0"), run_id
+    def build(node: ca.Node) -> SimpleNamespace:  # a client that holds node state (as FeS's pseudo labels)
+        def fit(parameters, config):
+            node.state["m"] = ConfigRecord({"ids": [4, 2]})
+            return [parameters[0] + 1], 3, {}
+        return SimpleNamespace(fit=fit)
+
+    monkeypatch.setattr(ca.Node, "build", build)
+    client = ca.make_client(cfg.to_run_config(), {"partition-id": 1, "num-partitions": 2}, RecordDict())
+    reply = client.fit(FitIns(ndarrays_to_parameters([np.zeros(2)]), {"server_round": 1, "run_key": run_id}))
+    assert reply.num_examples == 3
+    assert (tmp_path / "runs" / run_id / "node-state" / "p1" / "round-1.json").is_file()
+
+
+def test_simulate_says_in_one_line_why_a_run_stopped_outside_the_config_checks(monkeypatch, capsys):
+    """``seed=-1`` reached numpy inside the ServerApp; ``python -m simulations.simulate``
+    caught the error, exited 1 and printed nothing. Any such error now leaves one line."""
+    import simulations.simulate as sim
+
+    def stopped(*args, **kwargs):
+        raise ValueError("expected non-negative integer")
+
+    def exit_now(code: int) -> None:  # os._exit would end pytest
+        raise SystemExit(code)
+
+    finished = []
+    monkeypatch.setattr(sim, "simulate", stopped)
+    monkeypatch.setattr(sim.os, "_exit", exit_now)
+    monkeypatch.setattr(sim, "install_signal_handlers", lambda: None)  # not in pytest's own process
+    monkeypatch.setattr(sim, "finish_open_runs", lambda *a: finished.append(a))  # other tests' recorders stay open
+    with pytest.raises(SystemExit) as ended:
+        sim.main(["--num-supernodes", "2"])
+    assert ended.value.code == 1
+    assert capsys.readouterr().err == "fedtext: the run stopped: ValueError: expected non-negative integer\n"
+    assert finished == [("failed", "ValueError: expected non-negative integer")]
 
 
 def test_a_tsv_with_quoted_newlines_is_read_with_its_quotes(tmp_path):

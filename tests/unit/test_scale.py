@@ -90,7 +90,10 @@ def test_every_client_is_asked_who_it_is_once_and_only_for_its_domain_when_neede
     assert asked == [{"domain": 1}] * 3
 
 
-def test_lazy_client_ids_ask_nobody_and_draw_in_node_id_order(backbone):
+def test_lazy_client_ids_ask_one_node_once_and_draw_in_node_id_order(backbone):
+    """``client-ids=lazy`` sends one message in all (issue 45: the node with the smallest
+    node id is asked ``num-partitions`` so that the server checks the partitions), and
+    draws over the node ids as before."""
     from fedtext.config import ConfigError
 
     cfg = make_config("fedprompt", clients_per_round=3, client_ids="lazy", max_length=64)
@@ -98,7 +101,8 @@ def test_lazy_client_ids_ask_nobody_and_draw_in_node_id_order(backbone):
     manager, asked = _counting_manager(20)
     picked = [p.cid for p in strat.sample_clients(1, manager)]
     evaluated = strat.sampler.sample_eval(1, manager)
-    assert asked == [] and len(picked) == 3 and len(evaluated) == 3
+    strat.sample_clients(2, manager)
+    assert asked == [{"domain": 0}] and len(picked) == 3 and len(evaluated) == 3
     by_cid = sorted(manager.all())  # the draw is rng positions over the cids, sorted
     rng = np.random.default_rng([cfg.seed, 1, TRAIN_SALT])
     assert picked == [by_cid[i] for i in np.sort(rng.choice(20, size=3, replace=False))]

@@ -146,10 +146,10 @@ def test_holding_out_every_client_is_a_config_error(backbone):
 def test_too_few_connected_clients_is_a_config_error(backbone, monkeypatch):
     from flwr.server import SimpleClientManager
 
-    import fedtext.strategy as fs
+    import fedtext.sampling
     from fedtext.config import ConfigError
 
-    monkeypatch.setattr(fs, "CONNECT_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(fedtext.sampling, "CONNECT_TIMEOUT_S", 0.1)  # the waits read it there
     manager = SimpleClientManager()
     for cid in ("a", "b"):
         manager.register(SimpleNamespace(cid=cid))
