@@ -102,8 +102,3 @@ class MetricSpec:
         if self.within_rows and rows is not None and value > rows:
             return f"metric {self.name}={value!r} exceeds the client's {rows} training rows"
         return None
-
-
-def spec_names(specs: tuple[MetricSpec, ...]) -> tuple[str, ...]:
-    """The names of ``specs``, in order."""
-    return tuple(s.name for s in specs)
