@@ -125,16 +125,17 @@ class FewShotClient(FedTextClient):
         rows, labels = PSEUDO_PICKS[self.mcfg.pseudo_pick](probs, target, rng)
         chosen = ids[rows]
         self.store(ids=chosen.tolist(), labels=labels.tolist())
-        truth = self.unlabeled["label"].to_numpy()[chosen] if len(chosen) else np.zeros(0)
-        return {
+        metrics: dict[str, Scalar] = {
             "pseudo_labels": len(chosen),
             "labelled_candidates": len(ids),
-            # diagnostic only (a benchmark knows the true labels; nothing trains on them)
-            "pseudo_label_accuracy": float((truth == labels).mean()) if len(chosen) else -1.0,
             "infer_batches": batches,
             "infer_s_per_batch": infer_s / batches if batches else 0.0,
             "filter_s": filter_s,
         }
+        if len(chosen):  # diagnostic only (a benchmark knows the true labels; nothing trains on them)
+            truth = self.unlabeled["label"].to_numpy()[chosen]
+            metrics["pseudo_label_accuracy"] = float((truth == labels).mean())  # in [0, 1]; none to score: absent
+        return metrics
 
     def predict(self, net, ids: np.ndarray) -> tuple[np.ndarray, int]:
         """Softmax of the global model on unlabelled texts ``ids`` (``infer-batch`` per forward)."""

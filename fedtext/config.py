@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 
 from fedtext.components import resolve
 from fedtext.errors import ConfigError  # defined in a leaf module, raised and caught as fedtext.config's
+from fedtext.metrics import MetricSpec
 
 PARTITIONS = ("iid", "dirichlet", "label", "domain")
 CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every client once, or from results
@@ -121,6 +122,15 @@ class MethodConfig:
     ServerApp and the ClientApp resolve them (:func:`fedtext.components.resolve`), each
     its own side. Every method's config declares both itself (several methods may name
     the same classes: FeS and its baselines differ by config only).
+
+    ``fit_metrics`` and ``evaluate_metrics`` declare the method's own metrics, those its
+    client adds to a fit or evaluate reply beside the telemetry every client sends
+    (:data:`fedtext.validation.FIT_METRICS`): name, kind and range, as
+    :class:`fedtext.metrics.MetricSpec`. The server checks a reply against them before any
+    strategy reads it: a reply with a bad one is dropped with its reason, a metric no
+    declaration names is ignored (:func:`fedtext.validation.check_metrics`).
+    ``tests/unit/test_method_metrics.py`` runs every registered method's client and checks
+    that what it sends is exactly what its config declares.
     """
 
     name: ClassVar[str] = ""
@@ -130,6 +140,8 @@ class MethodConfig:
     default_head: ClassVar[str] = "similarity"
     heads: ClassVar[tuple[str, ...]] = PROMPT_HEADS
     min_clients_per_round: ClassVar[int] = 1  # fewer is a ConfigError (FedBPT: 2, a population)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the method's own fit-reply metrics
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the method's own evaluate-reply metrics
 
     @classmethod
     def model_class(cls) -> type:

@@ -7,7 +7,9 @@ fills the current :class:`fedtext.records.RoundRecord`: bytes down (``configure_
 (``aggregate_evaluate``). :meth:`RoundLog.write` writes the record as one
 ``rounds.jsonl`` line, then checkpoints the round (after the line: a kill in between
 redoes this round on resume) and, after the last round, finishes the run with its
-status.
+status and the participant partitions that never trained (:meth:`RoundLog.never_trained`).
+Every client is named by the partition the server bound its node to
+(:meth:`fedtext.sampling.ClientSampler.info_if_known`), never by what its reply says.
 
 :class:`fedtext.strategy.FedTextStrategy` holds one :class:`RoundLog`
 (``strategy.rounds``); ``strategy.record`` is its current record, which a method's
@@ -16,6 +18,7 @@ strategy may add to (``method_metrics``, ``resync_bytes``, ``intervals``).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 
@@ -27,7 +30,9 @@ from fedtext import comm
 from fedtext.config import RunConfig
 from fedtext.records.schema import RoundRecord
 from fedtext.records.writer import RunRecorder
-from fedtext.validation import FIT_METRICS, Upload, check_metrics, reply_partition
+from fedtext.validation import FIT_METRICS, Upload, check_metrics
+
+log = logging.getLogger("fedtext")
 
 
 class RoundLog:
@@ -46,14 +51,19 @@ class RoundLog:
     error
         Why the run failed, or ``None`` (:meth:`fedtext.validation.UploadValidator.never_valid`);
         asked once, when the last round is written.
+    partitions
+        The federation's participant partitions
+        (:meth:`fedtext.sampling.ClientSampler.partitions`); asked once, when the last
+        round is written (:meth:`never_trained`).
     """
 
     def __init__(self, cfg: RunConfig, recorder: RunRecorder | None, checkpoint: Callable[[int], None],
-                 error: Callable[[], str | None]) -> None:
+                 error: Callable[[], str | None], partitions: Callable[[], list[int]] = list) -> None:
         self.cfg = cfg
         self.recorder = recorder
         self.checkpoint = checkpoint
         self.error = error
+        self.partitions = partitions
         self.record = RoundRecord(round=0)
         self.down_bytes: dict[str, int] = {}  # cid -> bytes sent this round (simulated time)
         self._t0 = time.time()
@@ -75,7 +85,28 @@ class RoundLog:
                 self.checkpoint(self.record.round)
             if self.record.round == self.cfg.num_server_rounds:
                 error = self.error()
-                self.recorder.finish("failed" if error else "finished", error=error)
+                self.recorder.finish("failed" if error else "finished", error=error,
+                                     partitions_never_trained=self.never_trained())
+
+    def never_trained(self) -> list[int] | None:
+        """The participant partitions (:attr:`partitions`) no round of the run aggregated an
+        upload of (the union of the records' ``trained``, rounds before a resume included),
+        with a warning when there are any: a partition whose node never connected, was
+        refused (another node claimed it first) or only ever sent uploads that were dropped.
+        ``None`` when a round record lacks ``trained`` (written before it existed: unknown)."""
+        if self.recorder is None:
+            return None
+        rounds = [r for r in self.recorder.rounds if r.get("round", 0) > 0]
+        if any(not isinstance(r.get("trained"), list) for r in rounds):
+            return None
+        trained = {str(p) for r in rounds for p in r["trained"]}
+        participants = self.partitions()
+        never = [p for p in participants if str(p) not in trained]
+        if never:
+            shown = ", ".join(map(str, never[:20])) + (f", ... ({len(never) - 20} more)" if len(never) > 20 else "")
+            log.warning("fedtext: %d of %d participant partitions never trained in this run (no upload of theirs "
+                        "was aggregated): %s", len(never), len(participants), shown)
+        return never
 
     # ------------------------------------------------------------ what a round sends
     def fit_sent(self, instructions: list[tuple[ClientProxy, FitIns]]) -> None:
@@ -101,6 +132,7 @@ class RoundLog:
         up = [comm.payload_bytes(res.parameters) for _, res in results]
         r = self.record
         r.bytes_up, r.num_clients = sum(up), len(uploads)
+        r.trained = sorted({u.partition_id for u in uploads}, key=_partition_order)
         r.bytes_up_per_client = _mean([u for (_, res), u in zip(results, up, strict=True) if is_upload(res)])
         typed = [(proxy, res, u) for (proxy, res), u in zip(results, up, strict=True)
                  if check_metrics(res.metrics, FIT_METRICS) is None]
@@ -124,16 +156,17 @@ class RoundLog:
         return loss, acc
 
     def evaluate_results(self, results: list[tuple[ClientProxy, EvaluateRes]],
-                         participant: Callable[[ClientProxy], bool]) -> None:
-        """The clients' accuracies (before and after post-tuning) by partition id, their
-        mean and spread, which of them are participants, queries, memory and timings."""
-        accs = {reply_partition(p, r): float(r.metrics["accuracy"]) for p, r in results}
+                         participant: Callable[[ClientProxy], bool], name: Callable[[ClientProxy], str]) -> None:
+        """The clients' accuracies (before and after post-tuning) by partition id (``name``:
+        the partition the server bound the node to, never the reply's word), their mean
+        and spread, which of them are participants, queries, memory and timings."""
+        accs = {name(p): float(r.metrics["accuracy"]) for p, r in results}
         rec = self.record
         rec.client_accuracy = accs
         rec.client_post_accuracy = {
-            reply_partition(p, r): float(r.metrics["post_accuracy"]) for p, r in results if "post_accuracy" in r.metrics
+            name(p): float(r.metrics["post_accuracy"]) for p, r in results if "post_accuracy" in r.metrics
         }
-        rec.participants = sorted(reply_partition(p, r) for p, r in results if participant(p))
+        rec.participants = sorted(name(p) for p, r in results if participant(p))
         rec.client_accuracy_mean = _mean(list(accs.values()))
         rec.client_accuracy_std = float(np.std(list(accs.values()))) if accs else None
         rec.eval_queries = sum(int(r.metrics.get("queries", 0)) for _, r in results)
@@ -141,6 +174,11 @@ class RoundLog:
         rec.client_gpu_mb += [float(r.metrics["peak_gpu_mb"]) for _, r in results if "peak_gpu_mb" in r.metrics]
         for _, res in results:
             rec.timing(res.metrics, "eval_time_s")
+
+
+def _partition_order(pid: str) -> tuple[int, int | str]:
+    """Partition ids in number order (``"2"`` before ``"10"``), other names after."""
+    return (0, int(pid)) if pid.isdigit() else (1, pid)
 
 
 def _mean(xs: list[float]) -> float | None:

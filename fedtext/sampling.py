@@ -23,6 +23,17 @@ server, not a failure of every client.
 Before this process's first round the server waits up to :data:`CONNECT_TIMEOUT_S` for
 its nodes (:func:`wait_for_nodes`); none at all is a configuration error that names the wait.
 
+Partition identity is the server's, not a reply's: each node id is bound to the partition
+it first reports (its properties with ``client-ids=ask``, its first reply with ``lazy``),
+and every record names a node by that binding (:meth:`ClientSampler.info_if_known`).
+:meth:`ClientSampler.claim` checks each later report against it: a reply claiming another
+partition is dropped with the reason, and a node claiming a partition another connected
+node holds is refused (never drawn; its replies dropped with the reason), so one node can
+neither take another's partition nor be recorded as it. A node whose holder has left
+(a restarted SuperNode without a registered key comes back under a new node id) takes the
+partition over, with a warning. Bindings are not checkpointed: a resumed run (new node ids
+in a simulation) binds afresh.
+
 :class:`fedtext.strategy.FedTextStrategy` holds one :class:`ClientSampler`
 (``strategy.sampler``); a method's strategy overrides ``sample_clients`` (FeS, FedDPG) and
 ``check_sizes`` (FeS) on the strategy and reaches the sampler's :meth:`~ClientSampler.info`,
@@ -32,6 +43,7 @@ its nodes (:func:`wait_for_nodes`); none at all is a configuration error that na
 from __future__ import annotations
 
 import logging
+import numbers
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -43,6 +55,7 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import labelled, partition_sizes, partition_train
+from fedtext.metrics import MetricSpec
 from fedtext.records.schema import RoundRecord
 
 log = logging.getLogger("fedtext")
@@ -54,6 +67,17 @@ TRAIN_SALT = 0x5A3
 EVAL_SALT = 0xE7A1  # salt of the evaluation draw (:meth:`ClientSampler.sample_eval`)
 PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message may start a Ray actor (seconds)
 PROPERTIES_WORKERS = 64  # get_properties messages in flight at once (Flower's fit fan-out uses threads too)
+# The partition id a node reports (properties, and every fit and evaluate reply): a node
+# config's ``partition-id`` is a whole number (fedtext.client_app.make_client)
+PARTITION_ID = MetricSpec("partition_id", whole=True, low=0)
+
+
+def partition_name(pid: Any) -> str:
+    """A reported partition id as the records write it: ``0``, ``0.0`` (a float off the
+    wire) and ``"0"`` are all ``"0"``."""
+    if isinstance(pid, numbers.Real) and not isinstance(pid, bool) and float(pid).is_integer():
+        return str(int(pid))
+    return str(pid)
 
 
 def wait_for_nodes(client_manager: ClientManager, n: int) -> None:
@@ -104,15 +128,22 @@ class ClientSampler:
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
         self._partition_rows: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> train rows
         self._lazy_asked = False  # client-ids=lazy: one node was asked for num-partitions (check_lazy)
+        self.lazy_partitions: int | None = None  # client-ids=lazy: the count that node reported
+        self.bound: dict[str, str] = {}  # node id -> the partition id it first reported (the server's word since)
+        self.holder: dict[str, str] = {}  # partition id -> the node id bound to it
+        self.refused: dict[str, str] = {}  # node id -> the partition it claimed while another node held it
+        self.connected: set[str] | None = None  # node ids connected at the last draw (None: no draw yet)
 
     # ------------------------------------------------------------ identification
     def info(self, proxy: ClientProxy) -> dict[str, Any]:
         """A client's partition id, domain and participation (asked once, then cached)."""
         if proxy.cid not in self.client_info:
-            if self.cfg.client_ids == "lazy":
-                return {"partition_id": proxy.cid, "domain": None, "participant": True, "order": (1, proxy.cid)}
+            if self.cfg.client_ids == "lazy":  # drawn in node-id order whatever it turns out to hold
+                return {"partition_id": self.bound.get(proxy.cid, proxy.cid), "domain": None, "participant": True,
+                        "order": (1, proxy.cid)}
             self.identify([proxy])
-        return self.client_info[proxy.cid]
+        return self.client_info.get(proxy.cid) or {"partition_id": f"node {proxy.cid}", "domain": None,
+                                                   "participant": False, "order": (2, proxy.cid)}  # refused
 
     def identify(self, proxies: list[ClientProxy]) -> None:
         """Ask every client not seen before who it is, all at once, in parallel.
@@ -121,7 +152,7 @@ class ClientSampler:
         (``fedtext.client_app.Node``), so this costs one small message per client,
         once per run; the domain is asked for only when ``holdout`` names domains.
         """
-        new = [p for p in proxies if p.cid not in self.client_info]
+        new = [p for p in proxies if p.cid not in self.client_info and p.cid not in self.refused]
         if not new:
             return
         ins = GetPropertiesIns({"domain": int(self.needs_domain)})
@@ -132,8 +163,12 @@ class ClientSampler:
         with ThreadPoolExecutor(max_workers=min(PROPERTIES_WORKERS, len(new))) as pool:
             answers = list(pool.map(ask, new))
         for proxy, props in zip(new, answers, strict=True):
-            self.learn(proxy, props.get("partition_id", proxy.cid), props.get("domain") or None,
-                       props.get("num_partitions"))
+            pid = props.get("partition_id")
+            if pid is not None and PARTITION_ID.check(pid) is not None:
+                log.warning("client %s reported partition_id=%r in its properties: not a partition id; its replies "
+                            "will say", proxy.cid, pid)
+                pid = None
+            self.learn(proxy, pid, props.get("domain") or None, props.get("num_partitions"))
         self.check_partitions({int(i["num_partitions"]) for i in self.client_info.values()
                                if i.get("num_partitions") is not None})
 
@@ -164,21 +199,91 @@ class ClientSampler:
         parts = props.get("num_partitions")
         if isinstance(parts, int) and not isinstance(parts, bool) and parts > 0:
             self.check_partitions({parts})
+            self.lazy_partitions = parts  # bounds the partitions replies may claim (:meth:`claim`)
 
     def learn(self, proxy: ClientProxy, pid: Any, domain: str | None = None, num_partitions: Any = None) -> None:
-        """Cache who ``proxy`` is, from its properties."""
+        """Cache who ``proxy`` is, from its properties, binding it to partition ``pid``
+        (:meth:`claim`; a node refused there is not cached, so it is never drawn). ``pid``
+        ``None`` (no properties): the node is named by its node id until a reply binds it."""
+        parts = num_partitions if isinstance(num_partitions, int) and num_partitions > 0 else None
+        if pid is not None and self.claim(proxy.cid, pid, parts) is not None:
+            return  # refused (claim logged why)
+        name = self.bound.get(proxy.cid, str(proxy.cid))
         self.client_info[proxy.cid] = {
-            "partition_id": str(pid),
-            "num_partitions": num_partitions if isinstance(num_partitions, int) and num_partitions > 0 else None,
+            "partition_id": name,
+            "num_partitions": parts,
             "domain": domain,
-            "participant": self.cfg.is_participant(pid, domain),
-            "order": (0, int(pid)) if isinstance(pid, int) else (1, str(pid)),
+            "participant": self.cfg.is_participant(name, domain),
+            "order": (0, int(name)) if pid is not None else (1, name),
         }
 
+    def claim(self, cid: str, pid: Any, num_partitions: int | None = None) -> str | None:
+        """Check node ``cid``'s report that it holds partition ``pid`` against the
+        server's binding; bind it on its first report. Why the report is refused, or ``None``.
+
+        A bound node's report must name its partition (else the report's result is
+        dropped; the node stays bound). An unbound node is refused -- never drawn, its
+        results dropped -- when it claims a partition outside ``0..num-partitions-1`` (the
+        nodes' agreed count, or ``num_partitions``), or one another connected node holds;
+        in the second case until that holder leaves, when it may take the partition over
+        (a restarted SuperNode with a new node id). A refusal is logged once per node and
+        partition; the caller drops the report's result with the returned reason.
+        """
+        pid = partition_name(pid)
+        held = self.bound.get(cid)
+        if held is not None:
+            return None if held == pid else f"claims partition {pid}, but node {cid} is partition {held} (its first report)"
+        parts = num_partitions or self.num_partitions()
+        if parts is not None and (not pid.isdigit() or int(pid) >= parts):
+            return self.refuse(cid, pid, f"node {cid} claims partition {pid}, outside 0..{parts - 1} "
+                                         f"(num-partitions={parts}): refused")
+        holder = self.holder.get(pid)
+        if holder is not None:
+            if self.connected is None or holder in self.connected:
+                return self.refuse(cid, pid, f"node {cid} claims partition {pid}, which node {holder} holds: refused")
+            log.warning("partition %s: node %s has left; node %s, reporting it, takes it over", pid, holder, cid)
+            del self.bound[holder], self.holder[pid]
+            self.client_info.pop(holder, None)  # if it comes back, it is asked again (and refused while cid holds pid)
+        self.refused.pop(cid, None)
+        self.bound[cid], self.holder[pid] = pid, cid
+        if cid in self.client_info:  # known from properties without a partition id: named by it from now on
+            info = self.client_info[cid]
+            info.update(partition_id=pid, participant=self.cfg.is_participant(pid, info["domain"]))
+        return None
+
+    def refuse(self, cid: str, pid: str, reason: str) -> str:
+        """Refuse node ``cid``'s claim of partition ``pid`` (logged once per node and
+        partition): it is not drawn (:meth:`clients`) until :meth:`clients` hears it again."""
+        if self.refused.get(cid) != pid:
+            log.warning("%s; its results are dropped", reason)
+        self.refused[cid] = pid
+        return reason
+
+    def num_partitions(self) -> int | None:
+        """The federation's number of partitions, when the nodes reported one (``client-ids=ask``;
+        ``lazy``: the one node asked before round 1)."""
+        counts = {i["num_partitions"] for i in self.client_info.values() if i.get("num_partitions") is not None}
+        if not counts:  # client-ids=lazy: the one node asked (check_lazy), if it answered
+            return self.lazy_partitions
+        return next(iter(counts)) if len(counts) == 1 else None
+
+    def partitions(self) -> list[int]:
+        """The participant partitions of the federation: ``0..num-partitions-1`` less those
+        ``holdout`` names when the nodes reported the count (``client-ids=ask``, or the one node
+        ``lazy`` asks), else the partitions the server has heard of; those never trained are listed at
+        the end of the run (:meth:`fedtext.round_log.RoundLog.never_trained`)."""
+        parts = self.num_partitions()
+        ids = range(parts) if parts is not None else sorted(int(p) for p in self.holder if p.isdigit())
+        domains = {self.bound[cid]: info["domain"] for cid, info in self.client_info.items() if cid in self.bound}
+        return [i for i in ids if self.cfg.is_participant(i, domains.get(str(i)))]
+
     def info_if_known(self, cid: str | None) -> str:
-        """The partition id of node ``cid`` if the server knows it, else the node id."""
+        """What the records call node ``cid``: the partition it is bound to, else (no
+        report yet) its node id."""
         if cid is None:
             return "?"
+        if cid in self.bound:
+            return self.bound[cid]
         known = self.client_info.get(cid)
         return known["partition_id"] if known else f"node {cid}"
 
@@ -229,10 +334,15 @@ class ClientSampler:
     def clients(self, client_manager: ClientManager, participants_only: bool) -> list[ClientProxy]:
         """Connected clients (or only the participants) in partition-id order."""
         connected = list(client_manager.all().values())
+        self.connected = {p.cid for p in connected}
+        for cid, pid in list(self.refused.items()):
+            if pid in self.holder and self.holder[pid] not in self.connected:  # its partition's holder left
+                del self.refused[cid]  # hear it again: it may take the partition over
         if self.cfg.client_ids == "ask":
             self.identify(connected)
         else:
             self.check_lazy(connected)
+        connected = [p for p in connected if p.cid not in self.refused]
         found = [p for p in connected if not participants_only or self.info(p)["participant"]]
         return sorted(found, key=lambda p: self.info(p)["order"])
 

@@ -124,7 +124,7 @@ class FedTextStrategy(FedAvg):
         self.sampler = ClientSampler(cfg, self.check_sizes)
         self.validator = UploadValidator(cfg, self.model, self.sampler, self.client_failed)
         self.rounds = RoundLog(cfg, recorder, self.save_checkpoint,
-                               lambda: self.validator.never_valid(self.resumed_round))
+                               lambda: self.validator.never_valid(self.resumed_round), self.sampler.partitions)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(method={self.cfg.method})"
@@ -190,7 +190,10 @@ class FedTextStrategy(FedAvg):
 
     def validate(self, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]) -> list[Upload]:
         """The valid uploads of a round (:meth:`fedtext.validation.UploadValidator.uploads`);
-        the others, and every failure, are noted in the round record with a reason."""
+        the others, and every failure, are noted in the round record with a reason.
+        ``results`` have passed :meth:`fedtext.validation.UploadValidator.replies` (their
+        node's partition, their declared metrics), so a method's override may read their
+        metrics."""
         return self.validator.uploads(self.record, results, failures, self.global_named())
 
     def is_upload(self, res: FitRes) -> bool:
@@ -280,8 +283,10 @@ class FedTextStrategy(FedAvg):
         results: list[tuple[ClientProxy, FitRes]],
         failures: list[tuple[ClientProxy, FitRes] | BaseException],
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
-        """Validate every upload, account bytes, then :meth:`aggregate` the valid ones."""
-        uploads = self.validate(results, failures)
+        """Screen every reply (identity, declared metrics), validate the uploads, account
+        bytes (of every result: a dropped one was still sent), then :meth:`aggregate` the
+        valid ones."""
+        uploads = self.validate(self.validator.replies(self.record, results, "fit"), failures)
         self.rounds.fit_results(results, uploads, self.is_upload, self.simulated_seconds)
         if not uploads:
             log.warning("round %d: no valid client result; global model unchanged", server_round)
@@ -333,7 +338,8 @@ class FedTextStrategy(FedAvg):
         checked = self.validator.evaluations(self.record, results, failures)
         # A client too small for a local test split reports 0 examples: not an accuracy of 0.
         results = [(p, r) for p, r in checked if r.num_examples > 0]
-        self.rounds.evaluate_results(results, lambda p: self.sampler.info(p)["participant"])
+        self.rounds.evaluate_results(results, lambda p: self.sampler.info(p)["participant"],
+                                     lambda p: self.sampler.info_if_known(p.cid))
         self.rounds.write()
         if not results:
             return None, {}

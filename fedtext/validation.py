@@ -1,13 +1,26 @@
 """Upload validation and failure tracking: what the server does with a client's reply.
 
-Every fit result is decoded once, checked (typed telemetry, a plausible example count,
+Every reply is first screened (:meth:`UploadValidator.replies`): the partition it
+claims must be the one its node is bound to (:meth:`fedtext.sampling.ClientSampler.claim`),
+and its metrics must meet their declarations (:func:`check_metrics`): the telemetry every
+client sends (:data:`FIT_METRICS`, :data:`EVAL_METRICS`) and the method's own (its
+config's ``fit_metrics`` / ``evaluate_metrics``, :class:`fedtext.metrics.MetricSpec`). A
+reply that fails is dropped with a logged reason before any strategy reads it, so no value
+a client sends can raise in a method's code or reach the records unchecked. A metric no
+declaration names is **ignored with a warning** (once per metric name per run) and
+removed from the reply: nothing reads it, so it can skew nothing, and a client one
+version ahead of the server still takes part; ``tests/unit/test_method_metrics.py`` keeps
+every metric fedtext's own clients send declared.
+
+Every fit result is then decoded once, checked (a plausible example count,
 ``model.upload_specs()``: count, shape, dtype, finite, range; ``model.check_upload``;
 ``model.check_scale`` against the global arrays) and either kept as an :class:`Upload`
 or dropped with a logged reason; the round goes on with the rest. Evaluate replies are
-checked likewise (:func:`check_eval_reply`). A sampled client that fails (raises, times
-out) is recorded under its partition id, not as an anonymous exception: every client is
-sent through a :class:`Tracked` proxy, whose failures (:class:`ClientFailure`) carry
-the client's id.
+checked likewise (:func:`check_eval_reply`). Every result is recorded under the partition
+the server bound its node to, never under what the reply says. A sampled client that
+fails (raises, times out) is recorded under its partition id, not as an anonymous
+exception: every client is sent through a :class:`Tracked` proxy, whose failures
+(:class:`ClientFailure`) carry the client's id.
 
 The drops of a whole run are counted by kind, so that a run whose results were never
 valid ends ``failed`` with their commonest reason (:meth:`UploadValidator.never_valid`)
@@ -34,18 +47,26 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedtext import comm
 from fedtext.config import RunConfig
+from fedtext.metrics import MetricSpec
 from fedtext.model import Model
 from fedtext.records.schema import RoundRecord
-from fedtext.sampling import ClientSampler
+from fedtext.sampling import PARTITION_ID, ClientSampler
 
 log = logging.getLogger("fedtext")
 
-#: Telemetry keys a fit reply may carry that the server reads as numbers (missing ones
-#: are fine); a method's own metrics are numbers too (Flower allows str/bytes/bool).
-FIT_METRICS = ("queries", "peak_rss_mb", "peak_gpu_mb", "fit_time_s", "train_loss", "load_s", "busy_start",
-               "busy_end", "startup_start", "startup_end")
-EVAL_METRICS = ("accuracy", "post_accuracy", "queries", "peak_rss_mb", "peak_gpu_mb", "eval_time_s", "load_s",
-                "busy_start", "busy_end", "startup_start", "startup_end")
+# The telemetry every fedtext client's replies may carry (fedtext.client.FedTextClient.fit
+# and .evaluate, the timings fedtext.client_app.Node adds), each optional: finite numbers,
+# queries a whole count. accuracy and post_accuracy are checked to lie in [0, 1] by
+# check_eval_reply, whose reasons the records have always given.
+_TIMINGS = tuple(MetricSpec(k) for k in ("peak_rss_mb", "peak_gpu_mb", "load_s", "busy_start", "busy_end",
+                                         "startup_start", "startup_end"))
+#: The fit telemetry (a method's own fit metrics: its config's ``fit_metrics``).
+FIT_METRICS: tuple[MetricSpec, ...] = (PARTITION_ID, MetricSpec("queries", whole=True, low=0),
+                                       MetricSpec("fit_time_s"), MetricSpec("train_loss"), *_TIMINGS)
+#: The evaluate telemetry (a method's own: its config's ``evaluate_metrics``).
+EVAL_METRICS: tuple[MetricSpec, ...] = (PARTITION_ID, MetricSpec("queries", whole=True, low=0),
+                                        MetricSpec("accuracy"), MetricSpec("post_accuracy"),
+                                        MetricSpec("eval_time_s"), *_TIMINGS)
 
 
 @dataclass(frozen=True)
@@ -133,14 +154,69 @@ class UploadValidator:
         self.model = model
         self.sampler = sampler
         self.client_failed = client_failed
+        mc = cfg.method_config
+        # what a reply may carry: the shared telemetry, then the method's own (its config's)
+        self.specs: dict[str, tuple[MetricSpec, ...]] = {"fit": FIT_METRICS + mc.fit_metrics,
+                                                        "evaluate": EVAL_METRICS + mc.evaluate_metrics}
+        self.ignored: set[str] = set()  # undeclared metric names already warned about (once each per run)
         self.valid_rounds = 0  # rounds of this process that aggregated at least one valid upload
         self.drop_reasons: Counter[str] = Counter()  # every drop's reason, digits masked (the run's common reason)
         self._drop_example: dict[str, str] = {}  # masked reason -> its first drop's own words
 
+    def replies(self, record: RoundRecord, results: list[tuple[ClientProxy, Any]], phase: str
+                ) -> list[tuple[ClientProxy, Any]]:
+        """The fit or evaluate replies (``phase``) whose identity and metrics hold; the
+        others are noted in ``record`` with a reason. Undeclared metrics are removed from
+        the replies kept (:meth:`ignore_undeclared`).
+
+        In order: the partition the reply claims (``partition_id``, when it names one) must
+        be its node's (:meth:`fedtext.sampling.ClientSampler.claim`, which binds a node on
+        its first report), then every declared metric present must meet its
+        :class:`~fedtext.metrics.MetricSpec` (:func:`check_metrics`; a count of the
+        client's texts at most its training rows, :meth:`ClientSampler.max_examples`).
+        Called once per round by the strategy's Flower hooks, before any method reads a
+        metric (``FedTextStrategy.aggregate_fit``, :meth:`evaluations`).
+        """
+        specs = self.specs[phase]
+        kept = []
+        for proxy, res in results:
+            claim = res.metrics.get("partition_id")
+            reason = PARTITION_ID.check(claim) if claim is not None else None
+            if reason is None and claim is not None:
+                reason = self.sampler.claim(proxy.cid, claim)
+            if reason is None:
+                rows = self.sampler.max_examples(proxy) if any(s.within_rows and s.name in res.metrics
+                                                                for s in specs) else None
+                reason = check_metrics(res.metrics, specs, rows)
+            if reason is None:
+                self.ignore_undeclared(record.round, proxy, res, specs)
+                kept.append((proxy, res))
+            elif phase == "fit":
+                self.drop(record, self.sampler.info_if_known(proxy.cid), reason)
+            else:
+                self.drop_evaluation(record, proxy, reason)
+        return kept
+
+    def ignore_undeclared(self, server_round: int, proxy: ClientProxy, res: FitRes | EvaluateRes,
+                          specs: tuple[MetricSpec, ...]) -> None:
+        """Remove from ``res`` the metrics no spec of ``specs`` declares, warning once per
+        metric name per run: a key nobody declared is read by nobody (module docstring)."""
+        declared = {s.name for s in specs}
+        extra = sorted(k for k in res.metrics if k not in declared)
+        if not extra:
+            return
+        for key in extra:
+            if key not in self.ignored:
+                self.ignored.add(key)
+                log.warning("round %d: client %s sent metric %r, which %s does not declare: ignored (said once)",
+                            server_round, self.sampler.info_if_known(proxy.cid), key, self.cfg.method)
+        res.metrics = {k: v for k, v in res.metrics.items() if k in declared}
+
     def uploads(self, record: RoundRecord, results: list[tuple[ClientProxy, FitRes]], failures: list[Any],
                 reference: dict[str, np.ndarray]) -> list[Upload]:
         """Decode every result once; keep those meeting the model's upload specs and
-        checks, note the others (and every failure) in ``record`` with a reason.
+        checks, note the others (and every failure) in ``record`` with a reason. The
+        results have passed :meth:`replies`; each is named by its node's partition.
 
         In order: typed telemetry (:func:`check_metrics`), ``0 < num_examples <=`` the
         client's partition (:meth:`ClientSampler.max_examples`: FedAvg's weight ``n_k / n``
@@ -153,7 +229,7 @@ class UploadValidator:
         specs = self.model.upload_specs()
         uploads = []
         for proxy, res in results:
-            pid = reply_partition(proxy, res)
+            pid = self.sampler.info_if_known(proxy.cid)
             reason = check_metrics(res.metrics, FIT_METRICS)
             limit = self.sampler.max_examples(proxy)
             if reason is None and not 0 < res.num_examples <= limit:
@@ -178,20 +254,24 @@ class UploadValidator:
 
     def evaluations(self, record: RoundRecord, results: list[tuple[ClientProxy, EvaluateRes]],
                     failures: list[Any]) -> list[tuple[ClientProxy, EvaluateRes]]:
-        """The evaluate replies that pass :func:`check_eval_reply`; the failures and the
-        other replies are noted in ``record`` with a reason."""
+        """The evaluate replies that pass :meth:`replies` and :func:`check_eval_reply`;
+        the failures and the other replies are noted in ``record`` with a reason."""
         for failure in failures:
             self.failed(record, failure, "evaluate")
         checked = []
-        for p, res in results:
+        for p, res in self.replies(record, results, "evaluate"):
             reason = check_eval_reply(res, self.cfg.client_test_size)
             if reason is None:
                 checked.append((p, res))
             else:
-                log.warning("round %d: dropped evaluation of client %s: %s", record.round, reply_partition(p, res),
-                            reason)
-                record.drop(reply_partition(p, res), f"evaluate reply: {reason}")
+                self.drop_evaluation(record, p, reason)
         return checked
+
+    def drop_evaluation(self, record: RoundRecord, proxy: ClientProxy, reason: str) -> None:
+        """Note an evaluate reply not used in ``record`` (under its node's partition)."""
+        client = self.sampler.info_if_known(proxy.cid)
+        log.warning("round %d: dropped evaluation of client %s: %s", record.round, client, reason)
+        record.drop(client, f"evaluate reply: {reason}")
 
     def failed(self, record: RoundRecord, failure: Any, phase: str) -> None:
         """Record a failed client under its partition id (and tell ``client_failed``)."""
@@ -235,25 +315,18 @@ class UploadValidator:
                 f"results dropped like this one: {self._drop_example[kind]}")
 
 
-def reply_partition(proxy: ClientProxy, res: FitRes | EvaluateRes) -> str:
-    """The partition id a reply reports (``client-ids=lazy`` learns it this way), else
-    the node id: what the records name the client by."""
-    return str(res.metrics.get("partition_id", proxy.cid))
-
-
-def check_metrics(metrics: dict[str, Scalar], numeric: tuple[str, ...]) -> str | None:
-    """Why a reply's metrics cannot be used, or ``None``: each of ``numeric`` present must
-    be a finite int or float (``queries="lots"`` stopped a whole run in ``int()``), and
-    ``queries`` a whole number >= 0."""
-    for key in numeric:
-        if key not in metrics:
-            continue
-        v = metrics[key]
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
-            return f"metric {key}={v!r} is not a finite number"
-    q = metrics.get("queries", 0)
-    if q < 0 or q != int(q):
-        return f"metric queries={q!r} is not a whole number >= 0"
+def check_metrics(metrics: dict[str, Scalar], specs: tuple[MetricSpec, ...], rows: int | None = None) -> str | None:
+    """Why a reply's metrics cannot be used, or ``None``: each of ``specs`` present must
+    meet its :class:`~fedtext.metrics.MetricSpec` (``queries="lots"`` stopped a whole run
+    in ``int()``, FedDLS's ``dls_version="abc"`` likewise; FeS's ``pseudo_label_accuracy=1e30``
+    went into the records). ``rows``: the client's training rows, the most a count of its
+    own texts may be (``None``: not checked). Metrics ``specs`` does not name are not
+    looked at here (:meth:`UploadValidator.ignore_undeclared`)."""
+    for spec in specs:
+        if spec.name in metrics:
+            reason = spec.check(metrics[spec.name], rows)
+            if reason is not None:
+                return reason
     return None
 
 

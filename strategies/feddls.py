@@ -49,7 +49,7 @@ import logging
 from typing import Any
 
 import numpy as np
-from flwr.common import Scalar
+from flwr.common import FitRes, Scalar
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext import comm
@@ -113,6 +113,21 @@ class FedDLS(FedTextStrategy):
                 arrays, extra = absolute, {"dls_from": self.version, "dls_to": self.version, "dls_absolute": 1}
             self.record.resync_bytes += comm.expected_bytes(arrays)
         return arrays, extra
+
+    def validate(self, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]) -> list[Upload]:
+        """The base checks, after one of FedDLS's own: a ``dls_version`` (declared a whole
+        number >= 0, :class:`fedtext.methods.feddls.config.FedDLSConfig`) above the server's
+        version is dropped: no client can hold a p' the server has not made, and the server
+        would send that client nothing until its rounds caught up."""
+        kept = []
+        for proxy, res in results:
+            v = res.metrics.get("dls_version", 0)
+            if v > self.version:
+                self.validator.drop(self.record, self.sampler.info_if_known(proxy.cid),
+                                    f"metric dls_version={v!r} is above the server's p' version {self.version}")
+            else:
+                kept.append((proxy, res))
+        return super().validate(kept, failures)
 
     def client_failed(self, cid: str, phase: str, reason: str) -> None:
         """A node that lost its p' (:class:`clients.feddls.FedDLSClient` says "node state

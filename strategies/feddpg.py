@@ -29,15 +29,13 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.config import ConfigError
-from fedtext.methods.feddpg.config import BEFORE_UNLEARNING
+from fedtext.methods.feddpg.config import BEFORE_UNLEARNING, UNLEARN_METRICS
 from fedtext.sampling import CONNECT_TIMEOUT_S
 from fedtext.strategy import FedTextStrategy, weighted_mean
 from fedtext.validation import Upload
 
 log = logging.getLogger("fedtext")
 
-UNLEARN_METRICS = ("forget_accuracy_before", "forget_accuracy_after", "retained_accuracy_before",
-                   "retained_accuracy_after", "forget_examples", "unlearn_loss", "unlearn_steps_taken")
 
 
 class FedDPG(FedTextStrategy):
@@ -63,7 +61,8 @@ class FedDPG(FedTextStrategy):
     def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray] | None, dict[str, Scalar]]:
         if self.is_unlearn_round(server_round):
             (upload,) = uploads  # only the unlearning client was asked
-            metrics = {k: float(upload.metrics[k]) for k in UNLEARN_METRICS if k in upload.metrics}
+            # declared, so checked before this reads them (a string here ended the run in float())
+            metrics = {s.name: float(upload.metrics[s.name]) for s in UNLEARN_METRICS if s.name in upload.metrics}
             log.info("feddpg round %d: G replaced by client %s's unlearned G (forget acc %.3f -> %.3f)",
                      server_round, upload.partition_id, metrics.get("forget_accuracy_before", float("nan")),
                      metrics.get("forget_accuracy_after", float("nan")))

@@ -55,7 +55,7 @@ from fedtext.methods.fes.labels import LABEL_SALT, gold_count
 from fedtext.methods.fes.pacing import Pace, Pacer, parse_paces
 from fedtext.sampling import CONNECT_TIMEOUT_S, TRAIN_SALT
 from fedtext.strategy import FedTextStrategy
-from fedtext.validation import Upload, reply_partition
+from fedtext.validation import Upload
 
 log = logging.getLogger("fedtext")
 
@@ -150,17 +150,19 @@ class FewShotStrategy(FedTextStrategy):
     # ------------------------------------------------------------ results
     def validate(self, results: list[tuple[ClientProxy, FitRes]], failures: list[Any]) -> list[Upload]:
         """Note who holds labels and the measured latencies; labelling-only results
-        (``trained=0``, no arrays) are reports, not uploads."""
+        (``trained=0``, no arrays) are reports, not uploads. Every metric read here has
+        passed its declaration (:data:`fedtext.methods.fes.config.TRAIN_METRICS`), and a
+        client is known by its node's partition, not by what its reply says."""
         trained = []
         pseudo_acc = []
         for proxy, res in results:
             m = res.metrics
-            pid = reply_partition(proxy, res)
+            pid = self.sampler.info_if_known(proxy.cid)
             if int(m.get("num_labels", 0)) > 0:
                 self.labelled.add(pid)
             if self.pacer is not None:
                 self.pacer.latency(m.get("infer_s_per_batch"), m.get("train_s_per_batch"))
-            if float(m.get("pseudo_label_accuracy", -1)) >= 0:
+            if "pseudo_label_accuracy" in m:  # a client that chose no label has none to score
                 pseudo_acc.append(float(m["pseudo_label_accuracy"]))
             if self.is_upload(res):
                 trained.append((proxy, res))

@@ -36,9 +36,9 @@ from fedtext.records.probes import (
     package_versions, peak_rss_mb, provenance,
 )
 from fedtext.records.reader import (
-    CONFIG_FIELDS, DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, MAX_JSON_DEPTH, SUMMARY_NUMBERS, SUMMARY_TEXT,
-    SUMMARY_TOTALS, RecordError, check_config, check_summary, decode_json, file_problem, finite_number, finite_record,
-    fits_a_record, load_run,
+    CONFIG_FIELDS, DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, MAX_JSON_DEPTH, SUMMARY_LISTS, SUMMARY_NUMBERS,
+    SUMMARY_TEXT, SUMMARY_TOTALS, RecordError, check_config, check_summary, decode_json, file_problem, finite_number,
+    finite_record, fits_a_record, load_run,
     parse_round_line, participant_accuracy, progress_line, read_config, read_heartbeat, read_rounds, read_summary,
     read_text, round_line, run_status, runs_since, runs_under, summarize,
 )
@@ -57,9 +57,10 @@ __all__ = [
     # signals
     "exit_reason", "finish_open_runs", "install_signal_handlers", "signal_reason",
     # reader
-    "CONFIG_FIELDS", "DEFAULT_STALE_AFTER_S", "FINISHED", "HEARTBEAT_FILE", "MAX_JSON_DEPTH", "SUMMARY_NUMBERS",
-    "SUMMARY_TEXT", "SUMMARY_TOTALS", "RecordError", "check_config", "check_summary", "decode_json", "file_problem",
-    "finite_number", "finite_record", "fits_a_record", "load_run", "parse_round_line", "participant_accuracy", "progress_line", "read_config",
+    "CONFIG_FIELDS", "DEFAULT_STALE_AFTER_S", "FINISHED", "HEARTBEAT_FILE", "MAX_JSON_DEPTH", "SUMMARY_LISTS",
+    "SUMMARY_NUMBERS", "SUMMARY_TEXT", "SUMMARY_TOTALS", "RecordError", "check_config", "check_summary", "decode_json",
+    "file_problem", "finite_number", "finite_record", "fits_a_record", "load_run", "parse_round_line",
+    "participant_accuracy", "progress_line", "read_config",
     "read_heartbeat", "read_rounds", "read_summary", "read_text", "round_line", "run_status", "runs_since",
     "runs_under", "summarize",
 ]

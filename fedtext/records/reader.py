@@ -41,8 +41,10 @@ SUMMARY_TOTALS = ("rounds_done", "total_bytes_up", "total_bytes_down", "total_re
 SUMMARY_NUMBERS = ("initial_accuracy", "final_accuracy", "best_accuracy", "final_client_accuracy_mean",
                    "p_accuracy", "np_accuracy", "p_accuracy_global", "np_accuracy_global",
                    "mean_bytes_up_per_client", "mean_bytes_down_per_client", "peak_client_rss_mb", "wall_time_s")
-# ... and text: the status and its reason.
+# ... text: the status and its reason ...
 SUMMARY_TEXT = ("run_id", "status", "error")
+# ... and lists of partition ids (null: not known, e.g. a run that ended before its last round).
+SUMMARY_LISTS = ("partitions_never_trained",)
 
 
 class RecordError(ValueError):
@@ -226,7 +228,8 @@ def check_config(meta: Any) -> str | None:
 def check_summary(summary: Any) -> str | None:
     """Why a decoded ``summary.json`` is not a run summary (:meth:`fedtext.records.writer.RunRecorder.finish`), or
     None: an object whose :data:`SUMMARY_TOTALS` are numbers, :data:`SUMMARY_NUMBERS`
-    numbers or null, :data:`SUMMARY_TEXT` strings or null, and whose ``method``,
+    numbers or null, :data:`SUMMARY_TEXT` strings or null, :data:`SUMMARY_LISTS` lists of
+    integers or null, and whose ``method``,
     ``dataset``, ``partition`` and ``seed`` are single values (a string ``total_bytes_up``
     is malformed). A field that is absent is not checked: older summaries lack some, and
     readers use ``.get`` with a default."""
@@ -242,6 +245,10 @@ def check_summary(summary: Any) -> str | None:
         value = summary.get(key)
         if value is not None and not isinstance(value, str):
             return f"summary.json: {key} is {_kind(value)}, not a string"
+    for key in SUMMARY_LISTS:
+        value = summary.get(key)
+        if value is not None and (not isinstance(value, list) or not all(_is_int(x) for x in value)):
+            return f"summary.json: {key} is {_kind(value)}, not a list of partition ids"
     for key in ("method", "dataset", "partition", "seed"):  # they name the run: single values
         if not isinstance(summary.get(key), _SCALARS):
             return f"summary.json: {key} is {_kind(summary[key])}, not a single value"

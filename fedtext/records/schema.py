@@ -20,6 +20,7 @@ ROUND_FIELDS = (
     "client_post_accuracy",  # {partition_id: accuracy after post-tuning} (last round, post-tune-steps > 0)
     "participants",  # partition ids that may train (the rest are non-participants, FedDLS §5.1)
     "num_clients",  # clients whose fit result was aggregated
+    "trained",  # their partition ids (the server's binding of each node, not what its reply said)
     "dropped",  # [{"client": id, "reason": "..."}]: fit results not used, and clients that failed
     "client_failures",  # sampled clients whose fit or evaluate message failed (raised, timed out)
     "bytes_up",  # sum over clients of serialized fit uploads this round
@@ -69,6 +70,7 @@ class RoundRecord:
     client_post_accuracy: dict[str, float] = field(default_factory=dict)
     participants: list[str] | None = None
     num_clients: int = 0
+    trained: list[str] = field(default_factory=list)
     dropped: list[dict[str, str]] = field(default_factory=list)
     client_failures: int = 0
     resync_bytes: int = 0
@@ -131,6 +133,7 @@ class RoundRecord:
             "client_post_accuracy": self.client_post_accuracy,
             "participants": self.participants,
             "num_clients": self.num_clients,
+            "trained": self.trained,
             "dropped": self.dropped,
             "client_failures": self.client_failures,
             "bytes_up": self.bytes_up,

@@ -246,8 +246,11 @@ class RunRecorder:
         log.info(progress_line(record, int(self.config.get("num-server-rounds", 0))))
         self.trackers.log_round(record)
 
-    def finish(self, status: str = FINISHED, error: str | None = None) -> dict[str, Any]:
-        """Write ``summary.json`` (idempotent: the first call wins)."""
+    def finish(self, status: str = FINISHED, error: str | None = None,
+               partitions_never_trained: list[int] | None = None) -> dict[str, Any]:
+        """Write ``summary.json`` (idempotent: the first call wins). ``partitions_never_trained``:
+        the participant partitions no round aggregated an upload of, when the run reached its
+        last round (:meth:`fedtext.round_log.RoundLog.never_trained`); ``None``: not known."""
         path = self.dir / "summary.json"
         if path.exists():
             return json.loads(path.read_text())
@@ -258,7 +261,7 @@ class RunRecorder:
             run_id=self.run_id, status=status, error=error,
             method=self.config.get("method"), dataset=self.config.get("dataset"),
             partition=self.config.get("partition"), seed=self.config.get("seed"),
-            wall_time_s=round(time.time() - self.start, 2),
+            wall_time_s=round(time.time() - self.start, 2), partitions_never_trained=partitions_never_trained,
         )
         _write_json(path, summary)
         self.beat()

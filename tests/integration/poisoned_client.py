@@ -3,9 +3,11 @@
     python tests/integration/poisoned_client.py OUTPUT_DIR
 
 Client 0 sends finite poison, a different kind each round (issue 35): round 1 a prompt
-of 1e30, round 2 ``num_examples=10**12``, round 3 ``queries="lots"``; every round its
-evaluate reply lacks ``accuracy``. Clients 1 and 2 are honest. The faulty wrapper lives
-in ``__main__`` so that Ray ships it to its workers by value.
+of 1e30 (with a metric fedprompt does not declare, ``dls_version="abc"``: issue 45),
+round 2 ``num_examples=10**12``, round 3 ``queries="lots"``; its evaluate reply lacks
+``accuracy`` in rounds 1 and 2, and in round 3 claims to be partition 1 with an accuracy
+of 0 (issue 45: it overwrote client 1's). Clients 1 and 2 are honest. The faulty wrapper
+lives in ``__main__`` so that Ray ships it to its workers by value.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def poisoning(client):
             r = int(config["server_round"])
             if r == 1:
                 up = [np.full_like(up[0], 1e30)]
+                metrics = {**metrics, "dls_version": "abc"}
             elif r == 2:
                 n = 10**12
             else:
@@ -46,6 +49,8 @@ def poisoning(client):
 
         def evaluate(arrays, config):
             loss, n, metrics = honest_eval(arrays, config)
+            if int(config["server_round"]) == 3:
+                return loss, n, {**metrics, "partition_id": 1, "accuracy": 0.0}
             return loss, n, {k: v for k, v in metrics.items() if k != "accuracy"}
 
         method_client.fit, method_client.evaluate = fit, evaluate

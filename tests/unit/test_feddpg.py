@@ -141,7 +141,8 @@ def test_unlearning_round_samples_only_the_client_and_replaces_G_with_its_upload
     assert len(strat.sample_clients(2, manager)) == 3  # an ordinary round: everyone (clients-per-round=0)
     strat.rounds.begin(3)
     g_u = [np.full(s.shape, 7.0, np.float32) for s in strat.model.global_specs()]
-    params, _ = strat.aggregate_fit(3, [fit_res(g_u, 6, 1, forget_accuracy_before=1.0, forget_accuracy_after=0.0)], [])
+    _, res = fit_res(g_u, 6, 1, forget_accuracy_before=1.0, forget_accuracy_after=0.0)
+    params, _ = strat.aggregate_fit(3, [(proxies["1"], res)], [])  # the reply of the node that was sampled
     for x, y in zip(comm.decode(params), g_u, strict=True):
         np.testing.assert_array_equal(x, y)  # G_global^{t+1} <- G_c^u exactly, no averaging
     assert strat.record.method_metrics["forget_accuracy_after"] == 0.0

@@ -754,12 +754,13 @@ def test_predict_is_the_softmax_over_classes_in_infer_batch_forwards():
 
 def test_pseudo_labelling_an_empty_pool_runs_no_forward_and_reports_zeros():
     """A client with no unlabelled text (its pool all gold) told to label: no candidate, no
-    forward, no pseudo label; accuracy -1 (nothing to score) and 0 s per batch, not a
+    forward, no pseudo label; no accuracy (nothing to score: the metric is declared in
+    [0, 1], so it is left out rather than sent as -1) and 0 s per batch, not a
     division by zero (mutants: ``infer_s / batches`` at 0 batches, 1.0 s, 1 batch)."""
     client = predict_client()
     client.unlabeled = client.unlabeled.iloc[:0]
     m = client.pseudo_label(FakeNet(), {"server_round": 3, "label_count": 4})
-    assert m == {"pseudo_labels": 0, "labelled_candidates": 0, "pseudo_label_accuracy": -1.0,
+    assert m == {"pseudo_labels": 0, "labelled_candidates": 0,
                  "infer_batches": 0, "infer_s_per_batch": 0.0, "filter_s": 0.0}
     assert client.stored() == {"ids": [], "labels": []}
 
@@ -799,7 +800,7 @@ def test_gold_in_target_counts_gold_labels_toward_the_pseudo_label_count():
     client = stub_client(P1, gold=3, gold_in_target=True)
     m = client.pseudo_label(None, {"server_round": 1, "label_count": 2})
     assert client.stored()["ids"] == [] and client.labelled_set()[2] == 0
-    assert m["pseudo_labels"] == 0 and m["pseudo_label_accuracy"] == -1.0  # -1: nothing to score
+    assert m["pseudo_labels"] == 0 and "pseudo_label_accuracy" not in m  # nothing to score
     assert [pseudo_target(t, 2, True) for t in (0, 2, 5)] == [0, 0, 3] and pseudo_target(5, 2, False) == 5
 
 

@@ -416,7 +416,7 @@ def test_lazy_client_ids_check_an_impossible_dirichlet_split_on_the_server_too(b
 def test_nodes_that_disagree_on_the_number_of_partitions_are_refused(backbone):
     strat = FedPrompt(make_config("fedprompt", max_length=64), TASKS["demo"])
     manager = _nodes(2)
-    manager.register(_Node(cid="odd", pid=0, parts=3))
+    manager.register(_Node(cid="odd", pid=2, parts=3))  # a partition no other node holds (pid 0 would be refused)
     with pytest.raises(ConfigError, match=r"disagree on num-partitions: \[2, 3\]"):
         strat.sample_clients(1, manager)
 

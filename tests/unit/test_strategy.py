@@ -248,7 +248,8 @@ def test_simulated_seconds_is_compute_plus_bytes_over_the_link(backbone) -> None
 
 def test_uploads_are_decoded_once_into_named_arrays(bbt):
     z1, z2 = np.arange(D, dtype=np.float32), np.ones(D, np.float32)
-    uploads = bbt.validate([fit_res([z1], 1, 0), fit_res([z2], 3, 1)], [])
+    # validate() takes the replies aggregate_fit screened (which binds each node to its partition)
+    uploads = bbt.validate(bbt.validator.replies(bbt.record, [fit_res([z1], 1, 0), fit_res([z2], 3, 1)], "fit"), [])
     assert [u.partition_id for u in uploads] == ["0", "1"] and [u.num_examples for u in uploads] == [1, 3]
     assert list(uploads[0].arrays) == ["z"]
     np.testing.assert_array_equal(uploads[0].arrays["z"], z1)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedtext.config import check_choice, check_range
+from fedtext.metrics import MetricSpec
 from fedtext.methods.subspace import SubspaceConfig
 
 AVERAGES = ("z", "z-sigma-C")
@@ -21,6 +22,9 @@ class BBTFedConfig(SubspaceConfig):
     model: ClassVar[str] = "fedtext.methods.bbt_fed.model:BBTFedModel"
     strategy: ClassVar[str] = "strategies.bbt_fed:BBTFed"
     client: ClassVar[str] = "clients.bbt_fed:BBTFedClient"
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 
     bound: float = 0.0  # |z_i| <= bound; 0 = none
     average: str = "z"  # z | z-sigma-C

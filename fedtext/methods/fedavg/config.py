@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedtext.config import MethodConfig, check_range
+from fedtext.metrics import MetricSpec
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,9 @@ class FedAvgConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.fedavg.model:FedAvgModel"
     strategy: ClassVar[str] = "strategies.fedavg:FedAvgStrategy"
     client: ClassVar[str] = "clients.fedavg:FedAvgClient"
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     default_head: ClassVar[str] = "linear"
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity")
 

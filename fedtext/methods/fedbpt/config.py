@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedtext.config import ConfigError, check_choice, check_range
+from fedtext.metrics import MetricSpec
 from fedtext.methods.subspace import SubspaceConfig
 
 DOWNLOADS = ("full", "compact")
@@ -25,6 +26,9 @@ class FedBPTConfig(SubspaceConfig):
     model: ClassVar[str] = "fedtext.methods.fedbpt.model:FedBPTModel"
     strategy: ClassVar[str] = "strategies.fedbpt:FedBPT"
     client: ClassVar[str] = "clients.fedbpt:FedBPTClient"
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     # eq. (4) keeps the best floor(|S_t|/2) clients and the server's CMA-ES recombines a population:
     # one client per round would skip every server step (the authors' code refuses to start)
     min_clients_per_round: ClassVar[int] = 2

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedtext.config import ConfigError, MethodConfig, check_choice, check_range
+from fedtext.metrics import MetricSpec
 
 COMPRESSIONS = ("lasso", "full", "pca", "quant")
 
@@ -20,6 +21,10 @@ class FedDLSConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.feddls.model:FedDLSModel"
     strategy: ClassVar[str] = "strategies.feddls:FedDLS"
     client: ClassVar[str] = "clients.feddls:FedDLSClient"
+    # the p' version the client holds after the round (clients.feddls.FedDLSClient.train): the
+    # server sends its next download from there (strategies.feddls.FedDLS.download)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = (MetricSpec("dls_version", whole=True, low=0),)
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
     candidates: int = 5  # K
     steps: int = 40  # S

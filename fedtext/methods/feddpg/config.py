@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedtext.config import MethodConfig, check_choice, check_range
+from fedtext.metrics import MetricSpec
 
 INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
 # ē: the mean over the text's tokens (eq. 2), or over the authors' code's 128 padded positions
@@ -25,6 +26,20 @@ BEFORE_UNLEARNING = "before-unlearning.npz"
 UNLEARN_OPTIMIZER_NAMES = ("adamw", "sgd")
 UNLEARN_LOSSES = ("sets", "examples")  # eq. (5): λ weighs the relabelled set / each relabelled example
 
+# What the unlearning client adds to its fit reply in the unlearning round
+# (fedtext.methods.feddpg.unlearning.unlearn): accuracies before and after on its forget and
+# retained sets (a retained accuracy only when it retains an example), how many it forgot
+# (of its own rows), the mean loss of eq. (5) and the steps it took. Training rounds add none.
+UNLEARN_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("forget_accuracy_before", low=0, high=1),
+    MetricSpec("forget_accuracy_after", low=0, high=1),
+    MetricSpec("retained_accuracy_before", low=0, high=1),
+    MetricSpec("retained_accuracy_after", low=0, high=1),
+    MetricSpec("forget_examples", whole=True, low=1, within_rows=True),  # forget_split: at least one
+    MetricSpec("unlearn_loss", low=0),  # a mean of cross-entropies
+    MetricSpec("unlearn_steps_taken", whole=True, low=0),
+)
+
 
 @dataclass(frozen=True)
 class FedDPGConfig(MethodConfig):
@@ -34,6 +49,8 @@ class FedDPGConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.feddpg.model:FedDPGModel"
     strategy: ClassVar[str] = "strategies.feddpg:FedDPG"
     client: ClassVar[str] = "clients.feddpg:FedDPGClient"
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = UNLEARN_METRICS
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
     hidden: int = 20  # h: hidden units of G (paper: 5 / 10 / 20)
     prompts: int = 10  # |P|: prompt vectors G makes per text (paper: 1 / 5 / 10)

@@ -97,7 +97,8 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
     length; the client can apply it because it holds the forget set and its labels.
     Nothing is random but the relabels (drawn from ``seed``): G has no dropout. Returns
     G_c^u and the accuracies, against the true labels, of the forget set and of the
-    retained examples before and after, and the steps taken.
+    retained examples (none when every example is forgotten) before and after, and the
+    steps taken.
     """
     mc = model.mcfg
     rng = np.random.default_rng([seed, 0x0F6E7])
@@ -107,8 +108,12 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
                               torch.as_tensor(relabel(forget_b.labels.numpy(), model.backbone.task.num_classes, rng)),
                               forget_b.mask_pos)
     model.load(arrays)
-    metrics = {"forget_accuracy_before": accuracy(model, forget_b), "retained_accuracy_before": accuracy(model, keep_b),
-               "forget_examples": float(len(forget))}
+    # a retained accuracy only where the client retains an example (accuracy() of none is NaN,
+    # which no declared metric may be: fedtext.methods.feddpg.config.UNLEARN_METRICS)
+    retained = len(keep_b) > 0
+    metrics = {"forget_accuracy_before": accuracy(model, forget_b), "forget_examples": float(len(forget))}
+    if retained:
+        metrics["retained_accuracy_before"] = accuracy(model, keep_b)
     gen = model.load(arrays, trainable=True)
     opt = UNLEARN_OPTIMIZERS[mc.unlearn_optimizer](gen.parameters(), lr=mc.unlearn_lr or mc.lr)
     losses, scaler = [], model.backbone.precision.loss_scaler()  # fp16 only (fedtext.devices)
@@ -123,6 +128,8 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
         backward_step(loss, opt, scaler)
         losses.append(loss.item())
     gen.requires_grad_(False)
-    metrics.update(forget_accuracy_after=accuracy(model, forget_b), retained_accuracy_after=accuracy(model, keep_b),
+    metrics.update(forget_accuracy_after=accuracy(model, forget_b),
                    unlearn_loss=float(np.mean(losses)) if losses else 0.0, unlearn_steps_taken=float(len(losses)))
+    if retained:
+        metrics["retained_accuracy_after"] = accuracy(model, keep_b)
     return model.arrays(), metrics

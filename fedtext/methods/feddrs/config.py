@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from fedtext.config import ConfigError, check_choice, check_range, looks_like_path
 from fedtext.methods.fedavg.config import FedAvgConfig
+from fedtext.metrics import MetricSpec
 
 SAMPLERS = ("random", "target", "adversarial")  # §4 (1)-(3), in this order everywhere
 LABEL_PRIORS = ("client", "uniform")  # where the pseudo labels γ_k are drawn from
@@ -35,6 +36,9 @@ class DistillConfig(FedAvgConfig):
 
     name: ClassVar[str] = "distill"
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity")  # pooled heads: pseudo inputs have no [MASK]
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 
     iterations: int = 1  # I: sample-and-distil iterations per round (Alg. 1; paper 1)
     post_iterations: int = 3  # I*: iterations of post-processing after the last round (paper 3)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedtext.config import MethodConfig, check_range
+from fedtext.metrics import MetricSpec
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,9 @@ class FedPromptConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.fedprompt.model:FedPromptModel"
     strategy: ClassVar[str] = "strategies.fedprompt:FedPrompt"
     client: ClassVar[str] = "clients.fedprompt:FedPromptClient"
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 
     local_steps: int = 4  # Adam steps per round
     lr: float = 0.01

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedtext.config import MethodConfig, check_range
+from fedtext.metrics import MetricSpec
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,9 @@ class FedPTuningV2Config(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.fedptuning_v2.model:DeepPromptModel"
     strategy: ClassVar[str] = "strategies.fedptuning_v2:FedPTuningV2"
     client: ClassVar[str] = "clients.fedptuning_v2:FedPTuningV2Client"
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     heads: ClassVar[tuple[str, ...]] = ("similarity", "tied", "mlm")
 
     local_steps: int = 4  # Adam steps per round

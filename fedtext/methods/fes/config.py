@@ -9,6 +9,7 @@ from typing import ClassVar
 
 from fedtext.config import MethodConfig, check_choice, check_range
 from fedtext.methods.fes.pacing import parse_paces
+from fedtext.metrics import MetricSpec
 
 PACINGS = ("curriculum", "static", "none")
 # ``pseudo-pick`` values; fedtext.methods.fes.labels.PSEUDO_PICKS holds their functions
@@ -16,6 +17,32 @@ PACINGS = ("curriculum", "static", "none")
 PSEUDO_PICK_NAMES = ("top-k", "class-quota")
 # ``fes.vote`` values; fedtext.methods.fes.filter.VOTES holds their functions (checked alike)
 VOTE_NAMES = ("eq2", "votek")
+
+# ------------------------------------------------------------------------- fit metrics
+# What a few-shot client adds to every fit reply (clients.fes.FewShotClient.train): its
+# roles this round, its label counts (gold + pseudo are texts of its own partition, so
+# never more than its training rows) and its training latency, which the server's pacer
+# reads (AUG-E, eq. 1). A labelling-only reply carries no arrays: these are all it says.
+TRAIN_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("trained", whole=True, low=0, high=1),  # 0: a labelling-only reply (no upload)
+    MetricSpec("labelled", whole=True, low=0, high=1),  # pseudo-labelled this round
+    MetricSpec("num_gold", whole=True, low=0, within_rows=True),
+    MetricSpec("num_pseudo", whole=True, low=0, within_rows=True),
+    MetricSpec("num_labels", whole=True, low=0, within_rows=True),  # gold + pseudo: the labelled set
+    MetricSpec("train_batches", whole=True, low=0),
+    MetricSpec("train_s_per_batch", low=0),  # l_t of AUG-E
+)
+# ... and, in a round it pseudo-labels (clients.fes.FewShotClient.pseudo_label), what it
+# labelled; pseudo_label_accuracy (diagnostic: a benchmark knows the truth) only when it
+# chose a label to score.
+PSEUDO_LABEL_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("pseudo_labels", whole=True, low=0, within_rows=True),
+    MetricSpec("labelled_candidates", whole=True, low=0, within_rows=True),
+    MetricSpec("pseudo_label_accuracy", low=0, high=1),
+    MetricSpec("infer_batches", whole=True, low=0),
+    MetricSpec("infer_s_per_batch", low=0),  # l_i of AUG-E
+    MetricSpec("filter_s", low=0),
+)
 
 
 # ------------------------------------------------------------------------- configs
@@ -29,6 +56,8 @@ class FewShotConfig(MethodConfig):
 
     name: ClassVar[str] = ""
     pacing_default: ClassVar[str] = "none"
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = TRAIN_METRICS  # fedcls: never asked to label
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
     gold_labels: int = 64  # labelled texts in the whole federation (Table 2: 64)
     labelled_clients: int = 2  # clients 0..L-1 hold them (skewed, Table 1)
@@ -70,6 +99,7 @@ class PseudoLabelConfig(FewShotConfig):
     """Few-shot methods that pseudo-label (§2.3): static pacing keys."""
 
     pacing_default: ClassVar[str] = "static"
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = TRAIN_METRICS + PSEUDO_LABEL_METRICS
 
     static_labels: int = 100  # static pacing: pseudo labels a labelling client keeps (§4.1: 100)
     static_clients: int = 5  # static pacing: labelling clients per round (§4.1: 5)
