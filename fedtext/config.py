@@ -205,6 +205,8 @@ class RunConfig:
     # BBT-style prompts p0 + A z (bbt-fed, fedbpt, post-tuning; fedtext.prompts.SplitPrompt)
     prompt_injection: str = "embedding-output"
     holdout: str = ""
+    # deployment: registered node id -> partition, pinned by the operator (fedtext.sampling.ClientSampler.claim)
+    node_partitions: str = ""
     # scale and memory (every method)
     max_client_memory_mb: int = 0
     # accelerators and precision (every method; fedtext.devices)
@@ -317,6 +319,7 @@ class RunConfig:
             raise ConfigError("holdout needs client-ids=ask (the server must know who each client is before "
                               "sampling participants)")
         check_choice("head", self.head, ("auto", *HEADS))
+        self.node_partition_map  # noqa: B018 - parses, raising ConfigError on a malformed pin
         mc = self.method_config
         if mc is not None and 0 < self.clients_per_round < mc.min_clients_per_round:
             raise ConfigError(f"{self.method} needs at least {mc.min_clients_per_round} clients per round, got "
@@ -396,6 +399,30 @@ class RunConfig:
     def holdout_set(self) -> frozenset[str]:
         """Non-participant clients named by ``holdout`` (partition ids or domain names)."""
         return frozenset(x.strip() for x in self.holdout.split(",") if x.strip())
+
+    @property
+    def node_partition_map(self) -> dict[str, str]:
+        """``node-partitions`` as ``{node id: partition id}`` (``{}``: no pins, first report binds).
+
+        The operator's pin of each registered SuperNode (``flwr supernode register`` prints
+        its node id, stable for its key) to the partition it holds: with pins, a node may
+        only claim its own partition and an unpinned node is refused
+        (:meth:`fedtext.sampling.ClientSampler.claim`). Flower 1.42 cannot tie a key to a
+        partition itself (``--node-config`` is the node's own word).
+        """
+        pins: dict[str, str] = {}
+        for item in (x.strip() for x in self.node_partitions.split(",")):
+            if not item:
+                continue
+            node, sep, part = (x.strip() for x in item.partition("="))
+            if not sep or not node.isdigit() or not part.isdigit():
+                raise ConfigError(f"node-partitions wants 'NODE_ID=PARTITION,...' with whole numbers, got '{item}'")
+            if node in pins:
+                raise ConfigError(f"node-partitions pins node {node} twice")
+            pins[node] = str(int(part))
+        if len(set(pins.values())) < len(pins):
+            raise ConfigError("node-partitions pins two nodes to one partition")
+        return pins
 
     def is_participant(self, partition_id: int | str, domain: str | None = None) -> bool:
         """False for a client ``holdout`` names by partition id or by its (single) domain."""

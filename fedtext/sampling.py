@@ -221,6 +221,8 @@ class ClientSampler:
         """Check node ``cid``'s report that it holds partition ``pid`` against the
         server's binding; bind it on its first report. Why the report is refused, or ``None``.
 
+        With ``node-partitions`` (the operator's pins, :attr:`RunConfig.node_partition_map`)
+        a node may claim only the partition it is pinned to; an unpinned node is refused.
         A bound node's report must name its partition (else the report's result is
         dropped; the node stays bound). An unbound node is refused -- never drawn, its
         results dropped -- when it claims a partition outside ``0..num-partitions-1`` (the
@@ -233,6 +235,12 @@ class ClientSampler:
         held = self.bound.get(cid)
         if held is not None:
             return None if held == pid else f"claims partition {pid}, but node {cid} is partition {held} (its first report)"
+        pins = self.cfg.node_partition_map
+        if pins and pins.get(str(cid)) != pid:  # an unbound node: the operator's pin decides
+            pinned = pins.get(str(cid))
+            return self.refuse(cid, pid, f"node {cid} claims partition {pid}, but node-partitions pins it to "
+                                         f"{pinned}: refused" if pinned is not None else
+                               f"node {cid} claims partition {pid}, but node-partitions does not name it: refused")
         parts = num_partitions or self.num_partitions()
         if parts is not None and (not pid.isdigit() or int(pid) >= parts):
             return self.refuse(cid, pid, f"node {cid} claims partition {pid}, outside 0..{parts - 1} "

@@ -163,9 +163,12 @@ def deployment(tmp: Path) -> Iterator[SimpleNamespace]:
         wait_for_port(port, link, link_log)
         wait_for_port(fleet_port, proxy, proxy_log, host=PUBLIC)
         cap = int(proxy_log.read_text().split("body cap ", 1)[1].split(" ", 1)[0].replace(",", ""))
+        pins = []  # the operator pins each registered node id to its partition (run-config node-partitions)
         for i in range(2):
-            reg = flwr(env, "supernode", "register", str(certs / f"node-{i}.pub"), "lab", timeout=60)
-            assert "registered successfully" in reg.stdout, reg.stdout + reg.stderr
+            reg = flwr(env, "supernode", "register", str(certs / f"node-{i}.pub"), "lab", "--format", "json",
+                       timeout=60)
+            assert '"success": true' in reg.stdout, reg.stdout + reg.stderr
+            pins.append(f"{json.loads(reg.stdout)['node-id']}={i}")
         # An unregistered key is refused: node auth is on.
         subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-b", "384", "-N", "", "-f", str(certs / "node-2")],
                        check=True, timeout=60)
@@ -183,7 +186,7 @@ def deployment(tmp: Path) -> Iterator[SimpleNamespace]:
             time.sleep(2)
         yield SimpleNamespace(tmp=tmp, certs=certs, env=env, port=port, fleet_port=fleet_port, nodes=nodes,
                               node_ids=sorted(n["node-id"] for n in listed), procs=procs, link=link,
-                              proxy=proxy, proxy_dir=tmp / "proxy", body_cap=cap)
+                              proxy=proxy, proxy_dir=tmp / "proxy", body_cap=cap, node_partitions=",".join(pins))
     finally:
         procs.stop_all()
     for proc in procs.started:
@@ -198,7 +201,7 @@ def run_method(d: SimpleNamespace, method: str, extra: str, rounds: int = 2) -> 
     """
     runs = d.tmp / "runs" / f"{method}-{time.time_ns()}"
     cfg = (f"method='{method}' num-server-rounds={rounds} clients-per-round=2 eval-size=40 client-test-size=8 "
-           f"eval-every={rounds} client-ids='lazy' output-dir='{runs}' {extra}")
+           f"eval-every={rounds} client-ids='lazy' node-partitions='{d.node_partitions}' output-dir='{runs}' {extra}")
     run = flwr(d.env, "run", ".", "lab", "--stream", "--run-config", cfg, timeout=420)
     out = run.stdout + run.stderr
     assert run.returncode == 0, out[-3000:]

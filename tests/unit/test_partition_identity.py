@@ -184,3 +184,44 @@ def test_a_node_whose_partitions_holder_left_takes_it_over_and_the_old_one_is_re
     manager.register(a)  # the old node id reappears
     assert fedprompt.sample_clients(2, manager) == [a2, b]
     assert fedprompt.sampler.refused == {"a": "0"}
+
+
+def test_node_partitions_pins_each_registered_node_so_a_first_comer_cannot_take_another_partition(backbone, tmp_path):
+    """Without pins the first report binds: an impostor (a registered node with partition-id=0)
+    that reports before the honest node 0 holds partition 0, and node 0 is refused. With the
+    operator's ``node-partitions`` (node ids as ``flwr supernode register`` prints them) the
+    impostor is refused whatever the order, an unpinned node too, and node 0 trains."""
+    base_cfg = dict(prompt_length=2, max_length=64, output_dir=str(tmp_path), num_server_rounds=1)
+    impostor, honest, stranger = Node(cid="11", pid=0, parts=2), Node(cid="10", pid=0, parts=2), Node(
+        cid="99", pid=1, parts=2)
+    unpinned = FedPrompt(make_config("fedprompt", **base_cfg), TASKS["demo"])
+    unpinned.sampler.identify([impostor, honest])  # the impostor answers first
+    assert unpinned.sampler.bound == {"11": "0"} and "10" in unpinned.sampler.refused
+    pinned = FedPrompt(make_config("fedprompt", node_partitions="10=0, 12=1", **base_cfg), TASKS["demo"])
+    pinned.global_arrays = pinned.initial_arrays()
+    manager = manager_of(impostor, honest, stranger)
+    pinned.rounds.begin(1)
+    assert pinned.sample_clients(1, manager) == [honest]
+    assert pinned.sampler.bound == {"10": "0"}
+    assert pinned.sampler.refused == {"11": "0", "99": "1"}
+    assert pinned.sampler.claim("11", 0) == "node 11 claims partition 0, but node-partitions does not name it: refused"
+    # a pinned node's reply claiming another partition is dropped; it stays bound to its pin
+    base = pinned.global_arrays[0]
+    pinned.aggregate_fit(1, [fit_res(honest, [base + 1]), fit_res(honest, [base - 7], pid=1)], [])
+    assert reasons(pinned) == [("0", "claims partition 1, but node 10 is partition 0 (its first report)")]
+    # node 12, pinned to 1, binds when it reports 1, and is refused claiming 0
+    assert pinned.sampler.claim("12", 0) == "node 12 claims partition 0, but node-partitions pins it to 1: refused"
+    assert pinned.sampler.claim("12", 1) is None and pinned.sampler.bound["12"] == "1"
+
+
+@pytest.mark.parametrize(("pins", "message"), [
+    ("10=0,10=1", "node-partitions pins node 10 twice"),
+    ("10=0,11=0", "node-partitions pins two nodes to one partition"),
+    ("10:0", "node-partitions wants 'NODE_ID=PARTITION,...' with whole numbers, got '10:0'"),
+    ("a=0", "node-partitions wants 'NODE_ID=PARTITION,...' with whole numbers, got 'a=0'"),
+])
+def test_a_malformed_node_partitions_is_one_line_at_config_time(pins, message):
+    from fedtext.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="^" + message.replace(".", r"\.").replace("(", r"\(") + "$"):
+        make_config("fedprompt", node_partitions=pins)
