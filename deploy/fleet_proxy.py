@@ -37,14 +37,17 @@ See docs/deployment.md.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import pwd
-import shutil
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedtext.comm import ArraySpec
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE / "nginx" / "fleet.conf.template"
@@ -69,18 +72,13 @@ class Cap:
                 f"{', one Flower chunk' if self.array_bytes >= self.chunk else ''}) + {FRAMING:,} bytes of framing")
 
 
-def spec_bytes(shape: tuple[int, ...] | None, dtype: str | None, chunk: int) -> int:
-    """Bytes one uploaded array of this spec occupies on the wire, at most one chunk.
+def spec_bytes(spec: "ArraySpec", chunk: int) -> int:
+    """Bytes one uploaded array of ``spec`` occupies on the wire, at most one chunk.
 
     A spec without a fixed shape could be any size: it counts as a whole chunk (the most
-    Flower puts in one object). An unknown dtype counts as 8 bytes per value.
+    Flower puts in one object); else :meth:`fedtext.comm.ArraySpec.nbytes`.
     """
-    import numpy as np
-
-    if shape is None:
-        return chunk
-    size = math.prod(shape) * (np.dtype(dtype).itemsize if dtype else 8)
-    return min(size, chunk)
+    return chunk if spec.shape is None else min(spec.nbytes(), chunk)
 
 
 def body_cap(methods: list[str], run_config: dict[str, object]) -> Cap:
@@ -102,7 +100,7 @@ def body_cap(methods: list[str], run_config: dict[str, object]) -> Cap:
         task = labelled(cfg).task
         model = cfg.method_config.model_class()(cfg, backbone_for(cfg, task))
         for spec in model.upload_specs():
-            size = spec_bytes(spec.shape, spec.dtype, chunk)
+            size = spec_bytes(spec, chunk)
             if best is None or size + FRAMING > best.bytes:
                 best = Cap(size + FRAMING, method, spec.name, size, chunk)
     assert best is not None, "no method given"
@@ -195,10 +193,10 @@ def main(argv: list[str] | None = None) -> None:
         "user_line": worker_user(),
     }))
     print(f"fleet_proxy: body cap {cap.bytes:,} bytes ({cap.reason}); configuration {conf}", flush=True)
-    check = [args.nginx, "-p", str(run_dir), "-e", str(run_dir / "error.log"), "-c", str(conf)]
+    argv = [args.nginx, "-p", str(run_dir), "-e", str(run_dir / "error.log"), "-c", str(conf)]
     if args.print_only:
         return
-    os.execv(args.nginx, check)
+    os.execv(args.nginx, argv)
 
 
 if __name__ == "__main__":

@@ -81,7 +81,9 @@ KEY_BYTES = 32  # HMAC-SHA256 key: 256 bits
 # trainable-parameters is derived (runs recorded before it existed lack it). Left out of
 # :func:`config_hash` too.
 RESUMABLE_CHANGES = frozenset({"resume", "num-server-rounds", "stale-after-s", "round-timeout-s",
-                               "client-failure-rate", "trainable-parameters", "tracker"})
+                               "client-failure-rate", "trainable-parameters", "tracker",
+                               # a re-registered SuperNode (new key, new node id) is re-pinned
+                               "node-partitions"})
 
 # Bounds (:class:`Limits`), in bytes of a member's uncompressed ``.npy``.
 NPY_HEADER_BOUND = 4096  # an .npy header: numpy writes 128 bytes for fedtext's shapes

@@ -51,6 +51,7 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 # ``prompt-injection``: where the A z of a BBT prompt p0 + A z enters (fedtext.prompts.SplitPrompt)
 PROMPT_INJECTIONS = ("embedding-output", "input-embedding")
 DEVICE_PATTERN = re.compile(r"auto|cpu|cuda(:\d+)?")  # auto = CUDA when torch sees a GPU, else the CPU
+WHOLE = re.compile(r"[0-9]+")  # a whole number in ASCII digits (str.isdigit takes "²")
 # A run id: the run folder's name under output-dir, which is also the key under which every
 # node journals its state (fedtext.node_state) and what resume= names. One path component
 # of these characters, starting with a letter or digit, at most 200 characters, and never
@@ -296,7 +297,9 @@ class RunConfig:
         check_range("bandwidth-mbps", self.bandwidth_mbps, 0, low_open=True)
         if not 0 <= self.client_failure_rate < 1:
             raise ConfigError(f"client-failure-rate must be in [0, 1), got {self.client_failure_rate}")
-        check_range("seed", self.seed, 0)  # numpy's SeedSequence refuses a negative seed deep in the server
+        # numpy's SeedSequence refuses a negative seed deep in the server; Flower's config
+        # values are sint64, and the seed is spelled in the run id the nodes check
+        check_range("seed", self.seed, 0, 2**63 - 1)
         if self.resume and not is_run_id(self.resume):
             raise ConfigError(f"resume takes a run id (a folder name under output-dir), got '{self.resume}'")
         if self.run_name and not (is_run_id(self.run_name) and len(self.run_name) <= RUN_NAME_MAX):
@@ -415,8 +418,9 @@ class RunConfig:
             if not item:
                 continue
             node, sep, part = (x.strip() for x in item.partition("="))
-            if not sep or not node.isdigit() or not part.isdigit():
+            if not sep or not WHOLE.fullmatch(node) or not WHOLE.fullmatch(part):
                 raise ConfigError(f"node-partitions wants 'NODE_ID=PARTITION,...' with whole numbers, got '{item}'")
+            node = str(int(node))  # "07" is node 7, as Flower's node ids print
             if node in pins:
                 raise ConfigError(f"node-partitions pins node {node} twice")
             pins[node] = str(int(part))

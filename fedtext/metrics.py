@@ -95,10 +95,19 @@ class MetricSpec:
         """
         # numbers.Real: Python's int and float and numpy's scalars; bool is an int in
         # Python but never a number a client means ("peak_rss_mb": True)
-        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not _finite(value):
             return f"metric {self.name}={value!r} is not a finite number"
         if (self.whole and value != int(value)) or not self.low <= value <= self.high:
             return f"metric {self.name}={value!r} is not {self.domain}"
         if self.within_rows and rows is not None and value > rows:
             return f"metric {self.name}={value!r} exceeds the client's {rows} training rows"
         return None
+
+
+def _finite(value: numbers.Real) -> bool:
+    """``math.isfinite`` that says False for a Python int too large for a float (10**400
+    raises OverflowError there) instead of raising."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

@@ -128,7 +128,6 @@ class ClientSampler:
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
         self._partition_rows: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> train rows
         self._lazy_asked = False  # client-ids=lazy: one node was asked for num-partitions (check_lazy)
-        self.lazy_partitions: int | None = None  # client-ids=lazy: the count that node reported
         self.bound: dict[str, str] = {}  # node id -> the partition id it first reported (the server's word since)
         self.holder: dict[str, str] = {}  # partition id -> the node id bound to it
         self.refused: dict[str, str] = {}  # node id -> the partition it claimed while another node held it
@@ -162,7 +161,18 @@ class ClientSampler:
 
         with ThreadPoolExecutor(max_workers=min(PROPERTIES_WORKERS, len(new))) as pool:
             answers = list(pool.map(ask, new))
+        # Once the federation's count is known (the nodes of the first draw agreed on it), a
+        # node joining later with another count is refused, not a configuration error: one
+        # node must not end a running federation. Disagreement in the first draw stays an
+        # error (a misconfigured federation, before anything trained).
+        established = self.num_partitions()
         for proxy, props in zip(new, answers, strict=True):
+            count = props.get("num_partitions")
+            if established is not None and isinstance(count, int) and count > 0 and count != established:
+                self.refuse(proxy.cid, partition_name(props.get("partition_id")),
+                            f"node {proxy.cid} reports num-partitions={count}, the federation's is {established}: "
+                            "refused")
+                continue
             pid = props.get("partition_id")
             if pid is not None and PARTITION_ID.check(pid) is not None:
                 log.warning("client %s reported partition_id=%r in its properties: not a partition id; its replies "
@@ -199,7 +209,6 @@ class ClientSampler:
         parts = props.get("num_partitions")
         if isinstance(parts, int) and not isinstance(parts, bool) and parts > 0:
             self.check_partitions({parts})
-            self.lazy_partitions = parts  # bounds the partitions replies may claim (:meth:`claim`)
 
     def learn(self, proxy: ClientProxy, pid: Any, domain: str | None = None, num_partitions: Any = None) -> None:
         """Cache who ``proxy`` is, from its properties, binding it to partition ``pid``
@@ -241,6 +250,9 @@ class ClientSampler:
             return self.refuse(cid, pid, f"node {cid} claims partition {pid}, but node-partitions pins it to "
                                          f"{pinned}: refused" if pinned is not None else
                                f"node {cid} claims partition {pid}, but node-partitions does not name it: refused")
+        # the node's own count only while identifying the first draw's nodes (where nodes that
+        # disagree are a configuration error, :meth:`check_partitions`); once established, the
+        # federation's (:meth:`identify` refuses a later node reporting another count)
         parts = num_partitions or self.num_partitions()
         if parts is not None and (not pid.isdigit() or int(pid) >= parts):
             return self.refuse(cid, pid, f"node {cid} claims partition {pid}, outside 0..{parts - 1} "
@@ -268,17 +280,16 @@ class ClientSampler:
         return reason
 
     def num_partitions(self) -> int | None:
-        """The federation's number of partitions, when the nodes reported one (``client-ids=ask``;
-        ``lazy``: the one node asked before round 1)."""
+        """The federation's number of partitions, when the nodes reported one (``client-ids=ask``).
+        With ``lazy`` none: the one node asked before round 1 (:meth:`check_lazy`) is not
+        trusted to bound the others' claims (the smallest node id saying 1 would refuse all)."""
         counts = {i["num_partitions"] for i in self.client_info.values() if i.get("num_partitions") is not None}
-        if not counts:  # client-ids=lazy: the one node asked (check_lazy), if it answered
-            return self.lazy_partitions
         return next(iter(counts)) if len(counts) == 1 else None
 
     def partitions(self) -> list[int]:
         """The participant partitions of the federation: ``0..num-partitions-1`` less those
-        ``holdout`` names when the nodes reported the count (``client-ids=ask``, or the one node
-        ``lazy`` asks), else the partitions the server has heard of; those never trained are listed at
+        ``holdout`` names when the nodes reported the count (``client-ids=ask``), else
+        (``lazy``) the partitions the server has heard of; those never trained are listed at
         the end of the run (:meth:`fedtext.round_log.RoundLog.never_trained`)."""
         parts = self.num_partitions()
         ids = range(parts) if parts is not None else sorted(int(p) for p in self.holder if p.isdigit())
@@ -330,8 +341,10 @@ class ClientSampler:
         whole train split (``client-ids=lazy``). FeS's pseudo labels come from the
         partition's own unlabelled rows, so gold + pseudo stays within it too."""
         info = self.client_info.get(proxy.cid, {})
-        pid, parts = info.get("partition_id"), info.get("num_partitions")
-        if parts is not None and str(pid).isdigit():
+        # the server's binding only: a node named by its node id (no valid partition id
+        # reported) is bounded by the whole split, never read as a partition
+        pid, parts = self.bound.get(proxy.cid), info.get("num_partitions")
+        if parts is not None and pid is not None and pid.isdigit() and int(pid) < int(parts):
             key = (int(pid), int(parts))
             if key not in self._partition_rows:
                 self._partition_rows[key] = len(partition_train(self.cfg, *key))

@@ -50,10 +50,11 @@ from flwr.common import FitRes, Scalar
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
+from fedtext import sampling
 from fedtext.config import ConfigError
 from fedtext.methods.fes.labels import LABEL_SALT, gold_count
 from fedtext.methods.fes.pacing import Pace, Pacer, parse_paces
-from fedtext.sampling import CONNECT_TIMEOUT_S, TRAIN_SALT
+from fedtext.sampling import TRAIN_SALT
 from fedtext.strategy import FedTextStrategy
 from fedtext.validation import Upload
 
@@ -115,7 +116,7 @@ class FewShotStrategy(FedTextStrategy):
         """``G_train`` among labelled participants, ``G_label`` among all participants
         (labelling rounds only), drawn separately
         (:meth:`fedtext.sampling.ClientSampler.draw`, two salts)."""
-        client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=CONNECT_TIMEOUT_S)
+        client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=sampling.CONNECT_TIMEOUT_S)
         participants = self.sampler.clients(client_manager, participants_only=True)
         pid = {p.cid: self.sampler.info(p)["partition_id"] for p in participants}
         with_labels = [p for p in participants if pid[p.cid] in self.labelled or self.initially_labelled(pid[p.cid])]

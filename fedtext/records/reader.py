@@ -7,14 +7,16 @@ No torch, no Flower: the dashboard and the tables load this."""
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import stat
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 FINISHED = "finished"  # the status of a run that completed (summary.json); the others: run_status
 HEARTBEAT_FILE = "heartbeat"
@@ -184,16 +186,44 @@ def file_problem(path: Path, root: Path | None = None) -> str | None:
     return None
 
 
+class _Moved(OSError):
+    """A record file that left the records folder between :func:`file_problem` and the read."""
+
+
+def open_checked(path: Path, root: Path | None = None) -> BinaryIO:
+    """Open ``path`` for reading as :func:`file_problem` checked it: its resolved path, again
+    inside ``root`` (default: its own folder), with ``O_NOFOLLOW`` on the last component, and
+    a regular file by ``fstat`` of what was opened. A link swapped in after the check is
+    refused (:class:`_Moved`), not followed out of the records folder."""
+    base = path.parent if root is None else Path(root)
+    resolved = path.resolve()
+    if not resolved.is_relative_to(base.resolve()):
+        raise _Moved(f"{path.name} resolves outside the records folder: not read")
+    try:
+        fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component became a link after resolve()
+            raise _Moved(f"{path.name} resolves outside the records folder: not read") from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise _Moved(f"{path.name} is not a regular file")
+    return os.fdopen(fd, "rb")
+
+
 def read_text(path: Path, errors: str = "strict", root: Path | None = None) -> tuple[str | None, str | None]:
     """``(text, None)`` of a record file, ``(None, None)`` when it does not exist, else
     ``(None, reason)`` (:func:`file_problem` with ``root``, not UTF-8 with ``errors="strict"``)."""
     problem = file_problem(path, root)
     if problem:
         return None, problem
-    try:  # the resolved path: a link swapped after the check is not followed out
-        return path.resolve().read_text(encoding="utf-8", errors=errors), None
+    try:
+        with open_checked(path, root) as fh:
+            return fh.read().decode("utf-8", errors=errors), None
     except FileNotFoundError:  # removed between the stat and the read
         return None, None
+    except _Moved as exc:
+        return None, str(exc)
     except UnicodeDecodeError:
         return None, f"{path.name} is not UTF-8 text"
     except OSError as exc:
@@ -378,10 +408,12 @@ def read_heartbeat(run_dir: str | Path, root: str | Path | None = None) -> float
     if file_problem(path, Path(root) if root is not None else Path(run_dir)):
         return None
     try:
-        with open(path.resolve(), "rb") as fh:
+        with open_checked(path, Path(root) if root is not None else Path(run_dir)) as fh:
             beat = float(fh.read(HEARTBEAT_BYTES).strip())
         if math.isfinite(beat):
             return beat
+    except _Moved:
+        return None
     except (OSError, ValueError):
         pass
     try:

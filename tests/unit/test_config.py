@@ -301,3 +301,12 @@ def test_docs_run_config_tables_agree_with_the_dataclasses():
         own = {k.split(".", 1)[1] for k in METHODS[name]().to_run_config()}
         assert own <= covered[name], (name, own - covered[name])
     assert checked >= 60
+
+
+def test_a_seed_beyond_flowers_sint64_is_one_line_at_config_time():
+    """A 40-digit seed made a run id the nodes refuse (and Flower's config values are sint64)."""
+    from fedtext.registry import make_config
+
+    assert make_config("fedprompt", seed=2**63 - 1).seed == 2**63 - 1
+    with pytest.raises(ConfigError, match=r"^seed must be <= 9223372036854775807, got 9223372036854775808$"):
+        make_config("fedprompt", seed=2**63)

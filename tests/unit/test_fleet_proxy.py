@@ -34,7 +34,9 @@ def test_flower_still_cuts_arrays_into_5_mib_chunks():
     ((10,), None, 80),                         # unknown dtype: 8 bytes per value
 ])
 def test_spec_bytes_is_the_array_on_the_wire_at_most_one_chunk(shape, dtype, expected):
-    assert fleet_proxy.spec_bytes(shape, dtype, CHUNK) == expected
+    from fedtext.comm import ArraySpec
+
+    assert fleet_proxy.spec_bytes(ArraySpec("x", shape, dtype), CHUNK) == expected
 
 
 def test_body_cap_is_the_largest_upload_array_plus_framing_over_the_served_methods():
@@ -67,13 +69,16 @@ def test_the_configuration_fills_every_placeholder_and_refuses_a_missing_one(tmp
 
 
 def test_only_the_twelve_fleet_routes_pass_the_route_map():
-    """The regular expression nginx matches ``$request_uri`` against, tried as PCRE would."""
+    """The regular expression nginx matches ``$request_uri`` against, tried as PCRE would,
+    against the routes Flower's SuperNode calls."""
     template = fleet_proxy.TEMPLATE.read_text()
     (pattern,) = re.findall(r"^\s*~(\^/v1/fleet/\S+\$) 1;$", template, re.M)
     route = re.compile(pattern)
-    fleet = ["register-node", "activate-node", "deactivate-node", "unregister-node", "send-node-heartbeat",
-             "pull-messages", "push-messages", "get-run", "get-fab", "push-object", "pull-object",
-             "confirm-message-received"]
+    # Flower's own client: every path flower-supernode POSTs to (so an added route is caught)
+    import flwr.supernode.fleet_http_client as client
+
+    fleet = re.findall(r'path="/v1/fleet/([a-z-]+)"', Path(client.__file__).read_text())
+    assert len(fleet) == 12, fleet
     assert all(route.match(f"/v1/fleet/{name}") for name in fleet)
     for target in ["/v1/control/list-runs", "/v1/fleet/get-run?x=1", "/v1/fleet//get-run", "/V1/FLEET/get-run",
                    "/v1/fleet/../control/list-runs", "/v1/fleet/get-run/", "/v1/fleet/get-runs", "/docs",

@@ -296,3 +296,12 @@ def test_feddpg_forget_accuracy_x_is_dropped_in_either_kind_of_round(backbone):
     for got, want in zip(strat.global_arrays, before, strict=True):
         np.testing.assert_array_equal(got, want)
     assert strat.record.method_metrics == {}
+
+
+def test_a_whole_number_too_large_for_a_float_is_not_finite_not_an_overflow():
+    """``math.isfinite(10**400)`` raises OverflowError; a spec says why in one line instead."""
+    from fedtext.metrics import MetricSpec
+
+    spec = MetricSpec("num_labels", whole=True, low=0)
+    assert spec.check(10**400) == f"metric num_labels={10**400!r} is not a finite number"
+    assert spec.check(3) is None

@@ -219,9 +219,39 @@ def test_node_partitions_pins_each_registered_node_so_a_first_comer_cannot_take_
     ("10=0,11=0", "node-partitions pins two nodes to one partition"),
     ("10:0", "node-partitions wants 'NODE_ID=PARTITION,...' with whole numbers, got '10:0'"),
     ("a=0", "node-partitions wants 'NODE_ID=PARTITION,...' with whole numbers, got 'a=0'"),
+    ("10=\u00b2", "node-partitions wants 'NODE_ID=PARTITION,...' with whole numbers, got '10=\u00b2'"),
+    ("07=0,7=1", "node-partitions pins node 7 twice"),
 ])
 def test_a_malformed_node_partitions_is_one_line_at_config_time(pins, message):
     from fedtext.errors import ConfigError
 
     with pytest.raises(ConfigError, match="^" + message.replace(".", r"\.").replace("(", r"\(") + "$"):
         make_config("fedprompt", node_partitions=pins)
+
+
+def test_a_node_joining_later_with_another_partition_count_is_refused_not_a_failed_run(fedprompt):
+    """The first draw's nodes agreed on 2 partitions; a node joining in round 2 that says
+    ``partition-id=5 num-partitions=6`` used to pass the range check on its own count and then
+    end the run ("nodes disagree") in configure_fit. Now it is refused; the round goes on."""
+    a, b = Node(cid="a", pid=0, parts=2), Node(cid="b", pid=1, parts=2)
+    manager = manager_of(a, b)
+    fedprompt.rounds.begin(1)
+    assert fedprompt.sample_clients(1, manager) == [a, b]
+    late = Node(cid="z", pid=5, parts=6)
+    manager.register(late)
+    fedprompt.rounds.begin(2)
+    assert fedprompt.sample_clients(2, manager) == [a, b]
+    assert fedprompt.sampler.refused == {"z": "5"} and "z" not in fedprompt.sampler.bound
+    # a reply's claim is checked against the federation's count
+    assert fedprompt.sampler.claim("y", 3) == "node y claims partition 3, outside 0..1 (num-partitions=2): refused"
+
+
+def test_a_node_without_a_valid_partition_id_is_bounded_by_the_whole_split_not_read_as_one(fedprompt):
+    """A node whose properties carry num-partitions but no usable partition id is named by its
+    (all-digit) node id; its uploads' row bound must not read that as a partition id (which
+    raised "partition-id ... outside" inside aggregate_fit)."""
+    from fedtext.data import labelled
+
+    odd = Node(cid="4558285214187179596", pid="x", parts=2)
+    fedprompt.sampler.identify([odd])
+    assert fedprompt.sampler.max_examples(odd) == len(labelled(fedprompt.cfg).splits.train)

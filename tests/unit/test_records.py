@@ -264,3 +264,31 @@ def test_directories_where_files_should_be_are_malformed(tmp_path):
         (d / name).unlink(missing_ok=True)
         (d / name).mkdir()
         assert (load_run(d)["status"], load_run(d)["reason"]) == ("malformed", f"{name} is a directory")
+
+
+def test_a_record_file_swapped_for_a_link_after_the_check_is_not_followed_out(tmp_path):
+    """file_problem checks the path, then the read opens it: a config.json replaced by a link
+    to a file outside the records folder in between is refused, not read (O_NOFOLLOW and the
+    resolved path checked again at open)."""
+    from fedtext.records import reader
+
+    runs, outside = tmp_path / "runs", tmp_path / "secret.json"
+    run = runs / "r1"
+    run.mkdir(parents=True)
+    outside.write_text('{"secret": 1}')
+    config = run / "config.json"
+    config.write_text('{"method": "fedprompt"}')
+    assert reader.file_problem(config, runs) is None
+    with reader.open_checked(config, runs) as fh:
+        assert fh.read() == b'{"method": "fedprompt"}'
+    config.unlink()
+    config.symlink_to(outside)  # the swap, after the check
+    with pytest.raises(OSError, match="resolves outside the records folder: not read"):
+        reader.open_checked(config, runs)
+    # a link inside the folder to another run's file still reads (resolved, inside)
+    config.unlink()
+    (runs / "r0").mkdir()
+    (runs / "r0" / "config.json").write_text('{"method": "fedavg"}')
+    config.symlink_to(runs / "r0" / "config.json")
+    with reader.open_checked(config, runs) as fh:
+        assert b"fedavg" in fh.read()
