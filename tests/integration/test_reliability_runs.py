@@ -95,6 +95,7 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path):
         assert {k: ra[k] for k in keys} == {k: rb[k] for k in keys}, ra["round"]
     assert json.loads((run_dir / "config.json").read_text())["resumed"][0]["from_round"] == killed_at
     # resuming a finished run, or with another config, is a one-line configuration error
+    from fedtext.checkpoint import UNBOUNDED
     from fedtext.config import ConfigError
     from fedtext.registry import make_config
     from fedtext.server_app import resume_checkpoint
@@ -103,7 +104,7 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path):
         cfg = make_config("fedbpt", **{**stored_fields, **changes, "resume": run_dir.name})
         # the derived keys as build() makes them (resolved-labels: the task's names, a JSON list as text)
         return resume_checkpoint(cfg, {**cfg.to_run_config(), "resolved-task": "demo",
-                                       "resolved-labels": stored["resolved-labels"]})
+                                       "resolved-labels": stored["resolved-labels"]}, UNBOUNDED)
 
     stored = json.loads((run_dir / "config.json").read_text())["config"]
     stored_fields = {"output_dir": str(out), "shots_per_class": 4, "client_test_size": 8, "eval_size": 40,

@@ -47,8 +47,12 @@ def test_a_committed_record_replays_key_for_key_on_another_device():
     cfg = RunConfig.from_run_config({**base, **parse_pairs("device=cpu run-name=replay")}, METHODS)
     recorded = json.loads((record / "config.json").read_text())["config"]
     assert cfg.to_run_config()["fedbpt.intrinsic-dim"] == recorded["fedbpt.intrinsic-dim"] == 500
-    assert {k: v for k, v in cfg.to_run_config().items() if k not in ("device", "run-name", "output-dir")} == {
-        k: v for k, v in recorded.items() if k not in (*DERIVED_KEYS, "device", "run-name", "output-dir")}
+    now = {k: v for k, v in cfg.to_run_config().items() if k not in ("device", "run-name", "output-dir")}
+    then = {k: v for k, v in recorded.items() if k not in (*DERIVED_KEYS, "device", "run-name", "output-dir")}
+    assert {k: now.get(k) for k in then} == then  # every recorded key, as recorded
+    # keys fedtext gained after the record (node-partitions, ...) take their defaults
+    defaults = RunConfig.from_run_config({"method": recorded["method"]}, METHODS).to_run_config()
+    assert {k: now[k] for k in set(now) - set(then)} == {k: defaults[k] for k in set(now) - set(then)}
 
 
 def test_record_overrides_names_a_folder_without_a_record(tmp_path):
