@@ -218,7 +218,8 @@ class UploadValidator:
         checks, note the others (and every failure) in ``record`` with a reason. The
         results have passed :meth:`replies`; each is named by its node's partition.
 
-        In order: typed telemetry (:func:`check_metrics`), ``0 < num_examples <=`` the
+        In order (the telemetry and the method's metrics were checked by :meth:`replies`):
+        ``0 < num_examples <=`` the
         client's partition (:meth:`ClientSampler.max_examples`: FedAvg's weight ``n_k / n``
         made one client claiming 10^12 examples the whole global model), decodable arrays
         meeting ``model.upload_specs()`` (count, shape, dtype, finite, range),
@@ -230,10 +231,9 @@ class UploadValidator:
         uploads = []
         for proxy, res in results:
             pid = self.sampler.info_if_known(proxy.cid)
-            reason = check_metrics(res.metrics, FIT_METRICS)
-            limit = self.sampler.max_examples(proxy)
-            if reason is None and not 0 < res.num_examples <= limit:
-                reason = f"num_examples={res.num_examples} outside 1..{limit} (the client's training rows)"
+            limit = self.sampler.max_examples(proxy)  # its metrics were checked by replies()
+            reason = (None if 0 < res.num_examples <= limit
+                      else f"num_examples={res.num_examples} outside 1..{limit} (the client's training rows)")
             if reason is None:
                 try:
                     arrays = comm.decode(res.parameters)

@@ -53,6 +53,9 @@ class RecordError(ValueError):
     """Text that is not a record: not JSON, or nested deeper than :data:`MAX_JSON_DEPTH`."""
 
 
+_FLOAT_MAX = sys.float_info.max
+
+
 def fits_a_record(value: Any) -> bool:
     """Whether a number may stand in a record: a finite float, or an integer that converts
     to one (``10**400`` does not: ``float()`` and ``math.isfinite`` raise OverflowError on it).
@@ -63,8 +66,6 @@ def fits_a_record(value: Any) -> bool:
         return -_FLOAT_MAX <= value <= _FLOAT_MAX  # exact: Python compares int and float exactly
     return True
 
-
-_FLOAT_MAX = sys.float_info.max
 
 
 def _strict_float(text: str) -> float:
@@ -156,6 +157,17 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
+def _inside(path: Path, root: Path | None) -> Path | None:
+    """``path`` resolved, when that lies inside ``root`` (None: ``path``'s own folder), else None."""
+    resolved = path.resolve()
+    return resolved if resolved.is_relative_to((path.parent if root is None else Path(root)).resolve()) else None
+
+
+def _outside(path: Path) -> str:
+    """The one-line reason a record file outside the records folder is not read."""
+    return f"{path.name} resolves outside the records folder: not read"
+
+
 def file_problem(path: Path, root: Path | None = None) -> str | None:
     """Why ``path`` cannot be read as a record file, or None: a regular file inside ``root``,
     or absent.
@@ -166,13 +178,11 @@ def file_problem(path: Path, root: Path | None = None) -> str | None:
     folder, so nothing outside it is shown. The others: a directory, a socket or FIFO that
     a read would block on, no permission.
     """
-    base = path.parent if root is None else Path(root)
     try:
-        resolved, inside = path.resolve(), base.resolve()
+        if _inside(path, root) is None:
+            return _outside(path)
     except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
         return f"{path.name} unresolvable ({getattr(exc, 'strerror', None) or type(exc).__name__})"
-    if not resolved.is_relative_to(inside):
-        return f"{path.name} resolves outside the records folder: not read"
     try:
         mode = path.stat().st_mode
     except FileNotFoundError:
@@ -195,15 +205,14 @@ def open_checked(path: Path, root: Path | None = None) -> BinaryIO:
     inside ``root`` (default: its own folder), with ``O_NOFOLLOW`` on the last component, and
     a regular file by ``fstat`` of what was opened. A link swapped in after the check is
     refused (:class:`_Moved`), not followed out of the records folder."""
-    base = path.parent if root is None else Path(root)
-    resolved = path.resolve()
-    if not resolved.is_relative_to(base.resolve()):
-        raise _Moved(f"{path.name} resolves outside the records folder: not read")
+    resolved = _inside(path, root)
+    if resolved is None:
+        raise _Moved(_outside(path))
     try:
         fd = os.open(resolved, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # the last component became a link after resolve()
-            raise _Moved(f"{path.name} resolves outside the records folder: not read") from exc
+            raise _Moved(_outside(path)) from exc
         raise
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
