@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
+from fedtext.client import FedTextClient, client_seed, minibatches
 from fedtext.methods.fedavg.model import FedAvgModel
 
 
@@ -34,9 +34,8 @@ class FedAvgClient(FedTextClient):
         rng = np.random.default_rng(seed)
         net.encoder.train()
         try:
-            loss = gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
-                                  lambda batch: net.forward(None, batch), opt, self.backbone.precision,
-                                  f"client {self.partition_id}: local training", mc.local_steps)
+            loss = self.gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
+                                       lambda batch: net.forward(None, batch), opt, mc.local_steps)
         finally:
             net.encoder.eval()
         return net.trainable_arrays(), len(self.train_batch), loss

@@ -7,7 +7,7 @@ import torch
 from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
+from fedtext.client import FedTextClient, client_seed, minibatches
 from fedtext.methods.feddpg.model import FedDPGModel
 from fedtext.methods.feddpg.unlearning import forget_split, unlearn, unlearn_seed
 
@@ -47,7 +47,7 @@ class FedDPGClient(FedTextClient):
         gen = self.model.load(arrays, trainable=True)
         opt = torch.optim.AdamW(gen.parameters(), lr=mc.lr)
         rng = np.random.default_rng(client_seed(self.cfg, self.partition_id, server_round))
-        loss = gradient_steps(minibatches(batch, mc.batch_size, mc.local_steps, rng), self.model.logits, opt,
-                              self.backbone.precision, f"client {self.partition_id}: local training", mc.local_steps)
+        loss = self.gradient_steps(minibatches(batch, mc.batch_size, mc.local_steps, rng), self.model.logits, opt,
+                                   mc.local_steps)
         gen.requires_grad_(False)
         return self.model.arrays(), len(batch), loss

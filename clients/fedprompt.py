@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
+from fedtext.client import FedTextClient, client_seed, minibatches
 
 
 class FedPromptClient(FedTextClient):
@@ -21,7 +21,6 @@ class FedPromptClient(FedTextClient):
         prompt = torch.tensor(self.model.prompt(arrays), requires_grad=True)
         opt = torch.optim.Adam([prompt], lr=mc.lr)
         rng = np.random.default_rng(client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0))))
-        loss = gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
-                              lambda batch: self.backbone.forward(prompt, batch), opt, self.backbone.precision,
-                              f"client {self.partition_id}: local training", mc.local_steps)
+        loss = self.gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
+                                   lambda batch: self.backbone.forward(prompt, batch), opt, mc.local_steps)
         return [prompt.detach().numpy().astype(np.float32)], len(self.train_batch), loss

@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
+from fedtext.client import FedTextClient, client_seed, minibatches
 from fedtext.methods.fedptuning_v2.model import DeepPromptModel
 
 
@@ -22,8 +22,7 @@ class FedPTuningV2Client(FedTextClient):
         keys, values = (torch.tensor(np.asarray(a, dtype=np.float32), requires_grad=True) for a in arrays)
         opt = torch.optim.Adam([keys, values], lr=mc.lr)
         rng = np.random.default_rng(client_seed(self.cfg, self.partition_id, int(config.get("server_round", 0))))
-        loss = gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
-                              lambda batch: self.model.logits(keys, values, batch), opt, self.backbone.precision,
-                              f"client {self.partition_id}: local training", mc.local_steps)
+        loss = self.gradient_steps(minibatches(self.train_batch, mc.batch_size, mc.local_steps, rng),
+                                   lambda batch: self.model.logits(keys, values, batch), opt, mc.local_steps)
         out = [keys.detach().numpy().astype(np.float32), values.detach().numpy().astype(np.float32)]
         return out, len(self.train_batch), loss

@@ -32,7 +32,7 @@ from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
 from fedtext.backbone import EncodedBatch
-from fedtext.client import FedTextClient, client_seed, gradient_steps, minibatches
+from fedtext.client import FedTextClient, client_seed, minibatches
 from fedtext.heads import mean_pool
 from fedtext.methods.fes.filter import VOTES, keep_count, knn_sets
 from fedtext.methods.fes.labels import PSEUDO_PICK_SALT, PSEUDO_PICKS, pseudo_target, split_pool
@@ -179,8 +179,7 @@ class FewShotClient(FedTextClient):
         t0 = time.time()
         net.encoder.train()
         try:
-            loss = gradient_steps(steps, lambda b: net.forward(None, b), self.optimizer(net), self.backbone.precision,
-                                  f"client {self.partition_id}: local training")
+            loss = self.gradient_steps(steps, lambda b: net.forward(None, b), self.optimizer(net))
         finally:
             net.encoder.eval()
         return loss, len(steps), time.time() - t0

@@ -8,7 +8,11 @@ the client evaluates exactly as the server does. A method subclasses it and impl
   upload (in ``model.upload_specs()`` order), the number of examples used and the
   local training loss;
 * :meth:`global_arrays` -- only when a download is not the global arrays themselves
-  (FedDLS's compressed, incremental updates): how to rebuild them.
+  (FedDLS's compressed, incremental updates): how to rebuild them;
+* :meth:`local_terms` -- extra terms of the local objective of a gradient client
+  (:mod:`fedtext.local_terms`): the base gives FedProx's proximal term under
+  ``proximal-mu > 0``; a method adds its own. A gradient client trains through
+  :meth:`gradient_steps`, which adds them to the cross-entropy.
 
 Personalization (FedDLS §4.3 end, App. B), the same for every prompt method: on the
 last round, when ``post-tune-steps > 0``, :meth:`evaluate` first post-tunes the global
@@ -30,7 +34,7 @@ run-config; clients never import strategies.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -42,6 +46,7 @@ from fedtext.backbone import Backbone, EncodedBatch, backbone_for, losses
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
 from fedtext.devices import Precision, backward_step
+from fedtext.local_terms import LocalStep, LocalTerm, ProximalTerm
 from fedtext.model import Model, SubspaceModel
 from fedtext.progress import track
 from fedtext.prompts import Prompts, SplitPrompt, project, projection
@@ -69,20 +74,41 @@ def minibatches(batch: EncodedBatch, size: int, steps: int, rng: np.random.Gener
         pos += size
 
 
+def trained_tensors(opt: torch.optim.Optimizer) -> tuple[torch.Tensor, ...]:
+    """The tensors ``opt`` trains: those of its param groups that require a gradient, in
+    group order (what a local term's ``w`` is: exactly what the optimizer moves)."""
+    return tuple(p for group in opt.param_groups for p in group["params"] if p.requires_grad)
+
+
 def gradient_steps(batches: Iterable[EncodedBatch], logits: Callable[[EncodedBatch], torch.Tensor],
                    opt: torch.optim.Optimizer, precision: Precision, what: str = "local training",
-                   total: int | None = None) -> float:
-    """One ``opt`` step on the mean cross-entropy of ``logits(batch)`` per mini-batch
-    (the gradient methods' local loop), loss-scaled under ``precision=fp16``
-    (:meth:`fedtext.devices.Precision.loss_scaler`); returns the mean loss over the steps.
+                   total: int | None = None, *, terms: Sequence[LocalTerm]) -> float:
+    """One ``opt`` step per mini-batch on the mean cross-entropy of ``logits(batch)`` plus
+    each of ``terms`` (the gradient methods' local loop, :mod:`fedtext.local_terms`),
+    loss-scaled under ``precision=fp16`` (:meth:`fedtext.devices.Precision.loss_scaler`);
+    returns the mean cross-entropy over the steps (the terms excluded).
+
+    ``terms`` is required (a client passes :meth:`FedTextClient.local_terms`, or calls
+    :meth:`FedTextClient.gradient_steps`), so no gradient client can skip ``proximal-mu``;
+    each is started on :func:`trained_tensors` of ``opt`` before the first step. With no
+    terms the loop is the cross-entropy alone, as before the hook.
     A loop longer than a few seconds reports its progress as ``what`` (:mod:`fedtext.progress`;
     ``total``: the steps, for an ETA, default ``len(batches)`` where it has one)."""
+    params = trained_tensors(opt)
+    for term in terms:
+        term.start(params)
     step_losses = []
     scaler = precision.loss_scaler()
     for batch in track(batches, what, total, unit="steps"):
-        loss = torch.nn.functional.cross_entropy(logits(batch), batch.labels)
+        out = logits(batch)
+        ce = torch.nn.functional.cross_entropy(out, batch.labels)
+        loss = ce
+        if terms:
+            step = LocalStep(params, batch, out)
+            for term in terms:
+                loss = loss + term(step)
         backward_step(loss, opt, scaler)
-        step_losses.append(loss.item())
+        step_losses.append(ce.item())
     return float(np.mean(step_losses))
 
 
@@ -137,6 +163,22 @@ class FedTextClient(NumPyClient):
     def global_arrays(self, arrays: NDArrays, config: dict[str, Scalar]) -> NDArrays:
         """The global arrays a download stands for (default: the download itself)."""
         return arrays
+
+    def local_terms(self) -> list[LocalTerm]:
+        """The extra terms of this client's local objective, fresh for each local training
+        (:mod:`fedtext.local_terms`): FedProx's :class:`~fedtext.local_terms.ProximalTerm`
+        under ``proximal-mu > 0``, else none. A method extends it
+        (``return [*super().local_terms(), MyTerm(self.state, ...)]``): a term with
+        per-client state (SCAFFOLD's c_i, MOON's previous model) reads and writes it in
+        ``self.state``, which the node keeps between rounds."""
+        return [ProximalTerm(self.cfg.proximal_mu)] if self.cfg.proximal_mu > 0 else []
+
+    def gradient_steps(self, batches: Iterable[EncodedBatch], logits: Callable[[EncodedBatch], torch.Tensor],
+                       opt: torch.optim.Optimizer, total: int | None = None) -> float:
+        """:func:`gradient_steps` with this client's :meth:`local_terms`, its precision and
+        progress line: the local loop of every gradient client."""
+        what = f"client {self.partition_id}: local training"
+        return gradient_steps(batches, logits, opt, self.backbone.precision, what, total, terms=self.local_terms())
 
     def progress(self, items: Iterable, what: str, total: int | None = None, unit: str = "steps") -> Iterator:
         """``items``, with a progress line ``client <partition id>: <what>`` when they take

@@ -61,6 +61,31 @@ WHOLE = re.compile(r"[0-9]+")  # a whole number in ASCII digits (str.isdigit tak
 RUN_ID_CHARS = "A-Za-z0-9._=+-"
 RUN_ID = re.compile(rf"[A-Za-z0-9][{RUN_ID_CHARS}]{{0,199}}")
 RUN_NAME_MAX = 64  # run-name's share of a run id's 200 characters (the rest: time, method, dataset, seed)
+# ``server-optimizer``: the server's step from the mean of the uploads (fedtext.server_opt;
+# Reddi et al. 2021, Algorithm 2). Per optimizer: Flower 1.42's default η (``server-lr=0``)
+# and τ (``server-tau=0``), and the server-* keys it reads (one set away from its default for
+# an optimizer that does not read it is refused, as another method's key is).
+@dataclass(frozen=True)
+class ServerOptimizerDefaults:
+    """Flower's defaults of one server optimizer and the ``server-*`` keys it reads."""
+
+    lr: float  # η (flwr.server.strategy.<Class>(eta=...) / FedAvgM(server_learning_rate=...))
+    tau: float  # τ, adaptivity (0: none, the optimizer divides by nothing)
+    reads: tuple[str, ...]  # the server-* keys besides server-lr that it uses
+
+
+SERVER_OPTIMIZERS: dict[str, ServerOptimizerDefaults] = {
+    "fedavg": ServerOptimizerDefaults(1.0, 0.0, ()),  # x + η Δ; η = 1: the plain mean
+    "fedavgm": ServerOptimizerDefaults(1.0, 0.0, ("server-momentum",)),  # FedAvgM(server_learning_rate=1.0)
+    "fedadam": ServerOptimizerDefaults(0.1, 1e-9, ("server-beta1", "server-beta2", "server-tau")),  # FedAdam(eta=1e-1)
+    "fedyogi": ServerOptimizerDefaults(0.01, 1e-3, ("server-beta1", "server-beta2", "server-tau")),  # FedYogi(eta=1e-2)
+    "fedadagrad": ServerOptimizerDefaults(0.1, 1e-9, ("server-tau",)),  # FedAdagrad(eta=1e-1), beta_1 fixed at 0
+}
+# A method config's ``server_aggregation`` when its server's step is the mean of the uploaded arrays
+# (server-optimizer and proximal-mu compose with it), and its ``local_training`` when its clients
+# train with gradients through fedtext.client.gradient_steps (local terms apply).
+MEAN = "mean"
+GRADIENT = "gradient"
 # Keys the server adds to a run's recorded config (config.json), derived from the rest.
 # resolved-labels: the label names in id order as a JSON list (a string label in the data is the id of its name)
 DERIVED_KEYS = ("resolved-task", "resolved-labels", "trainable-parameters")
@@ -132,6 +157,15 @@ class MethodConfig:
     declaration names is ignored (:func:`fedtext.validation.check_metrics`).
     ``tests/unit/test_method_metrics.py`` runs every registered method's client and checks
     that what it sends is exactly what its config declares.
+
+    ``server_aggregation`` and ``local_training`` declare what the shared options ``server-optimizer``
+    and ``proximal-mu`` (docs/fedopt.md) can compose with: :data:`MEAN` when the server's
+    step is a mean of the uploaded arrays (the strategy calls
+    ``FedTextStrategy.server_update`` on it), :data:`GRADIENT` when the clients train through
+    ``fedtext.client.gradient_steps``; otherwise a phrase saying what the step is, which
+    the one-line refusal quotes ("fedbpt: server-optimizer=fedadam needs a server that
+    averages arrays; fedbpt's server step is a CMA-ES update"). The base declares neither,
+    so a new method is refused both options until it says so.
     """
 
     name: ClassVar[str] = ""
@@ -143,6 +177,17 @@ class MethodConfig:
     min_clients_per_round: ClassVar[int] = 1  # fewer is a ConfigError (FedBPT: 2, a population)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the method's own fit-reply metrics
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the method's own evaluate-reply metrics
+    # MEAN: the server's step is a mean of the uploaded arrays (server-optimizer, proximal-mu
+    # compose); otherwise what the step is, for the refusal ("" = undeclared: refused)
+    server_aggregation: ClassVar[str] = ""
+    # GRADIENT: clients train through fedtext.client.gradient_steps (proximal-mu applies);
+    # otherwise what they do, for the refusal ("" = undeclared: refused)
+    local_training: ClassVar[str] = ""
+
+    def effective_server_aggregation(self) -> str:
+        """:attr:`server_aggregation` under this config's values (BBT-Fed: a mean of z only with
+        ``average=z``): what :meth:`RunConfig.check_composition` reads."""
+        return self.server_aggregation
 
     @classmethod
     def model_class(cls) -> type:
@@ -208,6 +253,14 @@ class RunConfig:
     holdout: str = ""
     # deployment: registered node id -> partition, pinned by the operator (fedtext.sampling.ClientSampler.claim)
     node_partitions: str = ""
+    # local objective and server optimizer (methods whose server averages arrays; docs/fedopt.md)
+    proximal_mu: float = 0.0
+    server_optimizer: str = "fedavg"
+    server_lr: float = 0.0  # 0 = SERVER_OPTIMIZERS[server_optimizer].lr
+    server_momentum: float = 0.0
+    server_beta1: float = 0.9
+    server_beta2: float = 0.99
+    server_tau: float = 0.0  # 0 = SERVER_OPTIMIZERS[server_optimizer].tau
     # scale and memory (every method)
     max_client_memory_mb: int = 0
     # accelerators and precision (every method; fedtext.devices)
@@ -323,7 +376,10 @@ class RunConfig:
                               "sampling participants)")
         check_choice("head", self.head, ("auto", *HEADS))
         self.node_partition_map  # noqa: B018 - parses, raising ConfigError on a malformed pin
+        self.check_server_optimizer()
         mc = self.method_config
+        if mc is not None:
+            self.check_composition(mc)
         if mc is not None and 0 < self.clients_per_round < mc.min_clients_per_round:
             raise ConfigError(f"{self.method} needs at least {mc.min_clients_per_round} clients per round, got "
                               f"clients-per-round={self.clients_per_round}")
@@ -361,6 +417,50 @@ class RunConfig:
         from fedtext.tracking import parse as parse_trackers  # a leaf module, imported as tasks is
 
         parse_trackers(self.tracker)
+
+    def check_server_optimizer(self) -> None:
+        """``proximal-mu`` and the ``server-*`` keys in range; a ``server-*`` key set away from
+        its default that ``server-optimizer`` does not read is refused (it would be ignored)."""
+        check_range("proximal-mu", self.proximal_mu, 0)
+        check_choice("server-optimizer", self.server_optimizer, tuple(SERVER_OPTIMIZERS))
+        check_range("server-lr", self.server_lr, 0)
+        check_range("server-tau", self.server_tau, 0)
+        for key in ("server-momentum", "server-beta1", "server-beta2"):
+            value = getattr(self, key.replace("-", "_"))
+            if not 0 <= value < 1:
+                raise ConfigError(f"{key} must be in [0, 1), got {value}")
+        reads = SERVER_OPTIMIZERS[self.server_optimizer].reads
+        defaults = {kebab(f.name): f.default for f in fields(RunConfig)}
+        for key in ("server-momentum", "server-beta1", "server-beta2", "server-tau"):
+            if key not in reads and getattr(self, key.replace("-", "_")) != defaults[key]:
+                users = ", ".join(n for n, d in SERVER_OPTIMIZERS.items() if key in d.reads)
+                raise ConfigError(f"{key}={getattr(self, key.replace('-', '_'))} is read by server-optimizer={users} "
+                                  f"only; server-optimizer={self.server_optimizer} would ignore it")
+
+    def check_composition(self, mc: MethodConfig) -> None:
+        """One line when ``server-optimizer`` or ``proximal-mu`` is set for a method they do not
+        compose with (:attr:`MethodConfig.server_aggregation`, :attr:`MethodConfig.local_training`)."""
+        step = mc.effective_server_aggregation()
+        wanted = [f"server-optimizer={self.server_optimizer}"] if self.server_optimizer != "fedavg" else []
+        wanted += [f"proximal-mu={self.proximal_mu}"] if self.proximal_mu > 0 else []
+        if self.server_optimizer == "fedavg" and self.server_lr not in (0.0, 1.0):
+            wanted.insert(0, f"server-lr={self.server_lr}")
+        if wanted and step != MEAN:
+            raise ConfigError(f"{self.method}: {' and '.join(wanted)} needs a server that averages arrays; "
+                              f"{self.method}'s server step is {step or 'not declared an average'}")
+        if self.proximal_mu > 0 and mc.local_training != GRADIENT:
+            raise ConfigError(f"{self.method}: proximal-mu={self.proximal_mu} needs clients that train with "
+                              f"gradients; {self.method}'s clients run {mc.local_training or 'an undeclared local step'}")
+
+    @property
+    def resolved_server_lr(self) -> float:
+        """η: ``server-lr``, or the optimizer's Flower default when it is 0."""
+        return self.server_lr or SERVER_OPTIMIZERS[self.server_optimizer].lr
+
+    @property
+    def resolved_server_tau(self) -> float:
+        """τ: ``server-tau``, or the optimizer's Flower default when it is 0."""
+        return self.server_tau or SERVER_OPTIMIZERS[self.server_optimizer].tau
 
     def check_num_clients(self, num_clients: int) -> None:
         """Raise ``ConfigError`` if more clients per round are asked than exist, or a round

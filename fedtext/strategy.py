@@ -6,7 +6,10 @@ its client builds) says what the global arrays and uploads are and how to evalua
 them; a method's strategy overrides the smallest hooks:
 
 * :meth:`aggregate` -- the math on validated, decoded uploads
-  (:class:`fedtext.validation.Upload`: arrays by name); default FedAvg's example-weighted mean;
+  (:class:`fedtext.validation.Upload`: arrays by name); default FedAvg's example-weighted mean,
+  then :meth:`server_update` (``server-optimizer``: FedAvgM, FedAdam, FedYogi, FedAdagrad,
+  :mod:`fedtext.server_opt`; a method whose config declares ``server_aggregation = MEAN``
+  and overrides :meth:`aggregate` passes its mean through :meth:`server_update` too);
 * :meth:`download` -- what one client is sent (default: the global arrays; FedDLS
   sends each client the compressed updates it has not seen yet);
 * :meth:`fit_config` -- extra keys of the fit instruction;
@@ -46,7 +49,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
-from fedtext import checkpoint, comm
+from fedtext import checkpoint, comm, server_opt
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import server_test
@@ -120,6 +123,8 @@ class FedTextStrategy(FedAvg):
         self.backbone = evaluator.backbone if evaluator else backbone_for(cfg, task)
         self.model: Model = self.mcfg.model_class()(cfg, self.backbone)
         self.global_arrays: list[np.ndarray] = []
+        # server-optimizer's state (m, v) lives here and is checkpointed beside checkpoint_attrs
+        self.server_opt = server_opt.ServerOptimizer.from_config(cfg)
         # The jobs get the hooks as bound methods, so that a method's overrides are the ones called.
         self.sampler = ClientSampler(cfg, self.check_sizes)
         self.validator = UploadValidator(cfg, self.model, self.sampler, self.client_failed)
@@ -133,6 +138,8 @@ class FedTextStrategy(FedAvg):
     #: checkpoint and restored by ``resume=`` (FedBPT: its server CMA-ES; FedDLS: the
     #: update history and client versions).
     checkpoint_attrs: ClassVar[tuple[str, ...]] = ()
+    #: The checkpoint's state key of the server optimizer's m and v (every method's checkpoint has it).
+    SERVER_OPT_STATE: ClassVar[str] = "server_optimizer"
     resumed_round = 0  # the round a resumed run's checkpoint was taken after (0: a new run)
 
     @property
@@ -167,8 +174,21 @@ class FedTextStrategy(FedAvg):
 
     def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray] | None, dict[str, Scalar]]:
         """The method's aggregation of validated uploads: new global arrays (``None``:
-        keep them) and scalar metrics for the round record. Default: FedAvg."""
-        return weighted_mean([u.array_list() for u in uploads], [u.num_examples for u in uploads]), {}
+        keep them) and scalar metrics for the round record. Default: FedAvg's
+        example-weighted mean, through :meth:`server_update`."""
+        mean = weighted_mean([u.array_list() for u in uploads], [u.num_examples for u in uploads])
+        return self.server_update(server_round, mean), {}
+
+    def server_update(self, server_round: int, mean: list[np.ndarray]) -> list[np.ndarray]:
+        """x_{t+1} from ``mean``, the mean of this round's uploads: ``server-optimizer``'s step
+        with the pseudo-gradient Δ = mean − x_t (Reddi et al. 2021, Algorithm 2;
+        :mod:`fedtext.server_opt`), x_t the global arrays the round's clients were sent.
+        ``server-optimizer=fedavg`` with ``server-lr`` 1 (the default) returns ``mean`` itself.
+        Only methods whose config declares ``server_aggregation = MEAN`` may run another
+        optimizer (refused at config time otherwise)."""
+        if not self.global_arrays:  # nothing to step from (a strategy used without initialize_parameters)
+            return mean
+        return self.server_opt.step(server_round, self.global_arrays, mean)
 
     def client_failed(self, cid: str, phase: str, reason: str) -> None:
         """Client ``cid`` failed its ``phase`` ("fit"/"evaluate") message; nothing by default."""
@@ -219,6 +239,7 @@ class FedTextStrategy(FedAvg):
         if self.recorder is None:
             return
         state = {name: getattr(self, name) for name in self.checkpoint_attrs}
+        state[self.SERVER_OPT_STATE] = self.server_opt.state()
         binding = checkpoint.Binding(self.recorder.run_id, self.cfg.method, checkpoint.config_hash(self.recorder.config))
         checkpoint.save(self.recorder.dir, server_round, self.global_arrays, state, {"seed": self.cfg.seed}, binding)
 
@@ -235,7 +256,9 @@ class FedTextStrategy(FedAvg):
         """What a checkpoint of a run of ``cfg`` can hold (:meth:`fedtext.checkpoint.Limits.for_model`
         of ``model``'s global specs and :meth:`checkpoint_state_bytes`): ``resume=`` refuses a
         larger one before decompressing it."""
-        return checkpoint.Limits.for_model(model.global_specs(), cls.checkpoint_state_bytes(cfg, model))
+        specs = model.global_specs()
+        opt_bytes = server_opt.state_bytes(cfg, sum(s.nbytes() for s in specs), len(specs))  # m, v: one model each
+        return checkpoint.Limits.for_model(specs, cls.checkpoint_state_bytes(cfg, model) + opt_bytes)
 
     def restore(self, ckpt: checkpoint.Checkpoint) -> None:
         """Continue from ``ckpt``: its global arrays and strategy state."""
@@ -245,6 +268,8 @@ class FedTextStrategy(FedAvg):
         self.global_arrays = [np.asarray(a) for a in ckpt.global_arrays]
         for name in self.checkpoint_attrs:
             setattr(self, name, ckpt.state[name])
+        # a checkpoint from before server optimizers ran plain FedAvg, which keeps no state
+        self.server_opt.load_state(ckpt.state.get(self.SERVER_OPT_STATE, {}))
         self.resumed_round = ckpt.round
 
     # ---------------------------------------------------------- Flower hooks

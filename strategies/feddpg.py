@@ -73,4 +73,6 @@ class FedDPG(FedTextStrategy):
             # the partition it is bound to (a node only ever known by its node id: not a number)
             unlearned = float(upload.partition_id) if str(upload.partition_id).isdigit() else float("nan")
             return upload.array_list(), {**metrics, "unlearned_client": unlearned}
-        return weighted_mean([u.array_list() for u in uploads], [1] * len(uploads)), {}
+        # eq. (1)'s uniform mean, then server-optimizer's step (the replacement above bypasses it: §3.3.1's
+        # G <- G_c^u is the unlearned model itself, not a pseudo-gradient)
+        return self.server_update(server_round, weighted_mean([u.array_list() for u in uploads], [1] * len(uploads))), {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from fedtext.config import MethodConfig, check_range
 
@@ -12,6 +13,8 @@ class SubspaceConfig(MethodConfig):
     """Local CMA-ES on z in R^d (BBT, Sun et al. 2022); each method keeps its own copy
     of these keys (``bbt-fed.popsize``, ``fedbpt.popsize``), so a comparison states
     both budgets."""
+
+    local_training: ClassVar[str] = "CMA-ES (derivative-free, no gradients)"
 
     local_steps: int = 4  # CMA-ES iterations per round
     intrinsic_dim: int = 100  # d

@@ -121,7 +121,7 @@ def _one_step(precision: Precision, scale_loss: float = 1.0) -> tuple[torch.Tens
     seen: list[torch.Tensor] = []
     weight.register_hook(lambda g: seen.append(g.clone()))
     batch = type("B", (), {"x": x, "labels": labels})()
-    gradient_steps([batch], lambda b: scale_loss * (b.x @ weight), torch.optim.SGD([weight], lr=0.5), precision)
+    gradient_steps([batch], lambda b: scale_loss * (b.x @ weight), torch.optim.SGD([weight], lr=0.5), precision, terms=())
     return weight.detach(), seen
 
 

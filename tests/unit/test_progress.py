@@ -145,7 +145,7 @@ def test_progress_lines_reach_the_fedtext_logger(monkeypatch, caplog):
         with torch.no_grad():
             weight.copy_(torch.ones(4, 2))
         return gradient_steps(batches, lambda b: b.x @ weight, torch.optim.SGD([weight], lr=0.1), CPU_FP32,
-                              "client 0: local training", 3)
+                              "client 0: local training", 3, terms=())
 
     quiet = run()
     assert not [r for r in caplog.records if "local training" in r.getMessage()]

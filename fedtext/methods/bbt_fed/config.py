@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import check_choice, check_range
+from fedtext.config import MEAN, check_choice, check_range
 from fedtext.metrics import MetricSpec
 from fedtext.methods.subspace import SubspaceConfig
 
@@ -22,6 +22,7 @@ class BBTFedConfig(SubspaceConfig):
     model: ClassVar[str] = "fedtext.methods.bbt_fed.model:BBTFedModel"
     strategy: ClassVar[str] = "strategies.bbt_fed:BBTFed"
     client: ClassVar[str] = "clients.bbt_fed:BBTFedClient"
+    server_aggregation: ClassVar[str] = MEAN  # average=z: the base strategy's example-weighted mean of z
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
@@ -33,3 +34,13 @@ class BBTFedConfig(SubspaceConfig):
         super().__post_init__()
         check_range(self.key("bound"), self.bound, 0)
         check_choice(self.key("average"), self.average, AVERAGES)
+
+    def effective_server_aggregation(self) -> str:
+        """A plain mean of z only with ``average=z`` and no box bound: a server optimizer's
+        step on the averaged sigma and C could leave sigma <= 0 or C not positive definite,
+        and one on z could leave the box the clients keep it in."""
+        if self.average != "z":
+            return "a mean of z, sigma and C (an optimizer step could make sigma <= 0 or C indefinite)"
+        if self.bound > 0:
+            return f"a mean of z kept in the box |z_i| <= {self.key('bound')} (an optimizer step could leave it)"
+        return self.server_aggregation

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import MethodConfig, check_range
+from fedtext.config import GRADIENT, MEAN, MethodConfig, check_range
 from fedtext.metrics import MetricSpec
 
 
@@ -19,6 +19,8 @@ class FedAvgConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.fedavg.model:FedAvgModel"
     strategy: ClassVar[str] = "strategies.fedavg:FedAvgStrategy"
     client: ClassVar[str] = "clients.fedavg:FedAvgClient"
+    server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean: server-optimizer composes
+    local_training: ClassVar[str] = GRADIENT  # AdamW through gradient_steps: proximal-mu applies
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

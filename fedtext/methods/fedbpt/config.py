@@ -26,6 +26,7 @@ class FedBPTConfig(SubspaceConfig):
     model: ClassVar[str] = "fedtext.methods.fedbpt.model:FedBPTModel"
     strategy: ClassVar[str] = "strategies.fedbpt:FedBPT"
     client: ClassVar[str] = "clients.fedbpt:FedBPTClient"
+    server_aggregation: ClassVar[str] = "a CMA-ES update"  # Algorithm 2: the global search distribution, not a mean
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

@@ -21,6 +21,8 @@ class FedDLSConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.feddls.model:FedDLSModel"
     strategy: ClassVar[str] = "strategies.feddls:FedDLS"
     client: ClassVar[str] = "clients.feddls:FedDLSClient"
+    server_aggregation: ClassVar[str] = "a mean of discrete-token prompts sent as compressed updates"  # eqs. 5, 8-11
+    local_training: ClassVar[str] = "a discrete token search (no gradients)"
     # the p' version the client holds after the round (clients.feddls.FedDLSClient.train): the
     # server sends its next download from there (strategies.feddls.FedDLS.download)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = (MetricSpec("dls_version", whole=True, low=0),)

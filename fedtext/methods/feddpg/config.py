@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import MethodConfig, check_choice, check_range
+from fedtext.config import GRADIENT, MEAN, MethodConfig, check_choice, check_range
 from fedtext.metrics import MetricSpec
 
 INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
@@ -49,6 +49,10 @@ class FedDPGConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.feddpg.model:FedDPGModel"
     strategy: ClassVar[str] = "strategies.feddpg:FedDPG"
     client: ClassVar[str] = "clients.feddpg:FedDPGClient"
+    # eq. (1)'s uniform mean of G (the unlearning round's replacement G <- G_c^u bypasses the server
+    # optimizer: strategies.feddpg); AdamW on G through gradient_steps (unlearning: its own ascent)
+    server_aggregation: ClassVar[str] = MEAN
+    local_training: ClassVar[str] = GRADIENT
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = UNLEARN_METRICS
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 

@@ -35,6 +35,8 @@ class DistillConfig(FedAvgConfig):
     then the server's distillation budget."""
 
     name: ClassVar[str] = "distill"
+    # not fedavg's MEAN: the mean is the student's start, then the server distils into it
+    server_aggregation: ClassVar[str] = "a distillation of the clients' models into the mean (not the mean itself)"
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity")  # pooled heads: pseudo inputs have no [MASK]
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import MethodConfig, check_range
+from fedtext.config import GRADIENT, MEAN, MethodConfig, check_range
 from fedtext.metrics import MetricSpec
 
 
@@ -19,6 +19,8 @@ class FedPTuningV2Config(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.fedptuning_v2.model:DeepPromptModel"
     strategy: ClassVar[str] = "strategies.fedptuning_v2:FedPTuningV2"
     client: ClassVar[str] = "clients.fedptuning_v2:FedPTuningV2Client"
+    server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the prefixes
+    local_training: ClassVar[str] = GRADIENT  # Adam through gradient_steps
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import MethodConfig, check_choice, check_range
+from fedtext.config import GRADIENT, MethodConfig, check_choice, check_range
 from fedtext.methods.fes.pacing import parse_paces
 from fedtext.metrics import MetricSpec
 
@@ -56,6 +56,11 @@ class FewShotConfig(MethodConfig):
 
     name: ClassVar[str] = ""
     pacing_default: ClassVar[str] = "none"
+    # FedAvg of the trained uploads, but within FeS's train/label client groups and pacing (its
+    # AUG-E reads the accuracy FedAvg gives): issue 46 keeps the four as their paper ran them
+    server_aggregation: ClassVar[str] = ("FeS's few-shot server (FedAvg within its train/label groups and pacing, "
+                                         "as the paper ran it)")
+    local_training: ClassVar[str] = GRADIENT
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = TRAIN_METRICS  # fedcls: never asked to label
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
