@@ -164,3 +164,28 @@ def test_an_encoder_without_bert_output_blocks_is_one_line(backbone, monkeypatch
     monkeypatch.setattr(adapter_model, "PARENT", adapter_model.re.compile(r"^nothing$"))
     with pytest.raises(ConfigError, match=r"^fedadapter needs a BERT-style encoder .*all-MiniLM-L6-v2 has none$"):
         AdapterModel(adapter(head="similarity"), backbone)
+
+
+def test_adapters_in_an_mlm_checkpoints_base_model(tmp_path):
+    """head=mlm: the adapters and LayerNorms are the base model's (named ``bert.encoder...``),
+    the MLM head takes none, and round 0 gives the frozen MLM logits exactly. A tiny random
+    BERT-MLM saved locally (the offline MiniLM has no MLM head), as tests/unit/test_backbone.py."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from fedtext.backbone import Backbone, resolve_model_path
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64)
+    torch.manual_seed(0)
+    BertForMaskedLM(config).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    bb = Backbone(str(tmp_path), "mlm", TASKS["ag_news"], 32)
+    model = AdapterModel(make_config("fedadapter", model=str(tmp_path), head="mlm", task="ag_news", max_length=32,
+                                     bottleneck=4), bb)
+    specs = model.upload_specs()
+    assert len(specs) == 2 * 2 * (4 + 2) and all(s.name.startswith("bert.encoder.layer.") for s in specs)
+    assert nbytes(specs) == 2 * 2 * (4 * (2 * 4 * 32 + 4 + 32) + 4 * HEADER) + 4 * 2 * (4 * 32 + HEADER)
+    batch = bb.encode(["stocks fell sharply", "the team won the cup again"], [2, 1])
+    with model.load(model.initial_arrays()).fixed_weights() as net:
+        assert torch.equal(net.score(None, batch), bb.score(None, batch))
