@@ -27,11 +27,13 @@ from typing import Any
 
 from fedtext.config import MethodConfig, RunConfig, kebab
 from fedtext.methods.bbt_fed.config import BBTFedConfig
+from fedtext.methods.fedadapter.config import FedAdapterConfig
 from fedtext.methods.fedavg.config import FedAvgConfig
 from fedtext.methods.fedbpt.config import FedBPTConfig
 from fedtext.methods.feddls.config import FedDLSConfig
 from fedtext.methods.feddpg.config import FedDPGConfig
 from fedtext.methods.feddrs.config import FedDFConfig, FedDRSConfig
+from fedtext.methods.fedlora.config import FedLoRAConfig
 from fedtext.methods.fedprompt.config import FedPromptConfig
 from fedtext.methods.fedptuning_v2.config import FedPTuningV2Config
 from fedtext.methods.fes.config import FedCLSConfig, FedFSLBiasConfig, FedFSLConfig, FeSConfig
@@ -51,6 +53,8 @@ CONFIGS: tuple[type[MethodConfig], ...] = (
     FedFSLConfig,
     FedFSLBiasConfig,
     FedCLSConfig,
+    FedLoRAConfig,
+    FedAdapterConfig,
 )
 
 # ``method=`` value -> its config class (the config's ``name``, its run-config table).

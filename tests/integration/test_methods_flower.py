@@ -35,6 +35,13 @@ PER_METHOD = {  # extra run-config, clients, bytes up and down per client-round
     "feddrs": (f"{FEDDRS_TINY} feddrs.sampling=mixed", 2, FEDAVG_BYTES + 4 * 2 + NPY_HEADER_BYTES, FEDAVG_BYTES),
     "feddf": ("feddf.local-steps=1 feddf.batch-size=4 feddf.distill-steps=1 feddf.post-iterations=1 "
               "feddf.aux-size=8 feddf.aux-batch=8", 2, FEDAVG_BYTES, None),
+    # A [r=2, 384] and B [384, 2] at query and value of 6 layers + the linear head [2, 384], [2]
+    "fedlora": ("fedlora.local-steps=2 fedlora.batch-size=4 fedlora.rank=2", 2,
+                4 * 2 * (384 + 384) * 6 * 2 + 24 * NPY_HEADER_BYTES + 4 * (2 * 384 + 2) + 2 * NPY_HEADER_BYTES, None),
+    # 12 adapters (m=4): 2md + m + d in 4 tensors; 24 LayerNorm tensors [384]; the linear head
+    "fedadapter": ("fedadapter.local-steps=2 fedadapter.batch-size=4 fedadapter.bottleneck=4", 2,
+                   12 * (4 * (2 * 4 * 384 + 4 + 384) + 4 * NPY_HEADER_BYTES) + 24 * (4 * 384 + NPY_HEADER_BYTES)
+                   + 4 * (2 * 384 + 2) + 2 * NPY_HEADER_BYTES, None),
 }
 # G with h=5, |P|=2: [5, 384] [5] [768, 5] [768], one NPY header each
 FEDDPG_BYTES = 4 * (384 * 5 + 5 + 5 * 768 + 768) + 4 * NPY_HEADER_BYTES

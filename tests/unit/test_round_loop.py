@@ -58,6 +58,8 @@ PER_METHOD: dict[str, dict[str, Any]] = {  # each method's own keys, at their sm
     "fedfsl": {"fedfsl.gold-labels": 8, "fedfsl.unlabeled-size": 16, "fedfsl.max-local-steps": 1},
     "fedfsl-bias": {"fedfsl-bias.gold-labels": 8, "fedfsl-bias.unlabeled-size": 16, "fedfsl-bias.max-local-steps": 1},
     "fedcls": {"fedcls.gold-labels": 8, "fedcls.max-local-steps": 1},
+    "fedlora": {"fedlora.local-steps": 1, "fedlora.batch-size": 4, "fedlora.rank": 2},
+    "fedadapter": {"fedadapter.local-steps": 1, "fedadapter.batch-size": 4, "fedadapter.bottleneck": 4},
 }
 
 

@@ -1,0 +1,46 @@
+"""FedAdapter's run-config keys (``[tool.flwr.app.config.fedadapter]``), validated once;
+imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fedtext.config import MethodConfig, check_choice, check_range
+from fedtext.metrics import MetricSpec
+
+ACTIVATIONS = ("gelu", "relu", "tanh", "silu")  # sigma of h + W_up sigma(W_down h)
+
+
+@dataclass(frozen=True)
+class FedAdapterConfig(MethodConfig):
+    """``fedadapter.*``: Houlsby bottleneck adapters (Houlsby et al. 2019) in every layer of the
+    frozen encoder, AdamW on them (and on the layers' LayerNorms)."""
+
+    name: ClassVar[str] = "fedadapter"
+    model: ClassVar[str] = "fedtext.methods.fedadapter.model:AdapterModel"
+    strategy: ClassVar[str] = "strategies.fedadapter:FedAdapter"
+    client: ClassVar[str] = "clients.fedadapter:FedAdapterClient"
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    # Houlsby et al. train a classifier on top (linear); the frozen-PLM heads work too
+    default_head: ClassVar[str] = "linear"
+    heads: ClassVar[tuple[str, ...]] = ("linear", "similarity", "tied", "mlm")
+
+    bottleneck: int = 64  # m (Houlsby's sizes {8, 64, 256}; their code's default 64)
+    activation: str = "gelu"  # sigma (the authors' adapter-bert code: gelu)
+    train_layernorm: bool = True  # the layers' LayerNorms train and travel too (Houlsby §2.1)
+    local_steps: int = 4  # AdamW steps per round
+    lr: float = 3e-4  # adapters and LayerNorms (Houlsby's GLUE sweep: 3e-5, 3e-4, 3e-3)
+    head_lr: float = 5e-3  # linear head (randomly initialised), as fedavg
+    batch_size: int = 16  # examples per optimizer step
+
+    def __post_init__(self) -> None:
+        check_range(self.key("bottleneck"), self.bottleneck, 1)
+        check_choice(self.key("activation"), self.activation, ACTIVATIONS)
+        check_range(self.key("local_steps"), self.local_steps, 1)
+        check_range(self.key("lr"), self.lr, 0, low_open=True)
+        check_range(self.key("head_lr"), self.head_lr, 0, low_open=True)
+        check_range(self.key("batch_size"), self.batch_size, 1)

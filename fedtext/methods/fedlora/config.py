@@ -1,0 +1,67 @@
+"""FedLoRA's run-config keys (``[tool.flwr.app.config.fedlora]``), validated once; imports no
+torch (the target module names are checked against the encoder when the model is built:
+:class:`fedtext.methods.fedlora.model.LoRAModel`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fedtext.config import ConfigError, MethodConfig, check_range
+from fedtext.metrics import MetricSpec
+
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # one module name of a PyTorch model (query, value, dense)
+
+
+@dataclass(frozen=True)
+class FedLoRAConfig(MethodConfig):
+    """``fedlora.*``: LoRA (Hu et al. 2022) on the frozen encoder, AdamW on its factors;
+    ``freeze-a`` is FFA-LoRA (Sun et al. 2024: A frozen at its seeded value, only B trains
+    and travels)."""
+
+    name: ClassVar[str] = "fedlora"
+    model: ClassVar[str] = "fedtext.methods.fedlora.model:LoRAModel"
+    strategy: ClassVar[str] = "strategies.fedlora:FedLoRA"
+    client: ClassVar[str] = "clients.fedlora:FedLoRAClient"
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    # LoRA's GLUE runs train a classifier on top (linear); the frozen-PLM heads work too
+    default_head: ClassVar[str] = "linear"
+    heads: ClassVar[tuple[str, ...]] = ("linear", "similarity", "tied", "mlm")
+
+    rank: int = 8  # r (LoRA's RoBERTa GLUE setting r_q = r_v = 8)
+    alpha: float = 8.0  # LoRA's alpha: the update is scaled by alpha / r (LoRA's RoBERTa GLUE: 8)
+    dropout: float = 0.0  # dropout on the LoRA branch's input (PEFT's default)
+    target_modules: str = "query,value"  # W_q and W_v of every layer (LoRA §7.1)
+    freeze_a: bool = False  # FFA-LoRA: A frozen at its seeded value, only B trains and travels
+    local_steps: int = 4  # AdamW steps per round
+    lr: float = 5e-4  # LoRA's factors (LoRA's RoBERTa-base GLUE: 4e-4 .. 5e-4)
+    head_lr: float = 5e-3  # linear head (randomly initialised), as fedavg
+    batch_size: int = 16  # LoRA's RoBERTa-base GLUE: 16
+
+    def __post_init__(self) -> None:
+        check_range(self.key("rank"), self.rank, 1)
+        check_range(self.key("alpha"), self.alpha, 0, low_open=True)
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"{self.key('dropout')} must be in [0, 1), got {self.dropout}")
+        self.targets  # noqa: B018 - parses, raising ConfigError on a malformed list
+        check_range(self.key("local_steps"), self.local_steps, 1)
+        check_range(self.key("lr"), self.lr, 0, low_open=True)
+        check_range(self.key("head_lr"), self.head_lr, 0, low_open=True)
+        check_range(self.key("batch_size"), self.batch_size, 1)
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """``target-modules`` split at commas: the last name of each linear layer LoRA wraps."""
+        key = self.key("target_modules")
+        items = tuple(x.strip() for x in self.target_modules.split(","))
+        bad = [x for x in items if not MODULE_NAME.fullmatch(x)]
+        if bad:
+            raise ConfigError(f"{key}='{self.target_modules}' wants comma-separated module names (query,value), "
+                              f"got '{bad[0]}'")
+        if len(set(items)) < len(items):
+            raise ConfigError(f"{key}='{self.target_modules}' names a module twice")
+        return items
