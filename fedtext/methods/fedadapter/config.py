@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import MethodConfig, check_choice, check_range
+from fedtext.config import GRADIENT, MEAN, MethodConfig, check_choice, check_range
 from fedtext.metrics import MetricSpec
 
 ACTIVATIONS = ("gelu", "relu", "tanh", "silu")  # sigma of h + W_up sigma(W_down h)
@@ -25,6 +25,8 @@ class FedAdapterConfig(MethodConfig):
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the adapter weights: server-optimizer composes
+    local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies
     # Houlsby et al. train a classifier on top (linear); the frozen-PLM heads work too
     default_head: ClassVar[str] = "linear"
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity", "tied", "mlm")

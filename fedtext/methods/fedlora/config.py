@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import ConfigError, MethodConfig, check_range
+from fedtext.config import ConfigError, GRADIENT, MEAN, MethodConfig, check_range
 from fedtext.metrics import MetricSpec
 
 MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # one module name of a PyTorch model (query, value, dense)
@@ -28,6 +28,8 @@ class FedLoRAConfig(MethodConfig):
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the LoRA factors: server-optimizer composes
+    local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies
     # LoRA's GLUE runs train a classifier on top (linear); the frozen-PLM heads work too
     default_head: ClassVar[str] = "linear"
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity", "tied", "mlm")
