@@ -32,6 +32,7 @@ from fedtext.methods.fedbpt.config import FedBPTConfig
 from fedtext.methods.feddls.config import FedDLSConfig
 from fedtext.methods.feddpg.config import FedDPGConfig
 from fedtext.methods.feddrs.config import FedDFConfig, FedDRSConfig
+from fedtext.methods.fedkseed.config import FedKSeedConfig
 from fedtext.methods.fedprompt.config import FedPromptConfig
 from fedtext.methods.fedptuning_v2.config import FedPTuningV2Config
 from fedtext.methods.fes.config import FedCLSConfig, FedFSLBiasConfig, FedFSLConfig, FeSConfig
@@ -51,6 +52,7 @@ CONFIGS: tuple[type[MethodConfig], ...] = (
     FedFSLConfig,
     FedFSLBiasConfig,
     FedCLSConfig,
+    FedKSeedConfig,
 )
 
 # ``method=`` value -> its config class (the config's ``name``, its run-config table).

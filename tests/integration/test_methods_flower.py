@@ -35,6 +35,8 @@ PER_METHOD = {  # extra run-config, clients, bytes up and down per client-round
     "feddrs": (f"{FEDDRS_TINY} feddrs.sampling=mixed", 2, FEDAVG_BYTES + 4 * 2 + NPY_HEADER_BYTES, FEDAVG_BYTES),
     "feddf": ("feddf.local-steps=1 feddf.batch-size=4 feddf.distill-steps=1 feddf.post-iterations=1 "
               "feddf.aux-size=8 feddf.aux-batch=8", 2, FEDAVG_BYTES, None),
+    # the accumulator A down, the per-seed sums G up: K = 4 float32 each way
+    "fedkseed": ("fedkseed.seeds=4 fedkseed.local-steps=2 fedkseed.batch-size=4", 2, 4 * 4 + NPY_HEADER_BYTES, None),
 }
 # G with h=5, |P|=2: [5, 384] [5] [768, 5] [768], one NPY header each
 FEDDPG_BYTES = 4 * (384 * 5 + 5 + 5 * 768 + 768) + 4 * NPY_HEADER_BYTES

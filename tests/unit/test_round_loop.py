@@ -58,6 +58,7 @@ PER_METHOD: dict[str, dict[str, Any]] = {  # each method's own keys, at their sm
     "fedfsl": {"fedfsl.gold-labels": 8, "fedfsl.unlabeled-size": 16, "fedfsl.max-local-steps": 1},
     "fedfsl-bias": {"fedfsl-bias.gold-labels": 8, "fedfsl-bias.unlabeled-size": 16, "fedfsl-bias.max-local-steps": 1},
     "fedcls": {"fedcls.gold-labels": 8, "fedcls.max-local-steps": 1},
+    "fedkseed": {"fedkseed.seeds": 4, "fedkseed.local-steps": 2, "fedkseed.batch-size": 4},
 }
 
 
