@@ -168,7 +168,8 @@ def test_bad_uploads_are_dropped_with_their_reason_and_the_rest_aggregated(kseed
                                               fit_res(long, 3)], [])
     got = {d["client"]: d["reason"] for d in kseed.record.dropped}
     assert got["1"] == "G: 1 non-finite values"
-    assert got["2"] == f"G: |scalar gradient sum| {1.01 * limit:.3g} exceeds fedkseed.local-steps x fedkseed.grad-bound = {limit:.3g}"
+    assert got["2"] == (f"G: |scalar gradient sum| {1.01 * limit:.3g} exceeds fedkseed.local-steps x "
+                        f"fedkseed.grad-bound = {limit:.3g}")
     assert got["3"] == "G: shape (5,), expected (4,)"
     np.testing.assert_array_equal(comm.decode(arrays)[0], honest)  # A_0 = 0 plus the one valid G
     assert metrics == {"seeds_used": 3}

@@ -9,12 +9,17 @@ server and every client draw the same z_k for the same weight. See
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
+from fedtext.backbone import Backbone
 from fedtext.comm import ArraySpec
 from fedtext.model import NetworkModel
+
+if TYPE_CHECKING:
+    from fedtext.config import RunConfig
 
 SEED_SALT = 0xF5EED  # keeps the candidate seeds apart from every other draw of the run seed
 ACCUMULATOR = "A"  # the global array: the scalar gradients accumulated per seed, [K]
@@ -120,7 +125,7 @@ class FedKSeedModel(NetworkModel):
     ``w_0 - lr sum_k A[k] z_k`` over every trainable weight (``trainable() == "all"``: the
     encoder, and the ``linear`` head when the run has one)."""
 
-    def __init__(self, cfg, backbone) -> None:  # noqa: ANN001 - NetworkModel's signature
+    def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
         super().__init__(cfg, backbone)
         self.k = self.mcfg.seeds
         self.seeds = candidate_seeds(cfg.seed, self.k)
@@ -156,7 +161,7 @@ class FedKSeedModel(NetworkModel):
         return [torch.as_tensor(heads[n]) if n in heads else frozen[n].detach()
                 for n, _ in self.network.named_trainable()]
 
-    def load(self, arrays: Sequence[np.ndarray]):  # noqa: ANN201 - a Backbone, as NetworkModel.load
+    def load(self, arrays: Sequence[np.ndarray]) -> Backbone:
         """The trainable copy holding ``w_0 - lr sum_k A[k] z_k`` (:func:`replay`; skipped when
         it holds this A already)."""
         a = np.asarray(arrays[0], dtype=np.float32)
