@@ -189,14 +189,20 @@ class NetworkModel(Model):
 
     def initial_arrays(self) -> list[np.ndarray]:
         arrays = self.network.trainable_arrays()
-        names = [n for n, _ in self.network.named_trainable()]
+        heads = self.head_init()
+        return [heads.get(name, a) for (name, _), a in zip(self.network.named_trainable(), arrays, strict=True)]
+
+    def head_init(self) -> dict[str, np.ndarray]:
+        """The ``linear`` head's round-0 weights by name (``head.weight`` seeded
+        ``N(0, 0.02^2)``, ``head.bias`` zero), or nothing for a run without one."""
+        shapes = {n: tuple(p.shape) for n, p in self.backbone.named_parameters() if n.startswith("head.")}
         rng = np.random.default_rng([self.cfg.seed, 0x11EAD])
-        for i, name in enumerate(names):
-            if name == "head.weight":
-                arrays[i] = (self.HEAD_INIT_STD * rng.standard_normal(arrays[i].shape)).astype(np.float32)
-            elif name == "head.bias":
-                arrays[i] = np.zeros_like(arrays[i])
-        return arrays
+        out: dict[str, np.ndarray] = {}
+        if "head.weight" in shapes:
+            out["head.weight"] = (self.HEAD_INIT_STD * rng.standard_normal(shapes["head.weight"])).astype(np.float32)
+        if "head.bias" in shapes:
+            out["head.bias"] = np.zeros(shapes["head.bias"], dtype=np.float32)
+        return out
 
     def load(self, arrays: Sequence[np.ndarray]) -> Backbone:
         """The trainable copy with ``arrays`` loaded into it."""

@@ -33,6 +33,7 @@ from fedtext.methods.fedbpt.config import FedBPTConfig
 from fedtext.methods.feddls.config import FedDLSConfig
 from fedtext.methods.feddpg.config import FedDPGConfig
 from fedtext.methods.feddrs.config import FedDFConfig, FedDRSConfig
+from fedtext.methods.fedkseed.config import FedKSeedConfig
 from fedtext.methods.fedlora.config import FedLoRAConfig
 from fedtext.methods.fedprompt.config import FedPromptConfig
 from fedtext.methods.fedptuning_v2.config import FedPTuningV2Config
@@ -55,6 +56,7 @@ CONFIGS: tuple[type[MethodConfig], ...] = (
     FedCLSConfig,
     FedLoRAConfig,
     FedAdapterConfig,
+    FedKSeedConfig,
 )
 
 # ``method=`` value -> its config class (the config's ``name``, its run-config table).

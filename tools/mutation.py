@@ -141,6 +141,18 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.methods.fedptuning_v2.model.xǁDeepPromptModelǁinitial_arrays",
         "fedtext.methods.fedptuning_v2.model.xǁDeepPromptModelǁlogits",
     ),
+    "fedkseed": (  # FedKSeed: the central difference, the step, the per-seed sums, the accumulator, the replay
+        "fedtext.methods.fedkseed.model.x_candidate_seeds",
+        "fedtext.methods.fedkseed.model.x_directions",
+        "fedtext.methods.fedkseed.model.x_add_direction",
+        "fedtext.methods.fedkseed.model.x_projected_gradient",
+        "fedtext.methods.fedkseed.model.x_zo_step",
+        "fedtext.methods.fedkseed.model.x_seed_sums",
+        "fedtext.methods.fedkseed.model.x_accumulate",
+        "fedtext.methods.fedkseed.model.x_replay",
+        "fedtext.methods.fedkseed.model.xǁFedKSeedModelǁcheck_upload",
+        "strategies.fedkseed.xǁFedKSeedStrategyǁaggregate",
+    ),
     "shared": (  # the weighted means and the byte accounting every method's figures rest on; BBT's prompt
         "fedtext.strategy.x_weighted_mean",
         "fedtext.prompts.x_projection",

@@ -42,6 +42,8 @@ PER_METHOD = {  # extra run-config, clients, bytes up and down per client-round
     "fedadapter": ("fedadapter.local-steps=2 fedadapter.batch-size=4 fedadapter.bottleneck=4", 2,
                    12 * (4 * (2 * 4 * 384 + 4 + 384) + 4 * NPY_HEADER_BYTES) + 24 * (4 * 384 + NPY_HEADER_BYTES)
                    + 4 * (2 * 384 + 2) + 2 * NPY_HEADER_BYTES, None),
+    # the accumulator A down, the per-seed sums G up: K = 4 float32 each way
+    "fedkseed": ("fedkseed.seeds=4 fedkseed.local-steps=2 fedkseed.batch-size=4", 2, 4 * 4 + NPY_HEADER_BYTES, None),
 }
 # G with h=5, |P|=2: [5, 384] [5] [768, 5] [768], one NPY header each
 FEDDPG_BYTES = 4 * (384 * 5 + 5 + 5 * 768 + 768) + 4 * NPY_HEADER_BYTES

@@ -27,7 +27,7 @@ def parse(**overrides):
 
 def test_one_registry_names_each_method_once():
     assert set(METHODS) == {"fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg", "feddpg", "fedptuning-v2", "feddrs", "feddf",
-                            "fes", "fedfsl", "fedfsl-bias", "fedcls", "fedlora", "fedadapter"}
+                            "fes", "fedfsl", "fedfsl-bias", "fedcls", "fedlora", "fedadapter", "fedkseed"}
     assert len(CONFIGS) == len(METHODS) and tuple(METHODS.values()) == CONFIGS  # no name twice, registry order
     for name, config in METHODS.items():
         assert config.name == name  # the config's dotted keys use the registry name
@@ -92,7 +92,7 @@ def test_every_pyproject_key_has_a_comment():
     "overrides, message",
     [
         ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedadapter, fedavg, fedbpt, fedcls, feddf, "
-                               "feddls, feddpg, feddrs, fedfsl, fedfsl-bias, fedlora, fedprompt, fedptuning-v2, fes"),
+                               "feddls, feddpg, feddrs, fedfsl, fedfsl-bias, fedkseed, fedlora, fedprompt, fedptuning-v2, fes"),
         ({"bandwidth_mbps": 0}, "bandwidth-mbps must be > 0, got 0"),
         ({"method": "fes", "fes.paces": "2-0-5"}, "fes.paces: '2-0-5' is not f-n-k"),
         ({"method": "fes", "fes.keep-ratio": 1.5}, "fes.keep-ratio must be <= 1, got 1.5"),

@@ -60,6 +60,7 @@ PER_METHOD: dict[str, dict[str, Any]] = {  # each method's own keys, at their sm
     "fedcls": {"fedcls.gold-labels": 8, "fedcls.max-local-steps": 1},
     "fedlora": {"fedlora.local-steps": 1, "fedlora.batch-size": 4, "fedlora.rank": 2},
     "fedadapter": {"fedadapter.local-steps": 1, "fedadapter.batch-size": 4, "fedadapter.bottleneck": 4},
+    "fedkseed": {"fedkseed.seeds": 4, "fedkseed.local-steps": 2, "fedkseed.batch-size": 4},
 }
 
 

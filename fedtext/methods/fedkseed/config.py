@@ -1,0 +1,53 @@
+"""FedKSeed's run-config keys (``[tool.flwr.app.config.fedkseed]``), validated once; imports
+no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from fedtext.config import MethodConfig, check_range
+from fedtext.metrics import MetricSpec
+
+MAX_SEEDS = 65_536  # K: the seed index must fit the uint16 the paper's clients would send; replay cost grows with K
+
+
+@dataclass(frozen=True)
+class FedKSeedConfig(MethodConfig):
+    """``fedkseed.*``: K shared seeds, zeroth-order SGD on every weight (Qin et al. 2024).
+
+    The defaults are CPU-sized for all-MiniLM-L6-v2 (22.7 M weights), not the paper's
+    billion-parameter LLMs (K = 4096, lr ~ 3e-7): see :mod:`fedtext.methods.fedkseed` and
+    docs/papers/fedkseed.md.
+    """
+
+    name: ClassVar[str] = "fedkseed"
+    model: ClassVar[str] = "fedtext.methods.fedkseed.model:FedKSeedModel"
+    strategy: ClassVar[str] = "strategies.fedkseed:FedKSeedStrategy"
+    client: ClassVar[str] = "clients.fedkseed:FedKSeedClient"
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    # the server adds the weighted mean of per-seed scalar sums to A (not a mean of the model's weights;
+    # a server optimizer on A is not FedKSeed), and the clients take zeroth-order steps (no gradients)
+    server_aggregation: ClassVar[str] = "an accumulation of per-seed scalar gradients replayed from w_0"
+    local_training: ClassVar[str] = "zeroth-order steps along shared seeds (no gradients)"
+    # similarity: nothing randomly initialised, so every weight starts pretrained; linear: a
+    # seeded head that the zeroth-order steps perturb with the encoder
+    default_head: ClassVar[str] = "similarity"
+    heads: ClassVar[tuple[str, ...]] = ("similarity", "linear")
+
+    seeds: int = 64  # K candidate seeds (paper: 4096)
+    local_steps: int = 32  # zeroth-order steps per client-round (two forwards each)
+    eps: float = 5e-4  # perturbation scale (paper: 5e-4)
+    lr: float = 1e-4  # zeroth-order SGD step (paper: ~3e-7 on billion-parameter LLMs)
+    batch_size: int = 16  # examples per step
+    grad_bound: float = 1e3  # largest |g| an honest step can report; an upload needs |G[k]| <= local-steps x this
+
+    def __post_init__(self) -> None:
+        check_range(self.key("seeds"), self.seeds, 1, MAX_SEEDS)
+        check_range(self.key("local_steps"), self.local_steps, 1)
+        check_range(self.key("eps"), self.eps, 0, low_open=True)
+        check_range(self.key("lr"), self.lr, 0, low_open=True)
+        check_range(self.key("batch_size"), self.batch_size, 1)
+        check_range(self.key("grad_bound"), self.grad_bound, 0, low_open=True)

@@ -1,0 +1,178 @@
+"""FedKSeed's model and math: the seeds, a zeroth-order step, the per-seed sums, the replay.
+
+Every function here works on a list of weight tensors in one fixed order (the backbone's
+:meth:`fedtext.backbone.Backbone.named_trainable`, the wire order of ``fedavg``), so that the
+server and every client draw the same z_k for the same weight. See
+:mod:`fedtext.methods.fedkseed` for the derivation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from fedtext.backbone import Backbone
+from fedtext.comm import ArraySpec
+from fedtext.model import NetworkModel
+
+if TYPE_CHECKING:
+    from fedtext.config import RunConfig
+
+SEED_SALT = 0xF5EED  # keeps the candidate seeds apart from every other draw of the run seed
+ACCUMULATOR = "A"  # the global array: the scalar gradients accumulated per seed, [K]
+UPLOAD = "G"  # a client's upload: its scalar gradients summed per seed, [K]
+
+
+def candidate_seeds(run_seed: int, k: int) -> list[int]:
+    """The K candidate seeds ``s_1..s_K`` of a run (§3 of Qin et al. 2024: a finite seed pool
+    shared by server and clients), 63-bit, from the run seed alone: every node computes the
+    same list and none is ever sent."""
+    state = np.random.SeedSequence([run_seed, SEED_SALT]).generate_state(k, dtype=np.uint64)
+    return [int(s) >> 1 for s in state]  # torch.Generator.manual_seed takes < 2**63 without wrapping
+
+
+def directions(params: Sequence[torch.Tensor], seed: int) -> list[torch.Tensor]:
+    """z ~ N(0, I_d) drawn from ``seed``, as one tensor per weight in ``params`` order.
+
+    Drawn on the CPU in float32 by a generator of its own (never the global one), then moved
+    to each weight's device and dtype: the same numbers on every node and device.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(p.shape, generator=gen, dtype=torch.float32).to(p.device, p.dtype) for p in params]
+
+
+def add_direction(params: Sequence[torch.Tensor], z: Sequence[torch.Tensor], scale: float) -> None:
+    """``w <- w + scale * z``, in place, weight by weight."""
+    with torch.no_grad():
+        for p, zi in zip(params, z, strict=True):
+            p.add_(zi, alpha=scale)
+
+
+def projected_gradient(loss_plus: float, loss_minus: float, eps: float) -> float:
+    """The scalar gradient along z: ``g = (L(w + eps z) - L(w - eps z)) / (2 eps)``, the
+    two-point zeroth-order estimate (MeZO's, the paper's ZOO step, §2-3)."""
+    return (loss_plus - loss_minus) / (2.0 * eps)
+
+
+def zo_step(params: Sequence[torch.Tensor], seed: int, eps: float, lr: float,
+            loss: Callable[[], float]) -> tuple[float, float]:
+    """One local step of FedKSeed on ``params`` (in place): ``w <- w - lr * g * z``.
+
+    z is drawn once from ``seed`` and kept for the step (4 d bytes: 91 MB for MiniLM-L6, in
+    exchange for one draw instead of three); ``loss()`` evaluates the mini-batch's loss at
+    the current weights. The weights go ``w + eps z`` (L+), ``w - eps z`` (L-), then
+    ``w - lr g z``: the last move is ``(eps - lr g) z`` from ``w - eps z``.
+
+    Returns
+    -------
+    tuple[float, float]
+        g, and the mean of the two losses (the step's loss at w, to first order).
+    """
+    z = directions(params, seed)
+    add_direction(params, z, eps)
+    plus = loss()
+    add_direction(params, z, -2.0 * eps)
+    minus = loss()
+    g = projected_gradient(plus, minus, eps)
+    add_direction(params, z, eps - lr * g)
+    return g, 0.5 * (plus + minus)
+
+
+def seed_sums(indices: Sequence[int], grads: Sequence[float], k: int) -> np.ndarray:
+    """A client's upload: ``G[j] = sum of g_i over the steps i that drew seed j``, float32
+    ``[K]`` (its local update is ``-lr sum_j G[j] z_j``). Summed in float64."""
+    out = np.zeros(k, dtype=np.float64)
+    np.add.at(out, np.asarray(indices, dtype=np.int64), np.asarray(grads, dtype=np.float64))
+    return out.astype(np.float32)
+
+
+def accumulate(a: np.ndarray, uploads: Sequence[np.ndarray], weights: Sequence[int]) -> np.ndarray:
+    """The server's step (Algorithm 1's aggregation in seed space):
+    ``A_t = A_{t-1} + sum_c (n_c / n) G_c``, float32 ``[K]``.
+
+    The example-weighted mean of the clients' per-seed sums is the mean of their updates,
+    ``-lr sum_k G_c[k] z_k``, because every update is linear in G.
+    """
+    total = float(sum(weights))
+    mean = sum((w / total) * np.asarray(g, dtype=np.float64) for g, w in zip(uploads, weights, strict=True))
+    return (np.asarray(a, dtype=np.float64) + mean).astype(np.float32)
+
+
+def replay(params: Sequence[torch.Tensor], w0: Sequence[torch.Tensor], a: np.ndarray, seeds: Sequence[int],
+           lr: float) -> int:
+    """Rebuild ``w = w_0 - lr * sum_k A[k] z_k`` in ``params`` (in place); returns how many
+    seeds were drawn.
+
+    Deterministic and the same on every node: ``w_0`` copied, then for each k with
+    ``A[k] != 0`` in increasing k, z_k drawn by :func:`directions` (per weight, in the
+    parameters' order) and added with ``-lr A[k]``. One tensor's z at a time would do as well
+    for the memory; the draw is per seed, so one seed's z is held at once (4 d bytes).
+    """
+    with torch.no_grad():
+        for p, w in zip(params, w0, strict=True):
+            p.copy_(w)
+    used = [j for j in range(len(a)) if a[j] != 0]
+    for j in used:
+        add_direction(params, directions(params, seeds[j]), -lr * float(a[j]))
+    return len(used)
+
+
+class FedKSeedModel(NetworkModel):
+    """Global arrays: the accumulator ``A`` ``[K]``; the network they stand for is
+    ``w_0 - lr sum_k A[k] z_k`` over every trainable weight (``trainable() == "all"``: the
+    encoder, and the ``linear`` head when the run has one)."""
+
+    def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
+        super().__init__(cfg, backbone)
+        self.k = self.mcfg.seeds
+        self.seeds = candidate_seeds(cfg.seed, self.k)
+        self._loaded: np.ndarray | None = None  # the A the network holds now (None: unknown)
+
+    def global_specs(self) -> list[ArraySpec]:
+        return [ArraySpec(ACCUMULATOR, (self.k,), "float32")]
+
+    def upload_specs(self) -> list[ArraySpec]:
+        return [ArraySpec(UPLOAD, (self.k,), "float32")]
+
+    def initial_arrays(self) -> list[np.ndarray]:
+        """A_0 = 0: the pretrained model (and the seeded head)."""
+        return [np.zeros(self.k, dtype=np.float32)]
+
+    def check_upload(self, upload: dict[str, np.ndarray]) -> str | None:
+        """|G[k]| <= local-steps x grad-bound: each of a client's S steps adds one g with
+        |g| <= grad-bound to one entry (finite and [K] are its spec's)."""
+        g = upload[UPLOAD]
+        limit = self.mcfg.local_steps * self.mcfg.grad_bound
+        largest = float(np.abs(g).max()) if g.size else 0.0
+        if largest > limit:
+            return (f"{UPLOAD}: |scalar gradient sum| {largest:.3g} exceeds fedkseed.local-steps x "
+                    f"fedkseed.grad-bound = {limit:.3g}")
+        return None
+
+    def initial_weights(self) -> list[torch.Tensor]:
+        """w_0 in :meth:`fedtext.backbone.Backbone.named_trainable` order: the process's frozen
+        pretrained weights (shared, never written) and the seeded ``linear`` head
+        (:meth:`fedtext.model.NetworkModel.head_init`)."""
+        frozen = dict(self.backbone.named_parameters())
+        heads = self.head_init()
+        return [torch.as_tensor(heads[n]) if n in heads else frozen[n].detach()
+                for n, _ in self.network.named_trainable()]
+
+    def load(self, arrays: Sequence[np.ndarray]) -> Backbone:
+        """The trainable copy holding ``w_0 - lr sum_k A[k] z_k`` (:func:`replay`; skipped when
+        it holds this A already)."""
+        a = np.asarray(arrays[0], dtype=np.float32)
+        if self._loaded is None or not np.array_equal(a, self._loaded):
+            params = [p for _, p in self.network.named_trainable()]
+            replay(params, self.initial_weights(), a, self.seeds, self.mcfg.lr)
+            self.network._label_cache = None  # the encoder changed
+            self._loaded = a.copy()
+        return self.network
+
+    def forget(self) -> None:
+        """The network's weights were changed in place (local training): the next :meth:`load`
+        replays."""
+        self._loaded = None

@@ -1,0 +1,215 @@
+"""FedKSeed (Qin et al. 2024): the zeroth-order step, the per-seed sums, the server's
+accumulator, the replay from w_0, the seeds, the drops, the bytes and the queries, on
+hand-computed values.
+
+The toy loss is ``L(w) = 1/2 ||w - t||^2`` over two small tensors: its central difference
+is exact, so ``g = (L+ - L-) / (2 eps) = z . (w - t)`` to float precision.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import RecordDict
+from flwr.common import Code, FitRes, Status
+
+from fedtext import comm
+from fedtext.client_app import make_client
+from fedtext.config import ConfigError
+from fedtext.methods.fedkseed.model import (FedKSeedModel, accumulate, candidate_seeds, directions,
+                                            projected_gradient, replay, seed_sums, zo_step)
+from fedtext.registry import make_config
+from fedtext.tasks import TASKS
+from strategies.fedkseed import FedKSeedStrategy
+
+SHAPES = [(3, 2), (4,)]
+
+
+def toy(seed: int = 0) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    gen = torch.Generator().manual_seed(1000 + seed)
+    w = [torch.randn(s, generator=gen) for s in SHAPES]
+    t = [torch.randn(s, generator=gen) for s in SHAPES]
+    return w, t
+
+
+def half_sq(w: list[torch.Tensor], t: list[torch.Tensor]) -> float:
+    return float(sum(0.5 * ((a - b) ** 2).sum() for a, b in zip(w, t, strict=True)))
+
+
+def flat(ts: list[torch.Tensor]) -> np.ndarray:
+    return np.concatenate([x.detach().double().numpy().ravel() for x in ts])
+
+
+# ----------------------------------------------------------------- the local step
+def test_projected_gradient_is_the_central_difference_over_two_eps():
+    assert projected_gradient(3.0, 1.0, 0.5) == 2.0  # (3 - 1) / (2 * 0.5)
+    assert projected_gradient(1.0, 3.0, 0.25) == -4.0
+
+
+def test_directions_are_one_generator_per_seed_drawn_per_tensor_in_order():
+    params = [torch.zeros(s) for s in SHAPES]
+    gen = torch.Generator().manual_seed(77)
+    by_hand = [torch.randn((3, 2), generator=gen), torch.randn((4,), generator=gen)]
+    z = directions(params, 77)
+    assert all(torch.equal(a, b) for a, b in zip(z, by_hand, strict=True))
+    assert not torch.equal(directions(params, 78)[0], z[0])
+
+
+def test_a_zeroth_order_step_estimates_the_directional_derivative_and_descends_along_z():
+    w, t = toy()
+    w_before = flat(w)
+    eps, lr, seed = 1e-2, 0.05, 5
+    z = flat(directions(w, seed))
+    g, mean_loss = zo_step(w, seed, eps, lr, lambda: half_sq(w, t))
+    by_hand_g = float(z @ (w_before - flat(t)))  # the exact directional derivative of the quadratic
+    assert g == pytest.approx(by_hand_g, rel=1e-4)
+    # w <- w - lr g z: a flipped sign (w + lr g z) or a dropped lr would land elsewhere
+    np.testing.assert_allclose(flat(w), w_before - lr * g * z, atol=1e-5)
+    # the mean of L+ and L- is L(w) + eps^2 ||z||^2 / 2 for the quadratic
+    assert mean_loss == pytest.approx(0.5 * ((w_before - flat(t)) ** 2).sum() + 0.5 * eps**2 * (z @ z), rel=1e-4)
+    assert half_sq(w, t) < 0.5 * ((w_before - flat(t)) ** 2).sum()  # a small step along -g z descends
+
+
+# ------------------------------------------------------------- uploads and server
+def test_seed_sums_add_each_steps_g_at_its_seed_index():
+    got = seed_sums([0, 2, 0, 3], [1.5, -2.0, 0.25, 4.0], 5)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [1.75, 0.0, -2.0, 4.0, 0.0])
+
+
+def test_the_server_adds_the_example_weighted_mean_of_the_sums_to_the_accumulator():
+    a = np.array([1.0, 0.0, 0.0], np.float32)
+    g1, g2 = np.array([2.0, 0.0, -1.0], np.float32), np.array([-1.0, 3.0, 0.0], np.float32)
+    # n = 1 and 3: mean = 0.25 g1 + 0.75 g2 = [-0.25, 2.25, -0.25]
+    got = accumulate(a, [g1, g2], [1, 3])
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, [0.75, 2.25, -0.25], rtol=0, atol=1e-7)
+
+
+def test_replaying_the_sums_from_w0_gives_the_weights_the_client_reached():
+    """A client at w = w_0 - lr sum A z takes steps; replaying A + G from w_0 gives its weights."""
+    w0, t = toy()
+    seeds = candidate_seeds(3, 4)
+    lr, eps = 0.02, 1e-3
+    a = np.array([0.5, 0.0, -1.0, 0.0], np.float32)
+    w = [x.clone() for x in w0]
+    replay(w, w0, a, seeds, lr)
+    by_hand = flat(w0) - lr * (0.5 * flat(directions(w0, seeds[0])) - 1.0 * flat(directions(w0, seeds[2])))
+    np.testing.assert_allclose(flat(w), by_hand, atol=1e-6)
+    picks = [1, 2, 1, 0, 3]
+    grads = [zo_step(w, seeds[k], eps, lr, lambda: half_sq(w, t))[0] for k in picks]
+    g = seed_sums(picks, grads, 4)
+    rebuilt = [torch.zeros(s) for s in SHAPES]
+    assert replay(rebuilt, w0, accumulate(a, [g], [1]), seeds, lr) == 4  # every seed in use drawn once
+    np.testing.assert_allclose(flat(rebuilt), flat(w), atol=1e-5)
+
+
+# ----------------------------------------------------------------------- seeds
+def test_candidate_seeds_come_from_the_run_seed_alone():
+    assert candidate_seeds(0, 8) == candidate_seeds(0, 8)
+    assert len(set(candidate_seeds(0, 8))) == 8
+    assert set(candidate_seeds(0, 8)).isdisjoint(candidate_seeds(1, 8))
+    assert candidate_seeds(0, 8)[:4] == candidate_seeds(0, 4)  # K only cuts the list
+    assert all(0 <= s < 2**63 for s in candidate_seeds(0, 8))
+
+
+@pytest.fixture(scope="module")
+def kseed(tmp_path_factory):
+    """A 4-seed FedKSeed run on the demo task: its strategy at round 1."""
+    cfg = make_config("fedkseed", seeds=4, local_steps=3, batch_size=4, max_length=64, seed=0,
+                      output_dir=str(tmp_path_factory.mktemp("kseed")))
+    strat = FedKSeedStrategy(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    return strat
+
+
+def test_server_and_client_models_replay_a_to_identical_weights(kseed):
+    a = np.array([0.0, 2.0, 0.0, -1.0], np.float32)
+    other = FedKSeedModel(kseed.cfg, kseed.backbone)  # what a client builds
+    server_net, client_net = kseed.model.load([a]), other.load([a])
+    assert other.seeds == kseed.model.seeds
+    for (name, p), (_, q) in zip(server_net.named_trainable(), client_net.named_trainable(), strict=True):
+        assert torch.equal(p, q), name
+    # and one tensor by hand: w_0 - lr (2 z_1 - z_3), z drawn over every weight in order
+    lr = kseed.cfg.method_config.lr
+    w0 = dict(kseed.backbone.named_parameters())
+    names = [n for n, _ in server_net.named_trainable()]
+    i = names.index("encoder.layer.5.output.LayerNorm.bias")  # the 102nd of 103 tensors: z_k drawn in order
+    params = [p for _, p in server_net.named_trainable()]
+    z1, z3 = directions(params, kseed.model.seeds[1])[i], directions(params, kseed.model.seeds[3])[i]
+    expected = w0[names[i]].detach() - lr * (2.0 * z1 - z3)
+    torch.testing.assert_close(params[i], expected, atol=1e-6, rtol=0)
+
+
+def test_another_run_seed_gives_other_seeds_and_other_weights(kseed):
+    cfg = make_config("fedkseed", seeds=4, max_length=64, seed=1)
+    other = FedKSeedModel(cfg, kseed.backbone)
+    assert set(other.seeds).isdisjoint(kseed.model.seeds)
+
+
+# ------------------------------------------------------------------------ drops
+def fit_res(g, pid, n=4):
+    return (SimpleNamespace(cid=str(pid)),
+            FitRes(Status(Code.OK, ""), comm.encode([g]), n, {"partition_id": pid, "train_loss": 0.5}))
+
+
+def test_bad_uploads_are_dropped_with_their_reason_and_the_rest_aggregated(kseed):
+    kseed.global_arrays = kseed.initial_arrays()
+    kseed.rounds.begin(1)
+    limit = 3 * kseed.cfg.method_config.grad_bound  # local-steps x grad-bound
+    honest = np.array([1.0, -2.0, 0.0, limit], np.float32)  # the bound itself is allowed
+    nan = np.array([0.0, np.nan, 0.0, 0.0], np.float32)
+    huge = np.array([0.0, 0.0, -1.01 * limit, 0.0], np.float32)
+    long = np.zeros(5, np.float32)  # a seed index K: out of range
+    arrays, metrics = kseed.aggregate_fit(1, [fit_res(honest, 0), fit_res(nan, 1), fit_res(huge, 2),
+                                              fit_res(long, 3)], [])
+    got = {d["client"]: d["reason"] for d in kseed.record.dropped}
+    assert got["1"] == "G: 1 non-finite values"
+    assert got["2"] == (f"G: |scalar gradient sum| {1.01 * limit:.3g} exceeds fedkseed.local-steps x "
+                        f"fedkseed.grad-bound = {limit:.3g}")
+    assert got["3"] == "G: shape (5,), expected (4,)"
+    np.testing.assert_array_equal(comm.decode(arrays)[0], honest)  # A_0 = 0 plus the one valid G
+    assert metrics == {"seeds_used": 3}
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("seeds", 0, "fedkseed.seeds must be >= 1, got 0"),
+    ("seeds", 65_537, "fedkseed.seeds must be <= 65536, got 65537"),
+    ("eps", 0.0, "fedkseed.eps must be > 0, got 0.0"),
+    ("grad_bound", -1.0, "fedkseed.grad-bound must be > 0, got -1.0"),
+])
+def test_bad_keys_are_one_line(key, value, message):
+    with pytest.raises(ConfigError, match=f"^{message.replace('.', '[.]')}$"):
+        make_config("fedkseed", **{key: value})
+
+
+# ------------------------------------------------------------ bytes and queries
+def test_bytes_per_client_round_at_the_defaults_are_4k_plus_a_header_each_way():
+    from fedtext.methods.fedkseed.config import FedKSeedConfig
+
+    k = FedKSeedConfig().seeds
+    assert k == 64
+    zeros = np.zeros(k, np.float32)
+    assert comm.payload_bytes(comm.encode([zeros])) == 4 * 64 + 128 == 384
+    # per-step pairs (int32 index + float32 g, two arrays) at the default 32 steps: 8 * 32 + 256 = 512 B
+    assert 8 * FedKSeedConfig().local_steps + 2 * comm.NPY_HEADER_BYTES > 384
+
+
+def test_a_clients_fit_queries_two_forwards_per_step_and_replays_to_its_own_weights(tmp_path):
+    run_config = {"method": "fedkseed", "fedkseed.seeds": 4, "fedkseed.local-steps": 3, "fedkseed.batch-size": 4,
+                  "shots-per-class": 4, "max-length": 64, "output-dir": str(tmp_path)}
+    client = make_client(run_config, {"partition-id": 0, "num-partitions": 2}, RecordDict()).numpy_client.build()
+    a0 = [np.zeros(4, np.float32)]
+    arrays, n, metrics = client.fit(a0, {"server_round": 1})
+    assert metrics["queries"] == 2 * 4 * 3  # 2 forwards x batch x steps; no backward, no other forward
+    assert n == len(client.train_batch)
+    g = arrays[0]
+    assert g.dtype == np.float32 and g.shape == (4,) and np.count_nonzero(g) >= 1
+    trained = [p.detach().clone() for _, p in client.model.network.named_trainable()]
+    fresh = FedKSeedModel(client.cfg, client.backbone)
+    rebuilt = fresh.load([g])  # w_0 - lr sum_k G[k] z_k: what the server's A becomes for one client
+    for (name, p), q in zip(rebuilt.named_trainable(), trained, strict=True):
+        torch.testing.assert_close(p, q, atol=1e-5, rtol=0, msg=name)
