@@ -171,7 +171,8 @@ def test_methods_whose_server_does_not_average_refuse_both_options_in_one_line(m
 
 
 def test_the_refusals_name_the_step() -> None:
-    assert set(NOT_AVERAGING) == {"fedbpt", "feddls", "feddrs", "feddf", "fes", "fedfsl", "fedfsl-bias", "fedcls"}
+    # the papers' non-averaging servers are refused (a subset: a method added later declares its own)
+    assert {"fedbpt", "feddls", "feddrs", "feddf", "fes", "fedfsl", "fedfsl-bias", "fedcls"} <= set(NOT_AVERAGING)
     with pytest.raises(ConfigError, match="^fedbpt: server-optimizer=fedadam needs a server that averages arrays; "
                                           "fedbpt's server step is a CMA-ES update$"):
         make_config("fedbpt", server_optimizer="fedadam")
