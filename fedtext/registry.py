@@ -17,8 +17,10 @@ and ``fedtext/client_app.py``, resolve a config's strategy and client strings
 (:func:`fedtext.components.resolve`), each its own side.
 
 Adding a method: ``fedtext/methods/<m>/`` (``config.py`` + ``model.py``), ``strategies/<m>.py``,
-``clients/<m>.py``, its defaults under ``[tool.flwr.app.config.<m>]`` in pyproject, and
-its config class as one line of :data:`CONFIGS` (docs/add-a-method.md).
+``clients/<m>.py``, its config class as one line of :data:`CONFIGS`, then
+``python tools/run_config_docs.py`` writes its pyproject table and docs/run-config.md rows
+from the config (docs/add-a-method.md). Nothing else names a method: the tests, the guide
+(README's table) and the dashboard read this tuple.
 """
 
 from __future__ import annotations
@@ -36,15 +38,16 @@ from fedtext.methods.fedprompt.config import FedPromptConfig
 from fedtext.methods.fedptuning_v2.config import FedPTuningV2Config
 from fedtext.methods.fes.config import FedCLSConfig, FedFSLBiasConfig, FedFSLConfig, FeSConfig
 
-# Every method, in the order the dashboard gives out colours (simulations.dashboard_data).
+# Every method, in the order of README's table (simulations.guide), the run-config tables
+# (tools/run_config_docs.py) and the dashboard's colours (simulations.dashboard_data).
 CONFIGS: tuple[type[MethodConfig], ...] = (
     FedPromptConfig,
     BBTFedConfig,
     FedBPTConfig,
     FedDLSConfig,
-    FedAvgConfig,
     FedDPGConfig,
     FedPTuningV2Config,
+    FedAvgConfig,
     FedDRSConfig,
     FedDFConfig,
     FeSConfig,
