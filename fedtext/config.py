@@ -1,7 +1,10 @@
 """Run configuration: read once from Flower's run-config, validated, frozen.
 
 Two levels, both in ``pyproject.toml`` in kebab-case with a default and a one-line
-comment:
+comment, both defined here and in the method configs as dataclass fields (the default, and
+the comment on the field's line; ``#:`` lines above a field: a longer text for
+docs/run-config.md), from which ``python tools/run_config_docs.py`` writes pyproject's
+tables and docs/run-config.md's:
 
 * ``[tool.flwr.app.config]``: the keys every method shares (data, rounds, seed, ...),
   read into :class:`RunConfig`;
