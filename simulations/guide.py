@@ -2,11 +2,14 @@
 
 Every figure in that table is a cell of a committed ``simulations/results/<experiment>/table.md``
 (written by ``python -m simulations.compare``); this module picks the cells and prints the
-table, and ``tests/unit/test_docs.py`` checks README holds exactly what it prints::
+table, and ``tests/docs/test_docs.py`` checks README holds exactly what it prints::
 
     python -m simulations.guide
 
-Three shared harnesses cover the thirteen methods (their settings are on the linked pages):
+What each method's line says comes from its config (``summary``: what it tunes; ``results``:
+the folder of its committed row; ``page``: its paper page), one line per registered method in
+registry order; a method without a committed row yet gets a line that says so.
+Three shared harnesses cover the methods with records (their settings are on the linked pages):
 the FedDPG Table 1 harness (AG News, 10 IID clients, 8 labelled examples per class, 4 rounds,
 3 seeds), the FedDRS harness (AG News, 8 clients, Dirichlet α=0.05, 3 seeds) and the FeS
 harness (AG News, 64 gold labels on 2 of 10 clients + unlabelled texts, 3 seeds).
@@ -15,8 +18,13 @@ harness (AG News, 64 gold labels on 2 of 10 clients + unlabelled texts, 3 seeds)
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fedtext.config import MethodConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -32,36 +40,30 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 
 @dataclass(frozen=True)
 class Row:
-    """One method's line: where its figures come from and what it does, in a few words."""
+    """One method's line: where its figures come from and what it does, in a few words
+    (its config's ``summary``, ``results`` and ``page``)."""
 
     method: str
     what: str
-    experiment: str  # folder under simulations/results/
-    label: str  # the table.md row (a method or a variant label)
-    page: str  # docs/papers/<page>.md
+    experiment: str  # folder under simulations/results/ ("" = no committed record yet)
+    label: str  # the table.md row (the method's name)
+    page: str  # docs/papers/<page>.md ("" = none yet)
 
 
+# The shared harnesses whose committed tables the guide reads, and their short names.
 HARNESS = {
     "feddpg_table1_ag_news": "T1",
     "feddrs_ag_news_alpha005": "DRS",
     "fes_ag_news": "FeS",
 }
+NO_RECORD = "no committed record yet"
 
-ROWS: tuple[Row, ...] = (
-    Row("fedprompt", "soft prompt, back-prop through the frozen PLM", "feddpg_table1_ag_news", "fedprompt", "baselines"),
-    Row("bbt-fed", "CMA-ES on a 100-d prompt subspace, no gradients", "feddpg_table1_ag_news", "bbt-fed", "baselines"),
-    Row("fedbpt", "bbt-fed + server CMA-ES step with corrected σ′", "feddpg_table1_ag_news", "fedbpt", "fedbpt"),
-    Row("feddls", "discrete token search; 16-bit ids up, LASSO down", "feddpg_table1_ag_news", "feddls", "feddls"),
-    Row("feddpg", "MLP prompt generator (back-prop); unlearning", "feddpg_table1_ag_news", "feddpg", "feddpg"),
-    Row("fedptuning-v2", "prefix keys/values at every layer (back-prop)", "feddpg_table1_ag_news", "fedptuning-v2", "feddpg"),
-    Row("fedavg", "fine-tune the whole model", "feddpg_table1_ag_news", "fedavg", "baselines"),
-    Row("feddrs", "fedavg + text-free server distillation", "feddrs_ag_news_alpha005", "feddrs", "feddrs"),
-    Row("feddf", "fedavg + distillation on public texts", "feddrs_ag_news_alpha005", "feddf", "feddrs"),
-    Row("fes", "few-shot: pseudo labels, pacing, bias-only top", "fes_ag_news", "fes", "fes"),
-    Row("fedfsl", "few-shot, static pacing, whole encoder", "fes_ag_news", "fedfsl", "fes"),
-    Row("fedfsl-bias", "fedfsl tuning biases only", "fes_ag_news", "fedfsl-bias", "fes"),
-    Row("fedcls", "gold labels only, whole model", "fes_ag_news", "fedcls", "fes"),
-)
+
+def rows(configs: Iterable[type[MethodConfig]] | None = None) -> tuple[Row, ...]:
+    """One row per registered method, in registry order, from what its config declares."""
+    if configs is None:
+        from fedtext.registry import CONFIGS as configs
+    return tuple(Row(c.name, c.summary, c.results, c.name, c.page) for c in configs)
 
 
 def markdown_rows(text: str) -> list[list[str]]:
@@ -83,17 +85,26 @@ def read_table(experiment: str) -> dict[str, dict[str, str]]:
     return {cells[0]: dict(zip(header, cells, strict=True)) for cells in rows}
 
 
-def render() -> str:
-    """The markdown table README shows (one line per method)."""
+def render(configs: Iterable[type[MethodConfig]] | None = None) -> str:
+    """The markdown table README shows (one line per registered method). A method whose
+    config names no results folder, or whose folder has no committed ``table.md`` row of its
+    name, gets a line saying so (a new method before its benchmark)."""
     head = ["`method=`", "what it tunes", *(title for _, title in COLUMNS), "harness", "details"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    tables = {experiment: read_table(experiment) for experiment in HARNESS}
-    for row in ROWS:
-        cells = tables[row.experiment][row.label]
-        # a spread of zero (every seed sent the same bytes) says nothing: show the value alone
-        figures = [cells[column].removesuffix(" ± 0.00").removesuffix(" ± 0") for column, _ in COLUMNS]
-        link = f"[{row.page}](docs/papers/{row.page}.md)"
-        out.append("| " + " | ".join([f"`{row.method}`", row.what, *figures, HARNESS[row.experiment], link]) + " |")
+    tables: dict[str, dict[str, dict[str, str]]] = {}
+    for row in rows(configs):
+        if row.experiment and row.experiment not in tables:
+            path = RESULTS / row.experiment / "table.md"
+            tables[row.experiment] = read_table(row.experiment) if path.is_file() else {}
+        cells = tables.get(row.experiment, {}).get(row.label)
+        link = f"[{row.page}](docs/papers/{row.page}.md)" if row.page else "—"
+        if cells is None:
+            figures, harness = ["—"] * len(COLUMNS), NO_RECORD
+        else:
+            # a spread of zero (every seed sent the same bytes) says nothing: show the value alone
+            figures = [cells[column].removesuffix(" ± 0.00").removesuffix(" ± 0") for column, _ in COLUMNS]
+            harness = HARNESS.get(row.experiment, row.experiment)
+        out.append("| " + " | ".join([f"`{row.method}`", row.what, *figures, harness, link]) + " |")
     return "\n".join(out) + "\n"
 
 

@@ -1,6 +1,6 @@
-"""Shared fixtures and helpers of the three tiers (tests/unit, tests/integration,
-tests/system): the offline backbone is loaded once per test session; each test is marked
-``unit``, ``integration`` or ``system`` by its folder."""
+"""Shared fixtures and helpers of the tiers (tests/unit, tests/integration,
+tests/system, tests/docs): the offline backbone is loaded once per test session; each test is
+marked ``unit``, ``integration``, ``system`` or ``docs`` by its folder."""
 
 from __future__ import annotations
 
@@ -29,8 +29,11 @@ TESTS = Path(__file__).resolve().parent
 # simulation, no subprocess of its own, no network, no browser), integration (Flower
 # simulation runs, golden records, resume, fault injection, anything that starts a
 # subprocess), system (flwr run, the TLS deployment, a lost SuperNode, a Ray head, the
-# dashboard in a browser). Each test gets its tier's marker: -m unit, -m "not system", ...
-TIERS = ("unit", "integration", "system")
+# dashboard in a browser), docs (README and docs/ complete and true: every registered method's
+# page and committed record, README's table = `python -m simulations.guide`; apart from the
+# unit tier so that a new method's unit tests pass before its benchmark is committed).
+# Each test gets its tier's marker: -m unit, -m "not system", ...
+TIERS = ("unit", "integration", "system", "docs")
 SHARED_DATA = Path(os.environ.get("FEDTEXT_DATA", REPO.parent / "shared" / "data"))
 
 
@@ -103,7 +106,8 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
         except ValueError:  # not under tests/
             continue
         if len(parts) < 2 or parts[0] not in TIERS:
-            raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/integration or tests/system")
+            raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/integration, tests/system or "
+                                   "tests/docs")
         item.add_marker(parts[0])
 
 

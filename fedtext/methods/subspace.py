@@ -17,9 +17,9 @@ class SubspaceConfig(MethodConfig):
     local_training: ClassVar[str] = "CMA-ES (derivative-free, no gradients)"
 
     local_steps: int = 4  # CMA-ES iterations per round
-    intrinsic_dim: int = 100  # d
-    popsize: int = 10  # lambda
-    sigma0: float = 1.0
+    intrinsic_dim: int = 100  # d: dimension of z (A is (T*D) x d, rebuilt from seed, never sent)
+    popsize: int = 10  # CMA-ES population lambda per iteration
+    sigma0: float = 1.0  # initial CMA-ES step size (BBT uses 1.0)
 
     def __post_init__(self) -> None:
         check_range(self.key("local_steps"), self.local_steps, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 import tomllib
 
 import pytest
@@ -12,13 +13,11 @@ from fedtext.config import ConfigError, MethodConfig, RunConfig
 from fedtext.model import Model
 from fedtext.registry import CONFIGS, METHODS, make_config
 from simulations.compare import flatten
-from simulations.guide import markdown_rows
 
 from ..conftest import REPO
 
-
-def pyproject_config() -> dict:
-    return flatten(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"])
+sys.path.insert(0, str(REPO / "tools"))
+import run_config_docs  # noqa: E402
 
 
 def parse(**overrides):
@@ -26,12 +25,11 @@ def parse(**overrides):
 
 
 def test_one_registry_names_each_method_once():
-    assert set(METHODS) == {"fedprompt", "bbt-fed", "fedbpt", "feddls", "fedavg", "feddpg", "fedptuning-v2", "feddrs", "feddf",
-                            "fes", "fedfsl", "fedfsl-bias", "fedcls", "fedlora", "fedadapter", "fedkseed"}
-    assert len(CONFIGS) == len(METHODS) and tuple(METHODS.values()) == CONFIGS  # no name twice, registry order
+    assert len(CONFIGS) >= 1 and len(CONFIGS) == len(METHODS) and tuple(METHODS.values()) == CONFIGS  # registry order
     for name, config in METHODS.items():
-        assert config.name == name  # the config's dotted keys use the registry name
+        assert config.name == name and re.fullmatch(r"[a-z][a-z0-9]*(-[a-z0-9]+)*", name), name  # a TOML table name
         assert issubclass(config.model_class(), Model)
+        assert config.summary and "|" not in config.summary, f"{name}: declare summary (README's 'what it tunes')"
 
 
 def test_each_config_names_its_own_strategy_and_client_of_one_method_module():
@@ -51,7 +49,9 @@ def test_each_config_names_its_own_strategy_and_client_of_one_method_module():
         assert issubclass(resolve(config.strategy), FedTextStrategy), config
         assert issubclass(resolve(config.client), FedTextClient), config
     # FeS and its baselines differ by config only: one strategy, one client
-    few_shot = {(METHODS[m].strategy, METHODS[m].client) for m in ("fes", "fedfsl", "fedfsl-bias", "fedcls")}
+    from fedtext.methods.fes.config import FewShotConfig
+
+    few_shot = {(c.strategy, c.client) for c in CONFIGS if issubclass(c, FewShotConfig)}
     assert few_shot == {("strategies.fes:FewShotStrategy", "clients.fes:FewShotClient")}
 
 
@@ -71,28 +71,66 @@ def test_resolve_names_the_bad_part_of_a_spec():
         resolve("strategies.fedavg:FedNope")
 
 
-def test_pyproject_lists_every_key_with_the_dataclass_defaults():
-    flat = pyproject_config()
-    expected = {k: v for k, v in RunConfig().to_run_config().items()}
+def test_pyproject_and_run_config_md_are_what_the_generator_writes_from_the_dataclasses():
+    """Every key's default and comment is defined once, in its config dataclass; pyproject's
+    ``[tool.flwr.app.config*]`` tables and docs/run-config.md's tables are written from them."""
+    stale = run_config_docs.stale()
+    assert not stale, (f"{', '.join(str(p.relative_to(REPO)) for p in stale)} differ from the config dataclasses: "
+                       f"run `{run_config_docs.COMMAND}`")
+
+
+def test_the_generated_tables_give_flower_every_key_at_its_dataclass_default():
+    """What the generator writes parses (TOML) to every shared key and every method's keys at
+    their defaults, as Flower flattens nested tables, and every method parses from it alone."""
+    flat = flatten(tomllib.loads(run_config_docs.pyproject_block())["tool"]["flwr"]["app"]["config"])
+    expected = RunConfig().to_run_config()
     for config in CONFIGS:
         expected.update(config().to_run_config())
-    assert flat == expected
-    for name in METHODS:  # every method parses from pyproject's defaults alone
-        cfg = RunConfig.from_run_config({**flat, "method": name}, METHODS)
-        assert cfg.method_config == METHODS[name]()
+    assert flat == expected and all(type(flat[k]) is type(v) for k, v in expected.items())
+    for name in METHODS:
+        assert RunConfig.from_run_config({**flat, "method": name}, METHODS).method_config == METHODS[name]()
 
 
-def test_every_pyproject_key_has_a_comment():
-    lines = (REPO / "pyproject.toml").read_text().split("\n[tool.flwr.app.config]\n")[1].split("CONFIGURATION MIGRATION")[0]
-    keys = [ln for ln in lines.splitlines() if "=" in ln and not ln.lstrip().startswith(("#", "["))]
-    assert len(keys) == len(pyproject_config()) and all("#" in ln for ln in keys)
+def test_the_generator_refuses_a_key_without_a_comment_and_takes_the_doc_comment(tmp_path, monkeypatch):
+    import dataclasses
+    import importlib.util
+
+    source = tmp_path / "nocomment.py"
+    source.write_text(
+        "from dataclasses import dataclass\n"
+        "from typing import ClassVar\n"
+        "from fedtext.config import MethodConfig\n\n\n"
+        "@dataclass(frozen=True)\n"
+        "class Explained(MethodConfig):\n"
+        "    name: ClassVar[str] = 'explained'\n"
+        "    #: the longer text\n"
+        "    #: on two lines\n"
+        "    steps: int = 2  # the one line\n"
+        "    rate: float = 0.005  # a | b\n\n\n"
+        "@dataclass(frozen=True)\n"
+        "class Silent(Explained):\n"
+        "    name: ClassVar[str] = 'silent'\n"
+        "    quiet: int = 1\n"
+    )
+    spec = importlib.util.spec_from_file_location("nocomment", source)
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(__import__("sys").modules, "nocomment", module)
+    spec.loader.exec_module(module)
+    docs = run_config_docs.field_docs(module.Explained)
+    assert docs["steps"] == run_config_docs.FieldDoc("the one line", "the longer text on two lines", "")
+    assert [f.name for f in dataclasses.fields(module.Silent)] == ["steps", "rate", "quiet"]
+    with pytest.raises(SystemExit, match=r"nocomment.py:18: field quiet has no '# comment' on its line"):
+        run_config_docs.field_docs(module.Silent)
+    table = run_config_docs.method_table([module.Explained])
+    assert "| `explained` | `steps` | 2 | the longer text on two lines |" in table  # #: text in the docs
+    assert "| `explained` | `rate` | 5e-3 | a \\| b |" in table  # a pipe escaped in its cell
+    assert f"{'rate = 5e-3':<30}# a | b\n" in run_config_docs.pyproject_block([module.Explained])  # as TOML
 
 
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"method": "fedsgd"}, "unknown method 'fedsgd'; choose one of: bbt-fed, fedadapter, fedavg, fedbpt, fedcls, feddf, "
-                               "feddls, feddpg, feddrs, fedfsl, fedfsl-bias, fedkseed, fedlora, fedprompt, fedptuning-v2, fes"),
+        ({"method": "fedsgd"}, f"unknown method 'fedsgd'; choose one of: {', '.join(sorted(METHODS))}"),
         ({"bandwidth_mbps": 0}, "bandwidth-mbps must be > 0, got 0"),
         ({"method": "fes", "fes.paces": "2-0-5"}, "fes.paces: '2-0-5' is not f-n-k"),
         ({"method": "fes", "fes.keep-ratio": 1.5}, "fes.keep-ratio must be <= 1, got 1.5"),
@@ -246,61 +284,6 @@ def test_unknown_task_for_unnamed_dataset(tmp_path):
         resolve_task("auto", str(tmp_path))
     assert resolve_task("auto", "../shared/data/sst2").name == "sst2"
     assert resolve_task("auto", "../shared/data/amazon/").name == "amazon"
-
-
-def _doc_value(cell: str) -> str:
-    """A default as docs/run-config.md writes it: `text` or a bare number/bool."""
-    return cell.strip().strip("`")
-
-
-def _same(doc: str, value) -> bool:
-    if isinstance(value, bool):
-        return doc == str(value).lower()
-    if isinstance(value, (int, float)):
-        try:
-            return float(doc.replace("−", "-")) == float(value)
-        except ValueError:
-            return False
-    return doc == str(value) or (doc in ("", '""') and value == "")
-
-
-def test_docs_run_config_tables_agree_with_the_dataclasses():
-    """docs/run-config.md repeats every key with its default: each shared key's row and each
-    method row whose defaults are listed plainly (one per key) must equal the dataclass
-    defaults, and every key of every method must have a row."""
-    text = (REPO / "docs" / "run-config.md").read_text()
-    rows = [row for row in markdown_rows(text) if row[0].startswith("`")]
-    shared = RunConfig().to_run_config()
-    documented_shared: dict[str, str] = {}
-    for r in (r for r in rows if len(r) == 3):  # `a`, `b` | 1, 2 | ... : one default per key
-        keys = [_doc_value(k) for k in r[0].split(",")]
-        values = r[1].split(", ") if len(keys) > 1 else [r[1]]
-        assert len(values) == len(keys), r
-        documented_shared.update(zip(keys, values, strict=True))
-    derived = {"resolved-labels"}  # written by the app, not set by a user
-    assert set(shared) - derived <= set(documented_shared), set(shared) - derived - set(documented_shared)
-    for key, cell in documented_shared.items():
-        assert key in shared, f"docs/run-config.md documents unknown key {key}"
-        assert _same(_doc_value(cell), shared[key]), (key, cell, shared[key])
-    covered: dict[str, set[str]] = {name: set() for name in METHODS}
-    checked = 0
-    for r in (r for r in rows if len(r) == 4):
-        methods = [_doc_value(m) for m in r[0].split(",")]
-        keys = [_doc_value(k) for k in r[1].split(",")]
-        for name in methods:
-            assert name in METHODS, r[0]
-            covered[name] |= set(keys)
-        plain = [_doc_value(v) for v in r[2].split(", ")] if not re.search(r"[(;]", r[2]) else []
-        if len(plain) == len(keys):
-            for name in methods:
-                defaults = METHODS[name]().to_run_config()
-                for key, doc in zip(keys, plain, strict=True):
-                    assert _same(doc, defaults[f"{name}.{key}"]), (name, key, doc, defaults[f"{name}.{key}"])
-                    checked += 1
-    for name in METHODS:
-        own = {k.split(".", 1)[1] for k in METHODS[name]().to_run_config()}
-        assert own <= covered[name], (name, own - covered[name])
-    assert checked >= 60
 
 
 def test_a_seed_beyond_flowers_sint64_is_one_line_at_config_time():

@@ -19,7 +19,6 @@ import json
 import logging
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 import numpy as np
 import pytest
@@ -37,7 +36,7 @@ from fedtext.validation import EVAL_METRICS, FIT_METRICS
 from strategies.feddpg import FedDPG
 from strategies.fes import FewShotStrategy
 
-from .test_round_loop import PER_METHOD, TINY, InProcessProxy
+from .test_round_loop import TINY, InProcessProxy, smoke
 
 SHARED = {"fit": {s.name for s in FIT_METRICS}, "evaluate": {s.name for s in EVAL_METRICS}}
 
@@ -89,23 +88,11 @@ class RecordingProxy(InProcessProxy):
         return res
 
 
-# What reaches every mode a method's client has, beside test_round_loop's PER_METHOD keys: every
-# prompt method post-tunes before its last evaluation (post_accuracy); FeS's and FedFSL's clients
-# label in round 2 (1 + f with f = 1; static pacing from round 2), FeS keeping all of its 4
-# filtered candidates (k = 100 %: 20 % of 4 texts is none, and an accuracy of no label is not
-# sent); FedDPGu's client 0 unlearns in round 1.
+# What reaches every mode a method's client has, beside its smoke keys: every prompt method
+# post-tunes before its last evaluation (post_accuracy); a mode only some rounds reach is the
+# method's own declaration, its config's ``smoke_modes`` (FeS's and FedFSL's clients label in
+# round 2, FedDPGu's client 0 unlearns in round 1).
 POST_TUNE = {"post-tune-popsize": 4, "post-tune-dim": 4}
-LABELLING = {"num-server-rounds": 2}
-MODES: dict[str, dict[str, Any]] = {
-    "feddpg": {"feddpg.unlearn-round": 1, "feddpg.unlearn-client": 0},
-    "fes": {**LABELLING, "fes.paces": "1-3-100"},
-    "fedfsl": LABELLING,
-    "fedfsl-bias": LABELLING,
-}
-
-
-def test_every_mode_named_is_a_registered_method():
-    assert set(MODES) <= set(METHODS)
 
 
 @pytest.mark.parametrize("method", list(METHODS))
@@ -114,8 +101,8 @@ def test_every_metric_a_methods_client_sends_is_exactly_what_its_config_declares
     telemetry (``FIT_METRICS``, ``EVAL_METRICS``) equals their config's declarations."""
     config = METHODS[method]
     prompt = issubclass(config.model_class(), PromptModel)  # a network method has no prompt to post-tune
-    run_config = {"method": method, **TINY, **PER_METHOD[method], **POST_TUNE, "post-tune-steps": int(prompt),
-                  **MODES.get(method, {}), "output-dir": str(tmp_path)}
+    run_config = {"method": method, **TINY, **smoke(method), **POST_TUNE, "post-tune-steps": int(prompt),
+                  **config.run_config(config.smoke_modes), "output-dir": str(tmp_path)}
     cfg = RunConfig.from_run_config(run_config, METHODS)
     server, server_config = build(cfg)
     sent: dict[str, set[str]] = {"fit": set(), "evaluate": set()}

@@ -41,27 +41,13 @@ from fedtext.server_app import build
 # 2 clients, 1 round, 4 shots per class and a 4-token prompt: seconds per method on 2 cores
 TINY = {"num-server-rounds": 1, "shots-per-class": 4, "client-test-size": 8, "eval-size": 16,
         "prompt-length": 4, "max-length": 32, "seed": 0}
-PER_METHOD: dict[str, dict[str, Any]] = {  # each method's own keys, at their smallest useful size
-    "fedprompt": {"fedprompt.local-steps": 1, "fedprompt.batch-size": 4},
-    "bbt-fed": {"bbt-fed.local-steps": 1, "bbt-fed.popsize": 4, "bbt-fed.intrinsic-dim": 20},
-    "fedbpt": {"fedbpt.local-steps": 1, "fedbpt.popsize": 4, "fedbpt.intrinsic-dim": 20},
-    "feddls": {"feddls.steps": 1, "feddls.candidates": 2},
-    "fedavg": {"fedavg.local-steps": 1, "fedavg.batch-size": 4},
-    "feddpg": {"feddpg.hidden": 5, "feddpg.prompts": 2, "feddpg.local-steps": 1, "feddpg.batch-size": 4},
-    "fedptuning-v2": {"fedptuning-v2.local-steps": 1, "fedptuning-v2.batch-size": 4},
-    "feddrs": {"feddrs.local-steps": 1, "feddrs.batch-size": 4, "feddrs.sample-batch": 2, "feddrs.sample-length": 4,
-               "feddrs.sample-steps": 1, "feddrs.distill-steps": 1, "feddrs.post-iterations": 1},
-    "feddf": {"feddf.local-steps": 1, "feddf.batch-size": 4, "feddf.distill-steps": 1, "feddf.post-iterations": 1,
-              "feddf.aux-size": 8, "feddf.aux-batch": 8},
-    "fes": {"fes.gold-labels": 8, "fes.unlabeled-size": 16, "fes.max-local-steps": 1, "fes.paces": "1-3-20",
-            "fes.neighbours": 4},
-    "fedfsl": {"fedfsl.gold-labels": 8, "fedfsl.unlabeled-size": 16, "fedfsl.max-local-steps": 1},
-    "fedfsl-bias": {"fedfsl-bias.gold-labels": 8, "fedfsl-bias.unlabeled-size": 16, "fedfsl-bias.max-local-steps": 1},
-    "fedcls": {"fedcls.gold-labels": 8, "fedcls.max-local-steps": 1},
-    "fedlora": {"fedlora.local-steps": 1, "fedlora.batch-size": 4, "fedlora.rank": 2},
-    "fedadapter": {"fedadapter.local-steps": 1, "fedadapter.batch-size": 4, "fedadapter.bottleneck": 4},
-    "fedkseed": {"fedkseed.seeds": 4, "fedkseed.local-steps": 2, "fedkseed.batch-size": 4},
-}
+
+
+def smoke(method: str) -> dict[str, Any]:
+    """A method's smallest useful keys as run-config keys: what its config declares as
+    ``smoke`` (fedtext.config.MethodConfig.smoke; {} runs its defaults)."""
+    config = METHODS[method]
+    return config.run_config(config.smoke)
 
 
 class InProcessProxy(ClientProxy):
@@ -108,7 +94,7 @@ class InProcessProxy(ClientProxy):
 def one_round(method: str, tmp_path: Path, clients: int = 2, **extra: Any) -> list[dict[str, Any]]:
     """One round of ``method`` on the demo task with ``clients`` in-process clients; the
     run's round records (round 0 and round 1)."""
-    run_config = {"method": method, **TINY, **PER_METHOD[method], "output-dir": str(tmp_path), **extra}
+    run_config = {"method": method, **TINY, **smoke(method), "output-dir": str(tmp_path), **extra}
     cfg = RunConfig.from_run_config(run_config, METHODS)
     server, server_config = build(cfg)
     for pid in range(clients):
@@ -131,6 +117,21 @@ def test_every_method_runs_a_round_in_process(method: str, tmp_path: Path) -> No
     assert 0.0 <= r["global_accuracy"] <= 1.0 and np.isfinite(r["global_loss"])
 
 
-def test_every_registered_method_has_a_tiny_setting() -> None:
-    """A new method joins this loop by one PER_METHOD line (its smallest useful keys)."""
-    assert set(PER_METHOD) == set(METHODS)
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_smoke_key_is_a_key_of_the_method_or_a_shared_key(method: str) -> None:
+    """A method joins this loop by being registered; its config's ``smoke`` and
+    ``smoke_modes`` name only its own keys (bare) or shared keys, with values that parse."""
+    config = METHODS[method]
+    shared = set(RunConfig.shared_keys())
+    for keys in (config.smoke, config.smoke_modes):
+        flat = config.run_config(keys)
+        assert set(flat) <= shared | set(config.keys()), set(flat) - shared - set(config.keys())
+        parsed = RunConfig.from_run_config({"method": method, **flat}, METHODS).to_run_config()
+        assert all(parsed[k] == v for k, v in flat.items()), flat
+
+
+def test_run_config_dots_a_methods_own_keys_and_keeps_shared_ones() -> None:
+    fedavg = METHODS["fedavg"]
+    assert fedavg.run_config({"local-steps": 1, "num-server-rounds": 2, "seed": 3}) == {
+        "fedavg.local-steps": 1, "num-server-rounds": 2, "seed": 3}
+    assert fedavg.run_config({}) == {}

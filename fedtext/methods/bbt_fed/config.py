@@ -4,6 +4,7 @@ torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -23,12 +24,16 @@ class BBTFedConfig(SubspaceConfig):
     strategy: ClassVar[str] = "strategies.bbt_fed:BBTFed"
     client: ClassVar[str] = "clients.bbt_fed:BBTFedClient"
     server_aggregation: ClassVar[str] = MEAN  # average=z: the base strategy's example-weighted mean of z
+    summary: ClassVar[str] = "CMA-ES on a 100-d prompt subspace, no gradients"
+    page: ClassVar[str] = "baselines"
+    results: ClassVar[str] = "feddpg_table1_ag_news"
+    smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "popsize": 4, "intrinsic-dim": 20}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 
-    bound: float = 0.0  # |z_i| <= bound; 0 = none
-    average: str = "z"  # z | z-sigma-C
+    bound: float = 0.0  # box bound on z components (|z_i| <= bound); 0 = unbounded
+    average: str = "z"  # z: FedAvg of z (BBT-Fed); z-sigma-C: average local z, sigma and C (FedBPT Fig. 2)
 
     def __post_init__(self) -> None:
         super().__post_init__()

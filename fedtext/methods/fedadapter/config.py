@@ -5,6 +5,7 @@ imports no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import ClassVar
 
 from fedtext.config import GRADIENT, MEAN, MethodConfig, check_choice, check_range
@@ -25,18 +26,22 @@ class FedAdapterConfig(MethodConfig):
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    summary: ClassVar[str] = "Houlsby bottleneck adapters + LayerNorms"
+    page: ClassVar[str] = "adapters"
+    results: ClassVar[str] = ""  # set when its benchmark is committed
+    smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "bottleneck": 4}
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the adapter weights: server-optimizer composes
     local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies
     # Houlsby et al. train a classifier on top (linear); the frozen-PLM heads work too
     default_head: ClassVar[str] = "linear"
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity", "tied", "mlm")
 
-    bottleneck: int = 64  # m (Houlsby's sizes {8, 64, 256}; their code's default 64)
-    activation: str = "gelu"  # sigma (the authors' adapter-bert code: gelu)
-    train_layernorm: bool = True  # the layers' LayerNorms train and travel too (Houlsby §2.1)
+    bottleneck: int = 64  # m: bottleneck size of each adapter (Houlsby: 8, 64 or 256; their code: 64)
+    activation: str = "gelu"  # sigma of h + W_up sigma(W_down h): gelu (Houlsby's code) | relu | tanh | silu
+    train_layernorm: bool = True  # the layers' LayerNorms train and travel too (Houlsby et al.)
     local_steps: int = 4  # AdamW steps per round
-    lr: float = 3e-4  # adapters and LayerNorms (Houlsby's GLUE sweep: 3e-5, 3e-4, 3e-3)
-    head_lr: float = 5e-3  # linear head (randomly initialised), as fedavg
+    lr: float = 3e-4  # AdamW learning rate of adapters and LayerNorms (Houlsby's sweep: 3e-5, 3e-4, 3e-3)
+    head_lr: float = 5e-3  # AdamW learning rate of the (randomly initialised) linear head (as fedavg)
     batch_size: int = 16  # examples per optimizer step
 
     def __post_init__(self) -> None:

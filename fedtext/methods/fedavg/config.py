@@ -4,6 +4,7 @@ torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,6 +22,10 @@ class FedAvgConfig(MethodConfig):
     client: ClassVar[str] = "clients.fedavg:FedAvgClient"
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean: server-optimizer composes
     local_training: ClassVar[str] = GRADIENT  # AdamW through gradient_steps: proximal-mu applies
+    summary: ClassVar[str] = "fine-tune the whole model"
+    page: ClassVar[str] = "baselines"
+    results: ClassVar[str] = "feddpg_table1_ag_news"
+    smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
@@ -28,9 +33,9 @@ class FedAvgConfig(MethodConfig):
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity")
 
     local_steps: int = 4  # AdamW steps per round
-    lr: float = 5e-5  # encoder
-    head_lr: float = 5e-3  # linear head (randomly initialised)
-    batch_size: int = 16
+    lr: float = 5e-5  # AdamW learning rate of the encoder
+    head_lr: float = 5e-3  # AdamW learning rate of the (randomly initialised) linear head
+    batch_size: int = 16  # examples per optimizer step
 
     def __post_init__(self) -> None:
         check_range(self.key("local_steps"), self.local_steps, 1)

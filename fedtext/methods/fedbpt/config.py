@@ -4,6 +4,7 @@ torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,6 +28,10 @@ class FedBPTConfig(SubspaceConfig):
     strategy: ClassVar[str] = "strategies.fedbpt:FedBPT"
     client: ClassVar[str] = "clients.fedbpt:FedBPTClient"
     server_aggregation: ClassVar[str] = "a CMA-ES update"  # Algorithm 2: the global search distribution, not a mean
+    summary: ClassVar[str] = "bbt-fed + server CMA-ES step with corrected σ′"
+    page: ClassVar[str] = "fedbpt"
+    results: ClassVar[str] = "feddpg_table1_ag_news"
+    smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "popsize": 4, "intrinsic-dim": 20}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
@@ -34,12 +39,23 @@ class FedBPTConfig(SubspaceConfig):
     # one client per round would skip every server step (the authors' code refuses to start)
     min_clients_per_round: ClassVar[int] = 2
 
-    keep_rate: float = 0.9  # r_p
-    download: str = "full"  # full | compact
-    sigma_update: str = "damped"  # damped (c_s/d_s, CMA-ES tutorial) | printed (Alg. 2 line 5 as printed)
-    server_step: str = "paper"  # paper (Alg. 2) | reference (the authors' global_es.py)
-    fitness: str = "perturbed"  # perturbed (loss on perturbed shots) | ratio (loss / perturbed loss)
-    reference_clamp: str = "as-run"  # as-run (no clamp) | as-logged (sigma_local in [0.5, previous])
+    keep_rate: float = 0.9  # r_p: share of input tokens kept when perturbing (1 = no perturbation)
+    #: `full` sends (z, σ, C) as Algorithm 1; `compact` sends (z, σ) and clients start from C = I
+    download: str = "full"  # full: send (z, sigma, C) as Algorithm 1; compact: (z, sigma), clients use C = I
+    #: new global σ: `damped` = σ′·exp((c_σ/d_σ)(‖p_σ‖/E‖N‖ − 1)) (CMA-ES tutorial; what every table here used),
+    #: `printed` = Alg. 2 line 5 as printed, without c_σ/d_σ
+    sigma_update: str = "damped"  # damped: sigma' exp((c_s/d_s)(|p_s|/E|N| - 1)) (CMA-ES); printed: Alg. 2 line 5, no c_s/d_s
+    #: `paper` = Algorithm 2 (best half, eq. (4) σ′, written out in `fedtext/methods/fedbpt/cmaes.py`); `reference` =
+    #: the authors' NVFlare server (`research/fed-bpt/src/global_es.py`): a pycma CMA-ES with population = parents = m
+    #: clients recombines **all** uploads with pycma's rank weights, σ′ = √(Σ_all Σ_j σ² / (m·μ_l)) (no factor 2),
+    #: clients get (σ_after/σ′)·previous σ, and run pycma's default local weights
+    server_step: str = "paper"  # paper: Alg. 2 (best half, eq. 4 sigma'); reference: the authors' NVFlare code (all clients, pycma weights)
+    #: what a local candidate is scored by: `perturbed` = loss on the perturbed shots (Alg. 1); `ratio` = loss(shots) /
+    #: loss(perturbed shots), the authors' code with perturbation on (2 forwards per candidate; needs `keep-rate` < 1)
+    fitness: str = "perturbed"  # perturbed: loss on perturbed shots (Alg. 1); ratio: loss / perturbed loss (authors' code, 2x queries)
+    #: `server-step=reference` only: `as-run` = the code as it runs (its clamp of σ to [0.5, previous] is undone by the
+    #: line order, so no clamp); `as-logged` = the clamp its log lines describe
+    reference_clamp: str = "as-run"  # server-step=reference: as-run (code order undoes the clamp) | as-logged (sigma in [0.5, previous])
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -4,6 +4,7 @@ torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -23,19 +24,23 @@ class FedDLSConfig(MethodConfig):
     client: ClassVar[str] = "clients.feddls:FedDLSClient"
     server_aggregation: ClassVar[str] = "a mean of discrete-token prompts sent as compressed updates"  # eqs. 5, 8-11
     local_training: ClassVar[str] = "a discrete token search (no gradients)"
+    summary: ClassVar[str] = "discrete token search; 16-bit ids up, LASSO down"
+    page: ClassVar[str] = "feddls"
+    results: ClassVar[str] = "feddpg_table1_ag_news"
+    smoke: ClassVar[Mapping[str, object]] = {"steps": 1, "candidates": 2}
     # the p' version the client holds after the round (clients.feddls.FedDLSClient.train): the
     # server sends its next download from there (strategies.feddls.FedDLS.download)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = (MetricSpec("dls_version", whole=True, low=0),)
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
-    candidates: int = 5  # K
-    steps: int = 40  # S
-    compression: str = "lasso"
-    phi: int = 5
-    lasso_alpha: float = 0.2
-    lasso_screen: int = 100
-    pca_components: int = 10
-    quant_bits: int = 3
+    candidates: int = 5  # K: nearest vocabulary tokens tried per local-search step (eq. 7)
+    steps: int = 40  # S: local-search steps per client per round (Alg. 3)
+    compression: str = "lasso"  # download: lasso (eqs. 8-11) | full (float16 T x D) | pca | quant (App. E)
+    phi: int = 5  # Phi: vocabulary embeddings per prompt position in the lasso download
+    lasso_alpha: float = 0.2  # alpha of eq. (8) (scikit-learn's alpha = alpha / (2 D))
+    lasso_screen: int = 100  # L of the first LASSO pass (Alg. 2 keeps L = [lasso-screen, phi])
+    pca_components: int = 10  # n of App. E's PCA download (top-n principal components of e(V))
+    quant_bits: int = 3  # b of App. E's quantized download (b bits per value + a scale per token)
 
     def __post_init__(self) -> None:
         for f in ("candidates", "steps", "phi", "lasso_screen", "pca_components"):

@@ -4,6 +4,7 @@ imports no torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -53,25 +54,39 @@ class FedDPGConfig(MethodConfig):
     # optimizer: strategies.feddpg); AdamW on G through gradient_steps (unlearning: its own ascent)
     server_aggregation: ClassVar[str] = MEAN
     local_training: ClassVar[str] = GRADIENT
+    summary: ClassVar[str] = "MLP prompt generator (back-prop); unlearning"
+    page: ClassVar[str] = "feddpg"
+    results: ClassVar[str] = "feddpg_table1_ag_news"
+    smoke: ClassVar[Mapping[str, object]] = {"hidden": 5, "prompts": 2, "local-steps": 1, "batch-size": 4}
+    smoke_modes: ClassVar[Mapping[str, object]] = {"unlearn-round": 1, "unlearn-client": 0}  # FedDPGu in round 1
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = UNLEARN_METRICS
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
-    hidden: int = 20  # h: hidden units of G (paper: 5 / 10 / 20)
+    hidden: int = 20  # h: hidden units of the two-layer MLP G (paper: 5 / 10 / 20)
     prompts: int = 10  # |P|: prompt vectors G makes per text (paper: 1 / 5 / 10)
-    input: str = "prompt-text"  # §4.2.2: prompt-text = [P; x], text = x only, prompt = P only
-    mean_embedding: str = "tokens"  # ē over the n tokens (eq. 2); padded: 128 positions with [PAD] (authors' code)
-    local_steps: int = 4  # AdamW steps per round
-    lr: float = 1e-3  # the authors' code: AdamW, 1e-3
-    batch_size: int = 16
-    unlearn_round: int = 0  # FedDPGu: the round in which unlearn-client unlearns (0 = never)
-    unlearn_client: int = 0  # partition id of the client that asks to forget
-    forget_fraction: float = 0.2  # share of that client's training examples to forget (§4.2.5: 20%)
-    unlearn_lambda: float = 1.0  # λ of eq. (5)
-    unlearn_loss: str = "sets"  # sets: mean CE(retained) + λ·mean CE(relabelled); examples: λ per example
-    unlearn_steps: int = 16  # full-batch steps of the unlearning update (at most, with unlearn-target)
-    unlearn_lr: float = 0.0  # their learning rate (0 = feddpg.lr)
-    unlearn_target: float = 0.0  # stop once forget-set accuracy (true labels) fell by this many points (0 = never)
-    unlearn_optimizer: str = "adamw"  # adamw (the authors' code) or sgd (plain gradient steps)
+    input: str = "prompt-text"  # §4.2.2: prompt-text = [P; x] | text = x only (G bypassed) | prompt = P only
+    #: G's input ē: `tokens` = the mean word embedding over the text's n tokens ([CLS] and [SEP] included), eq. (2)'s
+    #: (1/n) Σ e_i; `padded` = the mean over 128 positions, the text's tokens and 128 − n copies of the [PAD]
+    #: embedding, as the authors' code (every text padded to `max_length=128`; [papers/feddpg.md](papers/feddpg.md))
+    mean_embedding: str = "tokens"  # G's input: mean over the text's tokens (eq. 2) | padded = over 128 positions, [PAD] included (authors' code)
+    local_steps: int = 4  # AdamW steps on G per round
+    lr: float = 1e-3  # AdamW learning rate of G (the authors' code: 1e-3)
+    batch_size: int = 16  # examples per optimizer step
+    unlearn_round: int = 0  # FedDPGu: round in which unlearn-client unlearns and G is replaced (0 = never)
+    unlearn_client: int = 0  # FedDPGu: partition id of the client that asks to forget
+    forget_fraction: float = 0.2  # FedDPGu: share of that client's training examples to forget (§4.2.5: 20%)
+    unlearn_lambda: float = 1.0  # FedDPGu: lambda of eq. (5) on the relabelled examples
+    #: how λ weighs eq. (5): `sets` = mean CE(retained) + λ·mean CE(relabelled) (λ=1: half the loss is the forget
+    #: set's); `examples` = λ per relabelled example, (Σ CE(retained) + λ·Σ CE(relabelled)) / (n_r + λ·n_u) (λ=1 is the
+    #: authors' code: one CE over the client's data, forgotten labels replaced in place)
+    unlearn_loss: str = "sets"  # FedDPGu: sets = mean CE(retained) + lambda*mean CE(relabelled) | examples = lambda per example (1 = authors' code)
+    unlearn_steps: int = 16  # FedDPGu: full-batch steps of the unlearning update (optimizer: unlearn-optimizer)
+    unlearn_lr: float = 0.0  # FedDPGu: their learning rate (0 = feddpg.lr)
+    unlearn_target: float = 0.0  # FedDPGu: stop once the forget set's accuracy fell by this many points (0 = run every step)
+    #: optimizer of the unlearning steps (the paper names none): `adamw` (the authors' code; a fresh AdamW moves every
+    #: weight by about the learning rate per step) or `sgd` (plain gradient steps, G moves in proportion to eq. (5)'s
+    #: gradient; its gradients are large, use rates of 0.03-0.3)
+    unlearn_optimizer: str = "adamw"  # FedDPGu: adamw (the authors' code) | sgd (plain gradient steps of eq. (5))
 
     def __post_init__(self) -> None:
         check_range(self.key("hidden"), self.hidden, 1)

@@ -4,6 +4,7 @@ validated once; imports no torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -44,8 +45,8 @@ class DistillConfig(FedAvgConfig):
 
     iterations: int = 1  # I: sample-and-distil iterations per round (Alg. 1; paper 1)
     post_iterations: int = 3  # I*: iterations of post-processing after the last round (paper 3)
-    post_only: bool = False  # PostOnly: plain FedAvg until the last round, then post-processing
-    distill_steps: int = 4  # student AdamW steps per iteration
+    post_only: bool = False  # PostOnly (Table 1): plain FedAvg until the last round, then post-processing
+    distill_steps: int = 4  # student AdamW steps per iteration on eq. (8)
     distill_lr: float = 1e-4  # eta*: the student's AdamW learning rate (paper 1e-5 with Adafactor)
 
     def __post_init__(self) -> None:
@@ -64,15 +65,20 @@ class FedDRSConfig(DistillConfig):
     model: ClassVar[str] = "fedtext.methods.feddrs.model:FedDRSModel"
     strategy: ClassVar[str] = "strategies.feddrs:FedDRS"
     client: ClassVar[str] = "clients.feddrs:FedDRSClient"
+    summary: ClassVar[str] = "fedavg + text-free server distillation"
+    page: ClassVar[str] = "feddrs"
+    results: ClassVar[str] = "feddrs_ag_news_alpha005"
+    smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "sample-batch": 2, "sample-length": 4,
+                                             "sample-steps": 1, "distill-steps": 1, "post-iterations": 1}
 
-    sampling: str = "mixed"  # random | target | adversarial | '+'-joined set | mixed (all three)
-    label_prior: str = "client"  # gamma_k from the client's label counts | uniform
+    sampling: str = "mixed"  # random | target | adversarial | '+'-joined set (random+adversarial) | mixed = all three
+    label_prior: str = "client"  # pseudo labels gamma_k drawn from the client's label counts | uniform
     sample_batch: int = 8  # pseudo sequences per teacher and sampler (paper 64)
     sample_length: int = 32  # pseudo positions per sequence between [CLS] and [SEP] (paper 64)
     sample_steps: int = 5  # gradient steps on theta per target/adversarial sampling (paper 100)
     beta: float = 2.0  # step size of the sampling update (paper 0.1 x 100 steps; here 2 x 5: same beta x steps)
-    lam: float = 0.1  # lambda of eq. (7) during training rounds (paper 0.1)
-    post_lam: float = 0.3  # lambda* of eq. (7) in post-processing ("increased"; value ours)
+    lam: float = 0.1  # lambda of eq. (7) in training rounds (paper 0.1)
+    post_lam: float = 0.3  # lambda* of eq. (7) in post-processing (paper: "increased")
     noise: float = 0.5  # random sampling noise, in units of the embeddings' per-dimension std
 
     def __post_init__(self) -> None:
@@ -98,11 +104,16 @@ class FedDFConfig(DistillConfig):
     model: ClassVar[str] = "fedtext.methods.fedavg.model:FedAvgModel"
     strategy: ClassVar[str] = "strategies.feddf:FedDF"
     client: ClassVar[str] = "clients.feddf:FedDFClient"
+    summary: ClassVar[str] = "fedavg + distillation on public texts"
+    page: ClassVar[str] = "feddrs"
+    results: ClassVar[str] = "feddrs_ag_news_alpha005"
+    smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "distill-steps": 1, "post-iterations": 1,
+                                             "aux-size": 8, "aux-batch": 8}
 
-    distill_lr: float = 3e-5  # the student's AdamW learning rate (at 1e-4 FedDF's KL rose during its steps)
-    aux_dataset: str = "demo"  # unlabelled auxiliary text: a data folder (its train split's texts) or demo
+    distill_lr: float = 3e-5  # the student's AdamW learning rate (at 1e-4 its KL rose during the steps)
+    aux_dataset: str = "demo"  # unlabelled auxiliary text: a data folder (its train texts) or demo
     aux_size: int = 256  # auxiliary texts drawn (seeded) once per run
-    aux_batch: int = 64  # auxiliary texts per student step
+    aux_batch: int = 64  # auxiliary texts per encoder call
 
     def __post_init__(self) -> None:
         super().__post_init__()

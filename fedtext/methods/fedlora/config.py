@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import ClassVar
 
 from fedtext.config import ConfigError, GRADIENT, MEAN, MethodConfig, check_range
@@ -28,21 +29,25 @@ class FedLoRAConfig(MethodConfig):
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    summary: ClassVar[str] = "LoRA on the frozen encoder (PEFT), A and B averaged"
+    page: ClassVar[str] = "lora"
+    results: ClassVar[str] = ""  # set when its benchmark is committed
+    smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "rank": 2}
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the LoRA factors: server-optimizer composes
     local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies
     # LoRA's GLUE runs train a classifier on top (linear); the frozen-PLM heads work too
     default_head: ClassVar[str] = "linear"
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity", "tied", "mlm")
 
-    rank: int = 8  # r (LoRA's RoBERTa GLUE setting r_q = r_v = 8)
-    alpha: float = 8.0  # LoRA's alpha: the update is scaled by alpha / r (LoRA's RoBERTa GLUE: 8)
+    rank: int = 8  # r of every LoRA pair A [r, d_in], B [d_out, r] (LoRA's RoBERTa GLUE: 8)
+    alpha: float = 8.0  # LoRA alpha: B A x is scaled by alpha / r (LoRA's RoBERTa GLUE: 8)
     dropout: float = 0.0  # dropout on the LoRA branch's input (PEFT's default)
-    target_modules: str = "query,value"  # W_q and W_v of every layer (LoRA §7.1)
-    freeze_a: bool = False  # FFA-LoRA: A frozen at its seeded value, only B trains and travels
+    target_modules: str = "query,value"  # linear layers LoRA wraps in every transformer layer, by last name (LoRA: W_q, W_v)
+    freeze_a: bool = False  # FFA-LoRA: A frozen at its seeded value, only B trains and travels (exact mean)
     local_steps: int = 4  # AdamW steps per round
-    lr: float = 5e-4  # LoRA's factors (LoRA's RoBERTa-base GLUE: 4e-4 .. 5e-4)
-    head_lr: float = 5e-3  # linear head (randomly initialised), as fedavg
-    batch_size: int = 16  # LoRA's RoBERTa-base GLUE: 16
+    lr: float = 5e-4  # AdamW learning rate of the LoRA factors (LoRA's RoBERTa-base GLUE: 4e-4 .. 5e-4)
+    head_lr: float = 5e-3  # AdamW learning rate of the (randomly initialised) linear head (as fedavg)
+    batch_size: int = 16  # examples per optimizer step
 
     def __post_init__(self) -> None:
         check_range(self.key("rank"), self.rank, 1)

@@ -4,6 +4,7 @@ no torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,13 +22,17 @@ class FedPromptConfig(MethodConfig):
     client: ClassVar[str] = "clients.fedprompt:FedPromptClient"
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the prompt
     local_training: ClassVar[str] = GRADIENT  # Adam through gradient_steps
+    summary: ClassVar[str] = "soft prompt, back-prop through the frozen PLM"
+    page: ClassVar[str] = "baselines"
+    results: ClassVar[str] = "feddpg_table1_ag_news"
+    smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 
-    local_steps: int = 4  # Adam steps per round
-    lr: float = 0.01
-    batch_size: int = 16
+    local_steps: int = 4  # Adam steps on the prompt per round
+    lr: float = 0.01  # Adam learning rate for the soft prompt
+    batch_size: int = 16  # examples per optimizer step
 
     def __post_init__(self) -> None:
         check_range(self.key("local_steps"), self.local_steps, 1)

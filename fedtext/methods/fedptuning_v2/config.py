@@ -4,6 +4,7 @@ imports no torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -21,14 +22,18 @@ class FedPTuningV2Config(MethodConfig):
     client: ClassVar[str] = "clients.fedptuning_v2:FedPTuningV2Client"
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the prefixes
     local_training: ClassVar[str] = GRADIENT  # Adam through gradient_steps
+    summary: ClassVar[str] = "prefix keys/values at every layer (back-prop)"
+    page: ClassVar[str] = "feddpg"
+    results: ClassVar[str] = "feddpg_table1_ag_news"
+    smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     heads: ClassVar[tuple[str, ...]] = ("similarity", "tied", "mlm")
 
-    local_steps: int = 4  # Adam steps per round
-    lr: float = 5e-3  # P-tuning v2's classification learning rates are 5e-3 .. 1e-2
-    batch_size: int = 16
+    local_steps: int = 4  # Adam steps on the prefixes per round
+    lr: float = 5e-3  # Adam learning rate of the prefixes
+    batch_size: int = 16  # examples per optimizer step
 
     def __post_init__(self) -> None:
         check_range(self.key("local_steps"), self.local_steps, 1)

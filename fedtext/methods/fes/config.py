@@ -4,6 +4,7 @@ imports no torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -61,20 +62,22 @@ class FewShotConfig(MethodConfig):
     server_aggregation: ClassVar[str] = ("FeS's few-shot server (FedAvg within its train/label groups and pacing, "
                                          "as the paper ran it)")
     local_training: ClassVar[str] = GRADIENT
+    page: ClassVar[str] = "fes"  # FeS and its baselines: one page, one harness
+    results: ClassVar[str] = "fes_ag_news"
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = TRAIN_METRICS  # fedcls: never asked to label
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
-    gold_labels: int = 64  # labelled texts in the whole federation (Table 2: 64)
-    labelled_clients: int = 2  # clients 0..L-1 hold them (skewed, Table 1)
-    unlabeled_size: int = 256  # unlabelled texts per client (0 = the whole partition)
+    gold_labels: int = 64  # labelled texts in the whole federation (FeS Table 2: 64)
+    labelled_clients: int = 2  # clients 0..L-1 hold them (the skewed placement of FeS Table 1)
+    unlabeled_size: int = 256  # unlabelled texts per client (0 = its whole partition)
     oracle: bool = False  # every pool text labelled (the Full-set reference)
-    batch_size: int = 4  # §4.1: mini-batch 4
-    local_epochs: int = 1  # §4.1: one local epoch over gold + pseudo labels
-    max_local_steps: int = 0  # cap on steps per client-round (0 = no cap)
-    lr: float = 5e-5  # AdamW, fully tuned weights
-    bias_lr: float = 1e-3  # AdamW, bias-only layers (BitFit's rate; the authors' code: 1e-3)
+    batch_size: int = 4  # mini-batch (FeS §4.1: 4)
+    local_epochs: int = 1  # local epochs over gold + pseudo labels (FeS §4.1: 1)
+    max_local_steps: int = 0  # cap on optimizer steps per client-round (0 = none)
+    lr: float = 5e-5  # AdamW learning rate of fully tuned weights
+    bias_lr: float = 1e-3  # AdamW learning rate of bias-only layers (BitFit; FeS code: 1e-3)
     frozen_layers: int = 0  # bottom encoder layers frozen
-    bias_layers: int = 0  # middle layers tuning only biases (-1 = every layer above the frozen ones)
+    bias_layers: int = 0  # middle layers tuning only biases (-1 = all above the frozen ones)
 
     def __post_init__(self) -> None:
         check_range(self.key("gold_labels"), self.gold_labels, 0)
@@ -104,13 +107,15 @@ class PseudoLabelConfig(FewShotConfig):
     """Few-shot methods that pseudo-label (§2.3): static pacing keys."""
 
     pacing_default: ClassVar[str] = "static"
+    smoke: ClassVar[Mapping[str, object]] = {"gold-labels": 8, "unlabeled-size": 16, "max-local-steps": 1}
+    smoke_modes: ClassVar[Mapping[str, object]] = {"num-server-rounds": 2}  # static pacing labels from round 2
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = TRAIN_METRICS + PSEUDO_LABEL_METRICS
 
-    static_labels: int = 100  # static pacing: pseudo labels a labelling client keeps (§4.1: 100)
-    static_clients: int = 5  # static pacing: labelling clients per round (§4.1: 5)
-    infer_batch: int = 4  # texts per inference batch (l_i is measured per batch of this size)
-    pseudo_pick: str = "top-k"  # top-k (§2.3) | class-quota (authors' pet/ipet.py: quotas, drawn ∝ max softmax)
-    gold_in_target: bool = False  # gold labels count toward the pseudo-label target (authors' pet/modeling.py)
+    static_labels: int = 100  # static pacing: pseudo labels a labelling client keeps (FeS §4.1: 100)
+    static_clients: int = 5  # static pacing: labelling clients per round (FeS §4.1: 5)
+    infer_batch: int = 4  # texts per pseudo-labelling forward (l_i of AUG-E is per batch of this size)
+    pseudo_pick: str = "top-k"  # top-k (FeS §2.3: most confident) | class-quota (FeS code: per-class quotas drawn ∝ max softmax)
+    gold_in_target: bool = False  # gold labels count toward the pseudo-label target (FeS code) instead of on top
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -138,10 +143,12 @@ class FedCLSConfig(FewShotConfig):
     model: ClassVar[str] = "fedtext.methods.fes.model:FewShotModel"
     strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
     client: ClassVar[str] = "clients.fes:FewShotClient"
+    summary: ClassVar[str] = "gold labels only, whole model"
+    smoke: ClassVar[Mapping[str, object]] = {"gold-labels": 8, "max-local-steps": 1}
     default_head: ClassVar[str] = "cls"
     heads: ClassVar[tuple[str, ...]] = ("cls", "linear")
 
-    head_lr: float = 0.0  # AdamW rate of the fresh head (0 = lr: one rate for every weight, as the paper)
+    head_lr: float = 0.0  # AdamW learning rate of the fresh head (0 = lr: one rate, as FeS §4.1)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -160,6 +167,7 @@ class FedFSLConfig(PseudoLabelConfig):
     model: ClassVar[str] = "fedtext.methods.fes.model:FewShotModel"
     strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
     client: ClassVar[str] = "clients.fes:FewShotClient"
+    summary: ClassVar[str] = "few-shot, static pacing, whole encoder"
 
 
 @dataclass(frozen=True)
@@ -170,6 +178,7 @@ class FedFSLBiasConfig(PseudoLabelConfig):
     model: ClassVar[str] = "fedtext.methods.fes.model:FewShotModel"
     strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
     client: ClassVar[str] = "clients.fes:FewShotClient"
+    summary: ClassVar[str] = "fedfsl tuning biases only"
 
     bias_layers: int = -1  # every layer bias-only (BitFit)
 
@@ -182,22 +191,32 @@ class FeSConfig(PseudoLabelConfig):
     model: ClassVar[str] = "fedtext.methods.fes.model:FewShotModel"
     strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
     client: ClassVar[str] = "clients.fes:FewShotClient"
+    summary: ClassVar[str] = "few-shot: pseudo labels, pacing, bias-only top"
+    smoke: ClassVar[Mapping[str, object]] = {"gold-labels": 8, "unlabeled-size": 16, "max-local-steps": 1,
+                                             "paces": "1-3-20", "neighbours": 4}
+    smoke_modes: ClassVar[Mapping[str, object]] = {"num-server-rounds": 2, "paces": "1-3-100"}
+    # ^ labels in round 2 (1 + f with f = 1), keeping all of its 4 filtered candidates (k = 100 %: 20 % of 4
+    #   texts is none, and an accuracy of no label is not sent)
 
-    pacing: str = "curriculum"  # curriculum (Alg. 1) | static (ablation: fedfsl's pacing)
-    paces: str = "1-2-10,1-4-5,2-4-10"  # initial <f, n, k> list: in rounds 1+f, 1+2f.. n clients keep k%·(r-1)/f of U
-    trial_rounds: int = 1  # r: rounds each configuration is tried (Alg. 1 line 13)
-    candidates: int = 2  # t: top-t configurations kept for switching
-    threshold: float = 0.0  # s: AUG-E below this switches (Alg. 1 line 7)
-    eta: float = 1.0  # eta in eq. (1)
-    theta: float = 1.0  # theta in eq. (1): weight of training cost
-    filter: bool = True  # representational filtering (§3.2)
-    keep_ratio: float = 0.25  # share of a client's unlabelled texts the filter keeps (int(N x ratio), as the authors')
-    rho: float = 10.0  # rho > 1 in eq. (2) (authors' code: 10)
-    neighbours: int = 16  # k of the k-NN sets V(x) (authors' code: 150 of ~1,200 texts)
-    centre_proxy: bool = False  # subtract the mean proxy embedding before the k-NN (authors' code: yes)
-    vote: str = "eq2"  # eq2 (§3.2) | votek (authors' fast_votek: chosen texts stop voting, ties by vote count)
-    frozen_layers: int = 4  # §3.3/§4.4's AG News plan, 2/3 frozen: MiniLM-L6 layers 0-3
-    bias_layers: int = 2  # the top 1/3 bias-only (layers 4-5), no full layer
+    pacing: str = "curriculum"  # curriculum (Alg. 1, AUG-E) | static (ablation: fedfsl's pace)
+    paces: str = "1-2-10,1-4-5,2-4-10"  # initial <f,n,k> list: in rounds 1+f, 1+2f, ... n clients keep k% x (round-1)/f of their texts
+    trial_rounds: int = 1  # r: rounds each pace is tried (Alg. 1)
+    candidates: int = 2  # t: top-t paces kept for switching
+    threshold: float = 0.0  # s: a window's AUG-E below this re-tries the candidates
+    eta: float = 1.0  # eta of eq. (1)
+    theta: float = 1.0  # theta of eq. (1): weight of the training cost
+    filter: bool = True  # §3.2 representational filtering of the texts to pseudo-label
+    keep_ratio: float = 0.25  # share of a client's unlabelled texts the filter keeps: int(N x ratio), as the FeS code
+    rho: float = 10.0  # rho > 1 of eq. (2) (FeS code: 10)
+    neighbours: int = 16  # k of the k-NN sets V(x) (FeS code: 150 of ~1,200 texts)
+    #: subtract the mean proxy embedding before the k-NN of eq. (2) (the authors' code does)
+    centre_proxy: bool = False  # subtract the mean proxy embedding before the k-NN (FeS code: true)
+    #: the filter's greedy choice: `eq2` = eq. (2) as the paper writes it (every voter counts, ties to the lowest id);
+    #: `votek` = the authors' `fast_votek` (a chosen text stops voting, texts nobody votes for are never chosen, ties
+    #: by vote count, then first vote)
+    vote: str = "eq2"  # eq2 (FeS eq. (2)) | votek (FeS code's fast_votek: chosen texts stop voting, ties by vote count)
+    frozen_layers: int = 4  # §3.3 co-planning, the paper's AG News plan: bottom 2/3 frozen (MiniLM-L6: 0-3)
+    bias_layers: int = 2  # the next layers tuning only biases (4-5); the rest (none) fully
 
     def __post_init__(self) -> None:
         super().__post_init__()
