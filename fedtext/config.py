@@ -182,6 +182,9 @@ class MethodConfig:
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the method's own evaluate-reply metrics
     # MEAN: the server's step is a mean of the uploaded arrays (server-optimizer, proximal-mu
     # compose); otherwise what the step is, for the refusal ("" = undeclared: refused)
+    # the encoder precisions its math tolerates (``precision=``), and why when not all of them
+    precisions: ClassVar[tuple[str, ...]] = PRECISIONS
+    precision_reason: ClassVar[str] = ""
     server_aggregation: ClassVar[str] = ""
     # GRADIENT: clients train through fedtext.client.gradient_steps (proximal-mu applies);
     # otherwise what they do, for the refusal ("" = undeclared: refused)
@@ -472,6 +475,9 @@ class RunConfig:
         if mc is not None and 0 < self.clients_per_round < mc.min_clients_per_round:
             raise ConfigError(f"{self.method} needs at least {mc.min_clients_per_round} clients per round, got "
                               f"clients-per-round={self.clients_per_round}")
+        if mc is not None and self.precision not in mc.precisions:
+            raise ConfigError(f"precision={self.precision} does not fit method {self.method}; it takes "
+                              f"{', '.join(mc.precisions)} ({mc.precision_reason})")
         if mc is not None and self.head != "auto" and self.head not in mc.heads:
             raise ConfigError(
                 f"head={self.head} does not fit method {self.method}; it takes {', '.join(mc.heads)} "

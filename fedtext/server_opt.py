@@ -84,6 +84,12 @@ class ServerOptimizer:
         """What a checkpoint keeps: ``{"m": ..., "v": ...}`` (lists of arrays, or None)."""
         return {"m": self.m, "v": self.v}
 
+    def reset(self) -> None:
+        """Forget the moments (m, v): the next step starts them afresh. For a round whose new
+        global arrays are a replacement, not a step (FedDPGu's G <- G_c^u): moments built from
+        training on the forgotten examples would otherwise keep pushing along their direction."""
+        self.m = self.v = None
+
     def load_state(self, state: dict[str, Any]) -> None:
         """Continue from :meth:`state`'s output (a resumed run)."""
         self.m = None if state.get("m") is None else [np.asarray(a) for a in state["m"]]

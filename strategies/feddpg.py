@@ -72,6 +72,9 @@ class FedDPG(FedTextStrategy):
                          **{s.name: a for s, a in zip(specs, self.global_arrays, strict=True)})
             # the partition it is bound to (a node only ever known by its node id: not a number)
             unlearned = float(upload.partition_id) if str(upload.partition_id).isdigit() else float("nan")
+            # server-optimizer's moments were built from training that saw the forgotten examples: a
+            # momentum would carry the unlearned G back along their direction, so they start afresh
+            self.server_opt.reset()
             return upload.array_list(), {**metrics, "unlearned_client": unlearned}
         # eq. (1)'s uniform mean, then server-optimizer's step (the replacement above bypasses it: §3.3.1's
         # G <- G_c^u is the unlearned model itself, not a pseudo-gradient)

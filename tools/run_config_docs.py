@@ -32,6 +32,8 @@ files equal what this writes.
 
 from __future__ import annotations
 
+import decimal
+
 import argparse
 import ast
 import dataclasses
@@ -145,12 +147,17 @@ def toml_value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        # TOML basic string: backslash, quote and every control character escaped (\uXXXX)
+        return '"' + "".join(
+            "\\\\" if c == "\\" else '\\"' if c == '"' else f"\\u{ord(c):04x}" if ord(c) < 0x20 or ord(c) == 0x7F else c
+            for c in value) + '"'
     if isinstance(value, float):
         if value == 0 or abs(value) >= 0.01:
             return repr(value)
-        mantissa, exponent = f"{value:.15e}".split("e")  # 0.005 -> 5e-3, as the papers write rates
-        return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+        # 0.005 -> 5e-3, as the papers write rates; from repr's digits, the shortest that parse back
+        # to the same float (a fixed 16-digit mantissa would not: 1/300 -> 3.333333333333334e-3)
+        mantissa, exponent = format(decimal.Decimal(repr(value)), "e").split("e")
+        return f"{mantissa}e{int(exponent)}"
     return str(value)
 
 

@@ -86,6 +86,10 @@ class InjectedModel(NetworkModel):
         if self._network is None:
             net = self.backbone.trainable_copy(self.is_copied)
             self.inject(net)
+            # new torch modules start in train mode (PEFT's LoRA dropout): put them in the copied
+            # encoder's eval mode, so that every evaluation before local training is deterministic
+            # (a client's train() switches the whole encoder to train mode and back)
+            (net.mlm or net.encoder).eval()
             self._seed(net)
             net.set_trainable(self.trainable())
             self._network = net

@@ -20,7 +20,7 @@ needs_bf16 = pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has no bf16
 
 
 @needs_bf16
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("method", [m for m, c in METHODS.items() if "bf16" in c.precisions])
 def test_every_method_runs_a_round_in_bf16_with_fp32_bytes(method: str, tmp_path: Path) -> None:
     bf16 = one_round(method, tmp_path / "bf16", precision="bf16", device="cpu")[1]
     fp32 = one_round(method, tmp_path / "fp32", precision="fp32", device="cpu")[1]
@@ -29,6 +29,16 @@ def test_every_method_runs_a_round_in_bf16_with_fp32_bytes(method: str, tmp_path
     assert bf16["bytes_up_per_client"] == fp32["bytes_up_per_client"] > 0
     assert bf16["bytes_down_per_client"] == fp32["bytes_down_per_client"]
     assert 0.0 <= bf16["global_accuracy"] <= 1.0 and np.isfinite(bf16["global_loss"])
+
+
+@pytest.mark.parametrize("method", [m for m, c in METHODS.items() if c.precisions != ("fp32", "bf16", "fp16")])
+def test_a_method_that_refuses_a_precision_says_so_in_one_line(method: str) -> None:
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+
+    refused = next(p for p in ("bf16", "fp16") if p not in METHODS[method].precisions)
+    with pytest.raises(ConfigError, match=f"^precision={refused} does not fit method {method}; it takes "):
+        make_config(method, precision=refused)
 
 
 @needs_bf16

@@ -293,3 +293,14 @@ def test_a_seed_beyond_flowers_sint64_is_one_line_at_config_time():
     assert make_config("fedprompt", seed=2**63 - 1).seed == 2**63 - 1
     with pytest.raises(ConfigError, match=r"^seed must be <= 9223372036854775807, got 9223372036854775808$"):
         make_config("fedprompt", seed=2**63)
+
+
+@pytest.mark.parametrize("value", [0.005, 1 / 300, 0.0012345678901234567, 5e-5, 1e-9, 0.0, 1000.0, 0.25, 7,
+                                   True, False, "", 'a"b\\c', "tab\there", "new\nline\x7f"])
+def test_the_generator_writes_every_default_so_that_toml_reads_back_the_same_value(value):
+    """A default in pyproject must parse back to exactly the dataclass's value: a float's
+    shortest digits (a 16-digit mantissa turned 1/300 into another float), a string's quotes,
+    backslashes and control characters escaped (a raw newline is invalid TOML)."""
+    text = run_config_docs.toml_value(value)
+    back = tomllib.loads(f"x = {text}")["x"]
+    assert back == value and type(back) is type(value)

@@ -149,6 +149,28 @@ def test_unlearning_round_samples_only_the_client_and_replaces_G_with_its_upload
     assert strat.record.method_metrics["unlearned_client"] == 1.0
 
 
+def test_the_unlearning_round_forgets_the_server_optimizers_moments(backbone):
+    """fedavgm's momentum holds training that saw the forgotten examples: the replacement round
+    clears it, so round 4 steps from G_c^u with a fresh momentum (before: the old one kept)."""
+    cfg = dpg(prompts=1, hidden=2, unlearn_round=2, unlearn_client=1, server_optimizer="fedavgm", server_momentum=0.9)
+    strat = FedDPG(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    proxies = {str(i): SimpleNamespace(cid=f"node{i}") for i in range(2)}
+    for pid, proxy in proxies.items():
+        strat.sampler.learn(proxy, int(pid))
+    specs = strat.model.global_specs()
+    strat.rounds.begin(1)
+    ups = [fit_res([np.full(s.shape, v, np.float32) for s in specs], 5, pid)[1] for pid, v in ((0, 1.0), (1, 3.0))]
+    params, _ = strat.aggregate_fit(1, [(proxies[str(i)], r) for i, r in enumerate(ups)], [])
+    strat.global_arrays = comm.decode(params)
+    assert strat.server_opt.m is not None  # round 1 built a momentum
+    strat.rounds.begin(2)
+    _, res = fit_res([np.full(s.shape, 7.0, np.float32) for s in specs], 6, 1, forget_accuracy_before=1.0,
+                     forget_accuracy_after=0.0)
+    strat.aggregate_fit(2, [(proxies["1"], res)], [])
+    assert strat.server_opt.m is None and strat.server_opt.v is None
+
+
 # ----------------------------------------------------------------- FedDPGu
 @pytest.mark.parametrize("classes", [2, 4])
 def test_relabels_always_differ_from_the_true_label_and_cover_the_others(classes):

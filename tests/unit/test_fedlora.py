@@ -250,3 +250,16 @@ def test_lora_on_an_mlm_checkpoints_base_model(tmp_path):
         changed = (net.hidden_states(None, batch)[0] - bb.hidden_states(None, batch)[0]).abs().max()
     assert changed > 0.1
     assert type(bb.mlm.bert.encoder.layer[0].attention.self.query) is torch.nn.Linear
+
+
+def test_lora_dropout_is_off_when_the_server_or_an_untrained_client_evaluates(backbone, demo):
+    """PEFT's LoRA dropout modules are new torch modules (train mode when made): the model's
+    copy puts them in the encoder's eval mode, so two evaluations of the same arrays agree
+    (before the fix: two server evaluations with dropout=0.5 differed)."""
+    model = LoRAModel(lora(head="similarity", rank=4, dropout=0.5), backbone)
+    arrays = [a if "lora_A" in s.name else np.full_like(a, 0.05)
+              for s, a in zip(model.global_specs(), model.initial_arrays(), strict=True)]
+    drops = [m for n, m in model.network.encoder.named_modules() if n.endswith("lora_dropout.default")]
+    assert drops and not any(m.training for m in drops)
+    batches = backbone.batches(texts(demo, 16), [0] * 16)
+    assert model.evaluate(arrays, batches) == model.evaluate(arrays, batches)

@@ -29,6 +29,12 @@ class FedKSeedConfig(MethodConfig):
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
+    # g = (L+ - L-) / (2 eps) needs the loss to ~1e-3 at eps = 5e-4: bf16 autocast rounds the weights
+    # in every matmul to 8 mantissa bits (~1e-4 at |w| ~ 0.03, the size of eps z): g was off by up to
+    # 47% per step on MiniLM (15.5 vs 22.8; review of issue 46), so only fp32 is offered
+    precisions: ClassVar[tuple[str, ...]] = ("fp32",)
+    precision_reason: ClassVar[str] = ("its two-point estimate (L+ - L-)/(2 eps) needs fp32 losses: bf16/fp16 "
+                                       "round the weights by about eps z")
     summary: ClassVar[str] = "zeroth-order full model along K shared seeds"
     page: ClassVar[str] = "fedkseed"
     results: ClassVar[str] = ""  # set when its benchmark is committed
