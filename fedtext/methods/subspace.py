@@ -16,9 +16,12 @@ class SubspaceConfig(MethodConfig):
 
     local_training: ClassVar[str] = "CMA-ES (derivative-free, no gradients)"
 
+    #: CMA-ES iterations per round (FedBPT's I local iterations)
     local_steps: int = 4  # CMA-ES iterations per round
     intrinsic_dim: int = 100  # d: dimension of z (A is (T*D) x d, rebuilt from seed, never sent)
+    #: CMA-ES population λ per iteration (FedBPT's λ_k)
     popsize: int = 10  # CMA-ES population lambda per iteration
+    #: initial CMA-ES step size σ (BBT uses 1.0; FedBPT's σ_0)
     sigma0: float = 1.0  # initial CMA-ES step size (BBT uses 1.0)
 
     def __post_init__(self) -> None:

@@ -32,7 +32,9 @@ class BBTFedConfig(SubspaceConfig):
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 
+    #: box bound on z (|z_i| ≤ bound); 0 = none
     bound: float = 0.0  # box bound on z components (|z_i| <= bound); 0 = unbounded
+    #: `z` (FedAvg of z, BBT-Fed) or `z-sigma-C` (average the local z, σ and C: FedBPT Fig. 2)
     average: str = "z"  # z: FedAvg of z (BBT-Fed); z-sigma-C: average local z, sigma and C (FedBPT Fig. 2)
 
     def __post_init__(self) -> None:

@@ -39,6 +39,7 @@ class FedBPTConfig(SubspaceConfig):
     # one client per round would skip every server step (the authors' code refuses to start)
     min_clients_per_round: ClassVar[int] = 2
 
+    #: r_p, share of input tokens kept by the anti-overfitting perturbation (1 = off)
     keep_rate: float = 0.9  # r_p: share of input tokens kept when perturbing (1 = no perturbation)
     #: `full` sends (z, σ, C) as Algorithm 1; `compact` sends (z, σ) and clients start from C = I
     download: str = "full"  # full: send (z, sigma, C) as Algorithm 1; compact: (z, sigma), clients use C = I

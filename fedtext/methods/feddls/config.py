@@ -33,13 +33,20 @@ class FedDLSConfig(MethodConfig):
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = (MetricSpec("dls_version", whole=True, low=0),)
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
+    #: K nearest vocabulary tokens tried per local-search step (eq. 7); the paper's T=50 is `prompt-length=50`
     candidates: int = 5  # K: nearest vocabulary tokens tried per local-search step (eq. 7)
     steps: int = 40  # S: local-search steps per client per round (Alg. 3)
+    #: download: `lasso` (eqs. 8–11), `full` (float16 p, T × D), `pca`, `quant` (App. E)
     compression: str = "lasso"  # download: lasso (eqs. 8-11) | full (float16 T x D) | pca | quant (App. E)
+    #: `lasso`: Φ tokens (vocabulary embeddings) per prompt position
     phi: int = 5  # Phi: vocabulary embeddings per prompt position in the lasso download
+    #: `lasso`: α of eq. (8) (scikit-learn's `alpha = α / (2D)`)
     lasso_alpha: float = 0.2  # alpha of eq. (8) (scikit-learn's alpha = alpha / (2 D))
+    #: `lasso`: L of Alg. 2's first LASSO pass, its first-pass L (Alg. 2 keeps L = [`lasso-screen`, `phi`])
     lasso_screen: int = 100  # L of the first LASSO pass (Alg. 2 keeps L = [lasso-screen, phi])
+    #: `pca`: n of App. E's PCA download, the top-n principal components of e(V)
     pca_components: int = 10  # n of App. E's PCA download (top-n principal components of e(V))
+    #: `quant`: b of App. E's quantized download, b bits per value + a float16 scale per token
     quant_bits: int = 3  # b of App. E's quantized download (b bits per value + a scale per token)
 
     def __post_init__(self) -> None:

@@ -62,8 +62,13 @@ class FedDPGConfig(MethodConfig):
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = UNLEARN_METRICS
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
+    #: h of G: hidden units of the two-layer MLP (paper: 5 / 10 / 20); h=20, |P|=10 give Table 1's parameter count with
+    #: RoBERTa-base
     hidden: int = 20  # h: hidden units of the two-layer MLP G (paper: 5 / 10 / 20)
+    #: |P| of G: prompt vectors G makes per text (paper: 1 / 5 / 10; |P|=10 with h=20 gives Table 1's parameter count,
+    #: see `hidden`)
     prompts: int = 10  # |P|: prompt vectors G makes per text (paper: 1 / 5 / 10)
+    #: input configuration of §4.2.2: `prompt-text` = [P; x], `text` = x only (G bypassed), `prompt` = P only
     input: str = "prompt-text"  # §4.2.2: prompt-text = [P; x] | text = x only (G bypassed) | prompt = P only
     #: G's input ē: `tokens` = the mean word embedding over the text's n tokens ([CLS] and [SEP] included), eq. (2)'s
     #: (1/n) Σ e_i; `padded` = the mean over 128 positions, the text's tokens and 128 − n copies of the [PAD]
@@ -72,16 +77,24 @@ class FedDPGConfig(MethodConfig):
     local_steps: int = 4  # AdamW steps on G per round
     lr: float = 1e-3  # AdamW learning rate of G (the authors' code: 1e-3)
     batch_size: int = 16  # examples per optimizer step
+    #: FedDPGu scenario: the round in which `unlearn-client` unlearns and G is replaced (0 = none)
     unlearn_round: int = 0  # FedDPGu: round in which unlearn-client unlearns and G is replaced (0 = never)
+    #: FedDPGu scenario: partition id of the client that asks to forget
     unlearn_client: int = 0  # FedDPGu: partition id of the client that asks to forget
+    #: FedDPGu scenario: share of that client's training examples forgotten (§4.2.5: 20%)
     forget_fraction: float = 0.2  # FedDPGu: share of that client's training examples to forget (§4.2.5: 20%)
+    #: FedDPGu: λ of eq. (5) on the relabelled examples
     unlearn_lambda: float = 1.0  # FedDPGu: lambda of eq. (5) on the relabelled examples
     #: how λ weighs eq. (5): `sets` = mean CE(retained) + λ·mean CE(relabelled) (λ=1: half the loss is the forget
     #: set's); `examples` = λ per relabelled example, (Σ CE(retained) + λ·Σ CE(relabelled)) / (n_r + λ·n_u) (λ=1 is the
     #: authors' code: one CE over the client's data, forgotten labels replaced in place)
     unlearn_loss: str = "sets"  # FedDPGu: sets = mean CE(retained) + lambda*mean CE(relabelled) | examples = lambda per example (1 = authors' code)
+    #: FedDPGu: full-batch steps of the unlearning update (optimizer: `unlearn-optimizer`)
     unlearn_steps: int = 16  # FedDPGu: full-batch steps of the unlearning update (optimizer: unlearn-optimizer)
+    #: FedDPGu: learning rate of those steps (0 = `feddpg.lr`)
     unlearn_lr: float = 0.0  # FedDPGu: their learning rate (0 = feddpg.lr)
+    #: FedDPGu: stop before a step once the forget set's accuracy (true labels) has fallen by this many points (0 = run
+    #: every step; a stopping rule of ours, the paper gives no length)
     unlearn_target: float = 0.0  # FedDPGu: stop once the forget set's accuracy fell by this many points (0 = run every step)
     #: optimizer of the unlearning steps (the paper names none): `adamw` (the authors' code; a fresh AdamW moves every
     #: weight by about the learning rate per step) or `sgd` (plain gradient steps, G moves in proportion to eq. (5)'s

@@ -46,7 +46,10 @@ class DistillConfig(FedAvgConfig):
     iterations: int = 1  # I: sample-and-distil iterations per round (Alg. 1; paper 1)
     post_iterations: int = 3  # I*: iterations of post-processing after the last round (paper 3)
     post_only: bool = False  # PostOnly (Table 1): plain FedAvg until the last round, then post-processing
+    #: student AdamW steps per iteration on eq. (8) (paper: one Adafactor step)
     distill_steps: int = 4  # student AdamW steps per iteration on eq. (8)
+    #: η*: the student's AdamW learning rate (paper: Adafactor at 1e-5; at 1e-5 four AdamW steps changed nothing
+    #: measurable here)
     distill_lr: float = 1e-4  # eta*: the student's AdamW learning rate (paper 1e-5 with Adafactor)
 
     def __post_init__(self) -> None:
@@ -71,13 +74,19 @@ class FedDRSConfig(DistillConfig):
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "sample-batch": 2, "sample-length": 4,
                                              "sample-steps": 1, "distill-steps": 1, "post-iterations": 1}
 
+    #: samplers: `random`, `target`, `adversarial`, a `+`-joined set (`random+adversarial`), or `mixed` = all three
     sampling: str = "mixed"  # random | target | adversarial | '+'-joined set (random+adversarial) | mixed = all three
+    #: pseudo labels γ_k drawn from the client's label counts (`client`) or `uniform`
     label_prior: str = "client"  # pseudo labels gamma_k drawn from the client's label counts | uniform
     sample_batch: int = 8  # pseudo sequences per teacher and sampler (paper 64)
     sample_length: int = 32  # pseudo positions per sequence between [CLS] and [SEP] (paper 64)
+    #: gradient steps on θ per target/adversarial sampling (paper: 100)
     sample_steps: int = 5  # gradient steps on theta per target/adversarial sampling (paper 100)
+    #: β, the step size of the sampling update (paper: 0.1; β·steps kept at 10: 2 × 5 here, 0.1 × 100 in the paper)
     beta: float = 2.0  # step size of the sampling update (paper 0.1 x 100 steps; here 2 x 5: same beta x steps)
+    #: λ of eq. (7) in training rounds (paper: 0.1)
     lam: float = 0.1  # lambda of eq. (7) in training rounds (paper 0.1)
+    #: λ* of eq. (7) in post-processing (paper: "increased")
     post_lam: float = 0.3  # lambda* of eq. (7) in post-processing (paper: "increased")
     noise: float = 0.5  # random sampling noise, in units of the embeddings' per-dimension std
 
@@ -110,6 +119,7 @@ class FedDFConfig(DistillConfig):
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "distill-steps": 1, "post-iterations": 1,
                                              "aux-size": 8, "aux-batch": 8}
 
+    #: 3e-5, as FedDF's KL rose during its steps at 1e-4
     distill_lr: float = 3e-5  # the student's AdamW learning rate (at 1e-4 its KL rose during the steps)
     aux_dataset: str = "demo"  # unlabelled auxiliary text: a data folder (its train texts) or demo
     aux_size: int = 256  # auxiliary texts drawn (seeded) once per run

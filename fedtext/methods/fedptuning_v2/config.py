@@ -31,6 +31,7 @@ class FedPTuningV2Config(MethodConfig):
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     heads: ClassVar[tuple[str, ...]] = ("similarity", "tied", "mlm")
 
+    #: Adam steps on the prefixes per round (T = the shared `prompt-length`)
     local_steps: int = 4  # Adam steps on the prefixes per round
     lr: float = 5e-3  # Adam learning rate of the prefixes
     batch_size: int = 16  # examples per optimizer step

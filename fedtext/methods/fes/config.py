@@ -68,6 +68,7 @@ class FewShotConfig(MethodConfig):
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the evaluate telemetry only
 
     gold_labels: int = 64  # labelled texts in the whole federation (FeS Table 2: 64)
+    #: clients 0..L−1 hold them, evenly (the skewed placement of FeS Table 1)
     labelled_clients: int = 2  # clients 0..L-1 hold them (the skewed placement of FeS Table 1)
     unlabeled_size: int = 256  # unlabelled texts per client (0 = its whole partition)
     oracle: bool = False  # every pool text labelled (the Full-set reference)
@@ -76,7 +77,10 @@ class FewShotConfig(MethodConfig):
     max_local_steps: int = 0  # cap on optimizer steps per client-round (0 = none)
     lr: float = 5e-5  # AdamW learning rate of fully tuned weights
     bias_lr: float = 1e-3  # AdamW learning rate of bias-only layers (BitFit; FeS code: 1e-3)
+    #: co-planning: bottom encoder layers frozen, the next `bias-layers` layers bias-only, the rest full
+    #: (`frozen-layers` = `bias-layers` = 0: every weight tunes, as `fedfsl` and `fedcls` by default)
     frozen_layers: int = 0  # bottom encoder layers frozen
+    #: co-planning: the layers above the frozen ones that tune only biases (−1 = all above the frozen), the rest full
     bias_layers: int = 0  # middle layers tuning only biases (-1 = all above the frozen ones)
 
     def __post_init__(self) -> None:
@@ -111,10 +115,17 @@ class PseudoLabelConfig(FewShotConfig):
     smoke_modes: ClassVar[Mapping[str, object]] = {"num-server-rounds": 2}  # static pacing labels from round 2
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = TRAIN_METRICS + PSEUDO_LABEL_METRICS
 
+    #: static pacing (`fedfsl`'s and `fedfsl-bias`'s; `fes.pacing=static`): pseudo labels a labelling client keeps (FeS
+    #: §4.1: 100)
     static_labels: int = 100  # static pacing: pseudo labels a labelling client keeps (FeS §4.1: 100)
+    #: static pacing: labelling clients per round, every round from round 2 on, as the authors' (FeS §4.1: 5)
     static_clients: int = 5  # static pacing: labelling clients per round (FeS §4.1: 5)
     infer_batch: int = 4  # texts per pseudo-labelling forward (l_i of AUG-E is per batch of this size)
+    #: which pseudo labels a labelling client keeps: `top-k` = the most confident (FeS §2.3); `class-quota` = the
+    #: authors' pet/ipet.py (per predicted class int(n_c·(target/N)) texts, in floats as theirs, drawn ∝ max softmax,
+    #: seeded per client and round)
     pseudo_pick: str = "top-k"  # top-k (FeS §2.3: most confident) | class-quota (FeS code: per-class quotas drawn ∝ max softmax)
+    #: `true`: gold labels count toward the pseudo-label target (the authors' pet/modeling.py) instead of on top
     gold_in_target: bool = False  # gold labels count toward the pseudo-label target (FeS code) instead of on top
 
     def __post_init__(self) -> None:
@@ -148,6 +159,7 @@ class FedCLSConfig(FewShotConfig):
     default_head: ClassVar[str] = "cls"
     heads: ClassVar[tuple[str, ...]] = ("cls", "linear")
 
+    #: AdamW learning rate of the fresh head (0 = `lr`: one rate for every weight, as FeS §4.1)
     head_lr: float = 0.0  # AdamW learning rate of the fresh head (0 = lr: one rate, as FeS §4.1)
 
     def __post_init__(self) -> None:
@@ -199,14 +211,21 @@ class FeSConfig(PseudoLabelConfig):
     #   texts is none, and an accuracy of no label is not sent)
 
     pacing: str = "curriculum"  # curriculum (Alg. 1, AUG-E) | static (ablation: fedfsl's pace)
+    #: Alg. 1: the initial ⟨f-n-k⟩ list: n clients label in rounds 1+f, 1+2f, …, in round r with the model after r−1
+    #: rounds, each keeping ⌊N·k/100·(r−1)/f⌋ of its N candidate texts (the authors' schedule)
     paces: str = "1-2-10,1-4-5,2-4-10"  # initial <f,n,k> list: in rounds 1+f, 1+2f, ... n clients keep k% x (round-1)/f of their texts
     trial_rounds: int = 1  # r: rounds each pace is tried (Alg. 1)
     candidates: int = 2  # t: top-t paces kept for switching
     threshold: float = 0.0  # s: a window's AUG-E below this re-tries the candidates
+    #: η of eq. (1)
     eta: float = 1.0  # eta of eq. (1)
+    #: θ of eq. (1): weight of the training cost
     theta: float = 1.0  # theta of eq. (1): weight of the training cost
     filter: bool = True  # §3.2 representational filtering of the texts to pseudo-label
+    #: §3.2: share of a client's N unlabelled texts the filter keeps: ⌊N·ratio⌋, the authors' count (the FeS code's
+    #: int(N × ratio)); none below one text
     keep_ratio: float = 0.25  # share of a client's unlabelled texts the filter keeps: int(N x ratio), as the FeS code
+    #: ρ > 1 of eq. (2) (FeS code: 10)
     rho: float = 10.0  # rho > 1 of eq. (2) (FeS code: 10)
     neighbours: int = 16  # k of the k-NN sets V(x) (FeS code: 150 of ~1,200 texts)
     #: subtract the mean proxy embedding before the k-NN of eq. (2) (the authors' code does)
@@ -215,7 +234,9 @@ class FeSConfig(PseudoLabelConfig):
     #: `votek` = the authors' `fast_votek` (a chosen text stops voting, texts nobody votes for are never chosen, ties
     #: by vote count, then first vote)
     vote: str = "eq2"  # eq2 (FeS eq. (2)) | votek (FeS code's fast_votek: chosen texts stop voting, ties by vote count)
+    #: §3.3 co-planning, the paper's AG News plan: bottom 2/3 frozen (MiniLM-L6: 0-3)
     frozen_layers: int = 4  # §3.3 co-planning, the paper's AG News plan: bottom 2/3 frozen (MiniLM-L6: 0-3)
+    #: the paper's AG News plan: the next 1/3 tuning only biases (4-5); the rest (none) fully
     bias_layers: int = 2  # the next layers tuning only biases (4-5); the rest (none) fully
 
     def __post_init__(self) -> None:
