@@ -459,7 +459,8 @@ def ours_server(inputs: dict[str, Any]) -> Any:
     for k, n in enumerate(inputs["num_examples"]):
         arrays = generator_arrays(inputs["prompts"], inputs["hidden"], 384, inputs["seed"] * 100 + k)
         uploads.append(SimpleNamespace(array_list=lambda a=arrays: a, num_examples=n, partition_id=k, metrics={}))
-    strategy = SimpleNamespace(is_unlearn_round=lambda r: False)
+    # eq. (1)'s mean as the server steps with server-optimizer=fedavg (the default): the mean itself
+    strategy = SimpleNamespace(is_unlearn_round=lambda r: False, server_update=lambda r, mean: mean)
     arrays, _ = FedDPG.aggregate(strategy, 1, uploads)
     return [summary(a.reshape(-1)) for a in arrays]
 
