@@ -28,7 +28,7 @@ class FedAdapterConfig(MethodConfig):
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     summary: ClassVar[str] = "Houlsby bottleneck adapters + LayerNorms"
     page: ClassVar[str] = "adapters"
-    results: ClassVar[str] = ""  # set when its benchmark is committed
+    results: ClassVar[str] = "feddpg_table1_ag_news"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "bottleneck": 4}
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the adapter weights: server-optimizer composes
     local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies

@@ -31,7 +31,7 @@ class FedLoRAConfig(MethodConfig):
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     summary: ClassVar[str] = "LoRA on the frozen encoder (PEFT), A and B averaged"
     page: ClassVar[str] = "lora"
-    results: ClassVar[str] = ""  # set when its benchmark is committed
+    results: ClassVar[str] = "feddpg_table1_ag_news"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "rank": 2}
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the LoRA factors: server-optimizer composes
     local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies
