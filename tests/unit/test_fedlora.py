@@ -23,6 +23,8 @@ from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
 from strategies.fedlora import FedLoRA
 
+from .injected_checks import train_beside_another_client
+
 SMALL = dict(max_length=64, shots_per_class=4, client_test_size=4, eval_size=16)
 D, LAYERS = 384, 6  # all-MiniLM-L6-v2
 HEADER = comm.NPY_HEADER_BYTES
@@ -111,23 +113,9 @@ def test_training_leaves_the_frozen_backbone_and_other_clients_alone(backbone, d
     its plain linear layers; a second client of the same process, built from the same
     download, still holds the download; the two copies share no LoRA tensor."""
     cfg = lora(head="similarity", rank=2, local_steps=2, batch_size=4, lr=1e-2)
-    before = {n: p.detach().clone() for n, p in backbone.named_parameters()}
-    one = FedLoRAClient(cfg, TASKS["demo"], client_data(cfg, 0, 2), backbone)
-    two = FedLoRAClient(cfg, TASKS["demo"], client_data(cfg, 1, 2), backbone)
-    start = one.model.initial_arrays()
-    two.model.load(start)
-    trained, n, loss = one.train(start, {"server_round": 1})
-    assert n == len(one.train_batch) and np.isfinite(loss)
-    names = [s.name for s in one.model.upload_specs()]
-    moved = [nm for nm, x, y in zip(names, trained, start, strict=True) if not np.array_equal(x, y)]
+    one, moved = train_beside_another_client(FedLoRAClient, cfg, backbone)
     assert any(".lora_B." in nm for nm in moved)  # training did something
-    for name, p in backbone.named_parameters():
-        assert torch.equal(p, before[name]), name
     assert type(backbone.encoder.encoder.layer[0].attention.self.query) is torch.nn.Linear  # no LoRA injected
-    for x, y in zip(two.model.network.trainable_arrays(), start, strict=True):
-        np.testing.assert_array_equal(x, y)
-    mine = {id(p) for _, p in one.model.network.named_trainable()}
-    assert not mine & {id(p) for _, p in two.model.network.named_trainable()}
     # the frozen weights are shared, not copied: LoRA's base layer is the backbone's own weight
     assert one.model.network.encoder.encoder.layer[0].attention.self.query.base_layer.weight is \
         backbone.encoder.encoder.layer[0].attention.self.query.weight
