@@ -33,3 +33,19 @@ def train_beside_another_client(client_class: type, cfg: Any, backbone: Any) -> 
     assert not {id(p) for _, p in one.model.network.named_trainable()} & \
         {id(p) for _, p in two.model.network.named_trainable()}
     return one, moved
+
+
+def tiny_mlm_backbone(folder: Any) -> Any:
+    """A tiny random BERT-MLM (hidden 32, 2 layers) saved in ``folder`` with MiniLM's tokenizer,
+    loaded as an ``mlm``-head backbone for AG News (the offline MiniLM has no MLM head)."""
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    from fedtext.backbone import Backbone, resolve_model_path
+
+    tok = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64)
+    torch.manual_seed(0)
+    BertForMaskedLM(config).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return Backbone(str(folder), "mlm", TASKS["ag_news"], 32)

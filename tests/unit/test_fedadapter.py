@@ -22,7 +22,7 @@ from fedtext.registry import METHODS, make_config
 from fedtext.tasks import TASKS
 from strategies.fedadapter import FedAdapter
 
-from .injected_checks import train_beside_another_client
+from .injected_checks import tiny_mlm_backbone, train_beside_another_client
 
 SMALL = dict(max_length=64, shots_per_class=4, client_test_size=4, eval_size=16)
 D, LAYERS = 384, 6  # all-MiniLM-L6-v2
@@ -157,17 +157,7 @@ def test_adapters_in_an_mlm_checkpoints_base_model(tmp_path):
     """head=mlm: the adapters and LayerNorms are the base model's (named ``bert.encoder...``),
     the MLM head takes none, and round 0 gives the frozen MLM logits exactly. A tiny random
     BERT-MLM saved locally (the offline MiniLM has no MLM head), as tests/unit/test_backbone.py."""
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
-
-    from fedtext.backbone import Backbone, resolve_model_path
-
-    tok = AutoTokenizer.from_pretrained(resolve_model_path("all-MiniLM-L6-v2"))
-    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64)
-    torch.manual_seed(0)
-    BertForMaskedLM(config).save_pretrained(tmp_path)
-    tok.save_pretrained(tmp_path)
-    bb = Backbone(str(tmp_path), "mlm", TASKS["ag_news"], 32)
+    bb = tiny_mlm_backbone(tmp_path)
     model = AdapterModel(make_config("fedadapter", model=str(tmp_path), head="mlm", task="ag_news", max_length=32,
                                      bottleneck=4), bb)
     specs = model.upload_specs()
