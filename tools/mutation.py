@@ -153,6 +153,14 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.methods.fedkseed.model.xǁFedKSeedModelǁcheck_upload",
         "strategies.fedkseed.xǁFedKSeedStrategyǁaggregate",
     ),
+    "fedopt": (  # FedProx + server optimizers: Reddi et al.'s Algorithm 2 steps (FedAvgM, FedAdam, FedYogi,
+        # FedAdagrad, fedavg with η) and FedProx's proximal term (μ/2)||w − w_t||² (Li et al. 2020, eq. (2))
+        "fedtext.server_opt.xǁServerOptimizerǁstep",
+        "fedtext.server_opt.xǁServerOptimizerǁ_sgd",
+        "fedtext.server_opt.xǁServerOptimizerǁ_adaptive",
+        "fedtext.local_terms.xǁProximalTermǁstart",
+        "fedtext.local_terms.xǁProximalTermǁ__call__",
+    ),
     "shared": (  # the weighted means and the byte accounting every method's figures rest on; BBT's prompt
         "fedtext.strategy.x_weighted_mean",
         "fedtext.prompts.x_projection",

@@ -19,8 +19,8 @@ from flwr.common import Code, FitRes, Status
 from fedtext import comm
 from fedtext.client_app import make_client
 from fedtext.config import ConfigError
-from fedtext.methods.fedkseed.model import (FedKSeedModel, accumulate, candidate_seeds, directions,
-                                            projected_gradient, replay, seed_sums, zo_step)
+from fedtext.methods.fedkseed.model import (FedKSeedModel, accumulate, add_direction, candidate_seeds,
+                                            directions, projected_gradient, replay, seed_sums, zo_step)
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from strategies.fedkseed import FedKSeedStrategy
@@ -58,6 +58,49 @@ def test_directions_are_one_generator_per_seed_drawn_per_tensor_in_order():
     assert not torch.equal(directions(params, 78)[0], z[0])
 
 
+def test_directions_are_drawn_in_float32_then_take_each_weights_dtype_and_device():
+    # float64 weights get the float32 draw widened (the same numbers as on a float32 node),
+    # and z lives where its weight lives ("meta" stands in for a GPU: no data, only a device)
+    gen = torch.Generator().manual_seed(9)
+    drawn32 = torch.randn((3, 2), generator=gen, dtype=torch.float32)
+    z = directions([torch.zeros((3, 2), dtype=torch.float64)], 9)
+    assert z[0].dtype == torch.float64
+    assert torch.equal(z[0], drawn32.double())
+    on_meta = directions([torch.zeros((3, 2), device="meta"), torch.zeros((4,), device="meta", dtype=torch.float16)], 9)
+    assert [(t.device.type, t.dtype) for t in on_meta] == [("meta", torch.float32), ("meta", torch.float16)]
+
+
+def test_directions_do_not_follow_torchs_default_dtype():
+    # z is drawn in float32 whatever torch's default dtype on a node (a host process may set float64):
+    # a float64 draw is the float32 one before rounding, so float64 weights would get other low bits
+    by_hand = directions([torch.zeros((3, 2))], 11)[0].double()
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        z = directions([torch.zeros((3, 2), dtype=torch.float64)], 11)[0]
+    finally:
+        torch.set_default_dtype(before)
+    assert z.dtype == torch.float64
+    assert torch.equal(z, by_hand)
+
+
+def test_replay_draws_every_non_zero_entry_one_included():
+    w0, _ = toy()
+    seeds = candidate_seeds(4, 3)
+    w = [x.clone() for x in w0]
+    assert replay(w, w0, np.array([1.0, 0.0, -2.0], np.float32), seeds, 0.5) == 2
+    by_hand = flat(w0) - 0.5 * (flat(directions(w0, seeds[0])) - 2.0 * flat(directions(w0, seeds[2])))
+    np.testing.assert_allclose(flat(w), by_hand, atol=1e-6)
+
+
+def test_add_direction_moves_each_weight_by_scale_z_and_refuses_a_length_mismatch():
+    w = [torch.tensor([1.0, -2.0]), torch.tensor([0.5])]
+    add_direction(w, [torch.tensor([2.0, 4.0]), torch.tensor([-1.0])], -0.25)
+    assert [x.tolist() for x in w] == [[0.5, -3.0], [0.75]]  # w - 0.25 z
+    with pytest.raises(ValueError):  # a z for another model (one tensor more) is never half-applied silently
+        add_direction(w, [torch.ones(2), torch.ones(1), torch.ones(3)], 1.0)
+
+
 def test_a_zeroth_order_step_estimates_the_directional_derivative_and_descends_along_z():
     w, t = toy()
     w_before = flat(w)
@@ -80,6 +123,14 @@ def test_seed_sums_add_each_steps_g_at_its_seed_index():
     np.testing.assert_array_equal(got, [1.75, 0.0, -2.0, 4.0, 0.0])
 
 
+def test_seed_sums_of_no_step_are_zero_at_every_seed():
+    # an empty list of indices is still an integer index array (np.asarray([]) alone is float64,
+    # which numpy refuses as an index): no step, no gradient anywhere
+    got = seed_sums([], [], 3)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [0.0, 0.0, 0.0])
+
+
 def test_the_server_adds_the_example_weighted_mean_of_the_sums_to_the_accumulator():
     a = np.array([1.0, 0.0, 0.0], np.float32)
     g1, g2 = np.array([2.0, 0.0, -1.0], np.float32), np.array([-1.0, 3.0, 0.0], np.float32)
@@ -89,6 +140,19 @@ def test_the_server_adds_the_example_weighted_mean_of_the_sums_to_the_accumulato
     np.testing.assert_allclose(got, [0.75, 2.25, -0.25], rtol=0, atol=1e-7)
 
 
+def test_the_servers_mean_is_summed_in_float64_and_rounded_to_float32_once():
+    # n = 1 and 2, G = 1 and 2: A = 0 + (1 * 1 + 2 * 2) / 3 = 5/3, rounded once to float32
+    # (1.66666663); summing (1/3) * 1 + (2/3) * 2 in float32 would give the next float up, 1.66666675
+    got = accumulate(np.zeros(1, np.float32), [np.array([1.0], np.float32), np.array([2.0], np.float32)], [1, 2])
+    assert got[0] == np.float32(5 / 3)
+    assert got[0] != np.float32(1 / 3) * np.float32(1.0) + np.float32(2 / 3) * np.float32(2.0)
+
+
+def test_accumulate_refuses_uploads_and_weights_of_different_lengths():
+    with pytest.raises(ValueError):  # a weight per upload: one missing must not drop an upload silently
+        accumulate(np.zeros(2, np.float32), [np.ones(2, np.float32), np.ones(2, np.float32)], [1])
+
+
 def test_replaying_the_sums_from_w0_gives_the_weights_the_client_reached():
     """A client at w = w_0 - lr sum A z takes steps; replaying A + G from w_0 gives its weights."""
     w0, t = toy()
@@ -96,7 +160,7 @@ def test_replaying_the_sums_from_w0_gives_the_weights_the_client_reached():
     lr, eps = 0.02, 1e-3
     a = np.array([0.5, 0.0, -1.0, 0.0], np.float32)
     w = [x.clone() for x in w0]
-    replay(w, w0, a, seeds, lr)
+    assert replay(w, w0, a, seeds, lr) == 2  # only A[0] and A[2] are non-zero: two z drawn, zeros skipped
     by_hand = flat(w0) - lr * (0.5 * flat(directions(w0, seeds[0])) - 1.0 * flat(directions(w0, seeds[2])))
     np.testing.assert_allclose(flat(w), by_hand, atol=1e-6)
     picks = [1, 2, 1, 0, 3]
@@ -107,6 +171,13 @@ def test_replaying_the_sums_from_w0_gives_the_weights_the_client_reached():
     np.testing.assert_allclose(flat(rebuilt), flat(w), atol=1e-5)
 
 
+def test_replay_refuses_a_w0_of_another_length():
+    w0, _ = toy()
+    params = [x.clone() for x in w0]
+    with pytest.raises(ValueError):  # a w_0 with a tensor more (another model): never a partial copy taken as w
+        replay(params, [*w0, torch.zeros(2)], np.zeros(2, np.float32), candidate_seeds(0, 2), 0.1)
+
+
 # ----------------------------------------------------------------------- seeds
 def test_candidate_seeds_come_from_the_run_seed_alone():
     assert candidate_seeds(0, 8) == candidate_seeds(0, 8)
@@ -114,6 +185,13 @@ def test_candidate_seeds_come_from_the_run_seed_alone():
     assert set(candidate_seeds(0, 8)).isdisjoint(candidate_seeds(1, 8))
     assert candidate_seeds(0, 8)[:4] == candidate_seeds(0, 4)  # K only cuts the list
     assert all(0 <= s < 2**63 for s in candidate_seeds(0, 8))
+
+
+def test_candidate_seeds_are_the_seed_sequences_64_bit_words_halved():
+    # SeedSequence([0, 0xF5EED]).generate_state(4, uint64) = 11746942231144638609, 14896082843053967727,
+    # 3268819758365510191, 13465634423634635993; each >> 1 (below 2**63 for torch's manual_seed)
+    assert candidate_seeds(0, 4) == [5873471115572319304, 7448041421526983863, 1634409879182755095,
+                                     6732817211817317996]
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,8 @@ NAMES = [name for names in mutation.TARGETS.values() for name in names]
 def test_every_mutation_target_exists(name: str) -> None:
     module, _, function = name.rpartition(".")
     obj = importlib.import_module(module)
-    for part in function.removeprefix("x").strip("_ǁ").split("ǁ") if "ǁ" in function else [function[2:]]:
+    # x_f -> [f]; xǁClassǁmethod -> [Class, method] (a dunder such as __call__ keeps its underscores)
+    for part in function.removeprefix("xǁ").split("ǁ") if "ǁ" in function else [function[2:]]:
         obj = getattr(obj, part)
     assert callable(obj)
 
