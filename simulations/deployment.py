@@ -7,7 +7,8 @@
     flwr build && python -m simulations.deployment --app fedtext.fedtext.0-1-0.<hash>.fab  # a built FAB
 
 One ``flower-superlink`` and N ``flower-supernode`` processes on loopback (insecure: one
-machine), then ``flwr run . <federation> --stream``: the processes and messages of an edge
+machine), then ``flwr run <app> local --stream`` (``local``: the SuperLink connection written
+in the launcher's own Flower home, ``<home>/config.toml``): the processes and messages of an edge
 deployment (docs/deployment.md), each SuperNode holding partition i of N through its node
 config, each ClientApp in its own process as on a board. Use it where Ray is not installed
 (a GPU machine with a framework image, say) or to check a run-config the way a deployment
@@ -19,7 +20,8 @@ takes a folder (or a platform app ``@account/app``), not a ``.fab`` file, so the
 unpacked by ``flwr install`` (which checks every file's SHA-256 against the bundle's
 manifest) into the launcher's own Flower home and that folder is run; Flower packs it
 again into the very same bytes (fixed dates, sorted entries: checked here before the run),
-so the SuperLink runs the FAB's SHA-256, which the run's record keeps (``fab_hash``). The run-config takes the same ``key=value`` pairs as ``simulations.simulate``
+so the SuperLink runs the FAB's SHA-256, which the run's record keeps (``fab_hash``).
+The run-config takes the same ``key=value`` pairs as ``simulations.simulate``
 (strings unquoted); paths resolve against the current directory. Ports are free ones picked
 at start, so several launches and ``flwr run``'s fixed local ports do not collide. Every
 process started here is stopped by its process group on exit, on Ctrl-C and on SIGTERM/SIGHUP
