@@ -22,12 +22,12 @@ import json
 import logging
 import tempfile
 import timeit
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from flwr.common import Context
-from flwr.server import Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
+from flwr.server import Grid, Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
 from flwr.server.history import History
 
 from fedtext import checkpoint, comm
@@ -36,6 +36,7 @@ from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.data import labelled
 from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
+from fedtext.records.probes import fab_fields
 from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name
 from fedtext.registry import METHODS
@@ -302,13 +303,34 @@ def record_config_error(run_config: Mapping[str, Any], error: str, launch: Mappi
         log.debug("could not write a record of the configuration error", exc_info=True)
 
 
-def make_server_app(overrides: Mapping[str, Any] | None = None, num_supernodes: int | None = None) -> ServerApp:
+class FabAwareServerApp(ServerApp):
+    """Flower's ``ServerApp`` of a ``server_fn`` that also learns which app bundle (FAB)
+    Flower ran: ``server_fn`` gets a ``Context``, which carries the run id but not the FAB;
+    Flower hands the FAB's id, version and hash to the grid (``grid.run``). They are kept
+    in :attr:`fab` (:func:`fedtext.records.fab_fields`) before ``server_fn`` is called,
+    for the run's provenance."""
+
+    def __init__(self, server_fn: Callable[[Context], ServerAppComponents]) -> None:
+        super().__init__(server_fn=server_fn)
+        self.fab: dict[str, str | None] = {}
+
+    def __call__(self, grid: Grid, context: Context) -> None:
+        try:
+            self.fab = fab_fields(grid.run)
+        except Exception:  # noqa: BLE001 - a grid without a run (a test's) must not stop the run
+            self.fab = {}
+        super().__call__(grid, context)
+
+
+def make_server_app(overrides: Mapping[str, Any] | None = None,
+                    num_supernodes: int | None = None) -> FabAwareServerApp:
     """A ServerApp whose run-config is Flower's, updated with ``overrides``.
 
     ``flwr run`` uses :data:`app` (no overrides); the compare runner and the tests
     call Flower's ``run_simulation`` (which passes an empty run-config) with the
     overrides they need, and ``num_supernodes``, the simulated clients they launch
-    (recorded in the run's provenance with Flower's run id; None: not known here).
+    (recorded in the run's provenance with Flower's run id and the FAB Flower ran, where
+    there is one; None: not known here).
     """
 
     def server_fn(context: Context) -> ServerAppComponents:
@@ -317,7 +339,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None, num_supernodes: 
         install_signal_handlers()  # SIGTERM -> "failed: terminated by SIGTERM" in the record
         run_config = {**context.run_config, **(overrides or {})}
         # a string: Flower's 64-bit run ids lose digits as JSON numbers in JavaScript readers
-        launch = {"flower_run_id": str(context.run_id), "num_supernodes": num_supernodes}
+        launch = {"flower_run_id": str(context.run_id), "num_supernodes": num_supernodes, **server_app.fab}
         try:
             cfg = RunConfig.from_run_config(run_config, METHODS)
             server, config = build(cfg, launch)
@@ -327,7 +349,8 @@ def make_server_app(overrides: Mapping[str, Any] | None = None, num_supernodes: 
             raise
         return ServerAppComponents(server=server, config=config)
 
-    return ServerApp(server_fn=server_fn)
+    server_app = FabAwareServerApp(server_fn)
+    return server_app
 
 
 app = make_server_app()

@@ -17,7 +17,7 @@ side) from a searchable multi-select, filter by method, seed and status, and rea
 * round axes tick whole numbers only; every chart's title sits below Plotly's toolbar;
 * the run list (tick runs to restrict the charts and to see their **config diff**: the keys
   whose values differ between the ticked runs, one column per run; click a cell for the run's
-  **drill-down**: its provenance (git commit, package versions, SuperNodes, Flower's
+  **drill-down**: its provenance (git commit or Flower app bundle, package versions, SuperNodes, Flower's
   run id), its rounds with dropped clients and the method's metrics, and its config)
   and the comparison table (mean ± std), downloadable as CSV or markdown. A run whose
   record files are malformed (checked as :mod:`fedtext.records` reads them) is always

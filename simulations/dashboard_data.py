@@ -557,9 +557,16 @@ def integer_dtick(top: float, max_ticks: int = 8) -> int:
 UNKNOWN = "unknown"  # a provenance field the record lacks (recorded before it existed) or could not tell
 
 
+# How the drill-down names a run's code_origin (fedtext.records.CODE_ORIGINS)
+CODE_FROM = {"git": "git checkout", "fab": "Flower app bundle (FAB, installed by Flower)",
+             "installed": "installed fedtext package (no checkout, no FAB)"}
+
+
 def provenance_rows(config_file: dict | None) -> dict[str, str]:
     """The drill-down's provenance block from a run's ``config.json`` (as loaded, or None):
-    git commit and tree state, package versions, SuperNodes launched, nodes connected at
+    where the code came from and what names it (:func:`fedtext.records.code_origin`: a
+    git commit and tree state; or, under ``flwr run``, the app bundle Flower installed, its
+    id, version and SHA-256), package versions, SuperNodes launched, nodes connected at
     training start, Flower's run id (:func:`fedtext.records.provenance`). A field the
     record lacks reads :data:`UNKNOWN`; a run recorded before provenance existed still
     shows its Python version, from ``machine``. A resumed run shows its first start's."""
@@ -568,9 +575,19 @@ def provenance_rows(config_file: dict | None) -> dict[str, str]:
     versions = prov.get("versions") if isinstance(prov.get("versions"), dict) else {}
     machine = meta.get("machine") if isinstance(meta.get("machine"), dict) else {}
     dirty = prov.get("git_dirty")
+    # records from before code_origin existed: a git commit still names the code
+    origin = prov.get("code_origin") or ("git" if prov.get("git_commit") else None)
+    if origin == "fab":  # a FAB run has no git commit to show: its bundle names the code
+        code = {"FAB": " ".join(str(prov[k]) for k in ("fab_id", "fab_version") if prov.get(k)) or None,
+                "FAB sha256": prov.get("fab_hash")}
+    elif origin == "installed":
+        code = {}  # the fedtext row below is all there is
+    else:
+        code = {"git commit": prov.get("git_commit"),
+                "git tree": ("dirty (uncommitted changes)" if dirty else "clean") if isinstance(dirty, bool) else None}
     rows = {
-        "git commit": prov.get("git_commit"),
-        "git tree": ("dirty (uncommitted changes)" if dirty else "clean") if isinstance(dirty, bool) else None,
+        "code from": CODE_FROM.get(origin) if isinstance(origin, str) else None,
+        **code,
         **{name: versions.get(name) for name in PROVENANCE_PACKAGES},
         "python": versions.get("python") or machine.get("python"),
         "SuperNodes launched": prov.get("num_supernodes"),

@@ -4,15 +4,24 @@
         --run-config "method=fedbpt dataset=../shared/data/sst2 device=cuda" --output-dir runs
     python -m simulations.deployment --num-supernodes 10 --from-record <run folder> \
         --run-config "device=cuda run-name=on-gpu" --output-dir runs      # replay a recorded run
+    flwr build && python -m simulations.deployment --app fedtext.fedtext.0-1-0.<hash>.fab  # a built FAB
 
 One ``flower-superlink`` and N ``flower-supernode`` processes on loopback (insecure: one
-machine), then ``flwr run . <federation> --stream``: the processes and messages of an edge
+machine), then ``flwr run <app> local --stream`` (``local``: the SuperLink connection written
+in the launcher's own Flower home, ``<home>/config.toml``): the processes and messages of an edge
 deployment (docs/deployment.md), each SuperNode holding partition i of N through its node
 config, each ClientApp in its own process as on a board. Use it where Ray is not installed
 (a GPU machine with a framework image, say) or to check a run-config the way a deployment
 runs it. ``--from-record`` starts from the run-config a run record ran with (its
 ``config.json``, less what the server derived and where it wrote), so a CPU run can be
-replayed on a GPU key for key; ``--run-config`` pairs then replace keys. The run-config takes the same ``key=value`` pairs as ``simulations.simulate``
+replayed on a GPU key for key; ``--run-config`` pairs then replace keys. ``--app`` runs
+another app folder, or an app bundle (FAB) ``flwr build`` made: Flower 1.42's ``flwr run``
+takes a folder (or a platform app ``@account/app``), not a ``.fab`` file, so the FAB is
+unpacked by ``flwr install`` (which checks every file's SHA-256 against the bundle's
+manifest) into the launcher's own Flower home and that folder is run; Flower packs it
+again into the very same bytes (fixed dates, sorted entries: checked here before the run),
+so the SuperLink runs the FAB's SHA-256, which the run's record keeps (``fab_hash``).
+The run-config takes the same ``key=value`` pairs as ``simulations.simulate``
 (strings unquoted); paths resolve against the current directory. Ports are free ones picked
 at start, so several launches and ``flwr run``'s fixed local ports do not collide. Every
 process started here is stopped by its process group on exit, on Ctrl-C and on SIGTERM/SIGHUP
@@ -26,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import shutil
@@ -155,11 +165,34 @@ class Processes:
                 return
 
 
+def install_fab(fab: Path, home: Path, env: dict[str, str]) -> Path:
+    """``flwr install`` the app bundle ``fab`` into the Flower home ``home``; return the
+    app's folder there (``<home>/apps/<publisher>.<name>.<version>.<hash8>``), checked to
+    pack again into ``fab``'s very bytes: what ``flwr run <folder>`` submits is then the
+    FAB itself, byte for byte (raises ``ConfigError`` otherwise, or when ``fab`` is no FAB)."""
+    from flwr.cli.build import build_fab_from_disk  # Flower's own packing, as `flwr run` does it
+
+    if fab.suffix != ".fab" or not fab.is_file():
+        raise ConfigError(f"--app {fab}: not a .fab file (make one with `flwr build`)")
+    done = subprocess.run([cli("flwr"), "install", str(fab)], env={**env, "FLWR_HOME": str(home)},
+                          capture_output=True, text=True, timeout=120)
+    apps = sorted((home / "apps").glob("*")) if (home / "apps").is_dir() else []
+    if done.returncode != 0 or len(apps) != 1:
+        raise ConfigError(f"--app {fab}: flwr install failed: {(done.stdout + done.stderr).strip()[-500:]}")
+    want = hashlib.sha256(fab.read_bytes()).hexdigest()
+    got = hashlib.sha256(build_fab_from_disk(apps[0])).hexdigest()
+    if got != want:
+        raise ConfigError(f"--app {fab}: the installed app packs into {got[:8]}..., not the FAB's {want[:8]}... "
+                          "(this Flower's flwr run would submit other bytes)")
+    return apps[0]
+
+
 def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, logs: Path,
-           timeout_s: float = 3600.0) -> Path | None:
+           timeout_s: float = 3600.0, app: Path = REPO) -> Path | None:
     """Run ``overrides`` on a loopback SuperLink with ``num_supernodes`` SuperNodes; return
     the run's record folder (None when none was written). Logs of every process go to
-    ``logs``."""
+    ``logs``. ``app``: the app folder ``flwr run`` submits (default this checkout), or a
+    ``.fab`` file ``flwr build`` made (:func:`install_fab`)."""
     from fedtext.registry import METHODS
 
     output_dir = output_dir.resolve()
@@ -176,6 +209,7 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     procs = Processes(env, logs)
     try:
+        app_dir = install_fab(app.resolve(), home, env) if app.suffix == ".fab" else app.resolve()
         link = procs.start("superlink", [cli("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
                                          str(port), "--disable-runtime-dependency-installation"])
         deadline = time.time() + 120
@@ -188,7 +222,7 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
                 cli("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
                 "--port", str(free_port()),
                 "--node-config", f"partition-id={i} num-partitions={num_supernodes}"])
-        run = procs.start("flwr-run", [cli("flwr"), "run", ".", "local", "--stream",
+        run = procs.start("flwr-run", [cli("flwr"), "run", str(app_dir), "local", "--stream",
                                        "--run-config", flwr_run_config(pairs)])
         try:
             run.wait(timeout=timeout_s)
@@ -223,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-dir", default="runs", help="where the run record goes (default ./runs)")
     ap.add_argument("--logs", default="", help="folder for the processes' logs (default <output-dir>/deployment-logs)")
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="stop everything after this long (default 3600)")
+    ap.add_argument("--app", default=str(REPO),
+                    help="the app to run: a folder (default this checkout) or a .fab file that `flwr build` made")
     args = ap.parse_args(argv)
     try:
         for name in CLIS:
@@ -230,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.output_dir)
         base = record_overrides(Path(args.from_record)) if args.from_record else {}
         record = deploy({**base, **parse_pairs(args.run_config)}, args.num_supernodes, out,
-                        Path(args.logs) if args.logs else out / "deployment-logs", args.timeout_s)
+                        Path(args.logs) if args.logs else out / "deployment-logs", args.timeout_s, Path(args.app))
     except ConfigError as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2

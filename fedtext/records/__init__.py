@@ -4,7 +4,8 @@ The compare runner and the dashboard read nothing but these files, so every meth
 shows up in comparisons without code changes there.
 
 * ``config.json``: the run-config, the resolved task, the machine, the start time and
-  the run's ``provenance`` (:func:`provenance`: git commit and dirty flag of the code,
+  the run's ``provenance`` (:func:`provenance`: git commit and dirty flag of the code, or
+  the Flower app bundle (FAB) it was installed from, and ``code_origin`` saying which;
   package versions, Flower's run id, SuperNodes launched and connected). Records from
   before a field existed lack it; readers show it as unknown.
 * ``rounds.jsonl``: one JSON object per round, appended and flushed as the round ends
@@ -32,8 +33,9 @@ loading, status, summaries). Every public name is re-exported here.
 from __future__ import annotations
 
 from fedtext.records.probes import (
-    GIT_TIMEOUT_S, LAUNCH_FIELDS, PROVENANCE_PACKAGES, current_rss_mb, git_state, launch_fields, machine,
-    package_versions, peak_rss_mb, provenance,
+    CODE_ORIGINS, FAB_FIELDS, GIT_TIMEOUT_S, LAUNCH_FIELDS, PROVENANCE_PACKAGES, code_origin, current_rss_mb,
+    distribution_version, fab_fields, fedtext_version, git_state, launch_fields, machine, package_versions,
+    peak_rss_mb, provenance,
 )
 from fedtext.records.reader import (
     CONFIG_FIELDS, DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, MAX_JSON_DEPTH, SUMMARY_LISTS, SUMMARY_NUMBERS,
@@ -50,7 +52,8 @@ __all__ = [
     # schema
     "ROUND_FIELDS", "RoundRecord", "busy_seconds",
     # probes
-    "GIT_TIMEOUT_S", "LAUNCH_FIELDS", "PROVENANCE_PACKAGES", "current_rss_mb", "git_state", "launch_fields",
+    "CODE_ORIGINS", "FAB_FIELDS", "GIT_TIMEOUT_S", "LAUNCH_FIELDS", "PROVENANCE_PACKAGES", "code_origin",
+    "current_rss_mb", "distribution_version", "fab_fields", "fedtext_version", "git_state", "launch_fields",
     "machine", "package_versions", "peak_rss_mb", "provenance",
     # writer
     "RUN_LOG_FILE", "RunLogHandler", "RunRecorder", "run_folder_name",

@@ -1,7 +1,9 @@
 """Probes of the process and the machine a run happens on: memory (:func:`peak_rss_mb`,
 :func:`current_rss_mb`), the machine (:func:`machine`) and the run's provenance
 (:func:`provenance`: :func:`git_state` of the code, :func:`package_versions`, the
-:data:`LAUNCH_FIELDS` the launcher knows). Nothing here imports torch or writes a file."""
+:data:`LAUNCH_FIELDS` the launcher knows, Flower's app bundle included (:func:`fab_fields`),
+and :func:`code_origin`, which of them names the code). Nothing here imports torch or
+writes a file."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import os
 import platform
 import resource
 import subprocess
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -51,15 +54,24 @@ def machine_line() -> str:
 # scikit-learn: FedDLS's LASSO (coordinate descent) solves with it.
 PROVENANCE_PACKAGES = ("fedtext", "flwr", "torch", "transformers", "numpy", "cma", "scikit-learn")
 # What the process starting the server knows of the run (None when it does not):
-# Flower's run id, the SuperNodes a simulation launched, the nodes connected at training start.
-LAUNCH_FIELDS = ("flower_run_id", "num_supernodes", "nodes_at_start")
+# Flower's run id, the SuperNodes a simulation launched, the nodes connected at training start,
+# and the Flower app bundle (FAB) the run's code was installed from (:func:`fab_fields`):
+# under `flwr run` the ServerApp imports an installed copy of the app, not the checkout, so
+# git cannot name the code there; the FAB's SHA-256 does (`flwr build` of the same files
+# gives the same bytes: fixed dates, sorted entries).
+FAB_FIELDS = ("fab_id", "fab_version", "fab_hash")
+LAUNCH_FIELDS = ("flower_run_id", "num_supernodes", "nodes_at_start", *FAB_FIELDS)
+# Where a run's code came from (:func:`code_origin`), most exact first: a git commit (with
+# its dirty flag), the FAB's hash, or only the version of an installed fedtext.
+CODE_ORIGINS = ("git", "fab", "installed")
 GIT_TIMEOUT_S = 5.0  # a hung git (network file system, lock) must not hold up a run
 
 
 def provenance(launch: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What made a run: the code (:func:`git_state` of this module's checkout), the package
-    versions (:func:`package_versions`) and ``launch``'s :data:`LAUNCH_FIELDS` (None where
-    not given). Costs three short git calls and no import.
+    versions (:func:`package_versions`), ``launch``'s :data:`LAUNCH_FIELDS` (None where
+    not given) and ``code_origin`` (:func:`code_origin`: which of them names the code).
+    Costs three short git calls and no import.
 
     Parameters
     ----------
@@ -71,7 +83,31 @@ def provenance(launch: Mapping[str, Any] | None = None) -> dict[str, Any]:
     ValueError
         ``launch`` holds a key that is not one of :data:`LAUNCH_FIELDS`.
     """
-    return {**git_state(), "versions": package_versions(), **dict.fromkeys(LAUNCH_FIELDS), **launch_fields(launch)}
+    prov = {**git_state(), "versions": package_versions(), **dict.fromkeys(LAUNCH_FIELDS), **launch_fields(launch)}
+    return {**prov, "code_origin": code_origin(prov)}
+
+
+def code_origin(prov: Mapping[str, Any]) -> str | None:
+    """Which field of a provenance block names the code that ran (:data:`CODE_ORIGINS`):
+    ``"git"`` where the code is tracked by a git checkout (``git_commit``, with
+    ``git_dirty``), else ``"fab"`` where Flower installed it from an app bundle
+    (``fab_hash``, the SHA-256 of the FAB, and ``fab_version``), else ``"installed"`` where
+    only fedtext's version is known (an installed wheel), else None.
+    """
+    versions = prov.get("versions") if isinstance(prov.get("versions"), Mapping) else {}
+    if prov.get("git_commit"):
+        return "git"
+    if prov.get("fab_hash"):
+        return "fab"
+    return "installed" if versions.get("fedtext") else None
+
+
+def fab_fields(run: object) -> dict[str, str | None]:
+    """:data:`FAB_FIELDS` of Flower's run object (``grid.run``, a ``flwr`` ``Run``): the app
+    bundle's id (``<publisher>/<name>``), version (pyproject's ``[project].version``) and
+    SHA-256. Flower leaves them empty where no FAB was made (``run_simulation``): None
+    here. Read by attribute, so any object with these names (a test's fake) will do."""
+    return {name: (str(value) if (value := getattr(run, name, None)) else None) for name in FAB_FIELDS}
 
 
 def launch_fields(fields: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -108,13 +144,43 @@ def git_state(path: Path = Path(__file__)) -> dict[str, Any]:
 
 
 def package_versions() -> dict[str, str | None]:
-    """Installed versions of :data:`PROVENANCE_PACKAGES` (None: not installed) and Python's,
-    read from package metadata (nothing is imported)."""
+    """Versions of :data:`PROVENANCE_PACKAGES` (None: not installed) and Python's, read from
+    package metadata (nothing is imported): each package's installed distribution
+    (:func:`distribution_version`), fedtext's from the code that runs (:func:`fedtext_version`)."""
+    versions = {name: distribution_version(name) for name in PROVENANCE_PACKAGES}
+    return {**versions, "fedtext": fedtext_version(), "python": platform.python_version()}
 
-    def version(name: str) -> str | None:
+
+def distribution_version(name: str) -> str | None:
+    """The version of the installed distribution ``name``, else of a distribution that
+    provides the import package ``name`` under another name: Flower's nightly builds are
+    the distribution ``flwr-nightly`` of the package ``flwr``, so
+    ``importlib.metadata.version("flwr")`` finds nothing there. None: neither is installed.
+    """
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    # {import package: [distributions]}, e.g. {"flwr": ["flwr-nightly"]}; sorted: the same
+    # answer whatever order the environment lists them in
+    for dist in sorted(importlib.metadata.packages_distributions().get(name.replace("-", "_"), [])):
         try:
-            return importlib.metadata.version(name)
+            return importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
-            return None
+            continue
+    return None
 
-    return {**{name: version(name) for name in PROVENANCE_PACKAGES}, "python": platform.python_version()}
+
+def fedtext_version(root: Path = Path(__file__).resolve().parents[2]) -> str | None:
+    """The version of the fedtext code that runs: ``[project].version`` of fedtext's
+    ``pyproject.toml`` in ``root``, the folder holding the ``fedtext`` package (a checkout,
+    or the app Flower installed from a FAB), else the installed distribution's (a wheel:
+    no pyproject beside it). An editable install elsewhere does not answer for a FAB's copy.
+    """
+    try:
+        project = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+    except (OSError, ValueError):
+        project = {}
+    if isinstance(project, dict) and project.get("name") == "fedtext" and isinstance(project.get("version"), str):
+        return project["version"]
+    return distribution_version("fedtext")

@@ -1,18 +1,22 @@
 """``python -m simulations.deployment``: a run through a real SuperLink and SuperNodes on
-loopback (no Ray), as the GPU check of 2026-11-26 ran it, and every process it started is
-gone when it returns."""
+loopback (no Ray), as the GPU check of 2026-11-26 ran it, of the app bundle (FAB) ``flwr build``
+makes (its contents: tests/system/test_fab.py), and every process it started is gone when it
+returns."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from ..conftest import REPO, _env, processes_with_token
+from .fab import flwr_build
 
 BIN = Path(sys.executable).parent
 
@@ -23,15 +27,20 @@ pytestmark = [
 ]
 
 
-def test_the_launcher_runs_a_recorded_config_on_two_supernodes_and_leaves_no_process(tmp_path, own_processes):
+def test_the_launcher_runs_a_built_fab_and_a_recorded_config_on_two_supernodes_and_leaves_no_process(
+        tmp_path, own_processes):
+    """``flwr build``, then the launcher submits that FAB (``--app``) with a recorded run's
+    config: the SuperLink runs the bundle's very bytes, and the record names its code by them."""
     _, token = own_processes  # the fixture stops, by PID, whatever carries the token afterwards
     env = {**_env(), "FEDTEXT_TEST_TOKEN": token}
+    fab, _ = flwr_build(tmp_path / "build")
     record = next((REPO / "simulations/results/fedbpt_reference_sst2_pilot/runs").glob("*-fedbpt-reference-dir05"))
     out = tmp_path / "runs"
     tiny = ("num-server-rounds=1 clients-per-round=2 eval-size=24 client-test-size=8 eval-every=1 "
             "fedbpt.intrinsic-dim=20 fedbpt.local-steps=1 fedbpt.popsize=4 prompt-length=5 device=cpu run-name=replay")
     done = subprocess.run([sys.executable, "-m", "simulations.deployment", "--num-supernodes", "2", "--from-record",
-                           str(record), "--run-config", tiny, "--output-dir", str(out), "--timeout-s", "400"],
+                           str(record), "--run-config", tiny, "--output-dir", str(out), "--timeout-s", "400",
+                           "--app", str(fab)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=500)
     flwr_log = out / "deployment-logs" / "flwr-run.log"  # absent when the launcher stops before `flwr run`
     assert done.returncode == 0, done.stderr[-3000:] + (flwr_log.read_text()[-3000:] if flwr_log.exists() else "")
@@ -39,7 +48,15 @@ def test_the_launcher_runs_a_recorded_config_on_two_supernodes_and_leaves_no_pro
     config = json.loads((run / "config.json").read_text())
     assert config["config"]["fedbpt.server-step"] == "reference"  # from the record
     assert config["config"]["partition"] == "dirichlet" and config["config"]["run-name"] == "replay"
-    assert config["provenance"]["nodes_at_start"] == 2
+    prov = config["provenance"]
+    assert prov["nodes_at_start"] == 2
+    # the ServerApp ran from Flower's installed copy of the FAB (no git checkout there): the
+    # record names the code by the bundle's SHA-256, the one flwr build wrote, and its version
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert prov["fab_hash"] == hashlib.sha256(fab.read_bytes()).hexdigest(), prov
+    assert (prov["fab_id"], prov["fab_version"]) == ("fedtext/fedtext", project["version"])
+    assert prov["code_origin"] == "fab" and prov["git_commit"] is None
+    assert prov["versions"]["fedtext"] == project["version"] and prov["versions"]["flwr"] is not None
     rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == [0, 1] and rounds[1]["num_clients"] == 2 and rounds[1]["dropped"] == []
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"

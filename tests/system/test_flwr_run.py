@@ -4,16 +4,19 @@ tests/integration/test_methods_flower.py)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import socket
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from ..conftest import REPO, _env, _only_run, processes_with_token
+from .fab import flwr_build
 
 
 def _free_ports(n: int) -> list[int]:
@@ -53,6 +56,14 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
     assert summary["status"] == "finished" and summary["final_accuracy"] is not None
     last = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()][-1]
     assert last["num_clients"] == 2 and len(last["client_accuracy"]) == 2  # README: "the 2 simulated clients"
+    # Flower ran an installed copy of the app, packed from this checkout (no git there): the
+    # record names the code by that bundle, the same bytes `flwr build` makes of the checkout
+    prov = json.loads((run / "config.json").read_text())["provenance"]
+    fab, _ = flwr_build(tmp_path / "build")
+    assert prov["code_origin"] == "fab" and prov["git_commit"] is None, prov
+    assert prov["fab_hash"] == hashlib.sha256(fab.read_bytes()).hexdigest() and prov["fab_id"] == "fedtext/fedtext"
+    assert prov["fab_version"] == prov["versions"]["fedtext"] == tomllib.loads(
+        (REPO / "pyproject.toml").read_text())["project"]["version"]
     mine = processes_with_token(token)
     assert mine, "expected the detached local SuperLink of flwr run to be running"
     cmdlines = []

@@ -10,7 +10,7 @@ import pytest
 
 from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.registry import METHODS
-from simulations.deployment import flwr_run_config, record_overrides
+from simulations.deployment import flwr_run_config, install_fab, record_overrides
 from simulations.simulate import parse_pairs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,3 +58,11 @@ def test_a_committed_record_replays_key_for_key_on_another_device():
 def test_record_overrides_names_a_folder_without_a_record(tmp_path):
     with pytest.raises(ConfigError, match="no config.json"):
         record_overrides(tmp_path)
+
+
+def test_app_must_be_a_fab_file_that_exists(tmp_path):
+    """``--app x.fab`` is checked before any ``flwr install`` (or process) starts."""
+    (tmp_path / "app.zip").write_bytes(b"PK")
+    for bad in (tmp_path / "app.zip", tmp_path / "absent.fab", tmp_path):
+        with pytest.raises(ConfigError, match="not a .fab file"):
+            install_fab(bad, tmp_path / "home", {})
