@@ -71,7 +71,8 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
 
     from fedtext.client_app import make_client_app
     from fedtext.registry import METHODS
-    from fedtext.server_app import make_server_app, quiet_flower
+    from fedtext.quiet import quiet_flower
+    from fedtext.server_app import make_server_app
 
     cfg = RunConfig.from_run_config(overrides, METHODS)  # fail before Ray starts
     quiet_flower(cfg.verbose)  # before run_simulation logs its deprecation notice (fedtext.quiet)
