@@ -81,7 +81,7 @@ KEY_BYTES = 32  # HMAC-SHA256 key: 256 bits
 # trainable-parameters is derived (runs recorded before it existed lack it). Left out of
 # :func:`config_hash` too.
 RESUMABLE_CHANGES = frozenset({"resume", "num-server-rounds", "stale-after-s", "round-timeout-s",
-                               "client-failure-rate", "trainable-parameters", "tracker",
+                               "client-failure-rate", "trainable-parameters", "tracker", "verbose",
                                # a re-registered SuperNode (new key, new node id) is re-pinned
                                "node-partitions"})
 

@@ -54,7 +54,12 @@ from fedtext.config import ConfigError, RunConfig
 from fedtext.data import client_data, labelled
 from fedtext.node_state import Journal
 from fedtext.progress import setup_logging
+from fedtext.quiet import quiet_flower, quiet_ray_tip
 from fedtext.registry import METHODS
+
+# Flower's simulation process imports this module before it starts Ray: Ray's FutureWarning
+# at ray.init is filtered from here (fedtext.quiet; Ray's behaviour unchanged)
+quiet_ray_tip()
 
 _STARTUP = {"startup_start": _IMPORT_START, "startup_end": time.time()}  # reported once per process
 
@@ -166,6 +171,7 @@ def make_client(
     """This node's client from the run-config, its node config, its state
     (``context.state``, which persists on the node between rounds) and Flower's run id."""
     cfg = RunConfig.from_run_config(run_config, METHODS)
+    quiet_flower(cfg.verbose)  # this process's Flower lines ("Manually terminating ClientAppActor"), fedtext.quiet
     partition_id, num_partitions = node_partition(node_config)
     if not 0 <= partition_id < num_partitions:
         raise ConfigError(f"partition-id {partition_id} outside 0..{num_partitions - 1}")

@@ -307,6 +307,10 @@ class RunConfig:
     #: label appended to the run id: at most 64 letters, digits and `. _ = + -`, starting with a letter or digit, no
     #: `..` (the run id names the run's folder on every node; other names are refused before the run starts)
     run_name: str = ""  # optional label appended to the run id (<= 64 of A-Z a-z 0-9 . _ = + -, no "..")
+    #: `false`: the run prints fedtext's lines only (one per round, its start, progress of long steps, every warning
+    #: and error); `true`: Flower's own lines as well (`[ROUND n]`, `configure_fit`, its `[SUMMARY]` history, whose
+    #: distributed accuracy is weighted by examples where fedtext's `clients mean` is a plain mean); docs/flower.md
+    verbose: bool = False  # true: also print Flower's own log lines ([ROUND n], [SUMMARY] history, ...); false: fedtext's only
     # --- personalization and P/NP evaluation (every prompt method)
     #: every prompt method: BBT post-tuning, CMA-ES iterations per client after the last round (0 = none)
     post_tune_steps: int = 0  # BBT CMA-ES iterations per client after the last round (0 = none)

@@ -36,6 +36,7 @@ from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.data import labelled
 from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
+from fedtext.quiet import QuietFlower, quiet_flower, quiet_ray_tip  # noqa: F401 - re-exported
 from fedtext.records.probes import fab_fields
 from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name
@@ -45,6 +46,7 @@ from fedtext.strategy import Evaluator, FedTextStrategy
 from fedtext.tracking import check_installed
 
 log = logging.getLogger("fedtext")
+quiet_ray_tip()  # in case this module loads first; fedtext.client_app's import is the one before ray.init
 
 
 def strategy_class(method: str) -> type[FedTextStrategy]:
@@ -61,35 +63,6 @@ def strategy_class(method: str) -> type[FedTextStrategy]:
         The class, e.g. ``strategies.fedavg.FedAvgStrategy`` for ``"fedavg"``.
     """
     return resolve(METHODS[method].strategy)
-
-
-class QuietFlower(logging.Filter):
-    """Flower log lines a fedtext run does not print (each says why):
-
-    * ``fit progress: (round, loss, {'accuracy': ...}, seconds)`` -- Flower's
-      ``Server.fit`` tuple after every round; fedtext's own round line says the same
-      with names (and the round record has it all);
-    * ``DEPRECATED FEATURE: The `run_simulation` function is deprecated`` --
-      ``python -m simulations.simulate`` and the compare runner call it on purpose
-      (in-process runs with overrides); docs/flower.md says what replaces it.
-
-    "No evaluate_metrics_aggregation_fn provided" is not filtered: fedtext provides one
-    (:func:`fedtext.strategy.weighted_accuracy`).
-    """
-
-    DROPPED = ("fit progress: (", "The `run_simulation` function is deprecated")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        text = record.getMessage()
-        return not any(d in text for d in self.DROPPED)
-
-
-def quiet_flower() -> None:
-    """Install :class:`QuietFlower` on Flower's logger (once per process)."""
-    from flwr.common.logger import FLOWER_LOGGER
-
-    if not any(isinstance(f, QuietFlower) for f in FLOWER_LOGGER.filters):
-        FLOWER_LOGGER.addFilter(QuietFlower())
 
 
 class RecordingServer(Server):
@@ -335,13 +308,14 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
 
     def server_fn(context: Context) -> ServerAppComponents:
         setup_logging()
-        quiet_flower()  # Flower's lines that repeat fedtext's (docs/flower.md)
+        quiet_flower()  # Flower's own lines (fedtext.quiet); verbose=true brings them back below
         install_signal_handlers()  # SIGTERM -> "failed: terminated by SIGTERM" in the record
         run_config = {**context.run_config, **(overrides or {})}
         # a string: Flower's 64-bit run ids lose digits as JSON numbers in JavaScript readers
         launch = {"flower_run_id": str(context.run_id), "num_supernodes": num_supernodes, **server_app.fab}
         try:
             cfg = RunConfig.from_run_config(run_config, METHODS)
+            quiet_flower(cfg.verbose)
             server, config = build(cfg, launch)
         except ConfigError as exc:
             log.error("fedtext: configuration error: %s", exc)

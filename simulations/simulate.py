@@ -71,10 +71,11 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
 
     from fedtext.client_app import make_client_app
     from fedtext.registry import METHODS
-    from fedtext.server_app import make_server_app, quiet_flower
+    from fedtext.quiet import quiet_flower
+    from fedtext.server_app import make_server_app
 
     cfg = RunConfig.from_run_config(overrides, METHODS)  # fail before Ray starts
-    quiet_flower()  # before run_simulation logs its deprecation notice
+    quiet_flower(cfg.verbose)  # before run_simulation logs its deprecation notice (fedtext.quiet)
     # Ray's FutureWarning on every start ("Ray will no longer override accelerator visible
     # devices env var if num_gpus=0"): opt in to that future behaviour, which is what a
     # CPU client (num_gpus=0) wants anyway; the variable is the one the warning names.

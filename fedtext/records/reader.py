@@ -547,10 +547,16 @@ def participant_accuracy(rounds: list[dict[str, Any]]) -> dict[str, float | None
 
 
 def progress_line(r: dict[str, Any], total: int) -> str:
-    """``round 3/10 | acc 0.812 loss 0.421 | clients 0.790 | up 0.5 KB down 0.5 KB | 12.3 s``."""
+    """``round 3/10 | acc 0.812 loss 0.421 | clients mean 0.790 | up 0.5 KB down 0.5 KB | 12.3 s``.
+
+    ``clients mean`` is the plain mean of the clients' accuracies on their own test splits
+    (``client_accuracy_mean``: every client counts once); Flower's history (run-config
+    ``verbose=true``) shows the mean weighted by test examples
+    (:func:`fedtext.strategy.weighted_accuracy`), which differs when clients hold different
+    numbers of test examples."""
     acc = "acc   -  " if r.get("global_accuracy") is None else f"acc {r['global_accuracy']:.3f}"
     loss = "" if r.get("global_loss") is None else f" loss {r['global_loss']:.3f}"
-    cli = "" if r.get("client_accuracy_mean") is None else f" | clients {r['client_accuracy_mean']:.3f}"
+    cli = "" if r.get("client_accuracy_mean") is None else f" | clients mean {r['client_accuracy_mean']:.3f}"
     if r.get("client_post_accuracy"):
         pa = participant_accuracy([r])
         cli += f" | post-tuned P {pa['p_accuracy']:.3f}" + (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import socket
 import subprocess
@@ -15,8 +16,42 @@ from pathlib import Path
 
 import pytest
 
+from fedtext.quiet import FLOWER_STARTUP, strip_flower_prefix
+
 from ..conftest import REPO, _env, _only_run, processes_with_token
 from .fab import flwr_build
+
+#: what a default `flwr run` of the demo may print once fedtext's code is loaded (issue 47 item 4):
+#: fedtext's round line, fedtext's other lines (run start, progress of long steps), nothing else
+FEDTEXT_LINES = (
+    r"fedtext round \d+/\d+ \| acc [\d.]+ loss [\d.]+( \| clients mean [\d.]+)? \| up [\d.]+ KB down [\d.]+ KB \| [\d.]+ s",
+    r"fedtext: .*",
+)
+
+
+def unexpected_lines(out: str) -> list[str]:
+    """Lines of ``flwr run``'s output that are neither fedtext's (:data:`FEDTEXT_LINES`) nor
+    Flower's start-up before fedtext's code loads (``fedtext.quiet.FLOWER_STARTUP``); blank
+    lines (the CLI's, around its start-up) are allowed."""
+    allowed = [*FEDTEXT_LINES, *FLOWER_STARTUP]
+    return [line for line in out.splitlines()
+            if (text := strip_flower_prefix(line)) and not any(re.fullmatch(p, text) for p in allowed)]
+
+
+def _flwr_run(tmp_path: Path, env: dict[str, str], run_config: str) -> str:
+    """``flwr run . --stream`` of one demo round in a fresh Flower home on free ports; its output."""
+    # Flower's local SuperLink listens on fixed ports (39091 HTTP, 39093 Control) whatever
+    # FLWR_HOME is; Flower reads these two variables for them: free ports of our own, so a
+    # SuperLink elsewhere on the machine can neither fail this test nor receive its run.
+    http_port, control_port = _free_ports(2)
+    env = {**_env(), **env, "FLWR_HOME": str(tmp_path / "flwr-home"),
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port), "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
+    cmd = [str(Path(sys.executable).parent / "flwr"), "run", ".", "--stream",
+           "--run-config", f"num-server-rounds=1 output-dir='{tmp_path / 'runs'}' {run_config}"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    return out
 
 
 def _free_ports(n: int) -> list[int]:
@@ -73,3 +108,20 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
         except OSError:  # a short-lived child that ended meanwhile
             pass
     assert any(b"--port" in c and str(http_port).encode() in c for c in cmdlines), "SuperLink not on our port"
+    # issue 47 item 4: fedtext's lines only, once fedtext's code runs (docs/flower.md, "Output")
+    assert unexpected_lines(out) == [], out[-3000:]
+    for gone in ("FutureWarning", "[SUMMARY]", "Manually terminating", "[ROUND 1]", "configure_fit"):
+        assert gone not in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flwr", path=str(Path(sys.executable).parent)) is None, reason="flwr CLI not installed")
+def test_flwr_run_verbose_prints_flowers_own_lines_again(tmp_path, own_processes):
+    """``verbose=true``: Flower's round and summary lines come back, with its example-weighted
+    client accuracy history beside fedtext's plain ``clients mean``."""
+    env, _ = own_processes
+    out = _flwr_run(tmp_path, env, "verbose=true")
+    assert re.search(r"fedtext round 1/1 \| .*\| clients mean [\d.]+ \|", out)
+    for back in ("[ROUND 1]", "configure_fit: strategy sampled", "[SUMMARY]", "History (metrics, distributed, evaluate)"):
+        assert back in out, back
+    assert unexpected_lines(out)  # the lines the default run hides
