@@ -294,8 +294,8 @@ TABLE_BOX = {"overflowX": "auto", "maxWidth": "100%"}
 WIDE_COLUMNS = [  # ids and notes wrap onto a second line rather than squeeze the numbers
     {"if": {"column_id": "run_id"}, "minWidth": "80px", "maxWidth": "220px"},
     {"if": {"column_id": "experiment"}, "maxWidth": "160px"},
-    {"if": {"column_id": "label"}, "minWidth": "64px"},  # "fedprompt" on one line
-    {"if": {"column_id": "method"}, "minWidth": "64px"},
+    {"if": {"column_id": "label"}, "minWidth": "70px"},  # "fedprompt" on one line
+    {"if": {"column_id": "method"}, "minWidth": "70px"},
     {"if": {"column_id": "note"}, "minWidth": "72px", "maxWidth": "260px"},
     {"if": {"column_id": "key"}, "minWidth": "120px", "fontWeight": 600},
     {"if": {"column_id": "value"}, "maxWidth": "420px"},
@@ -355,7 +355,7 @@ def _content() -> list[Any]:
             html.Pre(id="detail-provenance", className="block"),
             dash_table.DataTable(id="detail-rounds", **table),
             html.Div(id="detail-config-note", className="empty-note"),
-            dash_table.DataTable(id="detail-config", columns=CONFIG_TABLE_COLUMNS, style_data_conditional=DIFFERS,
+            dash_table.DataTable(id="detail-config", style_data_conditional=DIFFERS,
                                  **{**table, "style_table": {**TABLE_BOX, "maxHeight": "460px",
                                                              "overflowY": "auto"}}),
             html.Pre(id="detail-summary", className="block"),
@@ -504,7 +504,7 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
     @app.callback(Output("detail-title", "children"), Output("detail-rounds", "data"),
                   Output("detail-rounds", "columns"), Output("detail-summary", "children"),
                   Output("detail-provenance", "children"), Output("detail-config", "data"),
-                  Output("detail-config-note", "children"),
+                  Output("detail-config", "columns"), Output("detail-config-note", "children"),
                   Input("runs", "active_cell"), Input("acc-x", "clickData"), Input("acc-bytes", "clickData"),
                   State("runs", "selected_row_ids"), State("runs", "data"),
                   prevent_initial_call=True)
@@ -517,13 +517,14 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
             points = (click or {}).get("points") or []
             run_id = points[0].get("customdata") if points else None  # individual-runs mode only
         if not run_id:
-            return (no_update,) * 7
+            return (no_update,) * 8
         rounds, text = run_detail(store, run_id)
         listed = {r["run_id"]: r.get("status") for r in listed or []}
         readable = [i for i in listed if listed[i] != "malformed"]  # a malformed run has no config to compare
         config, note = _config_rows(run_id, [i for i in ticked or [] if listed.get(i) != "malformed"], readable)
         return (f"Run {run_id}", rounds.round(4).to_dict("records"),
-                [{"name": c, "id": c} for c in rounds.columns], text, run_provenance(store, run_id), config, note)
+                [{"name": c, "id": c} for c in rounds.columns], text, run_provenance(store, run_id), config,
+                CONFIG_TABLE_COLUMNS, note)
 
     def _config_rows(run_id: str, ticked: list[str], listed: list[str]) -> tuple[list[dict[str, str]], str]:
         """The drill-down's config table and its line: compared with the ticked runs when any

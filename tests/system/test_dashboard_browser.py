@@ -302,6 +302,11 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         # one legend: the top chart's; every other chart draws none
         assert [g["id"] for g in graphs.values() if g["legend"]] == ["acc-bytes"]
         assert graphs["memory-x"]["yranges"][0][0] == 0 and graphs["memory-x"]["yranges"][1][0] == 0
+        # the grid: no legends, memory from 0 (screenshot)
+        driver.execute_script("document.getElementById('queries-x').scrollIntoView({block: 'start'});"
+                              "window.scrollBy(0, -60)")
+        time.sleep(0.3)
+        shoot(driver, "dashboard-grid.png")
         # the page never scrolls sideways; the run list (18 runs, 2 experiments) and the
         # comparison table fit their card at 1,280 px: no column cut off or scrolled out of sight
         assert facts["page"] <= facts["vw"], (facts["page"], facts["vw"])
@@ -356,7 +361,13 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         t = facts["tables"]["detail-config"]
         assert t["content"] <= t["visible"] and facts["page"] <= facts["vw"], t
         driver.execute_script("document.getElementById('detail-config-note').scrollIntoView({block: 'start'});"
-                              "window.scrollBy(0, -260)")  # the provenance's end, the note, the table
+                              "window.scrollBy(0, -150)")  # the rounds' end, the note, the table
+        # inside the table (460 px high): the last differing keys above the first shared ones
+        driver.execute_script(
+            "const t = document.getElementById('detail-config');"
+            "const box = [...t.querySelectorAll('*')].find(e => getComputedStyle(e).overflowY === 'auto');"
+            "const last = [...t.querySelectorAll('td[data-dash-column=\"key\"]')].find(c => c.textContent === arguments[0]);"
+            "box.scrollTop = last.getBoundingClientRect().top - box.getBoundingClientRect().top - 250;", differing[-1])
         time.sleep(0.3)
         shoot(driver, "dashboard-run-config.png")
         # ---- a one-round experiment (5 samplers x 3 seeds): on the bytes axis each variant is one
