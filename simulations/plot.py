@@ -7,7 +7,8 @@ For every chart (``--charts``, default ``accuracy``) and x-axis (``--x``, defaul
 and ``bytes``) it writes ``<out>/<chart>-vs-<x>.png`` and ``.svg`` (``--out``, default
 ``<dir>/figures``): per method or variant the mean over seeds with a ± std band, an error
 bar where the band has one point (``--mode runs``: one line per run), memory, queries and
-wall time from 0 (:class:`~simulations.dashboard_data.Chart`'s ``from_zero``), one subplot per experiment found under the folder
+wall time from 0 (:class:`~simulations.dashboard_data.Chart`'s ``from_zero``), one subplot
+per experiment found under the folder
 (small multiples), the same lines and colours as the dashboard
 (:func:`simulations.dashboard_data.chart_lines`). A figure is ``--size W H`` inches at
 ``--dpi`` (PNG pixels = W·dpi × H·dpi).

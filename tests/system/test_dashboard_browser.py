@@ -348,7 +348,8 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
 
         def config_rows(d) -> list[list[str]]:
             return [[c.text for c in r.find_elements(By.CSS_SELECTOR, "td")]
-                    for r in d.find_elements(By.CSS_SELECTOR, "#detail-config tr") if r.find_elements(By.TAG_NAME, "td")]
+                    for r in d.find_elements(By.CSS_SELECTOR, "#detail-config tr")
+                    if r.find_elements(By.TAG_NAME, "td")]
 
         rest = [k for k in cfgs[0] if k not in differing]
         wait.until(lambda d: [r[0] for r in config_rows(d)] == differing + rest)
@@ -366,7 +367,8 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         driver.execute_script(
             "const t = document.getElementById('detail-config');"
             "const box = [...t.querySelectorAll('*')].find(e => getComputedStyle(e).overflowY === 'auto');"
-            "const last = [...t.querySelectorAll('td[data-dash-column=\"key\"]')].find(c => c.textContent === arguments[0]);"
+            "const last = [...t.querySelectorAll('td[data-dash-column=\"key\"]')]"
+            "  .find(c => c.textContent === arguments[0]);"
             "box.scrollTop = last.getBoundingClientRect().top - box.getBoundingClientRect().top - 250;", differing[-1])
         time.sleep(0.3)
         shoot(driver, "dashboard-run-config.png")

@@ -594,7 +594,8 @@ def test_the_drill_down_compares_with_the_ticked_else_the_listed_runs(tmp_path):
     app = make_app(root)
     cell = {"runs.active_cell": {"row": 0, "column": 0, "row_id": "a"}}
     listed = [{"run_id": i, "status": "finished"} for i in ("a", "b", "c")] + [{"run_id": "x", "status": "malformed"}]
-    code, reply = dash_callback(app, "..detail-title", {**cell, "runs.data": listed, "runs.selected_row_ids": ["a", "b"]})
+    code, reply = dash_callback(app, "..detail-title",
+                                {**cell, "runs.data": listed, "runs.selected_row_ids": ["a", "b"]})
     assert code == 200 and reply["response"]["detail-config-note"]["children"] == (
         "Its config: 1 key differs from the 1 other ticked run(s), listed first.")
     assert reply["response"]["detail-config"]["data"][0] == {"key": "seed", "value": "0", "others": "1"}
