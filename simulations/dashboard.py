@@ -8,22 +8,27 @@ folder, or hand-started runs of one dataset/partition/shots; several = small mul
 side) from a searchable multi-select, filter by method, seed and status, and read:
 
 * **accuracy vs cumulative bytes** (up + down, up or down; log x), the view these papers
-  are about, on top;
+  are about, on top, with the page's one legend (every line of every chart; a line's colour
+  is its method's on every chart);
 * accuracy, client accuracy, loss, model queries, client memory and wall time against the
   chosen **x-axis** (round, wall time, simulated device time where recorded, cumulative
-  bytes up / down / both, cumulative queries; log toggle);
+  bytes up / down / both, cumulative queries; log toggle); the grid's accuracy chart is left
+  out when it would repeat the top one (x = the bytes picked on top, log);
 * per method (or variant) the **mean over seeds with a ± std band**, or every run on its
-  own (toggle); one colour per method on every chart;
-* round axes tick whole numbers only; every chart's title sits below Plotly's toolbar;
+  own (toggle); a band of one point (a one-round run on a log axis) is an error bar;
+* round axes tick whole numbers only, log axes label decades (or 1-2-5) only; memory,
+  queries and wall time are drawn from 0; every chart's title sits below Plotly's toolbar;
 * the run list (tick runs to restrict the charts and to see their **config diff**: the keys
   whose values differ between the ticked runs, one column per run; click a cell for the run's
-  **drill-down**: its provenance (git commit or Flower app bundle, package versions, SuperNodes, Flower's
-  run id), its rounds with dropped clients and the method's metrics, and its config)
-  and the comparison table (mean ± std), downloadable as CSV or markdown. A run whose
-  record files are malformed (checked as :mod:`fedtext.records` reads them) is always
+  **drill-down**: its provenance (git commit or Flower app bundle, package versions, SuperNodes,
+  Flower's run id), its rounds with dropped clients and the method's metrics, its config as a
+  key/value table, the keys that differ from the ticked (else the listed) runs first, and
+  its summary) and the comparison table (mean ± std), downloadable as CSV or markdown. A run
+  whose record files are malformed (checked as :mod:`fedtext.records` reads them) is always
   listed, ``malformed`` with the reason in its note, and never charted or counted.
 
-Tables are as wide as the page and scroll sideways inside it; the stylesheet is
+Table cells wrap, so the run list and the comparison table fit a 1,280 px window; a table
+wider still scrolls sideways inside its card; the stylesheet is
 ``simulations/assets/dashboard.css`` (served by Dash itself: the page needs no network).
 
 Every ``--refresh`` seconds the page stats the record files; only when one changed are
@@ -36,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,8 +49,8 @@ from typing import Any
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from simulations.dashboard_data import (
-    CHARTS, STATUSES, X_AXES, Chart, Line, RunStore, chart_lines, comparison, config_diff, integer_dtick,
-    round_series, run_detail, run_provenance, runs_table,
+    CHARTS, STATUSES, X_AXES, Chart, Line, RunStore, chart_lines, comparison, config_diff, config_table,
+    integer_dtick, log_ticks, round_series, run_detail, run_provenance, runs_table, short_number,
 )
 from simulations.tables import to_markdown
 
@@ -73,10 +79,39 @@ def chart_title(chart: Chart, x_axis: str, limit: int = 56) -> str:
     return text if len(text) <= limit else f"{chart.title.split(' (')[0]} vs {x_title}"
 
 
+MIN_LOG_SPAN = math.log10(4)  # decades: the narrowest log x-axis drawn
+
+
+def log_axis(xs: list[float]) -> dict[str, Any]:
+    """A log x-axis's range and ticks for the values ``xs`` (> 0): the range padded by 5 % of
+    its span in decades on each side, so the end points' markers are not cut, and at least
+    :data:`MIN_LOG_SPAN` decades wide (a factor of 4: one-round runs that all sent about the
+    same bytes are one point in the middle, not spread over a range of 0.001 %); labelled ticks
+    at :func:`log_ticks`' major values (``20k``, ``1M``: :func:`short_number`), unlabelled
+    minor ticks between them. Empty for no values."""
+    xs = [x for x in xs if x > 0]
+    if not xs:
+        return {}
+    lo, hi = math.log10(min(xs)), math.log10(max(xs))
+    pad = max(0.05 * (hi - lo), (MIN_LOG_SPAN - (hi - lo)) / 2)
+    lo, hi = lo - pad, hi + pad
+    axis: dict[str, Any] = {"range": [lo, hi], "autorange": False, "ticks": "outside", "ticklen": 5}
+    major, minor = log_ticks(10 ** lo, 10 ** hi)
+    if major:
+        axis.update({"tickmode": "array", "tickvals": major, "ticktext": [short_number(v) for v in major],
+                     "minor": {"tickmode": "array", "tickvals": minor, "ticks": "outside", "ticklen": 3,
+                               "showgrid": True, "gridcolor": "#f6f7f9"}})
+    return axis
+
+
 def figure(lines: list[Line], chart: Chart, x_axis: str, log_x: bool, experiments: list[str],
-           height: int = 320) -> dict[str, Any]:
+           height: int = 320, legend: bool = True) -> dict[str, Any]:
     """A plotly figure as a plain dict (no validation pass: fast with hundreds of lines);
-    one subplot per experiment side by side (small multiples), one legend entry per line name."""
+    one subplot per experiment side by side (small multiples), one legend entry per line name
+    (none with ``legend=False``: the page shows one legend, on its top chart). A band of
+    one point (a one-round run on a log axis) is drawn as an error bar, a band of several as
+    a filled area; a ``from_zero`` chart's y-axes start at 0; log x-axes label decades (or
+    1-2-5) only (:func:`log_axis`)."""
     n = max(1, len(experiments))
     gap = 0.06 if n > 1 else 0.0
     layout: dict[str, Any] = {
@@ -87,7 +122,9 @@ def figure(lines: list[Line], chart: Chart, x_axis: str, log_x: bool, experiment
                   "yanchor": "top", "pad": {"l": 10, "t": TITLE_TOP}},
         "height": height, "margin": {"l": 55, "r": 10, "t": TITLE_TOP + (46 if n > 1 else 28), "b": 45},
         "font": {"family": FONT, "color": "#1f2933"}, "paper_bgcolor": "#fff", "plot_bgcolor": "#fff",
-        "legend": {"font": {"size": 10}}, "hovermode": "closest", "annotations": [],
+        # Plotly hides the legend of a figure with one trace unless told: the one legend names
+        # even a single method
+        "showlegend": legend, "legend": {"font": {"size": 10}}, "hovermode": "closest", "annotations": [],
     }
     integer_x = x_axis == "round" and not log_x  # rounds are whole numbers: no tick between two
     top = max((max(line.x) for line in lines if line.x), default=1)
@@ -100,7 +137,12 @@ def figure(lines: list[Line], chart: Chart, x_axis: str, log_x: bool, experiment
         if integer_x:
             layout[f"xaxis{sfx}"].update({"tickmode": "linear", "tick0": 0, "tickformat": "d",
                                           "dtick": integer_dtick(top, max(3, 10 // n))})
+        if log_x:  # each subplot's own range: experiments side by side may differ by decades
+            own = [x for line in lines if _subplot(line, experiments) == i for x in line.x]
+            layout[f"xaxis{sfx}"].update(log_axis(own))
         layout[f"yaxis{sfx}"] = {"anchor": f"x{sfx}", "gridcolor": "#eceff3", "zeroline": False}
+        if chart.from_zero:
+            layout[f"yaxis{sfx}"]["rangemode"] = "tozero"
         if n > 1:
             layout["annotations"].append({"text": f"<b>{experiments[i]}</b>", "x": (lo + hi) / 2, "y": 1.0,
                                           "xref": "paper", "yref": "paper", "yanchor": "bottom",
@@ -108,16 +150,22 @@ def figure(lines: list[Line], chart: Chart, x_axis: str, log_x: bool, experiment
     data: list[dict[str, Any]] = []
     shown: set[str] = set()
     for line in lines:
-        i = experiments.index(line.experiment) if line.experiment in experiments else 0
+        i = _subplot(line, experiments)
         axes = {"xaxis": "x" if i == 0 else f"x{i + 1}", "yaxis": "y" if i == 0 else f"y{i + 1}"}
-        if line.lo is not None:
+        whiskers = line.lo is not None and len(line.x) == 1  # a filled band of one point draws nothing
+        if line.lo is not None and not whiskers:
             data.append({"type": "scatter", "mode": "lines", "x": line.x + line.x[::-1], "y": line.hi + line.lo[::-1],
                          "fill": "toself", "fillcolor": _rgba(line.color, 0.18), "line": {"width": 0},
                          "hoverinfo": "skip", "showlegend": False, "legendgroup": line.name,
                          "name": f"{line.name} band", "meta": "band", **axes})
         trace = {"type": "scatter", "mode": "lines+markers", "x": line.x, "y": line.y, "name": line.name,
-                 "legendgroup": line.name, "showlegend": line.name not in shown, "meta": "line",
+                 "legendgroup": line.name, "showlegend": legend and line.name not in shown, "meta": "line",
                  "line": {"color": line.color, "width": 2}, "marker": {"size": 5}, **axes}
+        if whiskers:  # the band's extent above and below the point (± std, or the clients' min-max)
+            trace["error_y"] = {"type": "data", "symmetric": False, "array": [line.hi[0] - line.y[0]],
+                                "arrayminus": [line.y[0] - line.lo[0]], "color": line.color, "thickness": 1.5,
+                                "width": 6}
+            trace["marker"] = {"size": 8}
         if line.run_id:
             trace["customdata"] = [line.run_id] * len(line.x)  # a click opens the run's drill-down
         data.append(trace)
@@ -126,6 +174,34 @@ def figure(lines: list[Line], chart: Chart, x_axis: str, log_x: bool, experiment
         layout["annotations"].append({"text": "no data for the selected runs", "x": 0.5, "y": 0.5, "xref": "paper",
                                       "yref": "paper", "showarrow": False, "font": {"color": "#888"}})
     return {"data": data, "layout": layout}
+
+
+def _subplot(line: Line, experiments: list[str]) -> int:
+    """The subplot (0-based, left to right) a line is drawn in: its experiment's."""
+    return experiments.index(line.experiment) if line.experiment in experiments else 0
+
+
+def legend_everywhere(figs: list[dict[str, Any]]) -> None:
+    """Complete the first figure's legend (the page's one legend) with the lines only the
+    others draw (a run with memory but no bytes recorded): a legend-only entry each, the
+    line's colour and marker, no point (``x = y = [None]``)."""
+    top = figs[0]
+    named = {t["name"] for t in top["data"] if t.get("showlegend")}
+    for fig in figs[1:]:
+        for t in fig["data"]:
+            if t["meta"] == "line" and t["name"] not in named:
+                named.add(t["name"])
+                top["data"].append({"type": "scatter", "mode": "lines+markers", "x": [None], "y": [None],
+                                    "name": t["name"], "legendgroup": t["name"], "showlegend": True,
+                                    "meta": "legend", "line": t["line"], "marker": {"size": 5},
+                                    "hoverinfo": "skip"})
+
+
+def repeats_top(x_axis: str, log_x: bool, bytes_dir: str) -> bool:
+    """Whether the grid's accuracy chart would repeat the top one (accuracy against the
+    bytes picked on top, log x): then the grid leaves it out. With log x off it is the same
+    data on a linear axis, a different view: kept."""
+    return x_axis == bytes_dir and log_x
 
 
 def _filter_ids(table, methods: list[str] | None, seeds: list[Any] | None, statuses: list[str] | None,
@@ -148,7 +224,13 @@ def render(store: RunStore, experiments: list[str], methods: list[str] | None, s
            statuses: list[str] | None, mode: str, x_axis: str, log_x: bool, bytes_dir: str,
            ticked: list[str] | None = None) -> tuple[list[dict[str, Any]], Any]:
     """Everything a chart refresh returns: the prominent accuracy-vs-bytes figure, the grid's
-    figures and the comparison table (what the chart callback sends; timed in the tests)."""
+    figures and the comparison table (what the chart callback sends; timed in the tests).
+
+    One legend, on the top figure, naming every line of every chart (:func:`legend_everywhere`):
+    a line's colour is its method's on every chart, so one key serves all seven. Plotly's
+    ``legendgroup`` links traces within one figure only (each ``dcc.Graph`` is its own plot),
+    so a click on a legend entry hides that line on the top chart alone; the Methods filter
+    hides a method everywhere."""
     everything = runs_table(store)
     labels = everything["label"].dropna().unique().tolist()  # a variant's colour: the same in every experiment
     ids = _filter_ids(everything[everything["experiment"].isin(experiments)], methods, seeds, statuses, ticked)
@@ -157,7 +239,8 @@ def render(store: RunStore, experiments: list[str], methods: list[str] | None, s
                    bytes_dir, True, experiments, height=420)]
     for _, key in GRID:
         lines = chart_lines(series, CHARTS[key], x_axis, mode, log_x, labels)
-        figs.append(figure(lines, CHARTS[key], x_axis, log_x, experiments))
+        figs.append(figure(lines, CHARTS[key], x_axis, log_x, experiments, legend=False))
+    legend_everywhere(figs)
     return figs, comparison(store, ids)
 
 
@@ -198,18 +281,38 @@ def _controls() -> list[Any]:
     ]
 
 
-TABLE_CELL = {"fontSize": 12, "padding": "3px 8px", "textAlign": "left", "whiteSpace": "nowrap",
-              "overflow": "hidden", "textOverflow": "ellipsis", "minWidth": "56px", "maxWidth": "240px",
-              "fontFamily": FONT}
-TABLE_HEADER = {"fontWeight": 600, "backgroundColor": "#f0f3f7"}
-# tables never wider than their card: wider content scrolls sideways inside it
+# Cells wrap between words and after a hyphen (a run id "20261122-123011-fedprompt-sst2-s0"
+# takes two lines): a table narrower than its content grows taller instead of wider. With the
+# values every row shares said once above the table (RUN_SHARED), the run list and the
+# comparison table fit a 1,280 px window (909 px inside the card beside the sidebar).
+TABLE_CELL = {"fontSize": 12, "padding": "3px 4px", "textAlign": "left", "whiteSpace": "normal",
+              "height": "auto", "minWidth": "36px", "maxWidth": "260px", "lineHeight": "1.3", "fontFamily": FONT}
+TABLE_HEADER = {"fontWeight": 600, "backgroundColor": "#f0f3f7", "fontSize": 11, "verticalAlign": "bottom"}
+# tables never wider than their card: content wider still (many ticked runs in the config
+# diff, many method metrics in the drill-down) scrolls sideways inside it
 TABLE_BOX = {"overflowX": "auto", "maxWidth": "100%"}
-WIDE_COLUMNS = [  # (column, min width): ids and notes stay readable, the rest shrinks to its values
-    {"if": {"column_id": "run_id"}, "minWidth": "210px", "maxWidth": "300px"},
-    {"if": {"column_id": "experiment"}, "maxWidth": "200px"},
-    {"if": {"column_id": "note"}, "minWidth": "160px", "maxWidth": "320px"},
-    {"if": {"column_id": "key"}, "minWidth": "160px", "fontWeight": 600},
+WIDE_COLUMNS = [  # ids and notes wrap onto a second line rather than squeeze the numbers
+    {"if": {"column_id": "run_id"}, "minWidth": "80px", "maxWidth": "220px"},
+    {"if": {"column_id": "experiment"}, "maxWidth": "160px"},
+    {"if": {"column_id": "label"}, "minWidth": "70px"},  # "fedprompt" on one line
+    {"if": {"column_id": "method"}, "minWidth": "70px"},
+    {"if": {"column_id": "note"}, "minWidth": "72px", "maxWidth": "260px"},
+    {"if": {"column_id": "key"}, "minWidth": "120px", "fontWeight": 600},
+    {"if": {"column_id": "value"}, "maxWidth": "420px"},
 ]
+# The columns of the run list and the comparison table that, holding one value in every row
+# (one experiment's dataset, partition, status), are said once in a line above the table
+# instead of once a row: what fits the run list in a 1,280 px window.
+RUN_SHARED = ["experiment", "dataset", "partition", "seed", "holdout", "status"]
+COMPARE_SHARED = ["dataset", "partition"]
+# the run list's headers: words a narrow column can wrap between (its data keep the ids)
+RUN_HEADERS = {"run_id": "run id", "rounds_done": "rounds", "final_accuracy": "final acc",
+               "best_accuracy": "best acc", "p_accuracy": "P acc", "np_accuracy": "NP acc", "mb_up": "MB up",
+               "mb_down": "MB down"}
+# a drilled-down run's config: the keys that differ from the compared runs' are highlighted
+CONFIG_TABLE_COLUMNS = [{"name": "key", "id": "key"}, {"name": "this run", "id": "value"},
+                        {"name": "other values in the compared runs", "id": "others"}]
+DIFFERS = [{"if": {"filter_query": '{others} != ""'}, "backgroundColor": "#fff6d9"}]
 
 
 def _card(title: str, body: list[Any], hint: Any = None, extra: Any = None, title_id: str | None = None,
@@ -234,7 +337,7 @@ def _content() -> list[Any]:
               [html.Div([dcc.Graph(id=gid, config=GRAPH_CONFIG) for gid, _ in GRID], className="grid",
                         id="grid")],
               hint="two charts a row; one when several experiments are side by side", id="card-grid"),
-        _card("Runs", [dash_table.DataTable(
+        _card("Runs", [html.Div(id="runs-shared", className="table-note"), dash_table.DataTable(
             id="runs", row_selectable="multi", selected_row_ids=[], sort_action="native", page_size=50,
             tooltip_delay=300, tooltip_duration=None, **table,
             style_data_conditional=[
@@ -251,16 +354,34 @@ def _content() -> list[Any]:
         _card("Run", [
             html.Pre(id="detail-provenance", className="block"),
             dash_table.DataTable(id="detail-rounds", **table),
-            html.Pre(id="detail-config", className="block"),
+            html.Div(id="detail-config-note", className="empty-note"),
+            dash_table.DataTable(id="detail-config", style_data_conditional=DIFFERS,
+                                 **{**table, "style_table": {**TABLE_BOX, "maxHeight": "460px",
+                                                             "overflowY": "auto"}}),
+            html.Pre(id="detail-summary", className="block"),
         ], hint="click a run's cell in the run list, or a line's point in individual-runs mode",
             title_id="detail-title", id="detail"),
-        _card("Comparison", [dcc.Download(id="download"),
+        _card("Comparison", [dcc.Download(id="download"), html.Div(id="compare-shared", className="table-note"),
                              dash_table.DataTable(id="compare", **table)],
               hint="mean ± std over the charted runs of a method",
               extra=html.Div([html.Button("CSV", id="csv-btn", className="btn"),
                               html.Button("Markdown", id="md-btn", className="btn")], className="buttons"),
               id="card-compare"),
     ]
+
+
+def shared_values(df, candidates: list[str]) -> dict[str, Any]:
+    """The ``candidates`` columns of ``df`` holding one value in every row (none for an empty
+    table): what a table says once above it instead of in every row."""
+    if df.empty:
+        return {}
+    return {c: df[c].iloc[0] for c in candidates
+            if c in df.columns and df[c].astype(str).nunique(dropna=False) == 1 and not df[c].isna().all()}
+
+
+def shared_line(what: str, shared: dict[str, Any]) -> str:
+    """``All 18 listed runs: dataset sst2; partition dirichlet`` ("" when nothing is shared)."""
+    return f"{what}: " + "; ".join(f"{k} {v}" for k, v in shared.items()) if shared else ""
 
 
 def _note_tooltips(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -319,18 +440,33 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
         return ["log"] if X_AXES[x_axis].log else []
 
     @app.callback(Output("runs", "data"), Output("runs", "columns"), Output("runs", "tooltip_data"),
+                  Output("runs-shared", "children"),
                   Input("version", "data"), Input("experiment", "value"), Input("method-filter", "value"),
                   Input("seed-filter", "value"), Input("status-filter", "value"))
     def refresh_runs(_, experiments, methods, seeds, statuses):
         table = runs_table(store)
         shown = set(_filter_ids(table[table["experiment"].isin(experiments or [])], methods, seeds, statuses, None))
         # malformed runs are always listed (whatever experiment their broken config suggests)
-        df = table[table["run_id"].isin(shown) | (table["status"] == "malformed")].round(4)
+        df = table[table["run_id"].isin(shown) | (table["status"] == "malformed")]
+        # accuracies to 3 digits as in the comparison table, MB to 2: narrower columns
+        df = df.round({c: 3 for c in df.columns if "accuracy" in c} | {"mb_up": 2, "mb_down": 2})
         df["id"] = df["run_id"]
-        columns = [{"name": c, "id": c, **({"type": "numeric"} if df[c].dtype.kind in "if" else {})}
-                   for c in df.columns if c != "id"]
+        # left out: a column no listed run has a value in (holdout, P/NP accuracy, options,
+        # note), the method where it is every run's label, a column every run shares (said above)
+        # a malformed run (listed whatever is picked, its config unread) has no method, dataset
+        # or seed: the others' shared values are said with it aside, its status is its own
+        readable = df[df["status"] != "malformed"]
+        empty = [c for c in df.columns if c != "run_id" and df[c].replace("", None).isna().all()]
+        if (readable["method"] == readable["label"]).all():
+            empty.append("method")
+        shared = shared_values(readable, [c for c in RUN_SHARED if c not in empty and c != "status"])
+        shared |= shared_values(df, ["status"])
+        columns = [{"name": RUN_HEADERS.get(c, c), "id": c, **({"type": "numeric"} if df[c].dtype.kind in "if" else {})}
+                   for c in df.columns if c != "id" and c not in empty and c not in shared]
         rows = df.to_dict("records")
-        return rows, columns, _note_tooltips(rows)
+        what = "The listed run" if len(readable) == 1 else f"All {len(readable)} listed runs"
+        what += f" ({len(df) - len(readable)} malformed aside)" if len(readable) < len(df) else ""
+        return rows, columns, _note_tooltips(rows), shared_line(what, shared)
 
     @app.callback(Output("config-diff", "data"), Output("config-diff", "columns"),
                   Output("config-diff-note", "children"),
@@ -348,7 +484,8 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
 
     @app.callback(
         [Output("acc-bytes", "figure")] + [Output(gid, "figure") for gid, _ in GRID]
-        + [Output("compare", "data"), Output("compare", "columns"), Output("grid", "className")],
+        + [Output("compare", "data"), Output("compare", "columns"), Output("grid", "className"),
+           Output("acc-x", "style"), Output("compare-shared", "children")],
         Input("version", "data"), Input("experiment", "value"), Input("method-filter", "value"),
         Input("seed-filter", "value"), Input("status-filter", "value"), Input("mode", "value"),
         Input("x-axis", "value"), Input("log-x", "value"), Input("bytes-dir", "value"),
@@ -358,15 +495,20 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
         figs, table = render(store, experiments or [], methods, seeds, statuses, mode, x_axis,
                              "log" in (log_x or []), bytes_dir, ticked)
         wide = len(experiments or []) > 1  # small multiples get the full width
-        return figs + [table.to_dict("records"), [{"name": c, "id": c} for c in table.columns],
-                       "grid one" if wide else "grid"]
+        hide = repeats_top(x_axis, "log" in (log_x or []), bytes_dir)  # the top chart again: left out
+        shared = shared_values(table, COMPARE_SHARED)  # in the downloads, not in the columns shown
+        return figs + [table.to_dict("records"), [{"name": c, "id": c} for c in table.columns if c not in shared],
+                       "grid one" if wide else "grid", {"display": "none"} if hide else {},
+                       shared_line("Every row", shared)]
 
     @app.callback(Output("detail-title", "children"), Output("detail-rounds", "data"),
-                  Output("detail-rounds", "columns"), Output("detail-config", "children"),
-                  Output("detail-provenance", "children"),
+                  Output("detail-rounds", "columns"), Output("detail-summary", "children"),
+                  Output("detail-provenance", "children"), Output("detail-config", "data"),
+                  Output("detail-config", "columns"), Output("detail-config-note", "children"),
                   Input("runs", "active_cell"), Input("acc-x", "clickData"), Input("acc-bytes", "clickData"),
+                  State("runs", "selected_row_ids"), State("runs", "data"),
                   prevent_initial_call=True)
-    def drill_down(cell, click_x, click_bytes):
+    def drill_down(cell, click_x, click_bytes, ticked, listed):
         run_id = None
         if ctx.triggered_id == "runs" and cell:
             run_id = cell.get("row_id")
@@ -375,17 +517,36 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
             points = (click or {}).get("points") or []
             run_id = points[0].get("customdata") if points else None  # individual-runs mode only
         if not run_id:
-            return no_update, no_update, no_update, no_update, no_update
+            return (no_update,) * 8
         rounds, text = run_detail(store, run_id)
+        listed = {r["run_id"]: r.get("status") for r in listed or []}
+        readable = [i for i in listed if listed[i] != "malformed"]  # a malformed run has no config to compare
+        config, note = _config_rows(run_id, [i for i in ticked or [] if listed.get(i) != "malformed"], readable)
         return (f"Run {run_id}", rounds.round(4).to_dict("records"),
-                [{"name": c, "id": c} for c in rounds.columns], text, run_provenance(store, run_id))
+                [{"name": c, "id": c} for c in rounds.columns], text, run_provenance(store, run_id), config,
+                CONFIG_TABLE_COLUMNS, note)
+
+    def _config_rows(run_id: str, ticked: list[str], listed: list[str]) -> tuple[list[dict[str, str]], str]:
+        """The drill-down's config table and its line: compared with the ticked runs when any
+        are ticked (the config diff's runs), else with the runs the list shows."""
+        compared, which = (ticked, "ticked") if ticked else (listed, "listed")
+        others = [i for i in dict.fromkeys(compared) if i != run_id]
+        table = config_table(store, run_id, others)
+        if table.empty:
+            return [], "No readable config."
+        differ = int((table["others"] != "").sum())
+        if not others:
+            return table.to_dict("records"), "Its config (no other run to compare it with)."
+        keys = "1 key differs" if differ == 1 else f"{differ} keys differ"
+        return (table.to_dict("records"),
+                f"Its config: {keys} from the {len(others)} other {which} run(s), listed first.")
 
     @app.callback(Output("download", "data"), Input("csv-btn", "n_clicks"), Input("md-btn", "n_clicks"),
-                  State("compare", "data"), State("compare", "columns"), prevent_initial_call=True)
-    def download(csv_clicks, md_clicks, rows, columns):
+                  State("compare", "data"), prevent_initial_call=True)
+    def download(csv_clicks, md_clicks, rows):
         import pandas as pd
 
-        table = pd.DataFrame(rows or [], columns=[c["id"] for c in columns or []])
+        table = pd.DataFrame(rows or [])  # every column, the shared ones the page says above it too
         if ctx.triggered_id == "md-btn":
             return dcc.send_string(to_markdown(table), "comparison.md")
         return dcc.send_string(table.to_csv(index=False), "comparison.csv")

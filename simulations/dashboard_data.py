@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -67,20 +68,27 @@ X_AXES: dict[str, XAxis] = {
 
 @dataclass(frozen=True)
 class Chart:
-    """One metric drawn against an x-axis (the dashboard and the plot command draw these)."""
+    """One metric drawn against an x-axis (the dashboard and the plot command draw these).
+
+    ``from_zero``: the y-axis starts at 0. Set for amounts where a ratio is what a reader
+    compares (memory, cumulative queries, wall time): 900 MB against 820 MB is 10 % more, and
+    an axis starting at 820 MB draws it as twice the height. Not set for accuracy and loss,
+    where methods differ by a few points and an axis from 0 would flatten every line into one.
+    """
 
     key: str
     title: str
     y: str
+    from_zero: bool = False
 
 
 CHARTS: dict[str, Chart] = {
     "accuracy": Chart("accuracy", "Global accuracy", "global_accuracy"),
     "client-accuracy": Chart("client-accuracy", "Mean client accuracy (local test splits)", "client_acc_mean"),
     "loss": Chart("loss", "Global loss", "global_loss"),
-    "queries": Chart("queries", "Cumulative model queries", "cum_model_queries"),
-    "memory": Chart("memory", "Client peak memory (MB)", "client_peak_rss_mb"),
-    "wall": Chart("wall", "Wall time (s)", "wall_time_s"),
+    "queries": Chart("queries", "Cumulative model queries", "cum_model_queries", from_zero=True),
+    "memory": Chart("memory", "Client peak memory (MB)", "client_peak_rss_mb", from_zero=True),
+    "wall": Chart("wall", "Wall time (s)", "wall_time_s", from_zero=True),
 }
 
 # Plotly's qualitative palette then D3's: hex strings both plotly and matplotlib take.
@@ -486,7 +494,8 @@ def comparison(root: str | Path | RunStore, run_ids: list[str] | None = None) ->
 
 def run_detail(root: str | Path | RunStore, run_id: str) -> tuple[pd.DataFrame, str]:
     """A run's rounds as a table (accuracy, bytes, queries, dropped clients with their
-    reasons, the method's own metrics such as FedBPT's σ′) and its config as JSON text."""
+    reasons, the method's own metrics such as FedBPT's σ′) and, as JSON text, its status,
+    note, summary, start and machine (its config is :func:`config_table`'s)."""
     runs = store(root).loaded([run_id])
     if not runs:
         return pd.DataFrame(), f"no run {run_id}"
@@ -507,8 +516,9 @@ def run_detail(root: str | Path | RunStore, run_id: str) -> tuple[pd.DataFrame, 
         if isinstance(metrics, dict):
             row.update({f"m:{k}": v for k, v in metrics.items() if isinstance(v, (int, float, str))})
         rows.append(row)
-    text = json.dumps({"run_id": run_id, "status": run["status"], "note": run["note"], "config": run["config"],
-                       "summary": run["summary"]}, indent=2, default=str)
+    meta = run["config"] or {}  # config.json as read: None when it is not a record
+    text = json.dumps({"run_id": run_id, "status": run["status"], "note": run["note"], "summary": run["summary"],
+                       "started": meta.get("started"), "machine": meta.get("machine")}, indent=2, default=str)
     return pd.DataFrame(rows), text
 
 
@@ -540,6 +550,38 @@ def config_diff(root: str | Path | RunStore, run_ids: list[str]) -> pd.DataFrame
     return table
 
 
+CONFIG_COLUMNS = ["key", "value", "others"]
+
+
+def _json_text(v: Any) -> str:
+    """A config value as a table cell: a string as it is (:data:`ABSENT` too), else its JSON."""
+    return v if isinstance(v, str) else json.dumps(v, default=str)
+
+
+def config_table(root: str | Path | RunStore, run_id: str, compared: Iterable[str] = ()) -> pd.DataFrame:
+    """A run's config as key/value rows (:data:`CONFIG_COLUMNS`), the keys whose values differ
+    across the ``compared`` runs and ``run_id`` first (:func:`config_diff`: a key a run lacks
+    differs; this run's value :data:`ABSENT` when it is one of them), in the configs' order,
+    then the keys that are the same in every compared run, in the run's order. ``others``:
+    for a differing key the other runs' values that are not this run's, each once, in the
+    runs' order (``"1, 2"``); ``""`` for a key that is the same everywhere. Values are text
+    (JSON but for strings). A compared run without a readable config is left out (it would
+    make every key differ); no rows for an unknown run or one whose config is unreadable."""
+    runs = {r["run_id"]: r for r in store(root).loaded([run_id, *compared])}
+    if not runs.get(run_id, {}).get("cfg"):
+        return pd.DataFrame(columns=CONFIG_COLUMNS)
+    # a malformed run (no readable config) would make every key differ: not compared
+    ids = [i for i in dict.fromkeys([run_id, *compared]) if runs.get(i, {}).get("cfg")]
+    diff = config_diff(root, ids)
+    rows = []
+    for key, values in diff.iterrows():
+        mine = _json_text(values[run_id])
+        others = dict.fromkeys(t for c, v in values.items() if c != run_id and (t := _json_text(v)) != mine)
+        rows.append((key, mine, ", ".join(others)))
+    rows += [(key, _json_text(v), "") for key, v in runs[run_id]["cfg"].items() if key not in diff.index]
+    return pd.DataFrame(rows, columns=CONFIG_COLUMNS)
+
+
 def integer_dtick(top: float, max_ticks: int = 8) -> int:
     """The tick step of an axis of whole numbers (rounds) from 0 to ``top``: the smallest of
     1, 2, 5, 10, 20, 50, ... that gives at most ``max_ticks`` intervals, so no tick falls
@@ -552,6 +594,61 @@ def integer_dtick(top: float, max_ticks: int = 8) -> int:
             if top / step <= max_ticks:
                 return step
         scale *= 10
+
+
+def _digit_ticks(lo: float, hi: float, digits: Iterable[int]) -> list[float]:
+    """``d * 10**k`` for every ``d`` in ``digits`` and every decade ``k`` with the value in
+    ``[lo, hi]`` (a relative tolerance of 1e-9: 1000 is in ``[1000, 2000]``), ascending."""
+    first, last = math.floor(math.log10(lo)) - 1, math.ceil(math.log10(hi)) + 1
+    # 3 * 10**-1 is 0.30000000000000004 as a float: 12 significant digits print it back as 0.3
+    values = (float(f"{d * 10.0 ** k:.12g}") for k in range(first, last + 1) for d in digits)
+    return sorted(v for v in values if lo * (1 - 1e-9) <= v <= hi * (1 + 1e-9))
+
+
+def log_ticks(lo: float, hi: float, max_labels: int = 8) -> tuple[list[float], list[float]]:
+    """The labelled (major) and unlabelled (minor) ticks of a log axis from ``lo`` to ``hi``
+    (both > 0), so that no label crowds another:
+
+    * the decades (1, 10, 100, ...) when at least 3 fall in the range, the digits 2-9 of
+      each decade as minor ticks; when more than ``max_labels`` decades would be labelled,
+      every ``s``-th (``s = ceil(decades / max_labels)``, exponents divisible by ``s``) and the
+      others as minor ticks;
+    * else 1, 2 and 5 times the decades when at least 3 of them fall in the range (the other
+      digits minor);
+    * else every digit 1-9 times the decades when at least 2 do (a range under a factor of
+      5: the labels are few however fine), no minor ticks;
+    * else ``([], [])``: a range inside one digit's step (24k to 26k), left to Plotly.
+
+    Plotly's own log ticks ("D1") label every digit 2-9 between decades once the range is
+    under about two decades: up to 17 labels on a chart half the page wide.
+    """
+    if not (lo > 0 and hi >= lo and math.isfinite(hi)):
+        return [], []
+    decades = _digit_ticks(lo, hi, (1,))
+    if len(decades) >= 3:
+        step = math.ceil(len(decades) / max(int(max_labels), 1))
+        if step == 1:
+            return decades, _digit_ticks(lo, hi, range(2, 10))
+        major = [v for v in decades if round(math.log10(v)) % step == 0]
+        return major, [v for v in decades if v not in major]
+    one_two_five = _digit_ticks(lo, hi, (1, 2, 5))
+    if len(one_two_five) >= 3:
+        return one_two_five, _digit_ticks(lo, hi, (3, 4, 6, 7, 8, 9))
+    digits = _digit_ticks(lo, hi, range(1, 10))
+    return (digits, []) if len(digits) >= 2 else ([], [])
+
+
+SI_PREFIXES = ["", "k", "M", "G", "T", "P", "E"]
+
+
+def short_number(v: float) -> str:
+    """A tick label: ``20k``, ``1.5M``, ``2G`` from 1,000 up (SI prefixes, powers of 1,000:
+    the axis titles say bytes or queries, so ``1M`` reads as 10**6 of them), ``0.5``, ``20``
+    below, at most 3 significant digits."""
+    x, i = float(f"{v:.3g}"), 0  # 999.7 rounds to 1,000 first: "1k", not "1e+03"
+    while abs(x) >= 1000 and i < len(SI_PREFIXES) - 1:
+        x, i = x / 1000, i + 1
+    return f"{x:.3g}{SI_PREFIXES[i]}" if abs(x) < 1000 else f"{v:.3g}"
 
 
 UNKNOWN = "unknown"  # a provenance field the record lacks (recorded before it existed) or could not tell

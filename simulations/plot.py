@@ -5,8 +5,10 @@
 
 For every chart (``--charts``, default ``accuracy``) and x-axis (``--x``, default ``round``
 and ``bytes``) it writes ``<out>/<chart>-vs-<x>.png`` and ``.svg`` (``--out``, default
-``<dir>/figures``): per method or variant the mean over seeds with a ± std band
-(``--mode runs``: one line per run), one subplot per experiment found under the folder
+``<dir>/figures``): per method or variant the mean over seeds with a ± std band, an error
+bar where the band has one point (``--mode runs``: one line per run), memory, queries and
+wall time from 0 (:class:`~simulations.dashboard_data.Chart`'s ``from_zero``), one subplot
+per experiment found under the folder
 (small multiples), the same lines and colours as the dashboard
 (:func:`simulations.dashboard_data.chart_lines`). A figure is ``--size W H`` inches at
 ``--dpi`` (PNG pixels = W·dpi × H·dpi).
@@ -53,10 +55,15 @@ def plot(results: str | Path, out: str | Path | None = None, x_axes: list[str] |
                                      layout="constrained", sharey=False)
             for ax, exp in zip(axes[0], experiments):
                 for line in (ln for ln in lines if ln.experiment == exp):
-                    if line.lo is not None:
+                    if line.lo is not None and len(line.x) == 1:  # a band of one point: an error bar
+                        ax.errorbar(line.x, line.y, yerr=[[line.y[0] - line.lo[0]], [line.hi[0] - line.y[0]]],
+                                    color=line.color, capsize=3, linewidth=1.2)
+                    elif line.lo is not None:
                         ax.fill_between(line.x, line.lo, line.hi, color=line.color, alpha=0.18, linewidth=0)
                     ax.plot(line.x, line.y, marker="o", markersize=3, linewidth=1.6, color=line.color,
                             label=line.name)
+                if chart.from_zero:  # memory, queries, wall time: a ratio reads true only from 0
+                    ax.set_ylim(bottom=0)
                 if log:
                     ax.set_xscale("log")
                 elif x_axis == "round":  # rounds are whole numbers: no tick between two

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from simulations.dashboard_data import RunStore, runs_table
+from simulations.dashboard_data import RunStore, round_series, runs_table
 from simulations.deployment import free_port as _free_port
 
 from ..conftest import REPO
@@ -56,21 +56,28 @@ def experiments(tmp_path) -> Path:
 
 # The page's layout, measured in the browser: every plotly graph's id, the boxes (left, top,
 # right, bottom; CSS px) of its title and experiment names and of its toolbar (modebar), its
-# x-axes' tick labels; where the charts start; how wide the tables and the page are.
+# x-axes' tick labels, whether it is hidden and draws a legend, its y-axes' drawn ranges;
+# where the charts start; how wide the tables (their content and their visible box) and the page are.
 LAYOUT_JS = """
 const box = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
-const graphs = [...document.querySelectorAll('.dash-graph')].map(g => ({
-  id: g.id, box: box(g),
-  modebar: g.querySelector('.modebar') ? box(g.querySelector('.modebar')) : null,
-  titles: [...g.querySelectorAll('.gtitle, .annotation-text')].map(t => ({text: t.textContent, box: box(t)})),
-  xticks: [...g.querySelectorAll('.xaxislayer-above text')].map(t => t.textContent),
-}));
+const graphs = [...document.querySelectorAll('.dash-graph')].map(g => {
+  const plot = g.querySelector('.js-plotly-plot');
+  const full = plot && plot._fullLayout ? plot._fullLayout : {};
+  return {
+    id: g.id, box: box(g), hidden: g.offsetParent === null, legend: !!g.querySelector('.legend'),
+    modebar: g.querySelector('.modebar') ? box(g.querySelector('.modebar')) : null,
+    titles: [...g.querySelectorAll('.gtitle, .annotation-text')].map(t => ({text: t.textContent, box: box(t)})),
+    xticks: [...g.querySelectorAll('.xaxislayer-above text')].map(t => t.textContent),
+    yranges: Object.keys(full).filter(k => /^yaxis[0-9]*$/.test(k)).sort().map(k => full[k].range),
+  };
+});
 const tables = {};
-for (const id of ['runs', 'config-diff', 'compare', 'detail-rounds']) {
+for (const id of ['runs', 'config-diff', 'compare', 'detail-rounds', 'detail-config']) {
   const t = document.getElementById(id);
   const scroller = t && [...t.querySelectorAll('*')].find(e => getComputedStyle(e).overflowX === 'auto');
   tables[id] = t ? {box: box(t), scroller: scroller ? box(scroller) : null,
-                    content: scroller ? scroller.scrollWidth : null} : null;
+                    content: scroller ? scroller.scrollWidth : null,
+                    visible: scroller ? scroller.clientWidth : null} : null;
 }
 return {graphs, tables, vw: document.documentElement.clientWidth, vh: window.innerHeight,
         page: document.documentElement.scrollWidth,
@@ -87,12 +94,15 @@ def _overlap(a: list[float], b: list[float]) -> bool:
                     reason="Debian chromium + chromium-driver not installed (.ci/run installs them)")
 def test_dashboard_in_headless_chromium(experiments, tmp_path):
     """Pick an experiment, switch the x-axis to cumulative bytes, see one line plus band per
-    method, open a run's drill-down, download the table, follow a running run live; the
-    layout with the 22 experiments of the committed records and the fixture at 1400 x 900:
+    method, the log axis labelled 1k 2k 5k ... only and the grid without the top chart's
+    duplicate, open a run's drill-down, download the table, follow a running run live; the
+    layout with the 22 experiments of the committed records and the fixture at 1280 x 900:
     the charts start in the first screen, the picker never pushes them down, no chart title
-    lies under its toolbar, round axes tick whole numbers, the tables fit the page (scrolling
-    sideways inside), two ticked runs' config diff lists exactly the keys that differ.
-    Screenshots: the test's tmp dir (and ``$DASH_SHOTS_DIR`` when set)."""
+    lies under its toolbar, round axes tick whole numbers, one legend (the top chart's), the
+    memory axis from 0, the run list and the comparison table as wide as their card (no
+    content cut off or scrolled sideways), two ticked runs' config diff lists exactly the
+    keys that differ, and a run's config table lists them first; a one-round experiment's
+    points carry error bars. Screenshots: the test's tmp dir (and ``$DASH_SHOTS_DIR`` when set)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
@@ -110,7 +120,7 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
     opts.binary_location = CHROMIUM
     for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
                  "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1400,900"):
+                 "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1280,900"):
         opts.add_argument(flag)
     opts.add_experimental_option("prefs", {"download.default_directory": str(tmp_path / "dl")})
     driver = None
@@ -119,7 +129,8 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
     def traces(d, graph: str) -> list[dict]:
         return d.execute_script(
             "const g = document.querySelector(arguments[0] + ' .js-plotly-plot');"
-            "return g && g.data ? g.data.map(t => ({name: t.name, meta: t.meta, x: t.x, xaxis: t.xaxis || 'x'})) : [];",
+            "return g && g.data ? g.data.map(t => ({name: t.name, meta: t.meta, x: t.x, y: t.y, xaxis: t.xaxis || 'x',"
+            " error_y: t.error_y || null})) : [];",
             f"#{graph}") or []
 
     def x_type(d, graph: str) -> str:
@@ -196,26 +207,43 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
                                   if g["id"] == "acc-x")["xticks"] == ["0", "1", "2"])
         # switch the x-axis to cumulative bytes (log by default): still one line + band per method
         tick(driver, "x-axis", "Cumulative bytes, up + down")
-        wait.until(lambda d: x_type(d, "acc-x") == "log" and any(
+        wait.until(lambda d: x_type(d, "memory-x") == "log" and any(
             t["meta"] == "line" and t["name"] == "fedprompt (n=2)" and t["x"] == [24832, 49664]
-            for t in traces(d, "acc-x")))
-        assert sorted(t["meta"] for t in traces(driver, "acc-x")) == ["band", "band", "line", "line"]
+            for t in traces(d, "memory-x")))
+        assert sorted(t["meta"] for t in traces(driver, "memory-x")) == ["band", "band", "line", "line"]
         assert x_type(driver, "acc-bytes") == "log"  # the prominent accuracy-vs-bytes chart
+        time.sleep(0.5)  # the last relayout
         shoot(driver, "dashboard-bytes.png")
-        for g in driver.execute_script(LAYOUT_JS)["graphs"]:  # half-page charts, the longest titles
-            assert g["titles"] and all(g["box"][0] <= t["box"][0] and t["box"][2] <= g["box"][2]
-                                       and not _overlap(t["box"], g["modebar"]) for t in g["titles"]), g
+        graphs = {g["id"]: g for g in driver.execute_script(LAYOUT_JS)["graphs"]}
+        # the grid's accuracy chart would repeat the top one: left out, the rest shown
+        assert graphs["acc-x"]["hidden"] and not any(g["hidden"] for k, g in graphs.items() if k != "acc-x")
+        # bytes from 1,056 (bbt-fed's round 1) to 49,664 (fedprompt's round 2), padded by 5 % of
+        # the 1.67 decades: 871 to 60,200, fewer than 3 decades: labels at 1, 2, 5 times a decade only
+        for gid in ("acc-bytes", "memory-x"):
+            assert graphs[gid]["xticks"] == ["1k", "2k", "5k", "10k", "20k", "50k"], graphs[gid]["xticks"]
+        # memory (~901 MB) from 0, not from 900
+        assert graphs["memory-x"]["yranges"][0][0] == 0, graphs["memory-x"]["yranges"]
+        for g in graphs.values():  # half-page charts, the longest titles
+            if not g["hidden"]:
+                assert g["titles"] and all(g["box"][0] <= t["box"][0] and t["box"][2] <= g["box"][2]
+                                           and not _overlap(t["box"], g["modebar"]) for t in g["titles"]), g
         # individual runs: one line per run
         tick(driver, "mode", "individual runs")
-        wait.until(lambda d: len([t for t in traces(d, "acc-x") if t["meta"] == "line"]) == 4)
+        wait.until(lambda d: len([t for t in traces(d, "memory-x") if t["meta"] == "line"]) == 4)
         # drill-down: click a run's cell -> its rounds (with the dropped client and reason) and config
         cell = next(c for c in driver.find_elements(By.CSS_SELECTOR, "#runs td") if c.text == "2026-exp-a-bbt-s0")
         click(driver, cell)
         wait.until(lambda d: "NaN in z" in d.find_element(By.ID, "detail-rounds").text)
-        assert '"method": "bbt-fed"' in driver.find_element(By.ID, "detail-config").text
+        assert '"status": "finished"' in driver.find_element(By.ID, "detail-summary").text
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, '#detail-config td[data-dash-column="key"]'))
+        # its config, the keys that differ from the other 3 listed runs' first (method, seed),
+        # then the rest in the config's order (nothing ticked: compared with the listed runs)
+        keys = [c.text for c in driver.find_elements(By.CSS_SELECTOR, '#detail-config td[data-dash-column="key"]')]
+        assert keys == ["method", "seed", "dataset", "partition", "num-server-rounds", "shots-per-class"], keys
+        assert "2 keys differ from the 3 other listed run(s)" in driver.find_element(By.ID, "detail-config-note").text
         # small multiples: both experiments side by side
         pick(driver, "exp-b")
-        wait.until(lambda d: {t["xaxis"] for t in traces(d, "acc-x")} == {"x", "x2"})
+        wait.until(lambda d: {t["xaxis"] for t in traces(d, "memory-x")} == {"x", "x2"})
         # the comparison table downloads as markdown and CSV
         wait.until(lambda d: "fedprompt" in d.find_element(By.ID, "compare").text)
         for button, name in (("md-btn", "comparison.md"), ("csv-btn", "comparison.csv")):
@@ -271,11 +299,21 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
             if g["id"] != "acc-bytes":  # against the round: whole numbers only
                 ticks = g["xticks"]
                 assert len(ticks) >= 4 and all(re.fullmatch(r"\d+", t) for t in ticks), (g["id"], ticks)
-        # the page never scrolls sideways; a wide table scrolls inside its card
+        # one legend: the top chart's; every other chart draws none
+        assert [g["id"] for g in graphs.values() if g["legend"]] == ["acc-bytes"]
+        assert graphs["memory-x"]["yranges"][0][0] == 0 and graphs["memory-x"]["yranges"][1][0] == 0
+        # the grid: no legends, memory from 0 (screenshot)
+        driver.execute_script("document.getElementById('queries-x').scrollIntoView({block: 'start'});"
+                              "window.scrollBy(0, -60)")
+        time.sleep(0.3)
+        shoot(driver, "dashboard-grid.png")
+        # the page never scrolls sideways; the run list (18 runs, 2 experiments) and the
+        # comparison table fit their card at 1,280 px: no column cut off or scrolled out of sight
         assert facts["page"] <= facts["vw"], (facts["page"], facts["vw"])
-        runs_box = facts["tables"]["runs"]
-        assert runs_box["box"][2] <= facts["vw"] and runs_box["scroller"][2] <= facts["vw"]
-        assert runs_box["content"] > runs_box["scroller"][2] - runs_box["scroller"][0]  # wider: it scrolls
+        for table in ("runs", "compare"):
+            t = facts["tables"][table]
+            assert t["box"][2] <= facts["vw"] and t["scroller"][2] <= facts["vw"], (table, t)
+            assert t["content"] <= t["visible"], (table, t)
         # ---- config diff: tick two runs of different methods
         picked = [fedbpt_s0, bbt_fed_s1]
         for run_id in picked:
@@ -303,6 +341,59 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         driver.execute_script("document.getElementById('card-diff').scrollIntoView({block: 'center'})")
         time.sleep(0.3)
         shoot(driver, "dashboard-config-diff.png")
+        # ---- a ticked run's config: the keys that differ from the other ticked run first
+        cell = next(c for c in driver.find_elements(By.CSS_SELECTOR, '#runs td[data-dash-column="run_id"]')
+                    if c.text == fedbpt_s0)
+        click(driver, cell)
+
+        def config_rows(d) -> list[list[str]]:
+            return [[c.text for c in r.find_elements(By.CSS_SELECTOR, "td")]
+                    for r in d.find_elements(By.CSS_SELECTOR, "#detail-config tr")
+                    if r.find_elements(By.TAG_NAME, "td")]
+
+        rest = [k for k in cfgs[0] if k not in differing]
+        wait.until(lambda d: [r[0] for r in config_rows(d)] == differing + rest)
+        rows = {r[0]: r for r in config_rows(driver)}
+        assert rows["seed"][1:] == ["0", "1"] and rows["method"][1:] == ["fedbpt", "bbt-fed"]
+        assert rows["bbt-fed.popsize"][1] == "(not set)" and rows["dataset"][2] == ""  # the same in both
+        assert (f"{len(differing)} keys differ from the 1 other ticked run(s)"
+                in driver.find_element(By.ID, "detail-config-note").text)
+        facts = driver.execute_script(LAYOUT_JS)
+        t = facts["tables"]["detail-config"]
+        assert t["content"] <= t["visible"] and facts["page"] <= facts["vw"], t
+        driver.execute_script("document.getElementById('detail-config-note').scrollIntoView({block: 'start'});"
+                              "window.scrollBy(0, -150)")  # the rounds' end, the note, the table
+        # inside the table (460 px high): the last differing keys above the first shared ones
+        driver.execute_script(
+            "const t = document.getElementById('detail-config');"
+            "const box = [...t.querySelectorAll('*')].find(e => getComputedStyle(e).overflowY === 'auto');"
+            "const last = [...t.querySelectorAll('td[data-dash-column=\"key\"]')]"
+            "  .find(c => c.textContent === arguments[0]);"
+            "box.scrollTop = last.getBoundingClientRect().top - box.getBoundingClientRect().top - 250;", differing[-1])
+        time.sleep(0.3)
+        shoot(driver, "dashboard-run-config.png")
+        # ---- a one-round experiment (5 samplers x 3 seeds): on the bytes axis each variant is one
+        # point, its ± std over seeds an error bar
+        for run_id in picked:  # untick: the charts draw every run again
+            row = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#runs tr") if run_id in r.text)
+            click(driver, row.find_element(By.CSS_SELECTOR, "input[type=checkbox]"))
+        pick(driver, "feddrs_samplers_ag_news")
+        for name in ("fedbpt_sst2", "sst2_baselines"):
+            unpick(driver, name)
+        wait.until(lambda d: len([t for t in traces(d, "acc-bytes") if t["meta"] == "line"]) == 5)
+        lines = [t for t in traces(driver, "acc-bytes") if t["meta"] == "line"]
+        assert all(len(t["x"]) == 1 and t["name"].endswith("(n=3)") and t["error_y"] for t in lines), lines
+        series = round_series(RunStore(experiments))
+        for t in lines:  # the bar's half-length: the sample std of the 3 seeds' round-1 accuracy
+            label = t["name"].removesuffix(" (n=3)")
+            accs = series[(series["experiment"] == "feddrs_samplers_ag_news") & (series["label"] == label)
+                          & (series["round"] == 1)]["global_accuracy"]
+            assert t["error_y"]["array"][0] == pytest.approx(accs.std(ddof=1), rel=1e-6)
+            assert t["error_y"]["arrayminus"][0] == pytest.approx(accs.std(ddof=1), rel=1e-6)
+        assert not [t for t in traces(driver, "acc-bytes") if t["meta"] == "band"]  # no empty one-point band
+        driver.execute_script("window.scrollTo(0, 0)")
+        time.sleep(0.5)
+        shoot(driver, "dashboard-one-round.png")
         if os.environ.get("DASH_SHOTS_DIR"):  # a copy for a person to look at
             out = Path(os.environ["DASH_SHOTS_DIR"])
             out.mkdir(parents=True, exist_ok=True)

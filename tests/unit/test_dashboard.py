@@ -205,7 +205,8 @@ def test_run_detail_lists_drops_and_method_metrics(tmp_path):
                                                                 method_metrics={"sigma_prime": 0.42})])
     rounds, text = run_detail(root, "r")
     assert rounds.loc[1, "dropped"] == "3: NaN in z" and rounds.loc[1, "m:sigma_prime"] == 0.42
-    assert json.loads(text)["config"]["config"]["method"] == "fedbpt"
+    detail = json.loads(text)  # status, note, summary; the config is config_table's
+    assert detail["status"] == "finished" and detail["summary"]["rounds_done"] == 1 and "config" not in detail
 
 
 def test_config_diff_lists_only_the_keys_that_differ(tmp_path):
@@ -311,7 +312,10 @@ def test_a_malformed_run_is_listed_with_its_reason_and_the_rest_render(case, tmp
     assert sorted((r["method"], r["runs"]) for r in reply["response"]["compare"]["data"]) == [
         ("bbt-fed", 1), ("fedprompt", 1)]
     code, reply = dash_callback(app, "..detail-title", {"runs.active_cell": {"row": 0, "column": 0, "row_id": "bad"}})
-    assert code == 200 and reason in json.loads(reply["response"]["detail-config"]["children"])["note"]
+    assert code == 200 and reason in json.loads(reply["response"]["detail-summary"]["children"])["note"]
+    # its config as far as it is readable (none when config.json is the broken file)
+    readable = RunStore(root).loaded(["bad"])[0]["cfg"]
+    assert [r["key"] for r in reply["response"]["detail-config"]["data"]] == list(readable)
     # the compare runner's tables read the same records: the broken run is never counted
     from simulations.tables import compare_table, load_runs, one_run_per_seed
 
@@ -369,8 +373,9 @@ def test_a_config_linked_outside_the_runs_is_never_shown(tmp_path):
                                                   "status-filter.value": CHART_INPUTS["status-filter.value"]})]
     for code, reply in answers:
         assert code == 200 and SECRET not in json.dumps(reply) and "api-token" not in json.dumps(reply)
-    detail = json.loads(answers[1][1]["response"]["detail-config"]["children"])
-    assert detail["config"] is None and "config.json resolves outside the records folder: not read" in detail["note"]
+    detail = json.loads(answers[1][1]["response"]["detail-summary"]["children"])
+    assert "config.json resolves outside the records folder: not read" in detail["note"]
+    assert answers[1][1]["response"]["detail-config"]["data"] == []
     assert "api-token" not in config_diff(root, ["good", "bad"]).index
     assert runs_table(root).set_index("run_id").loc["bad", "status"] == "malformed"
 
@@ -412,3 +417,221 @@ def test_the_compare_table_shows_gpu_memory_only_where_a_client_ran_on_a_gpu(tmp
     assert "peak client GPU MB" not in compare_table(one_run_per_seed(load_runs(cpu))).columns
     table = compare_table(one_run_per_seed(load_runs(gpu)))
     assert table["peak client GPU MB"].tolist() == ["2,000 ± 707"]  # runs' peaks 1,500 and 2,500
+
+
+# ------------------------------------------------------------------- issue 47: the existing views fixed
+def test_a_band_of_one_point_is_an_error_bar_of_the_bands_extent(tmp_path):
+    """One-round runs on a log bytes axis are one point each (round 0 sent nothing): its
+    ± std over seeds was a filled band of one point, which draws nothing. It is an error bar
+    now, half-length the sample std; a band of several points stays a filled area."""
+    from simulations.dashboard import figure
+
+    root = tmp_path / "runs"
+    write_run(root, "a0", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.6)])
+    write_run(root, "a1", "bbt-fed", 1, [_round(0, 0.5), _round(1, 0.7)])
+    series = round_series(root)
+    (line,) = chart_lines(series, CHARTS["accuracy"], "bytes", "mean", log_x=True)
+    assert line.x == [1056.0] and line.y == [pytest.approx(0.65)]
+    fig = figure([line], CHARTS["accuracy"], "bytes", True, ["demo · iid · 8 shots"])
+    (trace,) = fig["data"]  # no band trace beside it
+    std = math.sqrt(((0.6 - 0.65) ** 2 + (0.7 - 0.65) ** 2) / 1)  # ddof=1 over 2 seeds: 0.0707
+    assert trace["meta"] == "line" and trace["error_y"]["type"] == "data"
+    assert trace["error_y"]["array"] == [pytest.approx(std)] and trace["error_y"]["arrayminus"] == [pytest.approx(std)]
+    # against the round the same runs are two points: a band, no error bar
+    (line,) = chart_lines(series, CHARTS["accuracy"], "round", "mean")
+    fig = figure([line], CHARTS["accuracy"], "round", False, ["demo · iid · 8 shots"])
+    assert [t["meta"] for t in fig["data"]] == ["band", "line"] and "error_y" not in fig["data"][1]
+    # one run's clients' min-max around their mean, one point: an asymmetric bar
+    write_run(tmp_path / "one", "c", "fedprompt", 0,
+              [_round(0, 0.5), _round(1, 0.6, clients={"0": 0.5, "1": 0.6, "2": 0.9})])
+    (line,) = chart_lines(round_series(tmp_path / "one"), CHARTS["client-accuracy"], "bytes", "runs", log_x=True)
+    (trace,) = figure([line], CHARTS["client-accuracy"], "bytes", True, [line.experiment])["data"]
+    assert trace["y"] == [pytest.approx(2 / 3)]  # mean of 0.5, 0.6, 0.9
+    assert trace["error_y"]["array"] == [pytest.approx(0.9 - 2 / 3)]  # up to the best client
+    assert trace["error_y"]["arrayminus"] == [pytest.approx(2 / 3 - 0.5)]  # down to the worst
+
+
+def test_log_axes_label_decades_or_1_2_5_only():
+    """Plotly's own log ticks label every digit 2-9 once a range is under two decades; the
+    axes label decades (3 or more in range), else 1-2-5, else every digit (a narrow range),
+    the rest as unlabelled minor ticks."""
+    from simulations.dashboard_data import log_ticks, short_number
+
+    # 871 to 60,200 (1.84 decades): 2 decades in range, six 1-2-5 values; the other digits
+    # in range (900 below 1k, 60k above 50k too) unlabelled
+    major, minor = log_ticks(871, 60_200)
+    assert major == [1e3, 2e3, 5e3, 1e4, 2e4, 5e4]
+    assert minor == [900, 3e3, 4e3, 6e3, 7e3, 8e3, 9e3, 3e4, 4e4, 6e4]
+    major, minor = log_ticks(1e4, 2e9)  # 6 decades: those labelled, digits 2-9 minor
+    assert major == [1e4, 1e5, 1e6, 1e7, 1e8, 1e9]
+    assert len(minor) == 5 * 8 + 1 and minor[0] == 2e4 and minor[-2:] == [9e8, 2e9]
+    major, minor = log_ticks(1, 1e20)  # 21 decades > 8: every 3rd (exponents 0, 3, ... 18)
+    assert major == [10.0 ** k for k in range(0, 19, 3)]
+    assert minor == [10.0 ** k for k in range(21) if k % 3]
+    assert log_ticks(2e4, 6e4) == ([2e4, 3e4, 4e4, 5e4, 6e4], [])  # under a factor of 5: every digit
+    assert log_ticks(0.25, 0.45) == ([0.3, 0.4], [])  # 3 * 0.1 is 0.30000000000000004 as a float
+    assert log_ticks(24_000, 26_000) == ([], [])  # inside one digit's step: Plotly's ticks
+    assert log_ticks(0, 10) == ([], []) and log_ticks(5, 1) == ([], [])
+    assert [short_number(v) for v in (0.5, 1, 20, 999, 999.7, 1e3, 2e4, 1.5e6, 2e9, 123_456, 1e21)] == [
+        "0.5", "1", "20", "999", "1k", "1k", "20k", "1.5M", "2G", "123k", "1e+21"]
+    from simulations.dashboard import figure
+    from simulations.dashboard_data import Line
+
+    lines = [Line("e1", "m", "m", "#636EFA", [1056, 24832, 49664], [0.5, 0.6, 0.7]),
+             Line("e2", "m", "m", "#636EFA", [1e9], [0.5])]
+    layout = figure(lines, CHARTS["accuracy"], "bytes", True, ["e1", "e2"])["layout"]
+    left, right = layout["xaxis"], layout["xaxis2"]  # each subplot its own range
+    lo, hi = math.log10(1056), math.log10(49664)
+    assert left["range"] == pytest.approx([lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo)])  # 871 to 60,200
+    assert left["ticktext"] == ["1k", "2k", "5k", "10k", "20k", "50k"] and left["tickvals"][0] == 1e3
+    assert left["minor"]["tickvals"][:2] == [900, 3e3] and left["tickmode"] == "array"
+    # one value: a factor of 2 either side (the narrowest axis, a factor of 4): 500M to 2G
+    assert right["range"] == pytest.approx([9 - math.log10(2), 9 + math.log10(2)])
+    assert right["ticktext"] == ["500M", "1G", "2G"] and right["minor"]["tickvals"] == [6e8, 7e8, 8e8, 9e8]
+
+
+def test_one_legend_on_the_top_chart_naming_every_line(tmp_path):
+    """Legends repeated on all seven charts; now the top chart's is the page's one legend:
+    every other figure has none, and a line only the grid draws (a run with round 0 only:
+    no point on a log bytes axis) still has its entry there, with no point of its own."""
+    from simulations.dashboard import render
+
+    root = tmp_path / "runs"
+    write_run(root, "b0", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.6), _round(2, 0.7)])
+    write_run(root, "b1", "bbt-fed", 1, [_round(0, 0.5), _round(1, 0.65), _round(2, 0.7)])
+    write_run(root, "p0", "fedprompt", 0, [_round(0, 0.5)])
+    figs, _ = render(RunStore(root), ["demo · iid · 8 shots"], None, None, ["finished"], "mean", "round", False,
+                     "bytes")
+    top, grid = figs[0], figs[1:]
+    assert top["layout"]["showlegend"] is True
+    entries = [t["name"] for t in top["data"] if t["showlegend"]]
+    assert entries == ["bbt-fed (n=2)", "fedprompt"]  # each once
+    placeholder = next(t for t in top["data"] if t["name"] == "fedprompt")
+    assert placeholder["meta"] == "legend" and placeholder["x"] == [None] and placeholder["y"] == [None]
+    assert placeholder["line"]["color"] == color_of("fedprompt")
+    for fig in grid:
+        assert fig["layout"]["showlegend"] is False and not any(t["showlegend"] for t in fig["data"])
+    drawn = {t["name"] for fig in grid for t in fig["data"] if t["meta"] == "line"}
+    assert drawn == {"bbt-fed (n=2)", "fedprompt"} and drawn <= set(entries)
+
+
+def test_the_grid_leaves_out_the_chart_the_top_one_already_is(tmp_path):
+    """With x = the bytes picked on top (log), the grid's first chart was the top chart
+    again: it is hidden; any other x, direction or a linear scale is a different chart."""
+    from simulations.dashboard import make_app, repeats_top
+
+    assert repeats_top("bytes", True, "bytes") and repeats_top("bytes-up", True, "bytes-up")
+    assert not repeats_top("bytes", False, "bytes")  # the same data on a linear axis: kept
+    assert not repeats_top("bytes-up", True, "bytes") and not repeats_top("round", False, "bytes")
+    root = tmp_path / "runs"
+    write_run(root, "r", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.6)])
+    app = make_app(root)
+    for x_axis, log, bytes_dir, hidden in (("bytes", ["log"], "bytes", True), ("bytes", [], "bytes", False),
+                                           ("round", [], "bytes", False), ("bytes-down", ["log"], "bytes-down", True),
+                                           ("bytes-down", ["log"], "bytes", False)):
+        code, reply = dash_callback(app, "..acc-bytes.figure", {
+            **CHART_INPUTS, "experiment.value": ["demo · iid · 8 shots"], "x-axis.value": x_axis,
+            "log-x.value": log, "bytes-dir.value": bytes_dir})
+        assert code == 200
+        assert reply["response"]["acc-x"]["style"] == ({"display": "none"} if hidden else {}), (x_axis, log, bytes_dir)
+
+
+def test_memory_queries_and_wall_time_axes_start_at_zero():
+    """Client memory of 900 and 980 MB drawn from 820 MB looked like twice as much; amounts
+    compared as ratios start at 0, accuracy and loss (a few points apart) do not."""
+    from simulations.dashboard import figure
+    from simulations.dashboard_data import Line
+
+    assert {k for k, c in CHARTS.items() if c.from_zero} == {"memory", "queries", "wall"}
+    lines = [Line("e1", "m", "m", "#636EFA", [0, 1], [900.0, 980.0]), Line("e2", "m", "m", "#636EFA", [0, 1], [1, 2])]
+    layout = figure(lines, CHARTS["memory"], "round", False, ["e1", "e2"])["layout"]
+    assert layout["yaxis"]["rangemode"] == "tozero" and layout["yaxis2"]["rangemode"] == "tozero"
+    layout = figure(lines, CHARTS["accuracy"], "round", False, ["e1", "e2"])["layout"]
+    assert "rangemode" not in layout["yaxis"] and "rangemode" not in layout["yaxis2"]
+
+
+def test_a_runs_config_table_lists_the_keys_that_differ_first(tmp_path):
+    """The drill-down's config was a JSON dump; it is a key/value table, the keys whose values
+    differ across the compared runs first (in the configs' order), with the other values."""
+    from simulations.dashboard_data import CONFIG_COLUMNS, config_table
+
+    root = tmp_path / "runs"
+    rounds = [_round(0, 0.5)]
+    write_run(root, "a", "bbt-fed", 0, rounds, **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 1.0, "alpha": 1})
+    write_run(root, "b", "bbt-fed", 1, rounds, **{"bbt-fed.popsize": 4, "bbt-fed.sigma0": 0.5, "alpha": 1.0})
+    write_run(root, "c", "fedprompt", 0, rounds, **{"fedprompt.lr": 0.01, "alpha": 1})
+    bad = root / "zz-broken"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    table = config_table(root, "a", ["b", "c", "zz-broken", "nope"])  # a broken or unknown run is not compared
+    assert list(table.columns) == CONFIG_COLUMNS
+    rows = [tuple(r) for r in table.itertuples(index=False)]
+    assert rows == [
+        ("method", "bbt-fed", "fedprompt"),  # b's bbt-fed is a's own: only c's value
+        ("seed", "0", "1"),
+        ("bbt-fed.popsize", "4", ABSENT),  # c lacks it
+        ("bbt-fed.sigma0", "1.0", f"0.5, {ABSENT}"),
+        ("alpha", "1", "1.0"),  # 1 and 1.0 differ, as in the config diff
+        ("fedprompt.lr", ABSENT, "0.01"),  # a key a lacks that another run has
+        ("dataset", "demo", ""), ("partition", "iid", ""), ("num-server-rounds", "2", ""),
+        ("shots-per-class", "8", ""),
+    ]
+    # compared with b alone: fewer keys differ; alone: the config in its own order
+    assert list(config_table(root, "a", ["b"])["key"])[:3] == ["seed", "bbt-fed.sigma0", "alpha"]
+    alone = config_table(root, "a")
+    assert list(alone["key"]) == ["method", "seed", "dataset", "partition", "num-server-rounds", "shots-per-class",
+                                  "bbt-fed.popsize", "bbt-fed.sigma0", "alpha"] and (alone["others"] == "").all()
+    assert config_table(root, "nope").empty and config_table(root, "zz-broken", ["a"]).empty
+
+
+def test_the_drill_down_compares_with_the_ticked_else_the_listed_runs(tmp_path):
+    from simulations.dashboard import make_app
+
+    root = tmp_path / "runs"
+    write_run(root, "a", "bbt-fed", 0, [_round(0, 0.5)], **{"bbt-fed.sigma0": 1.0})
+    write_run(root, "b", "bbt-fed", 1, [_round(0, 0.5)], **{"bbt-fed.sigma0": 1.0})
+    write_run(root, "c", "bbt-fed", 0, [_round(0, 0.5)], **{"bbt-fed.sigma0": 0.5})
+    app = make_app(root)
+    cell = {"runs.active_cell": {"row": 0, "column": 0, "row_id": "a"}}
+    listed = [{"run_id": i, "status": "finished"} for i in ("a", "b", "c")] + [{"run_id": "x", "status": "malformed"}]
+    code, reply = dash_callback(app, "..detail-title",
+                                {**cell, "runs.data": listed, "runs.selected_row_ids": ["a", "b"]})
+    assert code == 200 and reply["response"]["detail-config-note"]["children"] == (
+        "Its config: 1 key differs from the 1 other ticked run(s), listed first.")
+    assert reply["response"]["detail-config"]["data"][0] == {"key": "seed", "value": "0", "others": "1"}
+    code, reply = dash_callback(app, "..detail-title", {**cell, "runs.data": listed})  # nothing ticked
+    assert reply["response"]["detail-config-note"]["children"] == (
+        "Its config: 2 keys differ from the 2 other listed run(s), listed first.")  # the malformed one aside
+    assert [r["key"] for r in reply["response"]["detail-config"]["data"][:2]] == ["seed", "bbt-fed.sigma0"]
+
+
+def test_the_run_list_says_once_what_every_run_shares(tmp_path):
+    """At 1,280 px the run list's 18 columns did not fit: a column with one value in every
+    listed run (dataset, partition, experiment, status) is said once above the table, the
+    method where it is every run's label and all-empty columns are left out."""
+    from simulations.dashboard import make_app, shared_line, shared_values
+
+    import pandas as pd
+
+    df = pd.DataFrame({"a": [1, 1], "b": [1, 2], "c": [None, None], "d": ["x", "x"]})
+    assert shared_values(df, ["a", "b", "c", "d", "zz"]) == {"a": 1, "d": "x"}
+    assert shared_values(df.iloc[:0], ["a"]) == {} and shared_line("All", {}) == ""
+    root = tmp_path / "runs"
+    write_run(root, "p0", "fedprompt", 0, [_round(0, 0.5)])
+    write_run(root, "p1", "fedprompt", 1, [_round(0, 0.5)])
+    write_run(root, "b0", "bbt-fed", 0, [_round(0, 0.5)])
+    bad = root / "zz-broken"
+    bad.mkdir()
+    (bad / "config.json").write_text("{not json")
+    app = make_app(root)
+    code, reply = dash_callback(app, "..runs.data", {"experiment.value": ["demo · iid · 8 shots"],
+                                                     "status-filter.value": ["finished"]})
+    assert code == 200
+    answer = reply["response"]
+    assert answer["runs-shared"]["children"] == (
+        "All 3 listed runs (1 malformed aside): experiment demo · iid · 8 shots; dataset demo; partition iid")
+    shown = [c["id"] for c in answer["runs"]["columns"]]
+    assert shown == ["run_id", "label", "seed", "status", "rounds_done", "final_accuracy", "best_accuracy", "mb_up",
+                     "mb_down", "note"]  # status: the malformed run's differs
+    assert {c["id"]: c["name"] for c in answer["runs"]["columns"]}["final_accuracy"] == "final acc"
+    assert len(answer["runs"]["data"]) == 4 and all("dataset" in r for r in answer["runs"]["data"])
