@@ -390,6 +390,9 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
             return dcc.send_string(to_markdown(table), "comparison.md")
         return dcc.send_string(table.to_csv(index=False), "comparison.csv")
 
+    from simulations import dashboard_explore  # imports this module: loaded once the app is built
+
+    dashboard_explore.register(app, store)  # any metric, per client, sweep: their cards and callbacks
     return app
 
 
