@@ -55,6 +55,7 @@ DEFAULT_SUMMARY = "final_accuracy"
 TOTAL_BYTES = "total_bytes"  # summary_values' derived field: total bytes up + down (the bytes axis' end)
 SUMMARY_FIRST = ("final_accuracy", "best_accuracy", TOTAL_BYTES)  # the sweep's y list starts with these
 NOT_SWEPT = ("seed",)  # varies across any set of seeds: offered, never the default key
+GRAPHS = ("metric-graph", "client-graph", "sweep-graph")  # the views' chart ids (the main page's tests skip them)
 LOG_SPAN = 100.0  # a numeric sweep key whose largest value is >= 100x its smallest (> 0) gets a log axis
 
 
@@ -405,7 +406,7 @@ def layout() -> list[Any]:
                                 dcc.Dropdown(id="client-run", placeholder="pick a run…", **dropdown)],
                                className="explore-control wide")], className="explore-controls"),
             dcc.Graph(id="client-graph", config=GRAPH_CONFIG),
-            html.Div(dash_table.DataTable(id="client-table", page_size=12, **table), className="table-wrap"),
+            html.Div(dash_table.DataTable(id="client-table", page_size=10, **table), className="table-wrap"),
         ], hint="each client's accuracy on its local test split, per round: spread, median, worst client",
             id="card-clients"),
         _card("Sweep", [
