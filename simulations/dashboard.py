@@ -390,9 +390,10 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
             return dcc.send_string(to_markdown(table), "comparison.md")
         return dcc.send_string(table.to_csv(index=False), "comparison.csv")
 
-    from simulations import dashboard_explore  # imports this module: loaded once the app is built
+    from simulations import dashboard_explore
 
-    dashboard_explore.register(app, store)  # any metric, per client, sweep: their cards and callbacks
+    # any metric, per client, sweep: their cards and callbacks, drawn with this module's parts
+    dashboard_explore.register(app, store, sys.modules[__name__])
     return app
 
 

@@ -28,6 +28,12 @@ The data functions take run dicts as :class:`~simulations.dashboard_data.RunStor
 them and return plain pandas frames (no Dash: unit-tested in
 ``tests/unit/test_dashboard_explore.py``); :func:`register` adds the three cards to a
 dashboard app and wires their callbacks (``tests/system/test_dashboard_explore_browser.py``).
+
+The views look and select as the main page does, with its own parts: ``page`` is the module
+:mod:`simulations.dashboard`, which passes itself to :func:`register` (this module cannot
+import it back: the project's import graph has no cycles, tests/unit/test_imports.py). Of
+it they use ``figure`` (the grid's chart), ``_card``, ``_filter_ids`` (the selection),
+``_rgba``, ``FONT``, ``TITLE_TOP``, ``GRAPH_CONFIG``, ``TABLE_CELL`` and ``TABLE_HEADER``.
 """
 
 from __future__ import annotations
@@ -35,15 +41,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping
+from types import ModuleType
 from typing import Any
 
 import pandas as pd
 from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
 
 from fedtext.records import ROUND_FIELDS, finite_number
-from simulations.dashboard import (
-    FONT, GRAPH_CONFIG, TABLE_CELL, TABLE_HEADER, TITLE_TOP, _card, _filter_ids, _rgba, figure,
-)
 from simulations.dashboard_data import (
     ABSENT, X_AXES, Chart, RunStore, chart_lines, color_of, config_diff, integer_dtick, round_series, runs_table,
 )
@@ -268,14 +272,14 @@ def sweep_summary(points: pd.DataFrame) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------- figures
-def _layout(title: str, x_title: str, y_title: str, height: int = 380) -> dict[str, Any]:
+def _layout(page: ModuleType, title: str, x_title: str, y_title: str, height: int = 380) -> dict[str, Any]:
     """The main charts' look (title at the top left below Plotly's toolbar, white, light
     grid) for a single-subplot figure."""
     return {
         "title": {"text": title, "font": {"size": 14}, "x": 0, "xref": "container", "xanchor": "left",
-                  "y": 1, "yref": "container", "yanchor": "top", "pad": {"l": 10, "t": TITLE_TOP}},
-        "height": height, "margin": {"l": 60, "r": 10, "t": TITLE_TOP + 28, "b": 48},
-        "font": {"family": FONT, "color": "#1f2933"}, "paper_bgcolor": "#fff", "plot_bgcolor": "#fff",
+                  "y": 1, "yref": "container", "yanchor": "top", "pad": {"l": 10, "t": page.TITLE_TOP}},
+        "height": height, "margin": {"l": 60, "r": 10, "t": page.TITLE_TOP + 28, "b": 48},
+        "font": {"family": page.FONT, "color": "#1f2933"}, "paper_bgcolor": "#fff", "plot_bgcolor": "#fff",
         "legend": {"font": {"size": 10}}, "hovermode": "closest", "annotations": [],
         "xaxis": {"title": {"text": x_title, "font": {"size": 11}}, "gridcolor": "#eceff3", "zeroline": False},
         "yaxis": {"title": {"text": y_title, "font": {"size": 11}}, "gridcolor": "#eceff3", "zeroline": False},
@@ -292,12 +296,12 @@ CLIENT_LINE = "#9aa5b1"  # every client's own line: grey, under the band's edges
 WORST_COLOR = "#D62728"
 
 
-def client_figure(run: Mapping[str, Any] | None) -> dict[str, Any]:
+def client_figure(run: Mapping[str, Any] | None, page: ModuleType) -> dict[str, Any]:
     """The per-client chart of one run: the clients' min-max band, their median, each
     client's line (grey; hover names it), the worst client (red), the global model's
     accuracy on the global test split (dashed) and the post-tuned accuracies (diamonds)."""
     title = f"Client accuracy per round · {run['run_id']}" if run else "Client accuracy per round"
-    fig = {"data": [], "layout": _layout(title, "Round", "Accuracy (client's local test split)")}
+    fig = {"data": [], "layout": _layout(page, title, "Round", "Accuracy (client's local test split)")}
     if run is None:
         return _empty(fig, "no run with client accuracies in the selection")
     accs = client_accuracies(run)
@@ -307,7 +311,7 @@ def client_figure(run: Mapping[str, Any] | None) -> dict[str, Any]:
     data = fig["data"]
     x, lo, hi = spread["round"].tolist(), spread["min"].tolist(), spread["max"].tolist()
     data.append({"type": "scatter", "mode": "lines", "x": x + x[::-1], "y": hi + lo[::-1], "fill": "toself",
-                 "fillcolor": _rgba("#636EFA", 0.16), "line": {"width": 0}, "hoverinfo": "skip",
+                 "fillcolor": page._rgba("#636EFA", 0.16), "line": {"width": 0}, "hoverinfo": "skip",
                  "name": "min–max over clients", "meta": "band"})
     glob = accs[accs["kind"] == "global"]
     first = True
@@ -343,11 +347,12 @@ def client_figure(run: Mapping[str, Any] | None) -> dict[str, Any]:
     return fig
 
 
-def sweep_figure(points: pd.DataFrame, axis: str, key: str, y: str, labels: Iterable[str] = ()) -> dict[str, Any]:
+def sweep_figure(points: pd.DataFrame, axis: str, key: str, y: str, page: ModuleType,
+                 labels: Iterable[str] = ()) -> dict[str, Any]:
     """The sweep chart: each run a faint point (click-free; hover names it), per method the
     mean ± std over the runs at each key value (error bars; a line through them on a
     numeric axis, markers only on a categorical one)."""
-    fig = {"data": [], "layout": _layout(f"{y} vs {key}", key, y)}
+    fig = {"data": [], "layout": _layout(page, f"{y} vs {key}", key, y)}
     if points.empty:
         return _empty(fig, "pick a config key that varies across the selected runs")
     labels = list(labels)
@@ -358,7 +363,7 @@ def sweep_figure(points: pd.DataFrame, axis: str, key: str, y: str, labels: Iter
                             "name": f"{method} runs", "legendgroup": method, "showlegend": False, "meta": "run",
                             "customdata": part["run_id"].tolist(), "text": part["run_label"].tolist(),
                             "hovertemplate": "%{text}<br>%{x}: %{y:.4g}<extra></extra>",
-                            "marker": {"color": _rgba(color, 0.45), "size": 7}})
+                            "marker": {"color": page._rgba(color, 0.45), "size": 7}})
     summary = sweep_summary(points)
     for method, part in summary.groupby("method", sort=True):
         color = color_of(method, labels)
@@ -380,10 +385,11 @@ def sweep_figure(points: pd.DataFrame, axis: str, key: str, y: str, labels: Iter
 
 
 # ------------------------------------------------------------------- the page
-def layout() -> list[Any]:
+def layout(page: ModuleType) -> list[Any]:
     """The three cards, appended to the main column under the existing ones."""
+    _card, GRAPH_CONFIG = page._card, page.GRAPH_CONFIG
     dropdown = {"clearable": False, "searchable": True, "optionHeight": 28, "maxHeight": 360}
-    table = {"style_cell": TABLE_CELL, "style_header": TABLE_HEADER,
+    table = {"style_cell": page.TABLE_CELL, "style_header": page.TABLE_HEADER,
              "style_table": {"overflowX": "auto", "maxWidth": "100%"}}
     return [
         _card("Any recorded metric", [
@@ -428,12 +434,12 @@ SELECTION = [Input("version", "data"), Input("experiment", "value"), Input("meth
              Input("seed-filter", "value"), Input("status-filter", "value"), Input("runs", "selected_row_ids")]
 
 
-def selected_ids(store: RunStore, experiments: list[str] | None, methods: list[str] | None,
+def selected_ids(page: ModuleType, store: RunStore, experiments: list[str] | None, methods: list[str] | None,
                  seeds: list[Any] | None, statuses: list[str] | None, ticked: list[str] | None) -> list[str]:
     """The runs the main charts draw (the sidebar's filters, the ticked rows): the same
-    selection for these views (:func:`simulations.dashboard._filter_ids`)."""
+    selection for these views (``page._filter_ids``)."""
     table = runs_table(store)
-    return _filter_ids(table[table["experiment"].isin(experiments or [])], methods, seeds, statuses, ticked)
+    return page._filter_ids(table[table["experiment"].isin(experiments or [])], methods, seeds, statuses, ticked)
 
 
 def _keep(value: Any, options: list[Any], default: Any) -> Any:
@@ -442,15 +448,15 @@ def _keep(value: Any, options: list[Any], default: Any) -> Any:
     return value if value in values else default
 
 
-def register(app: Dash, store: RunStore) -> None:
+def register(app: Dash, store: RunStore, page: ModuleType) -> None:
     """Append the three cards (:func:`layout`) to the app's main column (``#content``) and
-    wire their callbacks to the sidebar's selection."""
-    app.layout["content"].children = list(app.layout["content"].children) + layout()
+    wire their callbacks to the sidebar's selection; ``page`` is :mod:`simulations.dashboard`."""
+    app.layout["content"].children = list(app.layout["content"].children) + layout(page)
 
     @app.callback(Output("metric-field", "options"), Output("metric-field", "value"),
                   *SELECTION, State("metric-field", "value"))
     def metric_choices(_, experiments, methods, seeds, statuses, ticked, current):
-        ids = selected_ids(store, experiments, methods, seeds, statuses, ticked)
+        ids = selected_ids(page, store, experiments, methods, seeds, statuses, ticked)
         fields = numeric_fields(store.loaded(ids))
         value = _keep(current, fields, DEFAULT_FIELD if DEFAULT_FIELD in fields else (fields[0] if fields else None))
         return fields, value if value != current else no_update
@@ -462,17 +468,17 @@ def register(app: Dash, store: RunStore) -> None:
     @app.callback(Output("metric-graph", "figure"), *SELECTION, Input("metric-field", "value"),
                   Input("metric-x", "value"), Input("metric-log", "value"), Input("mode", "value"))
     def metric_chart_(_, experiments, methods, seeds, statuses, ticked, field, x_axis, log_x, mode):
-        ids = selected_ids(store, experiments, methods, seeds, statuses, ticked)
+        ids = selected_ids(page, store, experiments, methods, seeds, statuses, ticked)
         labels = runs_table(store)["label"].dropna().unique().tolist()
         chart = metric_chart(field or DEFAULT_FIELD)
         lines = chart_lines(metric_series(store, ids, chart.title), chart, x_axis, mode or "mean",
                             "log" in (log_x or []), labels) if field else []
-        return figure(lines, chart, x_axis, "log" in (log_x or []), list(experiments or []), height=380)
+        return page.figure(lines, chart, x_axis, "log" in (log_x or []), list(experiments or []), height=380)
 
     @app.callback(Output("client-run", "options"), Output("client-run", "value"),
                   *SELECTION, State("client-run", "value"))
     def client_choices(_, experiments, methods, seeds, statuses, ticked, current):
-        options = client_runs(store.loaded(selected_ids(store, experiments, methods, seeds, statuses, ticked)))
+        options = client_runs(store.loaded(selected_ids(page, store, experiments, methods, seeds, statuses, ticked)))
         value = _keep(current, options, options[0]["value"] if options else None)
         return options, value if value != current else no_update
 
@@ -483,13 +489,13 @@ def register(app: Dash, store: RunStore) -> None:
         run = runs[0] if runs else None
         spread = client_spread(client_accuracies(run)) if run else pd.DataFrame(columns=SPREAD_COLUMNS)
         rows = spread.round(4).to_dict("records")
-        return client_figure(run), rows, [{"name": c, "id": c} for c in SPREAD_COLUMNS]
+        return client_figure(run, page), rows, [{"name": c, "id": c} for c in SPREAD_COLUMNS]
 
     @app.callback(Output("sweep-key", "options"), Output("sweep-key", "value"),
                   Output("sweep-y", "options"), Output("sweep-y", "value"),
                   *SELECTION, State("sweep-key", "value"), State("sweep-y", "value"))
     def sweep_choices(_, experiments, methods, seeds, statuses, ticked, key, y):
-        ids = selected_ids(store, experiments, methods, seeds, statuses, ticked)
+        ids = selected_ids(page, store, experiments, methods, seeds, statuses, ticked)
         keys = sweep_keys(store, ids)
         fields = summary_fields(store.loaded(ids))
         new_key = _keep(key, keys, default_key(keys))
@@ -499,9 +505,9 @@ def register(app: Dash, store: RunStore) -> None:
     @app.callback(Output("sweep-graph", "figure"), Output("sweep-note", "children"), *SELECTION,
                   Input("sweep-key", "value"), Input("sweep-y", "value"))
     def sweep_view(_, experiments, methods, seeds, statuses, ticked, key, y):
-        ids = selected_ids(store, experiments, methods, seeds, statuses, ticked)
+        ids = selected_ids(page, store, experiments, methods, seeds, statuses, ticked)
         if not key or not y:
-            return sweep_figure(pd.DataFrame(columns=POINT_COLUMNS), "linear", "", ""), (
+            return sweep_figure(pd.DataFrame(columns=POINT_COLUMNS), "linear", "", "", page), (
                 "No config key differs across the selected runs." if len(ids) > 1 else
                 "Select two or more runs (experiments, filters or ticks) to sweep over a config key.")
         runs = store.loaded(ids)
@@ -510,4 +516,4 @@ def register(app: Dash, store: RunStore) -> None:
         left = len([r for r in runs if r["status"] != "malformed"]) - len(points)
         note = f"{len(points)} runs, {points['x'].nunique()} values of {key} ({axis} axis)" + (
             f"; {left} run(s) without {key} or {y} left out" if left else "")
-        return sweep_figure(points, axis, key, y, labels), note
+        return sweep_figure(points, axis, key, y, page, labels), note

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from simulations import dashboard as page
 from simulations import dashboard_explore as de
 from simulations.dashboard_data import RunStore, chart_lines, runs_table
 from simulations.deployment import free_port as _free_port
@@ -209,7 +210,7 @@ def test_exploration_views_in_headless_chromium(results, tmp_path):
         shoot(driver, "card-metric")
         fedbpt_s0 = next(r for r in sorted(ids) if r.endswith("-fedbpt-sst2-s0"))
         run = store.loaded([fedbpt_s0])[0]
-        worst = next(t["name"] for t in de.client_figure(run)["data"] if t["meta"] == "worst")
+        worst = next(t["name"] for t in de.client_figure(run, page)["data"] if t["meta"] == "worst")
         choose(driver, "client-run", f"fedbpt s0 · {fedbpt_s0}")
         wait.until(lambda d: worst in named(d, "client-graph", "worst"))
         n_clients = de.client_accuracies(run)["client"].nunique()

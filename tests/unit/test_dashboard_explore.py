@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from simulations import dashboard as page
 from simulations import dashboard_explore as de
 from simulations.dashboard_data import ABSENT, RunStore, chart_lines
 
@@ -115,7 +116,7 @@ def test_client_view_offers_runs_with_client_accuracies_and_draws_band_median_wo
     options = de.client_runs(store.runs())
     assert [o["value"] for o in options] == ["r1-fedbpt-s0"]  # the others record none
     assert options[0]["label"] == "fedbpt s0 · r1-fedbpt-s0"
-    fig = de.client_figure(_runs(store, "r1-fedbpt-s0")[0])
+    fig = de.client_figure(_runs(store, "r1-fedbpt-s0")[0], page)
     by_meta = {}
     for trace in fig["data"]:
         by_meta.setdefault(trace["meta"], []).append(trace)
@@ -127,7 +128,7 @@ def test_client_view_offers_runs_with_client_accuracies_and_draws_band_median_wo
     (worst,) = by_meta["worst"]
     assert worst["name"] == "worst client 1 (0.400 in round 2)" and worst["y"] == [0.9, 0.4]
     assert by_meta["post"][0]["y"] == [0.55]
-    assert "no run" in de.client_figure(None)["layout"]["annotations"][0]["text"]
+    assert "no run" in de.client_figure(None, page)["layout"]["annotations"][0]["text"]
 
 
 # ------------------------------------------------------------------- sweep
@@ -206,7 +207,7 @@ def test_summary_values_and_fields():
 
 def test_sweep_figure_has_a_point_per_run_and_a_mean_per_method(sweep):
     points, axis = de.sweep_points(sweep.runs(), "lr", "final_accuracy")
-    fig = de.sweep_figure(points, axis, "lr", "final_accuracy")
+    fig = de.sweep_figure(points, axis, "lr", "final_accuracy", page)
     runs = [t for t in fig["data"] if t["meta"] == "run"]
     means = {t["name"]: t for t in fig["data"] if t["meta"] == "mean"}
     assert sum(len(t["x"]) for t in runs) == 7
@@ -215,5 +216,5 @@ def test_sweep_figure_has_a_point_per_run_and_a_mean_per_method(sweep):
     assert fp["x"] == [0.001, 0.01, 0.1] and fp["y"] == pytest.approx([0.5, 0.62, 0.8])
     assert fp["error_y"]["array"] == pytest.approx([0.0, 0.04 / math.sqrt(2), 0.1])  # one run: no bar
     assert fig["layout"]["xaxis"]["type"] == "log"
-    cat = de.sweep_figure(*de.sweep_points(sweep.runs(), "optimizer", "final_accuracy"), "optimizer", "final_accuracy")
+    cat = de.sweep_figure(*de.sweep_points(sweep.runs(), "optimizer", "final_accuracy"), "optimizer", "final_accuracy", page)
     assert cat["layout"]["xaxis"]["type"] == "category" and cat["layout"]["xaxis"]["categoryarray"] == ["adam", "sgd"]
