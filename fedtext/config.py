@@ -380,9 +380,10 @@ class RunConfig:
     #: running sum
     bandwidth_mbps: float = 1.0  # client link in MB/s (1e6 B/s) for sim_time_s = slowest client's compute + bytes / bandwidth
     # --- experiment tracking (every method; fedtext.tracking)
-    #: also send every round record and the summary to `tensorboard` (event files in `<run-dir>/tensorboard/`), `wandb`
-    #: or `mlflow`, comma-separated for several (`""` or `none` = off); each needs its pip extra (`pip install -e
-    #: ".[tensorboard]"`), else the run is refused with one line; see docs/tracking.md
+    #: also send every round record and the summary to `tensorboard` (event files in the run folder itself: its
+    #: TensorBoard run is named by the run id), `wandb` or `mlflow`, comma-separated for several (`""` or `none` =
+    #: off); each needs its pip extra (`pip install -e ".[tensorboard]"`), else the run is refused with one line;
+    #: see docs/tracking.md
     tracker: str = ""  # also log rounds and summary to: tensorboard | wandb | mlflow (comma-separated; "" = none; needs the pip extra of that name, docs/tracking.md)
     method_config: MethodConfig | None = None
 

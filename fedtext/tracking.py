@@ -3,20 +3,26 @@
 ``tracker=tensorboard`` (or ``wandb``, ``mlflow``, or several, comma-separated) sends
 what :class:`fedtext.records.RunRecorder` writes to ``rounds.jsonl`` and
 ``summary.json`` to that tool as well; off by default (``tracker=""``). Nothing is
-computed for a tracker: it gets the same round record, so its charts and the run
-folder agree.
+computed for a tracker but running byte totals: it gets the same round record, so its
+charts and the run folder agree.
 
 * Per round (step = the round number, 0 = the initial model): every field of the round
-  record that is a finite number, under its ``rounds.jsonl`` name (``global_accuracy``,
-  ``global_loss``, ``client_accuracy_mean``, ``bytes_up``, ``bytes_down``,
-  ``model_queries``, ``sim_time_s``, ``train_loss``, ...), and each numeric
-  ``method_metrics`` entry as ``method/<name>`` (:func:`round_scalars`).
+  record that is a finite number, under a ``group/name`` tag (:data:`TAGS`:
+  ``accuracy/global``, ``accuracy/client_mean``, ``loss/train``, ``bytes/up``,
+  ``time/round_time_s``, ``memory/server_rss_mb``, ...; TensorBoard and W&B show one
+  section per group), each numeric ``method_metrics`` entry as ``method/<name>``
+  (:func:`round_scalars`), and the running totals ``bytes/cum_up``, ``bytes/cum_down``,
+  ``bytes/cum_total`` (:class:`Trackers`).
+* TensorBoard only, a second tag set against communication: the ``accuracy/*`` and
+  ``loss/*`` tags again as ``vs_bytes/<tag>`` with step = cumulative bytes up + down
+  (TensorBoard's x-axis is the step; W&B and MLflow can plot against ``bytes/cum_total``).
 * At the start: the run-config (W&B config, MLflow params, TensorBoard text).
 * At the end: the summary (its numbers as ``summary/<name>``, its status).
 
 Where each writes (docs/tracking.md):
 
-* ``tensorboard``: event files in ``<run-dir>/tensorboard/`` (``tensorboard --logdir runs/``);
+* ``tensorboard``: event files in the run folder itself, ``<run-dir>/events.out.tfevents.*``,
+  so ``tensorboard --logdir runs/`` names each run by its folder, the run id;
 * ``wandb``: a W&B run named after the run id, project ``$WANDB_PROJECT`` or
   ``fedtext``, local files in ``<run-dir>/wandb/``; ``WANDB_MODE=offline`` keeps it
   local (``wandb sync`` uploads it later);
@@ -122,14 +128,49 @@ def finite(v: Any) -> float | None:
     return None
 
 
+# A round field's tag in the trackers: ``group/name``, the convention by which TensorBoard
+# (and W&B) put charts into one section per group, so accuracy, loss, bytes, time and
+# memory sit together instead of in one alphabetical list of 30 names. Every numeric field
+# of fedtext.records.ROUND_FIELDS has one (tests/unit/test_tracking.py checks); a field
+# this table does not know yet (a newer writer's) goes to other/<field>, never lost.
+TAG_GROUPS: dict[str, dict[str, str]] = {
+    "accuracy": {"global_accuracy": "global", "client_accuracy_mean": "client_mean",
+                 "client_accuracy_std": "client_std"},
+    "loss": {"global_loss": "global", "train_loss": "train"},
+    "bytes": {"bytes_up": "up", "bytes_down": "down", "bytes_up_per_client": "up_per_client",
+              "bytes_down_per_client": "down_per_client", "eval_bytes_down": "eval_down", "resync_bytes": "resync"},
+    "queries": {"model_queries": "model", "server_queries": "server"},
+    "clients": {"num_clients": "aggregated", "clients_evaluated": "evaluated", "client_failures": "failed"},
+    "time": {f: f for f in ("round_time_s", "wall_time_s", "sim_time_s", "client_fit_s", "client_fit_s_max",
+                            "client_eval_s", "client_load_s", "server_eval_s", "busy_s", "startup_s", "overhead_s")},
+    "memory": {f: f for f in ("client_peak_rss_mb", "client_peak_gpu_mb", "server_rss_mb")},
+}
+TAGS: dict[str, str] = {field: f"{group}/{name}" for group, names in TAG_GROUPS.items() for field, name in names.items()}
+OTHER = "other"  # the group of a numeric field TAGS does not name
+METHOD = "method"  # the group of a method's own metrics (method_metrics)
+CUMULATIVE = {"bytes/cum_up": "bytes_up", "bytes/cum_down": "bytes_down"}  # running totals Trackers adds
+CUM_TOTAL = "bytes/cum_total"  # up + down: the dashboard's x = cumulative bytes (simulations.dashboard_data)
+BYTES_STEP_GROUPS = ("accuracy", "loss")  # TensorBoard logs these again with step = CUM_TOTAL ...
+BYTES_STEP_PREFIX = "vs_bytes"  # ... as vs_bytes/<tag> (one more section)
+
+
+def tag_of(field: str) -> str:
+    """The tracker tag of a round field: :data:`TAGS`, else ``other/<field>``."""
+    return TAGS.get(field, f"{OTHER}/{field}")
+
+
 def round_scalars(record: Mapping[str, Any]) -> dict[str, float]:
-    """The scalars of a ``rounds.jsonl`` record: its finite numeric fields by name
-    (``round`` itself is the step, not a scalar) and ``method/<name>`` for each finite
-    numeric method metric. ``None`` (not measured this round) is left out."""
-    out = {k: x for k, v in record.items() if k != "round" and (x := finite(v)) is not None}
+    """The scalars of a ``rounds.jsonl`` record: its finite numeric fields under their
+    tags (:func:`tag_of`; ``round`` itself is the step, not a scalar) and
+    ``method/<name>`` for each finite numeric method metric, grouped in :data:`TAG_GROUPS`
+    order (the order a tracker first sees them). ``None`` (not measured this round) is
+    left out."""
+    values = {tag_of(k): x for k, v in record.items() if k != "round" and (x := finite(v)) is not None}
+    order = {group: i for i, group in enumerate(TAG_GROUPS)}
+    out = dict(sorted(values.items(), key=lambda kv: order.get(kv[0].split("/", 1)[0], len(order))))
     metrics = record.get("method_metrics")
     if isinstance(metrics, Mapping):
-        out.update({f"method/{k}": x for k, v in metrics.items() if (x := finite(v)) is not None})
+        out.update({f"{METHOD}/{k}": x for k, v in metrics.items() if (x := finite(v)) is not None})
     return out
 
 
@@ -150,10 +191,19 @@ class Trackers:
         before this is built.
     run_dir, run_id, config
         The run folder, its id and the run-config written to ``config.json``.
+    previous
+        The rounds already recorded (a resumed run's kept rounds): not sent again, but
+        counted in the running byte totals, so ``bytes/cum_*`` go on where they stopped.
     """
 
-    def __init__(self, names: Sequence[str], run_dir: Path, run_id: str, config: Mapping[str, Any]) -> None:
+    def __init__(self, names: Sequence[str], run_dir: Path, run_id: str, config: Mapping[str, Any],
+                 previous: Sequence[Mapping[str, Any]] = ()) -> None:
         self.active: list[Tracker] = []
+        # running totals, as the dashboard's bytes axes add them: every round's fit uploads
+        # and downloads (round 0 sends none; eval_bytes_down, a measurement, is not counted)
+        self.totals = dict.fromkeys(CUMULATIVE, 0.0)
+        for record in previous:
+            self._count(record)
         self.failed: dict[str, str] = {}  # name -> the error that dropped it
         for name in names:
             try:
@@ -178,11 +228,20 @@ class Trackers:
                 self.active.remove(tracker)
                 self._drop(tracker.name, phase, exc)
 
+    def _count(self, record: Mapping[str, Any]) -> None:
+        for tag, field in CUMULATIVE.items():
+            self.totals[tag] += finite(record.get(field)) or 0.0
+
     def log_round(self, record: Mapping[str, Any]) -> None:
-        """Send one ``rounds.jsonl`` record (:func:`round_scalars`) to every tracker."""
+        """Send one ``rounds.jsonl`` record (:func:`round_scalars`) and the running byte
+        totals (``bytes/cum_up``, ``bytes/cum_down``, :data:`CUM_TOTAL` = their sum) to
+        every tracker."""
+        self._count(record)
         if not self.active:
             return
         step, scalars = int(record.get("round", 0)), round_scalars(record)
+        scalars.update(self.totals)
+        scalars[CUM_TOTAL] = sum(self.totals.values())
         self._each("log a round", lambda t: t.log_round(step, scalars))
 
     def finish(self, summary: Mapping[str, Any]) -> None:
@@ -198,17 +257,25 @@ def _text(obj: Any) -> str:
 # ---------------------------------------------------------------- trackers
 @register
 class TensorBoardTracker(Tracker):
-    """Event files in ``<run-dir>/tensorboard/`` (torch's ``SummaryWriter``), flushed
-    every round so that ``tensorboard --logdir runs/`` shows a run as it goes."""
+    """Event files in the run folder itself (torch's ``SummaryWriter``), flushed every
+    round so that ``tensorboard --logdir runs/`` shows a run as it goes.
+
+    TensorBoard names a run by the folder holding its event files, relative to
+    ``--logdir``: written into ``<run-dir>/`` (not a ``tensorboard/`` folder inside it,
+    which made every run ``<run-id>/tensorboard``) the run shows as ``<run-id>``. Besides
+    the round tags (step = round), the ``accuracy/*`` and ``loss/*`` tags go again as
+    ``vs_bytes/<tag>`` with step = cumulative bytes up + down (:data:`CUM_TOTAL`):
+    TensorBoard's only x-axes are the step and the time, and these papers compare
+    accuracy against communication.
+    """
 
     name, module, extra = "tensorboard", "tensorboard", "tensorboard"
-    SUBDIR = "tensorboard"
 
     def __init__(self, run_dir: Path, run_id: str, config: Mapping[str, Any]) -> None:
         super().__init__(run_dir, run_id, config)
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(self.run_dir / self.SUBDIR))
+        self.writer = SummaryWriter(log_dir=str(self.run_dir))
         self.writer.add_text("config", f"```\n{_text(self.config)}\n```", 0)
         self.writer.flush()
         self.last_step = 0
@@ -216,6 +283,11 @@ class TensorBoardTracker(Tracker):
     def log_round(self, step: int, scalars: Mapping[str, float]) -> None:
         for tag, value in scalars.items():
             self.writer.add_scalar(tag, value, step)
+        if CUM_TOTAL in scalars:  # a step is an integer: bytes are whole
+            by_bytes = int(scalars[CUM_TOTAL])
+            for tag, value in scalars.items():
+                if tag.split("/", 1)[0] in BYTES_STEP_GROUPS:
+                    self.writer.add_scalar(f"{BYTES_STEP_PREFIX}/{tag}", value, by_bytes)
         self.writer.flush()
         self.last_step = step
 

@@ -551,6 +551,10 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
             return dcc.send_string(to_markdown(table), "comparison.md")
         return dcc.send_string(table.to_csv(index=False), "comparison.csv")
 
+    from simulations import dashboard_explore
+
+    # any metric, per client, sweep: their cards and callbacks, drawn with this module's parts
+    dashboard_explore.register(app, store, sys.modules[__name__])
     return app
 
 

@@ -20,8 +20,9 @@ shows up in comparisons without code changes there.
 * ``run.log``: the ``fedtext`` logger's lines while the run is open (round lines,
   warnings, progress lines), appended from when the recorder opens the run (or
   reopens it on resume) until it finishes (:class:`RunLogHandler`).
-* ``tensorboard/``, ``wandb/``: the files of the experiment trackers ``tracker=`` names
-  (:mod:`fedtext.tracking`), fed from the same round records and summary.
+* ``events.out.tfevents.*`` (TensorBoard), ``wandb/``: the files of the experiment
+  trackers ``tracker=`` names (:mod:`fedtext.tracking`), fed from the same round records
+  and summary.
 
 The package's modules, one job each: :mod:`~fedtext.records.schema` (the round record),
 :mod:`~fedtext.records.probes` (process, machine and provenance probes),

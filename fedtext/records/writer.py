@@ -215,7 +215,8 @@ class RunRecorder:
     def _open(self) -> None:
         """Start the trackers and the heartbeat, and register for
         :func:`fedtext.records.signals.finish_open_runs`."""
-        self.trackers = Trackers(self._tracker_names, self.dir, self.run_id, self.config)
+        # a resumed run's kept rounds: not sent again, counted in the trackers' byte totals
+        self.trackers = Trackers(self._tracker_names, self.dir, self.run_id, self.config, previous=self.rounds)
         stale = float(self.config.get("stale-after-s", DEFAULT_STALE_AFTER_S))
         self.heartbeat_s = max(0.5, min(30.0, stale / 10))
         self._closed = threading.Event()

@@ -100,12 +100,49 @@ def test_a_tracker_without_its_package_is_one_config_line_before_anything_loads(
         server_app.build(cfg)
 
 
-def test_round_scalars_are_the_records_numbers():
-    scalars = round_scalars({**ROUNDS[1], "flag": True, "nan": math.nan, "inf": math.inf})
-    assert scalars == {"global_accuracy": 0.625, "global_loss": 0.6, "client_accuracy_mean": 0.55,
-                       "bytes_up": 1056.0, "bytes_down": 1056.0, "model_queries": 320.0, "sim_time_s": 1.25,
-                       "train_loss": 0.66, "method/sigma_prime": 0.4}
-    assert "round" not in round_scalars(ROUNDS[0]) and "client_accuracy_mean" not in round_scalars(ROUNDS[0])
+def test_round_scalars_are_the_records_numbers_under_group_tags():
+    scalars = round_scalars({**ROUNDS[1], "flag": True, "nan": math.nan, "inf": math.inf, "new_field": 2})
+    assert scalars == {"accuracy/global": 0.625, "accuracy/client_mean": 0.55, "loss/global": 0.6,
+                       "loss/train": 0.66, "bytes/up": 1056.0, "bytes/down": 1056.0, "queries/model": 320.0,
+                       "time/sim_time_s": 1.25, "other/new_field": 2.0, "method/sigma_prime": 0.4}
+    # grouped: each group's tags together, in TAG_GROUPS order, then other/, then method/
+    groups = [tag.split("/")[0] for tag in scalars]
+    assert groups == ["accuracy", "accuracy", "loss", "loss", "bytes", "bytes", "queries", "time", "other", "method"]
+    assert "round" not in round_scalars(ROUNDS[0]) and "accuracy/client_mean" not in round_scalars(ROUNDS[0])
+
+
+def test_every_numeric_round_field_has_a_group_tag():
+    from fedtext.records import ROUND_FIELDS
+
+    # the round number is the step; these hold objects or lists (client_accuracy by id, dropped, ...)
+    not_scalars = {"round", "client_accuracy", "client_post_accuracy", "participants", "trained", "dropped",
+                   "method_metrics"}
+    assert set(tracking.TAGS) == set(ROUND_FIELDS) - not_scalars
+    assert len(set(tracking.TAGS.values())) == len(tracking.TAGS)  # no two fields share a tag
+    assert all(tag.count("/") == 1 for tag in tracking.TAGS.values())
+
+
+def test_trackers_add_running_byte_totals_from_the_rounds_already_recorded(monkeypatch, tmp_path):
+    seen = []
+
+    class Keep(Tracker):
+        name, module, extra = "keep", "json", "keep"
+
+        def log_round(self, step, scalars):
+            seen.append((step, {k: v for k, v in scalars.items() if k.startswith("bytes/cum")}))
+
+    monkeypatch.setitem(TRACKERS, "keep", Keep)
+    group = Trackers(("keep",), tmp_path, "r", CONFIG)
+    for r in ROUNDS:
+        group.log_round(r)
+    assert seen == [(0, {"bytes/cum_up": 0, "bytes/cum_down": 0, "bytes/cum_total": 0}),
+                    (1, {"bytes/cum_up": 1056, "bytes/cum_down": 1056, "bytes/cum_total": 2112}),
+                    (2, {"bytes/cum_up": 2112, "bytes/cum_down": 2112, "bytes/cum_total": 4224})]
+    # a resumed run (rounds 0 and 1 kept) goes on from their totals, without resending them
+    seen.clear()
+    resumed = Trackers(("keep",), tmp_path, "r", CONFIG, previous=ROUNDS[:2])
+    resumed.log_round({**ROUNDS[2], "bytes_down": 4000})
+    assert seen == [(2, {"bytes/cum_up": 2112, "bytes/cum_down": 5056, "bytes/cum_total": 7168})]
 
 
 def test_resume_may_change_the_tracker():
@@ -160,7 +197,8 @@ def test_a_failing_tracker_warns_once_and_the_run_goes_on(monkeypatch, tmp_path,
 
 def test_no_tracker_costs_nothing(tmp_path):
     rec = record_run(tmp_path, ())
-    assert not rec.trackers and not (rec.dir / "tensorboard").exists() and not (rec.dir / "wandb").exists()
+    assert not rec.trackers and not (rec.dir / "wandb").exists()
+    assert not list(rec.dir.glob("events.out.tfevents*")) and not (rec.dir / "tensorboard").exists()
 
 
 # ------------------------------------------------------------------ run.log
@@ -204,23 +242,39 @@ def test_two_open_runs_each_keep_their_log(tmp_path):
 
 # ------------------------------------------------------------------ TensorBoard
 def test_tensorboard_event_files_read_back(tmp_path):
+    """Read with TensorBoard's own reader: the run folder is the TensorBoard run (named by
+    the run id, no ``/tensorboard``), tags in groups, accuracy and loss against bytes."""
     pytest.importorskip("tensorboard")
-    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
     rec = record_run(tmp_path, ("tensorboard",))
-    events = EventAccumulator(str(rec.dir / "tensorboard"))
-    events.Reload()
+    assert list(rec.dir.glob("events.out.tfevents.*")) and not (rec.dir / "tensorboard").exists()
+    # `tensorboard --logdir <output-dir>`: one run, named by the run id
+    runs = EventMultiplexer().AddRunsFromDirectory(str(tmp_path))
+    runs.Reload()
+    assert list(runs.Runs()) == [rec.run_id]
+    events = runs.GetAccumulator(rec.run_id)
     tags = events.Tags()
     assert {"config/text_summary", "summary/text_summary"} <= set(tags["tensors"])
 
     def series(tag):
         return [(e.step, pytest.approx(e.value)) for e in events.Scalars(tag)]
 
-    assert series("global_accuracy") == [(0, 0.5), (1, 0.625), (2, 0.75)]
-    assert series("client_accuracy_mean") == [(1, 0.55), (2, 0.7)]  # None in round 0: not a point
-    assert series("bytes_up") == [(0, 0), (1, 1056), (2, 1056)]
+    assert series("accuracy/global") == [(0, 0.5), (1, 0.625), (2, 0.75)]
+    assert series("accuracy/client_mean") == [(1, 0.55), (2, 0.7)]  # None in round 0: not a point
+    assert series("bytes/up") == [(0, 0), (1, 1056), (2, 1056)]
+    assert series("bytes/cum_total") == [(0, 0), (1, 2112), (2, 4224)]
+    assert series("loss/train") == [(1, 0.66), (2, 0.6)]
+    assert series("time/sim_time_s") == [(1, 1.25), (2, 1.5)]
     assert series("method/sigma_prime") == [(1, 0.4), (2, 0.3)]
+    # the second tag set: step = cumulative bytes up + down (0, 2112, 4224)
+    assert series("vs_bytes/accuracy/global") == [(0, 0.5), (2112, 0.625), (4224, 0.75)]
+    assert series("vs_bytes/loss/global") == [(0, 0.69), (2112, 0.6), (4224, 0.5)]
+    assert not any(t.startswith("vs_bytes/") and not t.startswith(("vs_bytes/accuracy/", "vs_bytes/loss/"))
+                   for t in tags["scalars"])
     assert series("summary/final_accuracy") == [(2, 0.75)]
+    # no flat field names, nothing for text metrics or the seed
+    assert not {"global_accuracy", "bytes_up", "train_loss"} & set(tags["scalars"])
     assert "method/note" not in tags["scalars"] and "summary/seed" not in tags["scalars"]
     config = events.Tensors("config/text_summary")[0].tensor_proto.string_val[0].decode()
     assert '"bbt-fed.popsize": 10' in config
@@ -268,7 +322,7 @@ def test_wandb_offline_run_holds_config_rounds_and_summary(tmp_path, monkeypatch
     assert run.display_name == rec.run_id
     assert items(run.config.update)["bbt-fed.popsize"] == 10
     history = [items(r.history.item) for r in records if r.HasField("history")]
-    assert [(h["_step"], h["global_accuracy"]) for h in history] == [(0, 0.5), (1, 0.625), (2, 0.75)]
+    assert [(h["_step"], h["accuracy/global"]) for h in history] == [(0, 0.5), (1, 0.625), (2, 0.75)]
     assert history[1]["method/sigma_prime"] == 0.4
     summary = {}
     for r in records:
@@ -327,7 +381,8 @@ def test_wandb_tracker_with_a_fake_module(tmp_path, monkeypatch):
     assert run.kwargs["name"] == rec.run_id and run.kwargs["project"] == "fed-project"
     assert run.kwargs["dir"] == str(rec.dir) and run.kwargs["config"] == CONFIG
     assert run.kwargs["settings"]["console"] == "off" and run.kwargs["reinit"] == "create_new"
-    assert [s for s, _ in run.logged] == [0, 1, 2] and run.logged[2][1]["global_accuracy"] == 0.75
+    assert [s for s, _ in run.logged] == [0, 1, 2] and run.logged[2][1]["accuracy/global"] == 0.75
+    assert run.logged[2][1]["bytes/cum_total"] == 4224
     assert run.summary["status"] == "failed" and run.summary["error"] == "boom" and run.exit_code == 1
 
 
@@ -345,7 +400,7 @@ def test_mlflow_file_store_run_holds_params_metrics_and_status(tmp_path, monkeyp
     (run,) = client.search_runs([client.get_experiment_by_name("fedtext-test").experiment_id])
     assert run.info.run_name == rec.run_id and run.info.status == "FINISHED"
     assert run.data.params["bbt-fed.popsize"] == "10" and run.data.params["method"] == "bbt-fed"
-    history = client.get_metric_history(run.info.run_id, "global_accuracy")
+    history = client.get_metric_history(run.info.run_id, "accuracy/global")
     assert sorted((m.step, m.value) for m in history) == [(0, 0.5), (1, 0.625), (2, 0.75)]
     assert run.data.metrics["summary/final_accuracy"] == 0.75 and run.data.metrics["method/sigma_prime"] == 0.3
     assert run.data.tags["fedtext.status"] == "finished"
@@ -405,7 +460,7 @@ def test_mlflow_tracker_with_a_fake_module(tmp_path, monkeypatch):
     batches = [c for c in calls if c[0] == "batch"]
     assert dict(batches[0][1]) == {k: str(v) for k, v in CONFIG.items()}
     rounds = [m for b in batches[1:4] for m in b[2]]
-    assert ("global_accuracy", 0.75, 2) in rounds and ("method/sigma_prime", 0.4, 1) in rounds
+    assert ("accuracy/global", 0.75, 2) in rounds and ("method/sigma_prime", 0.4, 1) in rounds
     assert ("summary/final_accuracy", 0.75, 2) in batches[4][2]
     assert calls[-3:] == [("tag", "fedtext.status", "failed"), ("tag", "fedtext.error", "boom"), ("end", "FAILED")]
 
@@ -420,7 +475,7 @@ def test_trackers_are_independent(monkeypatch, tmp_path):
         name, module, extra = "good", "json", "good"
 
         def log_round(self, step, scalars):
-            seen.append((step, scalars["global_accuracy"]))
+            seen.append((step, scalars["accuracy/global"]))
 
     monkeypatch.setitem(TRACKERS, "good", Good)
     group = Trackers(("flaky", "good"), tmp_path, "r", CONFIG)
