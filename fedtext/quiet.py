@@ -11,8 +11,9 @@ What is silenced, where, and why it cannot be earlier:
   ``configure_evaluate``/``aggregate_evaluate`` counts, ``initial parameters (loss, other
   metrics)``, ``fit progress``, the ``[SUMMARY]`` history): :class:`QuietFlower` on Flower's
   logger, in every process that runs fedtext's code: the ServerApp (``server_fn``) and each
-  ClientApp process (``client_fn``). Flower's warnings and errors still print, except the two
-  below. fedtext's round line and the round record hold what those lines said, with names.
+  ClientApp process (``client_fn``). Flower's warnings and errors still print, except the three
+  routine warnings of :data:`QUIET_WARNINGS`. fedtext's round line and the round record hold
+  what those lines said, with names.
 * **"Manually terminating ClientAppActor"** (a WARNING each Ray actor logs when Flower ends the
   simulation: routine shutdown, not a problem): dropped by :class:`QuietFlower` in the actor.
   An actor that never ran a client (more actors than sampled clients) never loaded fedtext's

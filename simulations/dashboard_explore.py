@@ -47,6 +47,7 @@ from typing import Any
 import pandas as pd
 from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
 
+from fedtext.config import DERIVED_KEYS
 from fedtext.records import ROUND_FIELDS, finite_number
 from simulations.dashboard_data import (
     ABSENT, X_AXES, Chart, RunStore, chart_lines, color_of, config_diff, integer_dtick, round_series, runs_table,
@@ -59,6 +60,10 @@ DEFAULT_SUMMARY = "final_accuracy"
 TOTAL_BYTES = "total_bytes"  # summary_values' derived field: total bytes up + down (the bytes axis' end)
 SUMMARY_FIRST = ("final_accuracy", "best_accuracy", TOTAL_BYTES)  # the sweep's y list starts with these
 NOT_SWEPT = ("seed",)  # varies across any set of seeds: offered, never the default key
+#: keys that never split a sweep's series: seeds are what mean ± std is over; names and
+#: folders say nothing of the run; derived keys follow from the dataset (the experiment)
+NOT_SERIES = (*NOT_SWEPT, "run-name", "output-dir", "resume", *DERIVED_KEYS)
+EXPERIMENT = "experiment"  # the series part that names a run's experiment (its name alone, no "key=")
 GRAPHS = ("metric-graph", "client-graph", "sweep-graph")  # the views' chart ids (the main page's tests skip them)
 LOG_SPAN = 100.0  # a numeric sweep key whose largest value is >= 100x its smallest (> 0) gets a log axis
 
@@ -230,26 +235,60 @@ def _category(v: Any) -> str:
     return v if isinstance(v, str) else json.dumps(v, sort_keys=True)
 
 
-POINT_COLUMNS = ["run_id", "method", "run_label", "x", "y"]
+POINT_COLUMNS = ["run_id", "method", "series", "run_label", "x", "y"]
+
+
+def _series(items: list[tuple[Mapping[str, Any], Any]], key: str) -> dict[str, str]:
+    """Each run's series, ``{run_id: name}``, for runs ``items`` = (run, its swept value x).
+
+    A series is what one mean ± std is taken over, so its runs must differ in seed only.
+    Within a method, another config key (or the run's experiment) splits the series when
+    some swept value x holds runs with different values of it: averaging those would give a
+    std of config (or dataset) differences, not of seeds. A key that only co-varies with x
+    (a run-name or option that encodes the swept value) splits nothing. Name:
+    ``method · experiment · key=value ...`` with the splitting keys only, in name order.
+    """
+    by_method: dict[str, list[tuple[dict[str, Any], Any, str]]] = {}
+    for run, x in items:
+        cfg = {**run["cfg"], EXPERIMENT: run.get("experiment", "")}
+        by_method.setdefault(str(run["cfg"].get("method", "?")), []).append((cfg, x, run["run_id"]))
+    names: dict[str, str] = {}
+    for method, group in by_method.items():
+        keys = set().union(*(cfg for cfg, _, _ in group)) - {key, "method", *NOT_SERIES}
+        split = []
+        for k in sorted(keys, key=lambda k: (k != EXPERIMENT, k)):
+            values_at: dict[Any, set[str]] = {}
+            for cfg, x, _ in group:
+                values_at.setdefault(x, set()).add(_category(cfg[k]) if k in cfg else ABSENT)
+            if any(len(v) > 1 for v in values_at.values()):
+                split.append(k)
+        for cfg, _, run_id in group:
+            parts = [str(cfg[k]) if k == EXPERIMENT else f"{k}={_category(cfg[k]) if k in cfg else ABSENT}"
+                     for k in split]
+            names[run_id] = " · ".join([method, *parts])
+    return names
 
 
 def sweep_points(runs: Iterable[Mapping[str, Any]], key: str, y: str) -> tuple[pd.DataFrame, str]:
-    """One point per run (malformed runs left out): its ``key`` value ``x`` and summary
-    field ``y`` (:func:`summary_values`), with the axis the key gets: ``"linear"`` or
-    ``"log"`` when every value is a number (runs without the key, or without ``y``, are
-    left out), else ``"category"`` (values as text, :data:`ABSENT` for a run without the
-    key). Log: every value > 0 and the largest >= :data:`LOG_SPAN` times the smallest."""
+    """One point per run (malformed runs left out): its ``key`` value ``x``, summary
+    field ``y`` (:func:`summary_values`) and series (:func:`_series`: the runs one mean ±
+    std is over), with the axis the key gets: ``"linear"`` or ``"log"`` when every value is
+    a number (runs without the key, or without ``y``, are left out), else ``"category"``
+    (values as text, :data:`ABSENT` for a run without the key). Log: every value > 0 and
+    the largest >= :data:`LOG_SPAN` times the smallest."""
     runs = [r for r in runs if r.get("status") != "malformed"]
     present = [r["cfg"][key] for r in runs if key in r["cfg"]]
     numeric = bool(present) and all(_is_number(v) for v in present)
-    rows = []
+    kept = []
     for run in runs:
         value = summary_values(run.get("summary_or_partial") or {}).get(y)
         if value is None or (numeric and key not in run["cfg"]):
             continue
         x = float(run["cfg"][key]) if numeric else (_category(run["cfg"][key]) if key in run["cfg"] else ABSENT)
-        label = f"{run['label']} s{run['cfg'].get('seed', '?')}"
-        rows.append((run["run_id"], str(run["cfg"].get("method", "?")), label, x, value))
+        kept.append((run, x, value))
+    series = _series([(run, x) for run, x, _ in kept], key)
+    rows = [(run["run_id"], str(run["cfg"].get("method", "?")), series[run["run_id"]],
+             f"{run['label']} s{run['cfg'].get('seed', '?')}", x, value) for run, x, value in kept]
     points = pd.DataFrame(rows, columns=POINT_COLUMNS)
     if not numeric:
         return points, "category"
@@ -258,15 +297,15 @@ def sweep_points(runs: Iterable[Mapping[str, Any]], key: str, y: str) -> tuple[p
     return points, "log" if log else "linear"
 
 
-SUMMARY_COLUMNS = ["method", "x", "mean", "std", "n"]
+SUMMARY_COLUMNS = ["method", "series", "x", "mean", "std", "n"]
 
 
 def sweep_summary(points: pd.DataFrame) -> pd.DataFrame:
-    """Per (method, key value): the mean of ``y`` over its runs, the sample std (ddof=1,
-    as the seed bands: NaN for one run) and the number of runs; sorted by method and x."""
+    """Per (series, key value): the mean of ``y`` over its runs, the sample std (ddof=1,
+    as the seed bands: NaN for one run) and the number of runs; sorted by series and x."""
     if points.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    g = points.groupby(["method", "x"], sort=True)["y"]
+    g = points.groupby(["method", "series", "x"], sort=True)["y"]
     out = pd.DataFrame({"mean": g.mean(), "std": g.std(), "n": g.count()}).reset_index()
     return out[SUMMARY_COLUMNS]
 
@@ -310,20 +349,27 @@ def client_figure(run: Mapping[str, Any] | None, page: ModuleType) -> dict[str, 
         return _empty(fig, "this run records no client accuracies")
     data = fig["data"]
     x, lo, hi = spread["round"].tolist(), spread["min"].tolist(), spread["max"].tolist()
-    data.append({"type": "scatter", "mode": "lines", "x": x + x[::-1], "y": hi + lo[::-1], "fill": "toself",
-                 "fillcolor": page._rgba("#636EFA", 0.16), "line": {"width": 0}, "hoverinfo": "skip",
-                 "name": "min–max over clients", "meta": "band"})
+    one = len(x) == 1  # one evaluated round: a filled band and lines draw nothing; whiskers and markers do
+    if not one:
+        data.append({"type": "scatter", "mode": "lines", "x": x + x[::-1], "y": hi + lo[::-1], "fill": "toself",
+                     "fillcolor": page._rgba("#636EFA", 0.16), "line": {"width": 0}, "hoverinfo": "skip",
+                     "name": "min–max over clients", "meta": "band"})
     glob = accs[accs["kind"] == "global"]
     first = True
     for client, part in sorted(glob.groupby("client"), key=lambda kv: _client_order(kv[0])):
-        data.append({"type": "scatter", "mode": "lines", "x": part["round"].tolist(), "y": part["accuracy"].tolist(),
+        data.append({"type": "scatter", "mode": "lines+markers" if one else "lines", "x": part["round"].tolist(),
+                     "y": part["accuracy"].tolist(), "marker": {"size": 4, "color": CLIENT_LINE},
                      "name": "each client" if first else f"client {client}", "legendgroup": "clients",
                      "showlegend": first, "meta": "client", "line": {"color": CLIENT_LINE, "width": 1},
                      "hovertemplate": f"client {client}<br>round %{{x}}: %{{y:.3f}}<extra></extra>"})
         first = False
-    data.append({"type": "scatter", "mode": "lines+markers", "x": x, "y": spread["median"].tolist(),
-                 "name": "median client", "meta": "median", "line": {"color": "#636EFA", "width": 2.5},
-                 "marker": {"size": 5}})
+    median = spread["median"].tolist()
+    data.append({"type": "scatter", "mode": "lines+markers", "x": x, "y": median,
+                 "name": "median client" + (" (whiskers: min–max over clients)" if one else ""), "meta": "median",
+                 "line": {"color": "#636EFA", "width": 2.5}, "marker": {"size": 5},
+                 **({"error_y": {"type": "data", "symmetric": False, "array": [hi[0] - median[0]],
+                                 "arrayminus": [median[0] - lo[0]], "visible": True, "color": "#636EFA"}}
+                    if one else {})})
     worst = worst_client(accs)
     if worst is not None:
         client, rnd, acc = worst
@@ -349,31 +395,32 @@ def client_figure(run: Mapping[str, Any] | None, page: ModuleType) -> dict[str, 
 
 def sweep_figure(points: pd.DataFrame, axis: str, key: str, y: str, page: ModuleType,
                  labels: Iterable[str] = ()) -> dict[str, Any]:
-    """The sweep chart: each run a faint point (click-free; hover names it), per method the
-    mean ± std over the runs at each key value (error bars; a line through them on a
+    """The sweep chart: each run a faint point (click-free; hover names it), per series
+    (:func:`_series`: a method, split where other keys differ at one key value; coloured by
+    its method) the mean ± std over the runs at each key value (error bars; a line through them on a
     numeric axis, markers only on a categorical one)."""
     fig = {"data": [], "layout": _layout(page, f"{y} vs {key}", key, y)}
     if points.empty:
         return _empty(fig, "pick a config key that varies across the selected runs")
     labels = list(labels)
     order = sorted(points["x"].unique(), key=str) if axis == "category" else None
-    for method, part in points.groupby("method", sort=True):
+    for (method, series), part in points.groupby(["method", "series"], sort=True):
         color = color_of(method, labels)
         fig["data"].append({"type": "scatter", "mode": "markers", "x": part["x"].tolist(), "y": part["y"].tolist(),
-                            "name": f"{method} runs", "legendgroup": method, "showlegend": False, "meta": "run",
+                            "name": f"{series} runs", "legendgroup": series, "showlegend": False, "meta": "run",
                             "customdata": part["run_id"].tolist(), "text": part["run_label"].tolist(),
                             "hovertemplate": "%{text}<br>%{x}: %{y:.4g}<extra></extra>",
                             "marker": {"color": page._rgba(color, 0.45), "size": 7}})
     summary = sweep_summary(points)
-    for method, part in summary.groupby("method", sort=True):
+    for (method, series), part in summary.groupby(["method", "series"], sort=True):
         color = color_of(method, labels)
         n = int(part["n"].max())
         fig["data"].append({"type": "scatter", "mode": "markers" if axis == "category" else "lines+markers",
                             "x": part["x"].tolist(), "y": part["mean"].tolist(),
                             "error_y": {"type": "data", "array": part["std"].fillna(0.0).tolist(), "visible": True,
                                         "color": color, "thickness": 1.5, "width": 5},
-                            "name": f"{method} mean ± std" + (f" (up to n={n})" if n > 1 else ""),
-                            "legendgroup": method, "meta": "mean", "customdata": part["n"].tolist(),
+                            "name": f"{series} mean ± std" + (f" (up to n={n})" if n > 1 else ""),
+                            "legendgroup": series, "meta": "mean", "customdata": part["n"].tolist(),
                             "hovertemplate": "%{x}: %{y:.4g} ± %{error_y.array:.3g} (n=%{customdata})<extra></extra>",
                             "line": {"color": color, "width": 2}, "marker": {"color": color, "size": 10,
                                                                             "symbol": "diamond"}})
@@ -426,7 +473,7 @@ def layout(page: ModuleType) -> list[Any]:
             ], className="explore-controls"),
             html.Div(id="sweep-note", className="empty-note"),
             dcc.Graph(id="sweep-graph", config=GRAPH_CONFIG),
-        ], hint="one point per run; per method the mean ± std over the runs with each key value", id="card-sweep"),
+        ], hint="one point per run; per method (split where other keys differ) the mean ± std over seeds at each key value", id="card-sweep"),
     ]
 
 

@@ -187,6 +187,17 @@ def install_fab(fab: Path, home: Path, env: dict[str, str]) -> Path:
     return apps[0]
 
 
+def app_folder(app: Path, home: Path, env: dict[str, str]) -> Path:
+    """The folder ``flwr run`` submits for ``--app``: a ``.fab`` file is installed first
+    (:func:`install_fab`), an app folder (one holding a ``pyproject.toml``) is taken as it is;
+    anything else raises ``ConfigError`` before any process starts."""
+    if app.suffix == ".fab":
+        return install_fab(app.resolve(), home, env)
+    if (app / "pyproject.toml").is_file():
+        return app.resolve()
+    raise ConfigError(f"--app {app}: not an app folder (no pyproject.toml there) or a .fab file (`flwr build` makes one)")
+
+
 def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, logs: Path,
            timeout_s: float = 3600.0, app: Path = REPO) -> Path | None:
     """Run ``overrides`` on a loopback SuperLink with ``num_supernodes`` SuperNodes; return
@@ -209,7 +220,7 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     procs = Processes(env, logs)
     try:
-        app_dir = install_fab(app.resolve(), home, env) if app.suffix == ".fab" else app.resolve()
+        app_dir = app_folder(app, home, env)
         link = procs.start("superlink", [cli("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
                                          str(port), "--disable-runtime-dependency-installation"])
         deadline = time.time() + 120

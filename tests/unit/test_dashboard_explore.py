@@ -131,6 +131,21 @@ def test_client_view_offers_runs_with_client_accuracies_and_draws_band_median_wo
     assert "no run" in de.client_figure(None, page)["layout"]["annotations"][0]["text"]
 
 
+def test_client_view_of_one_evaluated_round_draws_whiskers_and_client_markers():
+    """One round: a filled band and lines would draw nothing; the median gets min-max whiskers."""
+    run = {"run_id": "one", "rounds": [{"round": 0, "global_accuracy": 0.5, "client_accuracy": {}},
+                                       {"round": 1, "global_accuracy": 0.6,
+                                        "client_accuracy": {"0": 0.5, "1": 0.6, "2": 0.9}}]}
+    fig = de.client_figure(run, page)
+    metas = [t["meta"] for t in fig["data"]]
+    assert "band" not in metas and metas.count("client") == 3
+    assert all(t["mode"] == "lines+markers" for t in fig["data"] if t["meta"] == "client")
+    (median,) = [t for t in fig["data"] if t["meta"] == "median"]
+    assert median["y"] == pytest.approx([0.6])  # whiskers up to the max 0.9, down to the min 0.5
+    assert median["error_y"]["array"] == pytest.approx([0.3]) and median["error_y"]["arrayminus"] == pytest.approx([0.1])
+    assert not median["error_y"]["symmetric"]
+
+
 # ------------------------------------------------------------------- sweep
 @pytest.fixture
 def sweep(tmp_path) -> RunStore:
@@ -161,7 +176,9 @@ def test_sweep_mean_and_std_per_key_value_on_hand_values(sweep):
     assert axis == "log"  # 0.001 .. 0.1 spans two decades
     assert "fedprompt-nolr-s0" not in set(points["run_id"])  # no lr: no point on a numeric axis
     assert len(points) == 7
-    summary = de.sweep_summary(points).set_index(["method", "x"])
+    # optimizer co-varies with lr (adam at 0.1, sgd below): it splits nothing
+    assert set(points["series"]) == {"fedprompt", "bbt-fed"}
+    summary = de.sweep_summary(points).set_index(["series", "x"])
     assert summary.loc[("fedprompt", 0.1), "mean"] == pytest.approx(0.8)
     assert summary.loc[("fedprompt", 0.1), "std"] == pytest.approx(0.1)  # sample std of 0.7, 0.8, 0.9
     assert summary.loc[("fedprompt", 0.01), "mean"] == pytest.approx(0.62)
@@ -178,16 +195,47 @@ def test_sweep_on_a_text_key_is_categorical_and_keeps_runs_without_the_key(sweep
     assert axis != "category"
     points, axis = de.sweep_points(sweep.runs(), "optimizer", "final_accuracy")
     assert axis == "category" and len(points) == 8
-    summary = de.sweep_summary(points).set_index(["method", "x"])
-    # adam: lr 0.1 runs (0.7, 0.8, 0.9) and the run without lr (final 0.3)
-    assert summary.loc[("fedprompt", "adam"), "n"] == 4
-    assert summary.loc[("fedprompt", "adam"), "mean"] == pytest.approx((0.7 + 0.8 + 0.9 + 0.3) / 4)
-    assert summary.loc[("fedprompt", "sgd"), "mean"] == pytest.approx((0.6 + 0.64 + 0.5) / 3)
+    summary = de.sweep_summary(points).set_index(["series", "x"])
+    # adam holds lr 0.1 runs (0.7, 0.8, 0.9) and the run without lr (0.3); sgd lr 0.01 and 0.001:
+    # lr differs at one optimizer value, so it splits the series (no mean over different lr)
+    assert summary.loc[("fedprompt · lr=0.1", "adam"), "n"] == 3
+    assert summary.loc[("fedprompt · lr=0.1", "adam"), "mean"] == pytest.approx(0.8)
+    assert summary.loc[(f"fedprompt · lr={ABSENT}", "adam"), "mean"] == pytest.approx(0.3)
+    assert summary.loc[("fedprompt · lr=0.01", "sgd"), "mean"] == pytest.approx(0.62)
+    assert summary.loc[("fedprompt · lr=0.001", "sgd"), "n"] == 1
+    assert summary.loc[("bbt-fed", "adam"), "mean"] == pytest.approx(0.55)
     points, axis = de.sweep_points(sweep.runs(), "missing-key", "final_accuracy")
     assert axis == "category" and set(points["x"]) == {ABSENT}
     # a numeric key with a close range: linear; a boolean key: categorical as JSON text
     assert de.sweep_points(_fake_runs([1, 2, 50]), "k", "final_accuracy")[1] == "linear"
     assert de.sweep_points(_fake_runs([True, False]), "k", "final_accuracy")[0]["x"].tolist() == ["true", "false"]
+
+
+def test_sweep_series_split_by_experiment_and_by_keys_that_differ_at_one_value():
+    """Two datasets (experiments) at the same prompt length, and two variants differing in
+    another key at the same value, are never averaged; seeds are."""
+    def run(i, exp, plen, acc, **cfg):
+        return {"run_id": f"r{i}", "status": "finished", "label": "fedprompt", "experiment": exp,
+                "cfg": {"method": "fedprompt", "prompt-length": plen, "seed": i, "run-name": f"n{i}", **cfg},
+                "summary_or_partial": {"final_accuracy": acc}}
+    runs = [run(0, "sst2", 5, 0.90), run(1, "sst2", 5, 0.80), run(2, "agnews", 5, 0.60), run(3, "sst2", 10, 0.95),
+            run(4, "sst2", 5, 0.50, lr=0.1), run(5, "sst2", 5, 0.70, lr=0.1)]
+    runs[0]["cfg"]["lr"] = runs[1]["cfg"]["lr"] = runs[3]["cfg"]["lr"] = 0.01
+    runs[2]["cfg"]["lr"] = 0.01
+    points, _ = de.sweep_points(runs, "prompt-length", "final_accuracy")
+    series = dict(zip(points["run_id"], points["series"]))
+    assert series == {"r0": "fedprompt · sst2 · lr=0.01", "r1": "fedprompt · sst2 · lr=0.01",
+                      "r2": "fedprompt · agnews · lr=0.01", "r3": "fedprompt · sst2 · lr=0.01",
+                      "r4": "fedprompt · sst2 · lr=0.1", "r5": "fedprompt · sst2 · lr=0.1"}
+    summary = de.sweep_summary(points).set_index(["series", "x"])
+    assert summary.loc[("fedprompt · sst2 · lr=0.01", 5.0), "mean"] == pytest.approx(0.85)  # seeds 0, 1 only
+    assert summary.loc[("fedprompt · sst2 · lr=0.01", 5.0), "std"] == pytest.approx(0.1 / math.sqrt(2))
+    assert summary.loc[("fedprompt · agnews · lr=0.01", 5.0), "n"] == 1
+    assert summary.loc[("fedprompt · sst2 · lr=0.1", 5.0), "mean"] == pytest.approx(0.6)
+    fig = de.sweep_figure(points, "linear", "prompt-length", "final_accuracy", page)
+    names = {t["name"] for t in fig["data"] if t["meta"] == "mean"}
+    assert names == {"fedprompt · sst2 · lr=0.01 mean ± std (up to n=2)", "fedprompt · agnews · lr=0.01 mean ± std",
+                     "fedprompt · sst2 · lr=0.1 mean ± std (up to n=2)"}
 
 
 def _fake_runs(values: list) -> list[dict]:

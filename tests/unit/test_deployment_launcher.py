@@ -60,6 +60,24 @@ def test_record_overrides_names_a_folder_without_a_record(tmp_path):
         record_overrides(tmp_path)
 
 
+def test_deploy_refuses_an_app_that_is_neither_a_folder_nor_a_fab_before_any_process(tmp_path, monkeypatch):
+    """``deploy(app=...)`` with a zip, a missing folder or a folder without pyproject.toml
+    stops in one line before the SuperLink starts; an app folder and a .fab pass to their branch."""
+    from simulations import deployment
+
+    started: list[str] = []
+    monkeypatch.setattr(deployment.Processes, "start", lambda self, name, cmd: started.append(name))
+    (tmp_path / "app.zip").write_bytes(b"PK")
+    (tmp_path / "empty").mkdir()
+    for bad in (tmp_path / "app.zip", tmp_path / "absent", tmp_path / "empty"):
+        with pytest.raises(ConfigError, match="not an app folder .* or a .fab file"):
+            deployment.deploy({"method": "bbt-fed"}, 1, tmp_path / "out", tmp_path / "logs", app=bad)
+    assert started == []
+    assert deployment.app_folder(REPO, tmp_path / "home", {}) == REPO.resolve()
+    with pytest.raises(ConfigError, match="not a .fab file"):  # a .fab path goes to install_fab
+        deployment.app_folder(tmp_path / "absent.fab", tmp_path / "home", {})
+
+
 def test_app_must_be_a_fab_file_that_exists(tmp_path):
     """``--app x.fab`` is checked before any ``flwr install`` (or process) starts."""
     (tmp_path / "app.zip").write_bytes(b"PK")

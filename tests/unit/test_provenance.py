@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
+import flwr
 import pytest
 
 from fedtext.records import (
@@ -26,10 +27,17 @@ from ..conftest import REPO
 FAB_HASH = "0123456789abcdef" * 4  # a SHA-256: 64 hex digits
 
 
+def _installed(name: str) -> str:
+    """A package's version from an independent source: Flower's own ``flwr.__version__`` for
+    flwr (it reads the ``flwr`` or the ``flwr-nightly`` distribution, so this test passes on the
+    nightly too), importlib's for the rest."""
+    return flwr.__version__ if name == "flwr" else importlib.metadata.version(name)
+
+
 def test_provenance_has_versions_and_launch_fields():
     p = provenance({"num_supernodes": 3})
     this_code = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    assert p["versions"] == {**{n: importlib.metadata.version(n) for n in PROVENANCE_PACKAGES},
+    assert p["versions"] == {**{n: _installed(n) for n in PROVENANCE_PACKAGES},
                              "fedtext": this_code, "python": platform.python_version()}
     assert p["num_supernodes"] == 3 and p["flower_run_id"] is None and p["nodes_at_start"] is None
     assert p["git_commit"] is None or len(p["git_commit"]) == 40 and int(p["git_commit"], 16) >= 0
@@ -50,10 +58,10 @@ def test_config_json_holds_provenance_and_the_dashboard_shows_it(tmp_path):
     prov = json.loads((rec.dir / "config.json").read_text())["provenance"]
     assert {k: prov[k] for k in LAUNCH_FIELDS} == {"flower_run_id": "77", "num_supernodes": 3, "nodes_at_start": 3,
                                                    "fab_id": None, "fab_version": None, "fab_hash": None}
-    assert prov["versions"]["flwr"] == importlib.metadata.version("flwr")
+    assert prov["versions"]["flwr"] == flwr.__version__
     rows = provenance_rows(json.loads((rec.dir / "config.json").read_text()))
     assert rows["Flower run id"] == "77" and rows["SuperNodes launched"] == "3" and rows["nodes at start"] == "3"
-    assert rows["flwr"] == importlib.metadata.version("flwr") and rows["python"] == platform.python_version()
+    assert rows["flwr"] == flwr.__version__ and rows["python"] == platform.python_version()
     # this checkout's commit; a copy without .git (a wheel) shows only fedtext's version
     assert rows.get("git commit") == (prov["git_commit"] if prov["code_origin"] == "git" else None)
     assert rows["code from"] == CODE_FROM[prov["code_origin"]]

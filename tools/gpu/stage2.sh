@@ -6,7 +6,7 @@ exec > >(tee $OUT/log.txt) 2>&1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $T/site .gpu2b/whl/*.whl 2>&1 | grep -v "already exists" | tail -5
 export PATH=$T/site/bin:$PATH PYTHONPATH=$T/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 FLWR_HOME=$T/flwrhome
 mkdir -p ../shared/data; [ -e ../shared/data/sst2 ] || ln -s $T/data/sst2 ../shared/data/sst2
-mv .gpu2b $T/carried-b 2>/dev/null; rm -rf .gpu2a; mv simulations/results $T/results-moved   # keep them out of flwr run's FAB
+mv .gpu2b $T/carried-b 2>/dev/null; rm -rf .gpu2a   # carried files out of the checkout (the FAB takes only pyproject's fab-include)
 python3 -c "import sys, torch, transformers, flwr, ray; print(sys.version.split()[0], 'torch', torch.__version__, torch.cuda.get_device_name(0), 'transformers', transformers.__version__, 'flwr', flwr.__version__, 'ray', ray.__version__)" || exit 5
 echo "setup s: $(( $(date +%s) - t0 ))"
 nvidia-smi --query-gpu=timestamp,memory.used,utilization.gpu --format=csv,noheader -l 1 > $OUT/gpu-samples.csv 2>/dev/null & SMI=$!
@@ -33,6 +33,6 @@ for line in Path(sys.argv[1]).read_text().split():
         r = json.loads(l)
         print(" ", r["round"], "acc", r.get("global_accuracy"), "clients", r.get("num_clients"), "gpu MB", r.get("client_peak_gpu_mb"),
               "rss MB", r.get("client_peak_rss_mb"), "fit s", r.get("client_fit_s"), "round s", r.get("round_time_s"), "up", r.get("bytes_up"), "q", r.get("model_queries"))
-    cfg = json.loads((rec / "config.json").read_text()); print("  device", cfg.get("run_config", cfg).get("device"), "precision", cfg.get("run_config", cfg).get("precision"))
+    cfg = json.loads((rec / "config.json").read_text()); print("  device", cfg["config"].get("device"), "precision", cfg["config"].get("precision"))
 PY
 echo "total s: $(( $(date +%s) - t0 ))"

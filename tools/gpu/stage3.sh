@@ -4,7 +4,7 @@
 # README's GPU line again in fp32 (precision compared on the same machine).
 set -u; T=/root/g; OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 export PATH=$T/site/bin:$PATH PYTHONPATH=$T/site:$PWD PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1 FLWR_HOME=$T/flwrhome
-rm -rf .gpu2a .gpu2b; mv simulations/results $T/results-moved-$$   # keep them out of flwr run's FAB
+rm -rf .gpu2a .gpu2b   # carried files out of the checkout
 for spec in "feddf" "fedptuning-v2" "fedfsl-bias" "fedprompt precision=fp16" "fedavg precision=fp16" "fedlora"; do
   set -- $spec; m=$1; shift; s=$(date +%s)
   timeout 90 python3 -m simulations.simulate --num-supernodes 8 --gpus-per-client 0.25 \
