@@ -331,6 +331,8 @@ def _empty(fig: dict[str, Any], text: str) -> dict[str, Any]:
     return fig
 
 
+SERIES_SYMBOLS = ("diamond", "circle", "square", "triangle-up", "x", "star")  # a method's 1st, 2nd, ... series
+SERIES_DASHES = ("solid", "dot", "dash", "dashdot")
 CLIENT_LINE = "#9aa5b1"  # every client's own line: grey, under the band's edges
 WORST_COLOR = "#D62728"
 
@@ -412,8 +414,10 @@ def sweep_figure(points: pd.DataFrame, axis: str, key: str, y: str, page: Module
                             "hovertemplate": "%{text}<br>%{x}: %{y:.4g}<extra></extra>",
                             "marker": {"color": page._rgba(color, 0.45), "size": 7}})
     summary = sweep_summary(points)
+    nth: dict[str, int] = {}  # a method's series share its colour; symbol and dash tell them apart
     for (method, series), part in summary.groupby(["method", "series"], sort=True):
         color = color_of(method, labels)
+        k = nth[method] = nth.get(method, -1) + 1
         n = int(part["n"].max())
         fig["data"].append({"type": "scatter", "mode": "markers" if axis == "category" else "lines+markers",
                             "x": part["x"].tolist(), "y": part["mean"].tolist(),
@@ -422,8 +426,9 @@ def sweep_figure(points: pd.DataFrame, axis: str, key: str, y: str, page: Module
                             "name": f"{series} mean ± std" + (f" (up to n={n})" if n > 1 else ""),
                             "legendgroup": series, "meta": "mean", "customdata": part["n"].tolist(),
                             "hovertemplate": "%{x}: %{y:.4g} ± %{error_y.array:.3g} (n=%{customdata})<extra></extra>",
-                            "line": {"color": color, "width": 2}, "marker": {"color": color, "size": 10,
-                                                                            "symbol": "diamond"}})
+                            "line": {"color": color, "width": 2, "dash": SERIES_DASHES[k % len(SERIES_DASHES)]},
+                            "marker": {"color": color, "size": 10,
+                                       "symbol": SERIES_SYMBOLS[k % len(SERIES_SYMBOLS)]}})
     xaxis = fig["layout"]["xaxis"]
     xaxis["type"] = axis
     if order is not None:
@@ -432,6 +437,12 @@ def sweep_figure(points: pd.DataFrame, axis: str, key: str, y: str, page: Module
 
 
 # ------------------------------------------------------------------- the page
+def _picker(label: str, dropdown_id: str, **dropdown: Any) -> html.Div:
+    """A labelled dropdown of the views' control rows (the wide kind)."""
+    return html.Div([html.Label(label, className="control-label"), dcc.Dropdown(id=dropdown_id, **dropdown)],
+                    className="explore-control wide")
+
+
 def layout(page: ModuleType) -> list[Any]:
     """The three cards, appended to the main column under the existing ones."""
     _card, GRAPH_CONFIG = page._card, page.GRAPH_CONFIG
@@ -441,9 +452,7 @@ def layout(page: ModuleType) -> list[Any]:
     return [
         _card("Any recorded metric", [
             html.Div([
-                html.Div([html.Label("field of rounds.jsonl", className="control-label"),
-                          dcc.Dropdown(id="metric-field", placeholder="pick a field…", **dropdown)],
-                         className="explore-control wide"),
+                _picker("field of rounds.jsonl", "metric-field", placeholder="pick a field…", **dropdown),
                 html.Div([html.Label("x-axis", className="control-label"),
                           dcc.Dropdown(id="metric-x", value="round", clearable=False,
                                        options=[{"label": a.title.split(" (")[0], "value": k}
@@ -455,21 +464,17 @@ def layout(page: ModuleType) -> list[Any]:
         ], hint="every numeric field the selected runs record, method metrics (method_metrics.*) included; "
                 "seeds drawn as the sidebar says", id="card-metric"),
         _card("Per client", [
-            html.Div([html.Div([html.Label("run", className="control-label"),
-                                dcc.Dropdown(id="client-run", placeholder="pick a run…", **dropdown)],
-                               className="explore-control wide")], className="explore-controls"),
+            html.Div([_picker("run", "client-run", placeholder="pick a run…", **dropdown)],
+                     className="explore-controls"),
             dcc.Graph(id="client-graph", config=GRAPH_CONFIG),
             html.Div(dash_table.DataTable(id="client-table", page_size=10, **table), className="table-wrap"),
         ], hint="each client's accuracy on its local test split, per round: spread, median, worst client",
             id="card-clients"),
         _card("Sweep", [
             html.Div([
-                html.Div([html.Label("config key (varies across the selected runs)", className="control-label"),
-                          dcc.Dropdown(id="sweep-key", placeholder="pick a key…", **dropdown)],
-                         className="explore-control wide"),
-                html.Div([html.Label("summary field", className="control-label"),
-                          dcc.Dropdown(id="sweep-y", value=DEFAULT_SUMMARY, **dropdown)],
-                         className="explore-control wide"),
+                _picker("config key (varies across the selected runs)", "sweep-key", placeholder="pick a key…",
+                        **dropdown),
+                _picker("summary field", "sweep-y", value=DEFAULT_SUMMARY, **dropdown),
             ], className="explore-controls"),
             html.Div(id="sweep-note", className="empty-note"),
             dcc.Graph(id="sweep-graph", config=GRAPH_CONFIG),

@@ -8,9 +8,6 @@ import json
 import os
 import re
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,12 +15,11 @@ import pytest
 
 from simulations.dashboard_data import RunStore, round_series, runs_table
 from simulations.dashboard_explore import GRAPHS as EXPLORE_GRAPHS
-from simulations.deployment import free_port as _free_port
 
 from ..conftest import REPO
+from .browser import CHROMEDRIVER, CHROMIUM, chips, dashboard_in_chromium, pick, unpick
 from ..unit.test_dashboard import _round, write_experiment, write_run
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 
 
 RECORDS = ("config.json", "rounds.jsonl", "summary.json", "experiment.json")
@@ -104,27 +100,11 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
     content cut off or scrolled sideways), two ticked runs' config diff lists exactly the
     keys that differ, and a run's config table lists them first; a one-round experiment's
     points carry error bars. Screenshots: the test's tmp dir (and ``$DASH_SHOTS_DIR`` when set)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     all_experiments = sorted(runs_table(RunStore(experiments))["experiment"].unique())
     assert len(all_experiments) >= 22
-    port = _free_port()
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "simulations.dashboard", "--runs", str(experiments), "--port", str(port),
-         "--refresh", "0.5"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
-    )
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1280,900"):
-        opts.add_argument(flag)
-    opts.add_experimental_option("prefs", {"download.default_directory": str(tmp_path / "dl")})
-    driver = None
     shots = []
 
     def traces(d, graph: str) -> list[dict]:
@@ -146,28 +126,6 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
     def tick(d, group: str, text: str) -> None:  # a checklist / radio option, by its label
         click(d, next(label for label in d.find_elements(By.CSS_SELECTOR, f"#{group} label") if label.text == text))
 
-    def options(d) -> list:
-        return d.find_elements(By.CSS_SELECTOR, "#experiment .VirtualizedSelectOption")
-
-    def pick(d, name: str) -> None:  # the experiment picker: type to search, click the exact option
-        box = d.find_element(By.CSS_SELECTOR, "#experiment input")
-        box.send_keys(name)
-        # the search has filtered (every option left contains the name; "fedbpt_sst2" also
-        # leaves "fedbpt_sst2_bf16") and the exact name is among them
-        WebDriverWait(d, 10).until(lambda d: name in (texts := [o.text for o in options(d)])
-                                   and all(name in t for t in texts))
-        next(o for o in options(d) if o.text == name).click()
-        WebDriverWait(d, 10).until(lambda d: name in chips(d))  # (Escape now would clear them all)
-
-    def chips(d) -> list[str]:
-        return [c.text.strip() for c in d.find_elements(By.CSS_SELECTOR, "#experiment .Select-value-label")]
-
-    def unpick(d, name: str) -> None:
-        chip = next(c for c in d.find_elements(By.CSS_SELECTOR, "#experiment .Select-value")
-                    if c.find_element(By.CSS_SELECTOR, ".Select-value-label").text.strip() == name)
-        chip.find_element(By.CSS_SELECTOR, ".Select-value-icon").click()
-        WebDriverWait(d, 10).until(lambda d: name not in chips(d))
-
     def shoot(d, name: str) -> Path:
         path = tmp_path / name
         d.save_screenshot(str(path))
@@ -175,15 +133,7 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
         shots.append(path)
         return path
 
-    try:
-        for _ in range(100):  # wait for the server to listen
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, (tmp_path / "server.log").read_text()
-            time.sleep(0.2)
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-        driver.get(f"http://127.0.0.1:{port}")
+    with dashboard_in_chromium(experiments, tmp_path, 0.5, "1280,900", prefs={"download.default_directory": str(tmp_path / "dl")}) as driver:
         wait = WebDriverWait(driver, 60)
         # the latest experiment (exp-b, whose running run started last) is picked at first
         wait.until(lambda d: "2027-exp-b-bbt-s2" in d.find_element(By.ID, "runs").text)
@@ -401,9 +351,3 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
             out.mkdir(parents=True, exist_ok=True)
             for path in shots:
                 shutil.copy(path, out / path.name)
-    finally:
-        if driver is not None:
-            driver.quit()
-        server.terminate()  # the one process this test started
-        server.wait(timeout=10)
-        log.close()

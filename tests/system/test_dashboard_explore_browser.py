@@ -9,9 +9,6 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -20,12 +17,11 @@ import pytest
 from simulations import dashboard as page
 from simulations import dashboard_explore as de
 from simulations.dashboard_data import RunStore, chart_lines, runs_table
-from simulations.deployment import free_port as _free_port
 
 from ..conftest import REPO
+from .browser import CHROMEDRIVER, CHROMIUM, chips, dashboard_in_chromium, options, pick, unpick
 from ..unit.test_dashboard import _round, write_experiment, write_run
 
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 RECORDS = ("config.json", "rounds.jsonl", "summary.json", "experiment.json")
 SHOTS = {"card-metric": "dashboard-any-metric.png", "card-clients": "dashboard-per-client.png",
          "card-sweep": "dashboard-sweep.png"}
@@ -66,24 +62,9 @@ def test_exploration_views_in_headless_chromium(results, tmp_path):
     -> per method the mean ± std per value. Then the same views on the committed records
     (FedBPT on SST-2: σ and its clients; FedDPG's sweep over the number of prompts), the
     traces compared with the data functions', and a screenshot of each card."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    port = _free_port()
-    log = open(tmp_path / "server.log", "w")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "simulations.dashboard", "--runs", str(results), "--port", str(port),
-         "--refresh", "1"], cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True,
-    )
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", f"--user-data-dir={tmp_path / 'chrome'}", "--window-size=1280,1000"):
-        opts.add_argument(flag)
-    driver = None
     shots: list[Path] = []
 
     def traces(d, graph: str) -> list[dict]:
@@ -109,29 +90,9 @@ def test_exploration_views_in_headless_chromium(results, tmp_path):
         next(o for o in options(d, dropdown) if o.text == text).click()
         WebDriverWait(d, 20).until(lambda d: chosen(d, dropdown) == text)
 
-    def options(d, dropdown: str) -> list:
-        return d.find_elements(By.CSS_SELECTOR, f"#{dropdown} .VirtualizedSelectOption")
-
     def chosen(d, dropdown: str) -> str:
         labels = d.find_elements(By.CSS_SELECTOR, f"#{dropdown} .Select-value-label")
         return labels[0].text.strip() if labels else ""
-
-    def chips(d) -> list[str]:
-        return [c.text.strip() for c in d.find_elements(By.CSS_SELECTOR, "#experiment .Select-value-label")]
-
-    def pick(d, name: str) -> None:  # the experiment picker (multi-select)
-        box = d.find_element(By.CSS_SELECTOR, "#experiment input")
-        box.send_keys(name)
-        WebDriverWait(d, 20).until(lambda d: any(o.text == name for o in options(d, "experiment"))
-                                   and all(name in o.text for o in options(d, "experiment")))
-        next(o for o in options(d, "experiment") if o.text == name).click()
-        WebDriverWait(d, 20).until(lambda d: name in chips(d))
-
-    def unpick(d, name: str) -> None:
-        chip = next(c for c in d.find_elements(By.CSS_SELECTOR, "#experiment .Select-value")
-                    if c.find_element(By.CSS_SELECTOR, ".Select-value-label").text.strip() == name)
-        chip.find_element(By.CSS_SELECTOR, ".Select-value-icon").click()
-        WebDriverWait(d, 20).until(lambda d: name not in chips(d))
 
     def shoot(d, card: str) -> None:
         element = d.find_element(By.ID, card)
@@ -142,15 +103,7 @@ def test_exploration_views_in_headless_chromium(results, tmp_path):
         assert path.stat().st_size > 10_000
         shots.append(path)
 
-    try:
-        for _ in range(150):  # wait for the server to listen
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, (tmp_path / "server.log").read_text()
-            time.sleep(0.2)
-        driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
-        driver.get(f"http://127.0.0.1:{port}")
+    with dashboard_in_chromium(results, tmp_path, 1, "1280,1000") as driver:
         wait = WebDriverWait(driver, 60)
         wait.until(lambda d: chips(d) == ["explore"])  # its runs started last
 
@@ -216,16 +169,20 @@ def test_exploration_views_in_headless_chromium(results, tmp_path):
         n_clients = de.client_accuracies(run)["client"].nunique()
         assert len([t for t in traces(driver, "client-graph") if t["meta"] == "client"]) == n_clients
         shoot(driver, "card-clients")
-        # FedDPG's sweep over the number of prompts (5 runs, 3 values)
+        # FedDPG's sweep over the number of prompts (5 runs, 3 values; and of the hidden size at 10 prompts)
         pick(driver, "feddpg_sweep_ag_news")
         unpick(driver, "fedbpt_sst2")
         sweep_ids = table[table["experiment"] == "feddpg_sweep_ag_news"]["run_id"].tolist()
         points, axis = de.sweep_points(store.loaded(sweep_ids), "feddpg.prompts", "final_accuracy")
         summary = de.sweep_summary(points)
+        # one series per feddpg.hidden: the three runs at 10 prompts differ in it (5, 10, 20),
+        # so they are three series, not one mean ± std over what is no seed spread
+        want = {f"{series} mean ± std": part for series, part in summary.groupby("series")}
+        assert len(want) == 3
         choose(driver, "sweep-key", "feddpg.prompts")
-        wait.until(lambda d: [t["x"] for t in named(d, "sweep-graph", "mean").values()] == [summary["x"].tolist()])
-        (mean,) = named(driver, "sweep-graph", "mean").values()
-        assert mean["y"] == pytest.approx(summary["mean"].tolist())
+        wait.until(lambda d: set(named(d, "sweep-graph", "mean")) == set(want))
+        for name, trace in named(driver, "sweep-graph", "mean").items():
+            assert trace["x"] == want[name]["x"].tolist() and trace["y"] == pytest.approx(want[name]["mean"].tolist())
         assert layout_of(driver, "sweep-graph")["x"] == axis
         shoot(driver, "card-sweep")
         if os.environ.get("DASH_SHOTS_DIR"):  # a copy for a person to look at (docs/screenshots)
@@ -233,9 +190,3 @@ def test_exploration_views_in_headless_chromium(results, tmp_path):
             out.mkdir(parents=True, exist_ok=True)
             for path in shots:
                 shutil.copy(path, out / path.name)
-    finally:
-        if driver is not None:
-            driver.quit()
-        server.terminate()  # the one process this test started
-        server.wait(timeout=10)
-        log.close()

@@ -74,17 +74,7 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
     so). The local SuperLink ``flwr run`` leaves running is stopped afterwards by the
     ``own_processes`` fixture, by PID: only the one this test started."""
     env, token = own_processes
-    # Flower's local SuperLink listens on fixed ports (39091 HTTP, 39093 Control) whatever
-    # FLWR_HOME is; Flower reads these two variables for them: free ports of our own, so a
-    # SuperLink elsewhere on the machine can neither fail this test nor receive its run.
-    http_port, control_port = _free_ports(2)
-    env = {**_env(), **env, "FLWR_HOME": str(tmp_path / "flwr-home"),
-           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port), "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
-    cmd = [str(Path(sys.executable).parent / "flwr"), "run", ".", "--stream",
-           "--run-config", f"num-server-rounds=1 output-dir='{tmp_path / 'runs'}'"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-3000:]
+    out = _flwr_run(tmp_path, env, "")
     assert "fedtext round 1/1" in out
     run = _only_run(tmp_path / "runs")
     summary = json.loads((run / "summary.json").read_text())

@@ -236,6 +236,10 @@ def test_sweep_series_split_by_experiment_and_by_keys_that_differ_at_one_value()
     names = {t["name"] for t in fig["data"] if t["meta"] == "mean"}
     assert names == {"fedprompt · sst2 · lr=0.01 mean ± std (up to n=2)", "fedprompt · agnews · lr=0.01 mean ± std",
                      "fedprompt · sst2 · lr=0.1 mean ± std (up to n=2)"}
+    # one method's series share its colour and differ in marker symbol
+    symbols = [t["marker"]["symbol"] for t in fig["data"] if t["meta"] == "mean"]
+    colors = {t["marker"]["color"] for t in fig["data"] if t["meta"] == "mean"}
+    assert len(set(symbols)) == 3 and len(colors) == 1
 
 
 def _fake_runs(values: list) -> list[dict]:
