@@ -38,8 +38,9 @@ def unexpected_lines(out: str) -> list[str]:
             if (text := strip_flower_prefix(line)) and not any(re.fullmatch(p, text) for p in allowed)]
 
 
-def _flwr_run(tmp_path: Path, env: dict[str, str], run_config: str) -> str:
-    """``flwr run . --stream`` of one demo round in a fresh Flower home on free ports; its output."""
+def _flwr_run(tmp_path: Path, env: dict[str, str], run_config: str) -> tuple[str, int]:
+    """``flwr run . --stream`` of one demo round in a fresh Flower home on free ports; its
+    output and the local SuperLink's HTTP port."""
     # Flower's local SuperLink listens on fixed ports (39091 HTTP, 39093 Control) whatever
     # FLWR_HOME is; Flower reads these two variables for them: free ports of our own, so a
     # SuperLink elsewhere on the machine can neither fail this test nor receive its run.
@@ -51,7 +52,7 @@ def _flwr_run(tmp_path: Path, env: dict[str, str], run_config: str) -> str:
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
-    return out
+    return out, http_port
 
 
 def _free_ports(n: int) -> list[int]:
@@ -74,7 +75,7 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
     so). The local SuperLink ``flwr run`` leaves running is stopped afterwards by the
     ``own_processes`` fixture, by PID: only the one this test started."""
     env, token = own_processes
-    out = _flwr_run(tmp_path, env, "")
+    out, http_port = _flwr_run(tmp_path, env, "")
     assert "fedtext round 1/1" in out
     run = _only_run(tmp_path / "runs")
     summary = json.loads((run / "summary.json").read_text())
@@ -110,7 +111,7 @@ def test_flwr_run_verbose_prints_flowers_own_lines_again(tmp_path, own_processes
     """``verbose=true``: Flower's round and summary lines come back, with its example-weighted
     client accuracy history beside fedtext's plain ``clients mean``."""
     env, _ = own_processes
-    out = _flwr_run(tmp_path, env, "verbose=true")
+    out, _ = _flwr_run(tmp_path, env, "verbose=true")
     assert re.search(r"fedtext round 1/1 \| .*\| clients mean [\d.]+ \|", out)
     for back in ("[ROUND 1]", "configure_fit: strategy sampled", "[SUMMARY]", "History (metrics, distributed, evaluate)"):
         assert back in out, back
