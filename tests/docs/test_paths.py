@@ -19,8 +19,10 @@ top-level folders, :data:`PREFIXES`. Before it is looked up:
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -82,15 +84,36 @@ def named_paths(page: Path) -> list[str]:
     return out
 
 
+@functools.cache
+def tracked() -> frozenset[str]:
+    """Every file git tracks and every folder above one (repo-relative): what a fresh clone
+    has. An untracked or ignored file here (a build output, a run folder) must not make a
+    named path pass that a clone lacks. Without git (an unpacked archive): None of this,
+    the working tree decides (:func:`exists`)."""
+    try:
+        files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return frozenset()
+    names = set()
+    for f in files.decode().split("\0"):
+        parts = f.split("/")
+        names.update("/".join(parts[:i]) for i in range(1, len(parts) + 1) if f)
+    return frozenset(names)
+
+
 def exists(path: str) -> bool:
-    """Whether ``path`` (placeholders and ``*`` allowed, module doc) names something in the repo."""
+    """Whether ``path`` (placeholders and ``*`` allowed, module doc) names something the
+    repo tracks (:func:`tracked`; the working tree where git is not there)."""
     if METHOD.search(path):
         return any(exists(METHOD.sub(m, path)) for m in method_modules())
+    known = tracked()
     if not PLACEHOLDER.search(path) and "*" not in path:
-        return (REPO / path).exists()
+        return path.rstrip("/") in known if known else (REPO / path).exists()
     pattern = PLACEHOLDER.sub("\0", path).replace("*", "\0")
-    glob = pattern.replace("\0", "*")
     regex = "".join(r"[^/_.][^/]*" if c == "\0" else re.escape(c) for c in pattern.rstrip("/"))
+    if known:
+        return any(re.fullmatch(regex, name) for name in known)
+    glob = pattern.replace("\0", "*")
     return any(re.fullmatch(regex, str(p.relative_to(REPO))) for p in REPO.glob(glob.rstrip("/")))
 
 
@@ -120,3 +143,13 @@ def test_every_repo_path_a_page_names_exists(page):
 def test_written_paths_are_still_named_somewhere():
     named = {p for page in PAGES for p in named_paths(page)}
     assert set(WRITTEN) <= named, set(WRITTEN) - named
+
+
+def test_paths_are_checked_against_what_git_tracks():
+    """A fresh clone decides: tracked files and their folders count, build outputs do not."""
+    known = tracked()
+    if not (REPO / ".git").exists():
+        pytest.skip("no git checkout: the working tree decides")
+    assert {"fedtext", "fedtext/registry.py", "docs/flower.md"} <= known
+    assert not any("__pycache__" in name for name in known)
+    assert exists("fedtext/registry.py") and not exists("fedtext/__pycache__")
