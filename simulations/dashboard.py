@@ -25,7 +25,10 @@ side) from a searchable multi-select, filter by method, seed and status, and rea
   key/value table, the keys that differ from the ticked (else the listed) runs first, and
   its summary) and the comparison table (mean ± std), downloadable as CSV or markdown. A run
   whose record files are malformed (checked as :mod:`fedtext.records` reads them) is always
-  listed, ``malformed`` with the reason in its note, and never charted or counted.
+  listed, ``malformed`` with the reason in its note, and never charted or counted;
+* under them, the exploration views of :mod:`simulations.dashboard_explore`: any numeric
+  ``rounds.jsonl`` field (method metrics included) against any x-axis, one run's clients
+  (spread, median, worst client), and a sweep of a summary field against a config key.
 
 Table cells wrap, so the run list and the comparison table fit a 1,280 px window; a table
 wider still scrolls sideways inside its card; the stylesheet is
