@@ -408,10 +408,10 @@ def runs_table(root: str | Path | RunStore) -> pd.DataFrame:
 
 def _num(v: Any) -> float:
     """A record's number, 0 for anything else (a garbled field never breaks a table)."""
-    return _opt(v) or 0.0
+    return record_number(v) or 0.0
 
 
-def _opt(v: Any) -> float | None:
+def record_number(v: Any) -> float | None:
     """A record's number as a float, None for anything else (:func:`fedtext.records.finite_number`)."""
     x = finite_number(v)
     return None if x is None else float(x)
@@ -450,17 +450,17 @@ def _series_rows(run: dict[str, Any]) -> list[tuple]:
         up += _num(r.get("bytes_up"))
         down += _num(r.get("bytes_down"))
         queries += _num(r.get("model_queries"))
-        step = _opt(r.get("sim_time_s"))
+        step = record_number(r.get("sim_time_s"))
         if step is not None:
             sim = (sim or 0.0) + step
         accs = r.get("client_accuracy")
-        accs = [a for a in map(_opt, accs.values()) if a is not None] if isinstance(accs, dict) else []
+        accs = [a for a in map(record_number, accs.values()) if a is not None] if isinstance(accs, dict) else []
         rows.append((
             run["run_id"], run["experiment"], run["label"], run_label, cfg.get("seed"), r["round"],
-            _opt(r.get("global_accuracy")), _opt(r.get("global_loss")),
+            record_number(r.get("global_accuracy")), record_number(r.get("global_loss")),
             up, down, up + down, queries, sim,
             min(accs) if accs else None, sum(accs) / len(accs) if accs else None, max(accs) if accs else None,
-            _opt(r.get("client_peak_rss_mb")), _opt(r.get("wall_time_s")),
+            record_number(r.get("client_peak_rss_mb")), record_number(r.get("wall_time_s")),
         ))
     return rows
 
@@ -504,13 +504,13 @@ def run_detail(root: str | Path | RunStore, run_id: str) -> tuple[pd.DataFrame, 
     for r in sorted(run["rounds"], key=lambda r: r["round"]):
         dropped = r.get("dropped") if isinstance(r.get("dropped"), list) else []
         row = {
-            "round": r["round"], "global_accuracy": _opt(r.get("global_accuracy")),
-            "global_loss": _opt(r.get("global_loss")), "client_accuracy_mean": _opt(r.get("client_accuracy_mean")),
+            "round": r["round"], "global_accuracy": record_number(r.get("global_accuracy")),
+            "global_loss": record_number(r.get("global_loss")), "client_accuracy_mean": record_number(r.get("client_accuracy_mean")),
             "num_clients": _cell(r.get("num_clients")), "bytes_up": _cell(r.get("bytes_up")),
             "bytes_down": _cell(r.get("bytes_down")), "model_queries": _cell(r.get("model_queries")),
-            "train_loss": _opt(r.get("train_loss")),
+            "train_loss": record_number(r.get("train_loss")),
             "dropped": "; ".join(f"{d.get('client')}: {d.get('reason')}" for d in dropped if isinstance(d, dict)),
-            "round_time_s": _opt(r.get("round_time_s")),
+            "round_time_s": record_number(r.get("round_time_s")),
         }
         metrics = r.get("method_metrics")
         if isinstance(metrics, dict):
@@ -553,9 +553,10 @@ def config_diff(root: str | Path | RunStore, run_ids: list[str]) -> pd.DataFrame
 CONFIG_COLUMNS = ["key", "value", "others"]
 
 
-def _json_text(v: Any) -> str:
-    """A config value as a table cell: a string as it is (:data:`ABSENT` too), else its JSON."""
-    return v if isinstance(v, str) else json.dumps(v, default=str)
+def value_text(v: Any) -> str:
+    """A config value as text (a table cell, a sweep's category): a string as it is
+    (:data:`ABSENT` too), else its JSON (``true``, ``[1, 2]``; keys sorted)."""
+    return v if isinstance(v, str) else json.dumps(v, sort_keys=True, default=str)
 
 
 def config_table(root: str | Path | RunStore, run_id: str, compared: Iterable[str] = ()) -> pd.DataFrame:
@@ -575,10 +576,10 @@ def config_table(root: str | Path | RunStore, run_id: str, compared: Iterable[st
     diff = config_diff(root, ids)
     rows = []
     for key, values in diff.iterrows():
-        mine = _json_text(values[run_id])
-        others = dict.fromkeys(t for c, v in values.items() if c != run_id and (t := _json_text(v)) != mine)
+        mine = value_text(values[run_id])
+        others = dict.fromkeys(t for c, v in values.items() if c != run_id and (t := value_text(v)) != mine)
         rows.append((key, mine, ", ".join(others)))
-    rows += [(key, _json_text(v), "") for key, v in runs[run_id]["cfg"].items() if key not in diff.index]
+    rows += [(key, value_text(v), "") for key, v in runs[run_id]["cfg"].items() if key not in diff.index]
     return pd.DataFrame(rows, columns=CONFIG_COLUMNS)
 
 

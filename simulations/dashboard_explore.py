@@ -38,8 +38,6 @@ it they use ``figure`` (the grid's chart), ``_card``, ``_filter_ids`` (the selec
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping
 from types import ModuleType
 from typing import Any
@@ -50,7 +48,8 @@ from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
 from fedtext.config import DERIVED_KEYS
 from fedtext.records import ROUND_FIELDS, finite_number
 from simulations.dashboard_data import (
-    ABSENT, X_AXES, Chart, RunStore, chart_lines, color_of, config_diff, integer_dtick, round_series, runs_table,
+    ABSENT, X_AXES, Chart, RunStore, chart_lines, color_of, config_diff, integer_dtick, record_number, round_series,
+    runs_table, value_text,
 )
 
 METHOD_PREFIX = "method_metrics."  # a method's own metric, as the any-metric list names it
@@ -79,8 +78,7 @@ def field_value(record: Mapping[str, Any], field: str) -> float | None:
         value = metrics.get(field[len(METHOD_PREFIX):]) if isinstance(metrics, Mapping) else None
     else:
         value = record.get(field)
-    x = finite_number(value)
-    return None if x is None else float(x)
+    return record_number(value)
 
 
 def numeric_fields(runs: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -144,9 +142,8 @@ def client_accuracies(run: Mapping[str, Any]) -> pd.DataFrame:
             if not isinstance(accs, Mapping):
                 continue
             for client, value in accs.items():
-                x = finite_number(value)
-                if x is not None:
-                    rows.append((rnd, str(client), float(x), kind))
+                if (x := record_number(value)) is not None:
+                    rows.append((rnd, str(client), x, kind))
     rows.sort(key=lambda r: (r[3] != "global", r[0], _client_order(r[1])))
     return pd.DataFrame(rows, columns=CLIENT_COLUMNS)
 
@@ -176,10 +173,8 @@ def worst_client(accuracies: pd.DataFrame) -> tuple[str, int, float] | None:
     spread = client_spread(accuracies)
     if spread.empty:
         return None
-    last = spread.iloc[-1]
-    acc = accuracies[(accuracies["kind"] == "global") & (accuracies["round"] == last["round"])
-                     & (accuracies["client"] == last["worst_client"])]["accuracy"].iloc[0]
-    return str(last["worst_client"]), int(last["round"]), float(acc)
+    last = spread.iloc[-1]  # its worst client's accuracy is the round's min
+    return str(last["worst_client"]), int(last["round"]), float(last["min"])
 
 
 def client_runs(runs: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
@@ -200,7 +195,7 @@ def summary_values(summary: Mapping[str, Any]) -> dict[str, float]:
     """A run's summary (``summary.json``, or the partial one of a running run) as numbers:
     each finite numeric field but ``seed`` (it names the run) and :data:`TOTAL_BYTES` =
     ``total_bytes_up + total_bytes_down`` (the last x of the accuracy-vs-bytes chart)."""
-    out = {k: float(x) for k, v in summary.items() if k != "seed" and (x := finite_number(v)) is not None}
+    out = {k: x for k, v in summary.items() if k != "seed" and (x := record_number(v)) is not None}
     if "total_bytes_up" in out and "total_bytes_down" in out:
         out[TOTAL_BYTES] = out["total_bytes_up"] + out["total_bytes_down"]
     return out
@@ -224,15 +219,6 @@ def sweep_keys(store: RunStore, run_ids: list[str]) -> list[str]:
 def default_key(keys: list[str]) -> str | None:
     """The key a sweep starts on: the first that varies but for :data:`NOT_SWEPT`."""
     return next((k for k in keys if k not in NOT_SWEPT), keys[0] if keys else None)
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def _category(v: Any) -> str:
-    """A config value as a category: text as it is, anything else as JSON (``true``, ``[1, 2]``)."""
-    return v if isinstance(v, str) else json.dumps(v, sort_keys=True)
 
 
 POINT_COLUMNS = ["run_id", "method", "series", "run_label", "x", "y"]
@@ -259,11 +245,11 @@ def _series(items: list[tuple[Mapping[str, Any], Any]], key: str) -> dict[str, s
         for k in sorted(keys, key=lambda k: (k != EXPERIMENT, k)):
             values_at: dict[Any, set[str]] = {}
             for cfg, x, _ in group:
-                values_at.setdefault(x, set()).add(_category(cfg[k]) if k in cfg else ABSENT)
+                values_at.setdefault(x, set()).add(value_text(cfg[k]) if k in cfg else ABSENT)
             if any(len(v) > 1 for v in values_at.values()):
                 split.append(k)
         for cfg, _, run_id in group:
-            parts = [str(cfg[k]) if k == EXPERIMENT else f"{k}={_category(cfg[k]) if k in cfg else ABSENT}"
+            parts = [str(cfg[k]) if k == EXPERIMENT else f"{k}={value_text(cfg[k]) if k in cfg else ABSENT}"
                      for k in split]
             names[run_id] = " · ".join([method, *parts])
     return names
@@ -278,13 +264,13 @@ def sweep_points(runs: Iterable[Mapping[str, Any]], key: str, y: str) -> tuple[p
     the largest >= :data:`LOG_SPAN` times the smallest."""
     runs = [r for r in runs if r.get("status") != "malformed"]
     present = [r["cfg"][key] for r in runs if key in r["cfg"]]
-    numeric = bool(present) and all(_is_number(v) for v in present)
+    numeric = bool(present) and all(finite_number(v) is not None for v in present)
     kept = []
     for run in runs:
         value = summary_values(run.get("summary_or_partial") or {}).get(y)
         if value is None or (numeric and key not in run["cfg"]):
             continue
-        x = float(run["cfg"][key]) if numeric else (_category(run["cfg"][key]) if key in run["cfg"] else ABSENT)
+        x = float(run["cfg"][key]) if numeric else (value_text(run["cfg"][key]) if key in run["cfg"] else ABSENT)
         kept.append((run, x, value))
     series = _series([(run, x) for run, x, _ in kept], key)
     rows = [(run["run_id"], str(run["cfg"].get("method", "?")), series[run["run_id"]],
