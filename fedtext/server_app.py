@@ -36,7 +36,7 @@ from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.data import labelled
 from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
-from fedtext.quiet import QuietFlower, quiet_flower, quiet_ray_tip  # noqa: F401 - re-exported
+from fedtext.quiet import quiet_flower, quiet_ray_tip
 from fedtext.records.probes import fab_fields
 from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name

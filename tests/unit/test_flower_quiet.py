@@ -10,9 +10,7 @@ import warnings
 import pytest
 from flwr.common.logger import FLOWER_LOGGER
 
-from fedtext.quiet import FLOWER_STARTUP, RAY_TIP, quiet_ray_tip, strip_flower_prefix
-
-from fedtext.server_app import QuietFlower, quiet_flower
+from fedtext.quiet import FLOWER_STARTUP, RAY_TIP, QuietFlower, quiet_flower, quiet_ray_tip, strip_flower_prefix
 from fedtext.strategy import weighted_accuracy
 
 
