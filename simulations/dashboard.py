@@ -30,6 +30,13 @@ side) from a searchable multi-select, filter by method, seed and status, and rea
   ``rounds.jsonl`` field (method metrics included) against any x-axis, one run's clients
   (spread, median, worst client), and a sweep of a summary field against a config key.
 
+Byte counts in every table are text in units that keep small and large ones readable, to 3
+significant figures (``528 B``, ``12.1 KB``, ``2.38 MB``; KB = 1,024 B, as ``simulations.tables``:
+:func:`~simulations.dashboard_data.byte_text`); the run list sorts in its callback, by the
+numbers (:func:`~simulations.dashboard_data.sort_rows`), so a bytes column sorts by its count.
+Every table's column headers explain themselves on hover: what the column holds and its unit
+(one definition per column, :data:`~simulations.dashboard_data.COLUMN_HELP`).
+
 Table cells wrap, so the run list and the comparison table fit a 1,280 px window; a table
 wider still scrolls sideways inside its card; the stylesheet is
 ``simulations/assets/dashboard.css`` (served by Dash itself: the page needs no network).
@@ -52,8 +59,9 @@ from typing import Any
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from simulations.dashboard_data import (
-    CHARTS, STATUSES, X_AXES, Chart, Line, RunStore, chart_lines, comparison, config_diff, config_table,
-    integer_dtick, log_ticks, round_series, run_detail, run_provenance, runs_table, short_number,
+    BYTE_COLUMNS, CHARTS, STATUSES, X_AXES, Chart, Line, RunStore, byte_text, chart_lines, comparison, config_diff,
+    config_table, header_tooltips, integer_dtick, log_ticks, round_series, run_detail, run_provenance, runs_table,
+    short_number, sort_rows,
 )
 from simulations.tables import to_markdown
 
@@ -68,7 +76,8 @@ GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "svg"}}
 ASSETS = Path(__file__).resolve().parent / "assets"  # the page's stylesheet (served locally, works offline)
 
 
-def _rgba(hex_color: str, alpha: float) -> str:
+def rgba(hex_color: str, alpha: float) -> str:
+    """``#636EFA`` at opacity ``alpha`` as CSS ``rgba(99,110,250,0.18)`` (bands, faint points)."""
     r, g, b = (int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
     return f"rgba({r},{g},{b},{alpha})"
 
@@ -158,7 +167,7 @@ def figure(lines: list[Line], chart: Chart, x_axis: str, log_x: bool, experiment
         whiskers = line.lo is not None and len(line.x) == 1  # a filled band of one point draws nothing
         if line.lo is not None and not whiskers:
             data.append({"type": "scatter", "mode": "lines", "x": line.x + line.x[::-1], "y": line.hi + line.lo[::-1],
-                         "fill": "toself", "fillcolor": _rgba(line.color, 0.18), "line": {"width": 0},
+                         "fill": "toself", "fillcolor": rgba(line.color, 0.18), "line": {"width": 0},
                          "hoverinfo": "skip", "showlegend": False, "legendgroup": line.name,
                          "name": f"{line.name} band", "meta": "band", **axes})
         trace = {"type": "scatter", "mode": "lines+markers", "x": line.x, "y": line.y, "name": line.name,
@@ -207,8 +216,8 @@ def repeats_top(x_axis: str, log_x: bool, bytes_dir: str) -> bool:
     return x_axis == bytes_dir and log_x
 
 
-def _filter_ids(table, methods: list[str] | None, seeds: list[Any] | None, statuses: list[str] | None,
-                ticked: list[str] | None) -> list[str]:
+def filter_ids(table, methods: list[str] | None, seeds: list[Any] | None, statuses: list[str] | None,
+               ticked: list[str] | None) -> list[str]:
     """The run ids the charts draw: the experiment's runs that pass the filters (an empty
     method or seed filter = all), restricted to the ticked rows when any are ticked."""
     keep = table
@@ -236,7 +245,7 @@ def render(store: RunStore, experiments: list[str], methods: list[str] | None, s
     hides a method everywhere."""
     everything = runs_table(store)
     labels = everything["label"].dropna().unique().tolist()  # a variant's colour: the same in every experiment
-    ids = _filter_ids(everything[everything["experiment"].isin(experiments)], methods, seeds, statuses, ticked)
+    ids = filter_ids(everything[everything["experiment"].isin(experiments)], methods, seeds, statuses, ticked)
     series = round_series(store, ids)
     figs = [figure(chart_lines(series, CHARTS["accuracy"], bytes_dir, mode, True, labels), CHARTS["accuracy"],
                    bytes_dir, True, experiments, height=420)]
@@ -294,6 +303,7 @@ TABLE_HEADER = {"fontWeight": 600, "backgroundColor": "#f0f3f7", "fontSize": 11,
 # tables never wider than their card: content wider still (many ticked runs in the config
 # diff, many method metrics in the drill-down) scrolls sideways inside it
 TABLE_BOX = {"overflowX": "auto", "maxWidth": "100%"}
+ROUND_BYTES = ("bytes_up", "bytes_down")  # a drilled-down run's rounds: byte counts, shown as text
 WIDE_COLUMNS = [  # ids and notes wrap onto a second line rather than squeeze the numbers
     {"if": {"column_id": "run_id"}, "minWidth": "80px", "maxWidth": "220px"},
     {"if": {"column_id": "experiment"}, "maxWidth": "160px"},
@@ -303,6 +313,8 @@ WIDE_COLUMNS = [  # ids and notes wrap onto a second line rather than squeeze th
     {"if": {"column_id": "key"}, "minWidth": "120px", "fontWeight": 600},
     {"if": {"column_id": "value"}, "maxWidth": "420px"},
 ]
+# a byte count ("12.1 KB") on one line, as a number would be (its header still wraps: "bytes / down")
+BYTES_ON_ONE_LINE = [{"if": {"column_id": c}, "whiteSpace": "nowrap"} for c in (*BYTE_COLUMNS, *ROUND_BYTES)]
 # The columns of the run list and the comparison table that, holding one value in every row
 # (one experiment's dataset, partition, status), are said once in a line above the table
 # instead of once a row: what fits the run list in a 1,280 px window.
@@ -310,16 +322,22 @@ RUN_SHARED = ["experiment", "dataset", "partition", "seed", "holdout", "status"]
 COMPARE_SHARED = ["dataset", "partition"]
 # the run list's headers: words a narrow column can wrap between (its data keep the ids)
 RUN_HEADERS = {"run_id": "run id", "rounds_done": "rounds", "final_accuracy": "final acc",
-               "best_accuracy": "best acc", "p_accuracy": "P acc", "np_accuracy": "NP acc", "mb_up": "MB up",
-               "mb_down": "MB down"}
+               "best_accuracy": "best acc", "p_accuracy": "P acc", "np_accuracy": "NP acc",
+               "total_bytes_up": "bytes up", "total_bytes_down": "bytes down"}
+# what a header's tooltip says (dashboard_data.COLUMN_HELP), said once under the tables
+HEADER_HELP = "? Hover a column header for what the column holds and its unit."
+# header tooltips: shown after 300 ms, until the pointer leaves (the longest take a while to read)
+TOOLTIPS = {"tooltip_delay": 300, "tooltip_duration": None}
 # a drilled-down run's config: the keys that differ from the compared runs' are highlighted
 CONFIG_TABLE_COLUMNS = [{"name": "key", "id": "key"}, {"name": "this run", "id": "value"},
                         {"name": "other values in the compared runs", "id": "others"}]
 DIFFERS = [{"if": {"filter_query": '{others} != ""'}, "backgroundColor": "#fff6d9"}]
 
 
-def _card(title: str, body: list[Any], hint: Any = None, extra: Any = None, title_id: str | None = None,
-          **kwargs) -> html.Section:
+def card(title: str, body: list[Any], hint: Any = None, extra: Any = None, title_id: str | None = None,
+         **kwargs) -> html.Section:
+    """A card of the main column: its title (``title_id``: an id to update it by), a muted
+    ``hint`` beside it, an ``extra`` control at the head's end, then ``body``."""
     head = [html.H2(title, id=title_id) if title_id else html.H2(title)]
     head += [html.Span(hint, className="hint")] if hint is not None else []
     head += [extra] if extra is not None else []  # a component with no children is falsy
@@ -330,46 +348,51 @@ def _content() -> list[Any]:
     """The main column: the prominent accuracy-vs-bytes chart first, then the grid, the run
     list, the ticked runs' config diff, a run's drill-down and the comparison table."""
     table = {"style_cell": TABLE_CELL, "style_header": TABLE_HEADER, "style_table": TABLE_BOX,
-             "style_cell_conditional": WIDE_COLUMNS}
+             "style_cell_conditional": WIDE_COLUMNS, **TOOLTIPS}
     return [
-        _card("Accuracy vs communication", [dcc.Graph(id="acc-bytes", config=GRAPH_CONFIG)],
-              extra=dcc.RadioItems(id="bytes-dir", value="bytes", inline=True, className="options",
-                                   options=[{"label": f"bytes {v}", "value": k} for k, v in BYTES_DIRECTIONS.items()]),
-              id="card-bytes"),
-        _card("Against the chosen x-axis",
-              [html.Div([dcc.Graph(id=gid, config=GRAPH_CONFIG) for gid, _ in GRID], className="grid",
-                        id="grid")],
-              hint="two charts a row; one when several experiments are side by side", id="card-grid"),
-        _card("Runs", [html.Div(id="runs-shared", className="table-note"), dash_table.DataTable(
-            id="runs", row_selectable="multi", selected_row_ids=[], sort_action="native", page_size=50,
-            tooltip_delay=300, tooltip_duration=None, **table,
+        card("Accuracy vs communication", [dcc.Graph(id="acc-bytes", config=GRAPH_CONFIG)],
+             extra=dcc.RadioItems(id="bytes-dir", value="bytes", inline=True, className="options",
+                                  options=[{"label": f"bytes {v}", "value": k} for k, v in BYTES_DIRECTIONS.items()]),
+             id="card-bytes"),
+        card("Against the chosen x-axis",
+             [html.Div([dcc.Graph(id=gid, config=GRAPH_CONFIG) for gid, _ in GRID], className="grid",
+                       id="grid")],
+             hint="two charts a row; one when several experiments are side by side", id="card-grid"),
+        card("Runs", [html.Div(id="runs-shared", className="table-note"), dash_table.DataTable(
+            # sorted in refresh_runs (sort_rows): a bytes column by its count, not its text
+            id="runs", row_selectable="multi", selected_row_ids=[], sort_action="custom", sort_by=[],
+            page_size=50, **table,
             style_data_conditional=[
+                *BYTES_ON_ONE_LINE,
                 {"if": {"filter_query": '{status} = "malformed"'}, "backgroundColor": "#fde2e2"},
                 {"if": {"filter_query": '{status} = "failed"'}, "backgroundColor": "#fff1d6"},
                 {"if": {"filter_query": '{status} = "stale"'}, "backgroundColor": "#ececec"},
                 {"if": {"filter_query": '{status} = "running"'}, "backgroundColor": "#e3f1ff"},
             ],
-        )], hint="tick runs to restrict the charts and compare their configs; click a cell for the run's "
+        ), html.Div(HEADER_HELP, className="table-help")],
+            hint="tick runs to restrict the charts and compare their configs; click a cell for the run's "
                  "provenance, rounds and config", id="card-runs"),
-        _card("Config diff", [html.Div(id="config-diff-note", className="empty-note"),
-                              dash_table.DataTable(id="config-diff", merge_duplicate_headers=True, **table)],
-              hint="the keys whose values differ between the ticked runs, one column per run", id="card-diff"),
-        _card("Run", [
+        card("Config diff", [html.Div(id="config-diff-note", className="empty-note"),
+                             dash_table.DataTable(id="config-diff", merge_duplicate_headers=True, **table)],
+             hint="the keys whose values differ between the ticked runs, one column per run", id="card-diff"),
+        card("Run", [
             html.Pre(id="detail-provenance", className="block"),
-            dash_table.DataTable(id="detail-rounds", **table),
+            dash_table.DataTable(id="detail-rounds", style_data_conditional=BYTES_ON_ONE_LINE, **table),
             html.Div(id="detail-config-note", className="empty-note"),
             dash_table.DataTable(id="detail-config", style_data_conditional=DIFFERS,
+                                 tooltip_header=header_tooltips([c["id"] for c in CONFIG_TABLE_COLUMNS], "config"),
                                  **{**table, "style_table": {**TABLE_BOX, "maxHeight": "460px",
                                                              "overflowY": "auto"}}),
             html.Pre(id="detail-summary", className="block"),
         ], hint="click a run's cell in the run list, or a line's point in individual-runs mode",
             title_id="detail-title", id="detail"),
-        _card("Comparison", [dcc.Download(id="download"), html.Div(id="compare-shared", className="table-note"),
-                             dash_table.DataTable(id="compare", **table)],
-              hint="mean ± std over the charted runs of a method",
-              extra=html.Div([html.Button("CSV", id="csv-btn", className="btn"),
-                              html.Button("Markdown", id="md-btn", className="btn")], className="buttons"),
-              id="card-compare"),
+        card("Comparison", [dcc.Download(id="download"), html.Div(id="compare-shared", className="table-note"),
+                            dash_table.DataTable(id="compare", **table),
+                            html.Div(HEADER_HELP, className="table-help")],
+             hint="mean ± std over the charted runs of a method",
+             extra=html.Div([html.Button("CSV", id="csv-btn", className="btn"),
+                             html.Button("Markdown", id="md-btn", className="btn")], className="buttons"),
+             id="card-compare"),
     ]
 
 
@@ -390,6 +413,18 @@ def shared_line(what: str, shared: dict[str, Any]) -> str:
 def _note_tooltips(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The full text of a run's id and note on hover (cells cut long text with an ellipsis)."""
     return [{c: {"value": str(r[c]), "type": "text"} for c in ("run_id", "note") if r.get(c)} for r in rows]
+
+
+def round_rows(rounds) -> list[dict[str, Any]]:
+    """A drilled-down run's rounds (:func:`~simulations.dashboard_data.run_detail`) as the
+    table's rows: numbers to 4 decimals, the byte counts as text (:func:`byte_text`:
+    ``528 B``, ``12.1 KB``); the table is not sortable, so text sorts nothing wrong."""
+    rows = rounds.round(4).to_dict("records")
+    for row in rows:
+        for c in ROUND_BYTES:
+            if c in row:
+                row[c] = byte_text(row[c]) if not isinstance(row[c], str) else row[c]
+    return rows
 
 
 def _diff_table(table, runs) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -443,16 +478,16 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
         return ["log"] if X_AXES[x_axis].log else []
 
     @app.callback(Output("runs", "data"), Output("runs", "columns"), Output("runs", "tooltip_data"),
-                  Output("runs-shared", "children"),
+                  Output("runs-shared", "children"), Output("runs", "tooltip_header"),
                   Input("version", "data"), Input("experiment", "value"), Input("method-filter", "value"),
-                  Input("seed-filter", "value"), Input("status-filter", "value"))
-    def refresh_runs(_, experiments, methods, seeds, statuses):
+                  Input("seed-filter", "value"), Input("status-filter", "value"), Input("runs", "sort_by"))
+    def refresh_runs(_, experiments, methods, seeds, statuses, sort_by):
         table = runs_table(store)
-        shown = set(_filter_ids(table[table["experiment"].isin(experiments or [])], methods, seeds, statuses, None))
+        shown = set(filter_ids(table[table["experiment"].isin(experiments or [])], methods, seeds, statuses, None))
         # malformed runs are always listed (whatever experiment their broken config suggests)
         df = table[table["run_id"].isin(shown) | (table["status"] == "malformed")]
-        # accuracies to 3 digits as in the comparison table, MB to 2: narrower columns
-        df = df.round({c: 3 for c in df.columns if "accuracy" in c} | {"mb_up": 2, "mb_down": 2})
+        # accuracies to 3 digits as in the comparison table: narrower columns
+        df = df.round({c: 3 for c in df.columns if "accuracy" in c})
         df["id"] = df["run_id"]
         # left out: a column no listed run has a value in (holdout, P/NP accuracy, options,
         # note), the method where it is every run's label, a column every run shares (said above)
@@ -464,31 +499,38 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
             empty.append("method")
         shared = shared_values(readable, [c for c in RUN_SHARED if c not in empty and c != "status"])
         shared |= shared_values(df, ["status"])
-        columns = [{"name": RUN_HEADERS.get(c, c), "id": c, **({"type": "numeric"} if df[c].dtype.kind in "if" else {})}
+        numeric = [c for c in df.columns if df[c].dtype.kind in "if" and c not in BYTE_COLUMNS]
+        columns = [{"name": RUN_HEADERS.get(c, c), "id": c, **({"type": "numeric"} if c in numeric else {})}
                    for c in df.columns if c != "id" and c not in empty and c not in shared]
+        # sorted here, by the numbers (a bytes column by its count), then the counts as text
+        df = sort_rows(df, sort_by).astype({c: object for c in BYTE_COLUMNS})
+        for c in BYTE_COLUMNS:
+            df[c] = df[c].map(byte_text)
         rows = df.to_dict("records")
         what = "The listed run" if len(readable) == 1 else f"All {len(readable)} listed runs"
         what += f" ({len(df) - len(readable)} malformed aside)" if len(readable) < len(df) else ""
-        return rows, columns, _note_tooltips(rows), shared_line(what, shared)
+        return (rows, columns, _note_tooltips(rows), shared_line(what, shared),
+                header_tooltips([c["id"] for c in columns], "runs"))
 
     @app.callback(Output("config-diff", "data"), Output("config-diff", "columns"),
-                  Output("config-diff-note", "children"),
+                  Output("config-diff-note", "children"), Output("config-diff", "tooltip_header"),
                   Input("version", "data"), Input("runs", "selected_row_ids"))
     def refresh_diff(_, ticked):
         ticked = list(ticked or [])
         if len(ticked) < 2:
-            return [], [], "Tick two or more runs in the run list to see how their configs differ."
+            return [], [], "Tick two or more runs in the run list to see how their configs differ.", {}
         table = config_diff(store, ticked)
         rows, columns = _diff_table(table, runs_table(store))
         if table.empty:
-            return [], [], f"The {len(table.columns)} ticked runs have the same config."
+            return [], [], f"The {len(table.columns)} ticked runs have the same config.", {}
         keys = "1 key differs" if len(rows) == 1 else f"{len(rows)} keys differ"
-        return rows, columns, f"{keys} between the {len(table.columns)} ticked runs."
+        return (rows, columns, f"{keys} between the {len(table.columns)} ticked runs.",
+                header_tooltips([c["id"] for c in columns], "config-diff"))
 
     @app.callback(
         [Output("acc-bytes", "figure")] + [Output(gid, "figure") for gid, _ in GRID]
         + [Output("compare", "data"), Output("compare", "columns"), Output("grid", "className"),
-           Output("acc-x", "style"), Output("compare-shared", "children")],
+           Output("acc-x", "style"), Output("compare-shared", "children"), Output("compare", "tooltip_header")],
         Input("version", "data"), Input("experiment", "value"), Input("method-filter", "value"),
         Input("seed-filter", "value"), Input("status-filter", "value"), Input("mode", "value"),
         Input("x-axis", "value"), Input("log-x", "value"), Input("bytes-dir", "value"),
@@ -500,14 +542,16 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
         wide = len(experiments or []) > 1  # small multiples get the full width
         hide = repeats_top(x_axis, "log" in (log_x or []), bytes_dir)  # the top chart again: left out
         shared = shared_values(table, COMPARE_SHARED)  # in the downloads, not in the columns shown
-        return figs + [table.to_dict("records"), [{"name": c, "id": c} for c in table.columns if c not in shared],
+        shown = [c for c in table.columns if c not in shared]
+        return figs + [table.to_dict("records"), [{"name": c, "id": c} for c in shown],
                        "grid one" if wide else "grid", {"display": "none"} if hide else {},
-                       shared_line("Every row", shared)]
+                       shared_line("Every row", shared), header_tooltips(shown, "compare")]
 
     @app.callback(Output("detail-title", "children"), Output("detail-rounds", "data"),
                   Output("detail-rounds", "columns"), Output("detail-summary", "children"),
                   Output("detail-provenance", "children"), Output("detail-config", "data"),
                   Output("detail-config", "columns"), Output("detail-config-note", "children"),
+                  Output("detail-rounds", "tooltip_header"),
                   Input("runs", "active_cell"), Input("acc-x", "clickData"), Input("acc-bytes", "clickData"),
                   State("runs", "selected_row_ids"), State("runs", "data"),
                   prevent_initial_call=True)
@@ -520,14 +564,14 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
             points = (click or {}).get("points") or []
             run_id = points[0].get("customdata") if points else None  # individual-runs mode only
         if not run_id:
-            return (no_update,) * 8
+            return (no_update,) * 9
         rounds, text = run_detail(store, run_id)
         listed = {r["run_id"]: r.get("status") for r in listed or []}
         readable = [i for i in listed if listed[i] != "malformed"]  # a malformed run has no config to compare
         config, note = _config_rows(run_id, [i for i in ticked or [] if listed.get(i) != "malformed"], readable)
-        return (f"Run {run_id}", rounds.round(4).to_dict("records"),
-                [{"name": c, "id": c} for c in rounds.columns], text, run_provenance(store, run_id), config,
-                CONFIG_TABLE_COLUMNS, note)
+        return (f"Run {run_id}", round_rows(rounds), [{"name": c, "id": c} for c in rounds.columns], text,
+                run_provenance(store, run_id), config, CONFIG_TABLE_COLUMNS, note,
+                header_tooltips(rounds.columns, "rounds"))
 
     def _config_rows(run_id: str, ticked: list[str], listed: list[str]) -> tuple[list[dict[str, str]], str]:
         """The drill-down's config table and its line: compared with the ticked runs when any

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import numbers
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -41,8 +42,10 @@ from fedtext.records.reader import (
 
 RUN_COLUMNS = [
     "run_id", "experiment", "label", "method", "dataset", "partition", "seed", "holdout", "options", "status",
-    "rounds_done", "final_accuracy", "best_accuracy", "p_accuracy", "np_accuracy", "mb_up", "mb_down", "note",
+    "rounds_done", "final_accuracy", "best_accuracy", "p_accuracy", "np_accuracy", "total_bytes_up", "total_bytes_down",
+    "note",
 ]
+BYTE_COLUMNS = ("total_bytes_up", "total_bytes_down")  # the run list's byte counts: numbers here, text on the page
 STATUSES = ("running", "finished", "failed", "stale", "malformed")
 
 
@@ -394,8 +397,8 @@ def runs_table(root: str | Path | RunStore) -> pd.DataFrame:
             "best_accuracy": summary.get("best_accuracy"),
             "p_accuracy": summary.get("p_accuracy"),
             "np_accuracy": summary.get("np_accuracy"),
-            "mb_up": _num(summary.get("total_bytes_up")) / 2**20,
-            "mb_down": _num(summary.get("total_bytes_down")) / 2**20,
+            "total_bytes_up": _num(summary.get("total_bytes_up")),
+            "total_bytes_down": _num(summary.get("total_bytes_down")),
             "note": run["note"],
         })
     table = pd.DataFrame(rows, columns=RUN_COLUMNS)
@@ -415,6 +418,217 @@ def record_number(v: Any) -> float | None:
     """A record's number as a float, None for anything else (:func:`fedtext.records.finite_number`)."""
     x = finite_number(v)
     return None if x is None else float(x)
+
+
+# ------------------------------------------------------------------- bytes as text, sorting
+# Byte counts are shown in binary units, KB = 1,024 B, MB = 1,024 KB = 2**20 B, GB = 2**30 B:
+# the units simulations/tables.py ("KB up / client-round" = bytes / 1024, "MB up (total)" =
+# bytes / 2**20), the records' memory fields (client_peak_rss_mb: 2**20 B) and their progress
+# line (fedtext.records.progress_line: bytes / 1024 "KB") use. The chart axes' tick labels are
+# plain numbers with SI prefixes instead (20k = 20,000 bytes: short_number).
+BYTE_UNITS = ("B", "KB", "MB", "GB", "TB", "PB", "EB")
+BYTE_STEP = 1024
+
+
+def byte_text(v: Any) -> str:
+    """A byte count as text to three significant figures, in the largest unit that keeps its
+    number under 1,000 (KB = 1,024 B: :data:`BYTE_UNITS`): ``0 B``, ``528 B``, ``999 B``,
+    ``0.977 KB`` (1,000 B), ``1.00 KB`` (1,024 B), ``12.1 KB``, ``2.38 MB``, ``88.7 MB``,
+    ``1.31 GB``. Under 1,000 B a fraction (a mean, a std) keeps at most 2 decimals (``0.5 B``;
+    ``264.5`` -> ``264 B``; under 0.005 B: ``0 B``). ``""`` for None, NaN, infinity, a boolean
+    or anything not a number."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return ""
+    x = float(v)
+    if not math.isfinite(x):
+        return ""
+    if abs(x) < 0.005:  # a std of equal counts can be 1e-13 in floats
+        return "0 B"
+    unit = 0
+    shown = float(f"{x:.3g}")  # 999.6 B rounds to 1,000: shown as 0.976 KB, never "1e+03 B"
+    while abs(shown) >= 1000 and unit < len(BYTE_UNITS) - 1:
+        x /= BYTE_STEP
+        unit += 1
+        shown = float(f"{x:.3g}")
+    if unit == 0:
+        return f"{shown:.2f}".rstrip("0").rstrip(".") + " B"
+    digits = max(0, 2 - math.floor(math.log10(abs(shown)))) if shown else 2
+    return f"{shown:,.{digits}f} {BYTE_UNITS[unit]}"
+
+
+def sort_rows(df: pd.DataFrame, sort_by: list[dict[str, Any]] | None) -> pd.DataFrame:
+    """``df`` sorted as a DataTable's ``sort_by`` says (``[{"column_id": .., "direction":
+    "asc" | "desc"}, ...]``, the first the primary key): numbers by value (a bytes column by
+    its count, before :func:`byte_text` makes it text), anything else by its text; empty
+    cells (None, NaN, "") last either way, ties in the rows' order. An unknown column is
+    ignored. What the run list does with ``sort_action="custom"``: DataTable's own sort
+    would order ``"12.1 KB"`` before ``"528 B"``."""
+    for rule in reversed(sort_by or []):
+        column = rule.get("column_id") if isinstance(rule, dict) else None
+        if column not in df.columns:
+            continue
+        values = df[column]
+        filled = values.dropna()
+        filled = filled[filled.astype(str) != ""]
+        numeric = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in filled)
+        key = pd.to_numeric(values, errors="coerce") if numeric else values.map(
+            lambda v: None if v is None or (isinstance(v, float) and math.isnan(v)) or v == "" else str(v))
+        order = key.sort_values(ascending=rule.get("direction") != "desc", kind="stable", na_position="last").index
+        df = df.loc[order]
+    return df
+
+
+# ------------------------------------------------------------------- what each column is
+# The comparison table's byte columns: simulations.tables' field -> (bytes in one unit of its
+# number, the column's name here, its help's key). tables gives them in fixed units ("MB up
+# (total)" to 2 decimals: bbt-fed's 10 KB read 0.01); here each value takes its own (byte_text).
+COMPARE_BYTES = {
+    "kb_up_per_client_round": (1024, "bytes up / client-round", "bytes_up_per_client_round"),
+    "kb_down_per_client_round": (1024, "bytes down / client-round", "bytes_down_per_client_round"),
+    "mb_up": (2**20, "bytes up (total)", "total_bytes_up"),
+    "mb_down": (2**20, "bytes down (total)", "total_bytes_down"),
+}
+COMPARE_KEY = ["variant", "dataset", "partition"]  # what one row of compare_table is a mean over
+COMPARE_GROUPS = ("variant", "dataset", "partition", "runs")  # the comparison's columns that are no mean
+
+
+# One definition per column: a column that appears in several tables (the run list's
+# final_accuracy is the comparison's "final acc") has one help text, shown as the tooltip of
+# its header wherever it appears (column_help). tests/unit/test_dashboard.py checks every
+# column any table can show has one.
+COLUMN_HELP: dict[str, str] = {
+    # the run list (runs_table)
+    "run_id": "The run's id: its folder's name under the records (start time, method, dataset, seed). "
+              "Click a cell for the run's drill-down.",
+    "experiment": "The experiment the run belongs to: the compare runner's output folder (experiment.json), "
+                  "or, for a run started by hand, dataset · partition · shots per class.",
+    "label": "The run's line on the charts: its variant (run-config run-name), else its method, plus, for a "
+             "hand-started run, the method options that differ from their defaults. Seeds of one label are "
+             "averaged (mean ± std).",
+    "method": "The federated method (run-config method).",
+    "dataset": "The dataset (run-config dataset, its folder's name).",
+    "partition": "How the training data is split over the clients (run-config partition: iid, dirichlet with "
+                 "concentration α, ...).",
+    "seed": "The run's seed (run-config seed).",
+    "holdout": "The held-out (non-participant) clients: partition ids or domain names that never train "
+               "(run-config holdout); empty: none.",
+    "options": "The run's own method options that differ from the method's defaults (method.key=value).",
+    "status": "running (the server's heartbeat is fresh), finished or failed (summary.json; the error in the note), "
+              "stale (no heartbeat for stale-after-s: the server died), malformed (a record file is not a "
+              "record: the reason in the note; never charted or counted).",
+    "rounds_done": "The last round recorded (round 0 is the initial model's evaluation, before training).",
+    "final_accuracy": "Global accuracy: the global model's accuracy on the server's test split after the last "
+                      "evaluated round (a fraction, 0-1).",
+    "best_accuracy": "The highest global accuracy (server's test split) of any round, round 0 included (0-1).",
+    "initial_accuracy": "Global accuracy of the initial model (round 0, before training) on the server's test "
+                        "split (0-1).",
+    "final_client_accuracy_mean": "Mean over the evaluated clients of their accuracy on their own test splits in "
+                                  "the last round that evaluated clients (0-1).",
+    "p_accuracy": "P acc: mean accuracy of the participating clients on their own test splits after post-tuning "
+                  "(FedDLS §5.1); the global prompt's when there was no post-tuning. From the last round that "
+                  "evaluated clients (0-1).",
+    "np_accuracy": "NP acc: the same for the held-out (non-participant) clients, which never trained: mean "
+                   "accuracy on their own test splits after post-tuning (FedDLS §5.1), the global prompt's when "
+                   "there was no post-tuning (0-1).",
+    "total_bytes_up": "Bytes uploaded by all clients over the run: measured serialized fit uploads, summed over "
+                      "clients and rounds. B, KB = 1,024 B, MB = 1,024 KB, GB = 1,024 MB; 3 significant figures.",
+    "total_bytes_down": "Bytes downloaded by all clients over the run: measured serialized fit downloads (the "
+                        "global state sent to each trained client), summed over clients and rounds. B, KB = "
+                        "1,024 B, MB = 1,024 KB, GB = 1,024 MB; 3 significant figures.",
+    "note": "What to know about the run: malformed lines in rounds.jsonl, the error of a failed run, why a run "
+            "is stale or malformed. Hover a cell for the whole text.",
+    # the comparison table (simulations.tables.compare_table; the byte columns: COMPARE_BYTES)
+    "variant": "The variant: the run-config run-name (the compare runner's label, e.g. feddls-phi3), else the "
+               "method. One row per variant, dataset and partition.",
+    "runs": "How many runs the row's mean ± std is over (seeds, and held-out groups for P/NP experiments).",
+    "trainable_parameters": "Parameters the method's model trains (config.json trainable-parameters, recorded "
+                            "by the server at the start).",
+    "bytes_up_per_client_round": "Bytes one client uploads in one round: a run's mean over trained rounds of the "
+                                 "round's bytes up per uploading client (measured serialized bytes). KB = 1,024 B, "
+                                 "MB = 1,024 KB.",
+    "bytes_down_per_client_round": "Bytes one client downloads in one round: a run's mean over trained rounds of "
+                                   "the round's bytes down per client (measured serialized bytes). KB = 1,024 B, "
+                                   "MB = 1,024 KB.",
+    "model_queries": "Sequences the clients pushed through the backbone over the run (fit + eval), summed over "
+                     "clients and rounds.",
+    "peak_client_rss_mb": "Peak resident memory of a client process over the run, in MB (2**20 bytes).",
+    "peak_client_gpu_mb": "Peak GPU memory torch allocated in a client over the run, in MB (2**20 bytes); clients "
+                          "on a GPU only.",
+    "client_s_per_round": "A client's local training seconds per client-round (client_fit_s / num_clients, mean "
+                          "over rounds).",
+    "server_distill_s_per_round": "Seconds the server spent distilling per round (FedDRS, FedDF; mean over "
+                                  "trained rounds).",
+    "server_peak_mb": "Peak resident memory of the server process, reported by methods that distil on the "
+                      "server (FedDRS), in MB (2**20 bytes).",
+    "wall_time_s": "Wall-clock seconds from the strategy's start to the run's end.",
+    # a run's rounds in the drill-down (run_detail: one rounds.jsonl line a row)
+    "round": "The round (0: the initial model, evaluated before any training).",
+    "global_accuracy": "The global model's accuracy on the server's test split after this round (0-1; empty: "
+                       "not evaluated this round).",
+    "global_loss": "The global model's loss on the server's test split after this round.",
+    "client_accuracy_mean": "Mean over the clients evaluated this round of the global model's accuracy on their "
+                            "own test splits (0-1).",
+    "num_clients": "Clients whose fit result was aggregated this round.",
+    "bytes_up": "Bytes uploaded this round: measured serialized fit uploads, summed over clients. KB = 1,024 B, "
+                "MB = 1,024 KB, GB = 1,024 MB; 3 significant figures.",
+    "bytes_down": "Bytes downloaded this round: measured serialized fit downloads, summed over clients. KB = "
+                  "1,024 B, MB = 1,024 KB, GB = 1,024 MB; 3 significant figures.",
+    "model_queries_round": "Sequences the clients pushed through the backbone this round (fit + eval).",
+    "train_loss": "Mean of the clients' reported local training losses this round.",
+    "dropped": "Fit results the server did not use, and clients that failed, this round: client: reason.",
+    "round_time_s": "Seconds the round took (wall clock).",
+    "method_metric": "A scalar the method reports from aggregation (rounds.jsonl method_metrics), e.g. FedBPT's "
+                     "sigma_prime; its unit is the method's.",
+    # a run's config in the drill-down (config_table) and the ticked runs' config diff
+    "key": "A run-config key (config.json).",
+    "value": "This run's value of the key (JSON but for text; (not set): the run lacks the key).",
+    "others": "The values the other compared runs (the ticked runs, else the listed ones) have where they differ "
+              "from this run's; empty: the same in every compared run.",
+    "diff_run": "This run's value of the key (its label above its id; (not set): the run lacks the key).",
+    # the per-client view's table (dashboard_explore.client_spread)
+    "clients": "Clients the global model was evaluated on this round.",
+    "min": "The lowest client accuracy this round: the global model on a client's own test split (0-1).",
+    "median": "The median client accuracy this round (0-1; the mean of the middle two for an even number).",
+    "max": "The highest client accuracy this round (0-1).",
+    "worst_client": "The client (partition id) with the lowest accuracy this round (on a tie the first id).",
+}
+
+# Which help a table's column takes where its id is not its help's key (a comparison column
+# is named as the page shows it; a drill-down round's model_queries is that round's, not the
+# run's total); a "m:" column of the drill-down is a method metric, every column of the config
+# diff but "key" a run.
+TABLE_HELP_KEYS: dict[str, dict[str, str]] = {
+    "compare": {"method": "variant", **{name: key for _, name, key in COMPARE_BYTES.values()}},
+    "rounds": {"model_queries": "model_queries_round"},
+}
+
+
+def column_help(column: str, table: str = "runs") -> str | None:
+    """What ``column`` of ``table`` holds and its unit (:data:`COLUMN_HELP`), None for a column
+    with no help. ``table``: ``runs`` (the run list), ``compare`` (the comparison table, its
+    columns as shown: ``final acc``), ``rounds`` (a run's rounds), ``config`` (a run's
+    config), ``config-diff`` (its columns but ``key`` are run ids) or ``clients``."""
+    from simulations.tables import COLUMNS
+
+    if table == "config-diff" and column != "key":
+        return COLUMN_HELP["diff_run"]
+    if table == "rounds" and column.startswith("m:"):
+        return f"{column[2:]}: {COLUMN_HELP['method_metric']}"
+    key = TABLE_HELP_KEYS.get(table, {}).get(column, column)
+    if table != "compare":
+        return COLUMN_HELP.get(key)
+    if key not in COLUMN_HELP:
+        key = {name: field for field, name in COLUMNS.items()}.get(column, key)
+    text = COLUMN_HELP.get(key)
+    if text and key not in COMPARE_GROUPS:
+        text += " Here: the mean ± std over the row's runs (the value alone for one run)."
+    return text
+
+
+def header_tooltips(columns: Iterable[str], table: str = "runs") -> dict[str, str]:
+    """A DataTable's ``tooltip_header``: each column's :func:`column_help` (columns without
+    one left out)."""
+    return {c: text for c in columns if (text := column_help(c, table))}
 
 
 SERIES_COLUMNS = [
@@ -485,11 +699,33 @@ def aggregate(series: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
 
 
 def comparison(root: str | Path | RunStore, run_ids: list[str] | None = None) -> pd.DataFrame:
-    """The papers' kind of table (mean ± std over seeds) for the selected runs."""
-    from simulations.tables import compare_table, run_rows
+    """The papers' kind of table (mean ± std over seeds) for the selected runs
+    (:func:`simulations.tables.compare_table`), its byte columns in units that keep small
+    and large values readable (:data:`COMPARE_BYTES`, :func:`byte_text`)."""
+    from simulations.tables import COLUMNS, compare_table, run_rows
 
     runs = run_rows(r for r in store(root).loaded(run_ids) if r["status"] != "malformed")
-    return compare_table(runs) if not runs.empty else pd.DataFrame()
+    if runs.empty:
+        return pd.DataFrame()
+    table = compare_table(runs)
+    groups = {key: g for key, g in runs.groupby(COMPARE_KEY, sort=False)}
+    keys = list(zip(table["method"], table["dataset"], table["partition"], strict=True))
+    for column, (scale, name, _) in COMPARE_BYTES.items():
+        shown = COLUMNS.get(column)
+        if shown in table.columns and column in runs.columns:
+            table[shown] = [bytes_mean_std(pd.to_numeric(groups[k][column], errors="coerce").dropna() * scale)
+                            if k in groups else "-" for k in keys]
+            table = table.rename(columns={shown: name})
+    return table
+
+
+def bytes_mean_std(values: pd.Series) -> str:
+    """``2.38 MB ± 12.1 KB``: the mean and sample std of byte counts (:func:`byte_text`; the
+    mean alone for one value, ``-`` for none, as :func:`simulations.tables.compare_table`)."""
+    if values.empty:
+        return "-"
+    mean = byte_text(values.mean())
+    return mean if len(values) == 1 else f"{mean} ± {byte_text(values.std(ddof=1))}"
 
 
 def run_detail(root: str | Path | RunStore, run_id: str) -> tuple[pd.DataFrame, str]:

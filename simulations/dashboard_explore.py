@@ -32,8 +32,10 @@ dashboard app and wires their callbacks (``tests/system/test_dashboard_explore_b
 The views look and select as the main page does, with its own parts: ``page`` is the module
 :mod:`simulations.dashboard`, which passes itself to :func:`register` (this module cannot
 import it back: the project's import graph has no cycles, tests/unit/test_imports.py). Of
-it they use ``figure`` (the grid's chart), ``_card``, ``_filter_ids`` (the selection),
-``_rgba``, ``FONT``, ``TITLE_TOP``, ``GRAPH_CONFIG``, ``TABLE_CELL`` and ``TABLE_HEADER``.
+it they use ``figure`` (the grid's chart), ``card``, ``filter_ids`` (the selection),
+``rgba``, ``FONT``, ``TITLE_TOP``, ``GRAPH_CONFIG``, ``TABLE_CELL``, ``TABLE_HEADER`` and
+``TOOLTIPS``: its public names only. The per-client table's header tooltips are
+:func:`~simulations.dashboard_data.column_help`'s, as every table's of the page.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
 from fedtext.config import DERIVED_KEYS
 from fedtext.records import ROUND_FIELDS, finite_number
 from simulations.dashboard_data import (
-    ABSENT, X_AXES, Chart, RunStore, chart_lines, color_of, config_diff, integer_dtick, record_number, round_series,
-    runs_table, value_text,
+    ABSENT, X_AXES, Chart, RunStore, chart_lines, color_of, config_diff, header_tooltips, integer_dtick, record_number,
+    round_series, runs_table, value_text,
 )
 
 METHOD_PREFIX = "method_metrics."  # a method's own metric, as the any-metric list names it
@@ -340,7 +342,7 @@ def client_figure(run: Mapping[str, Any] | None, page: ModuleType) -> dict[str, 
     one = len(x) == 1  # one evaluated round: a filled band and lines draw nothing; whiskers and markers do
     if not one:
         data.append({"type": "scatter", "mode": "lines", "x": x + x[::-1], "y": hi + lo[::-1], "fill": "toself",
-                     "fillcolor": page._rgba("#636EFA", 0.16), "line": {"width": 0}, "hoverinfo": "skip",
+                     "fillcolor": page.rgba("#636EFA", 0.16), "line": {"width": 0}, "hoverinfo": "skip",
                      "name": "min–max over clients", "meta": "band"})
     glob = accs[accs["kind"] == "global"]
     first = True
@@ -398,7 +400,7 @@ def sweep_figure(points: pd.DataFrame, axis: str, key: str, y: str, page: Module
                             "name": f"{series} runs", "legendgroup": series, "showlegend": False, "meta": "run",
                             "customdata": part["run_id"].tolist(), "text": part["run_label"].tolist(),
                             "hovertemplate": "%{text}<br>%{x}: %{y:.4g}<extra></extra>",
-                            "marker": {"color": page._rgba(color, 0.45), "size": 7}})
+                            "marker": {"color": page.rgba(color, 0.45), "size": 7}})
     summary = sweep_summary(points)
     nth: dict[str, int] = {}  # a method's series share its colour; symbol and dash tell them apart
     for (method, series), part in summary.groupby(["method", "series"], sort=True):
@@ -431,12 +433,12 @@ def _picker(label: str, dropdown_id: str, **dropdown: Any) -> html.Div:
 
 def layout(page: ModuleType) -> list[Any]:
     """The three cards, appended to the main column under the existing ones."""
-    _card, GRAPH_CONFIG = page._card, page.GRAPH_CONFIG
+    card, GRAPH_CONFIG = page.card, page.GRAPH_CONFIG
     dropdown = {"clearable": False, "searchable": True, "optionHeight": 28, "maxHeight": 360}
     table = {"style_cell": page.TABLE_CELL, "style_header": page.TABLE_HEADER,
-             "style_table": {"overflowX": "auto", "maxWidth": "100%"}}
+             "style_table": {"overflowX": "auto", "maxWidth": "100%"}, **page.TOOLTIPS}
     return [
-        _card("Any recorded metric", [
+        card("Any recorded metric", [
             html.Div([
                 _picker("field of rounds.jsonl", "metric-field", placeholder="pick a field…", **dropdown),
                 html.Div([html.Label("x-axis", className="control-label"),
@@ -449,14 +451,16 @@ def layout(page: ModuleType) -> list[Any]:
             dcc.Graph(id="metric-graph", config=GRAPH_CONFIG),
         ], hint="every numeric field the selected runs record, method metrics (method_metrics.*) included; "
                 "seeds drawn as the sidebar says", id="card-metric"),
-        _card("Per client", [
+        card("Per client", [
             html.Div([_picker("run", "client-run", placeholder="pick a run…", **dropdown)],
                      className="explore-controls"),
             dcc.Graph(id="client-graph", config=GRAPH_CONFIG),
-            html.Div(dash_table.DataTable(id="client-table", page_size=10, **table), className="table-wrap"),
+            html.Div(dash_table.DataTable(id="client-table", page_size=10,
+                                          tooltip_header=header_tooltips(SPREAD_COLUMNS, "clients"), **table),
+                     className="table-wrap"),
         ], hint="each client's accuracy on its local test split, per round: spread, median, worst client",
             id="card-clients"),
-        _card("Sweep", [
+        card("Sweep", [
             html.Div([
                 _picker("config key (varies across the selected runs)", "sweep-key", placeholder="pick a key…",
                         **dropdown),
@@ -475,9 +479,9 @@ SELECTION = [Input("version", "data"), Input("experiment", "value"), Input("meth
 def selected_ids(page: ModuleType, store: RunStore, experiments: list[str] | None, methods: list[str] | None,
                  seeds: list[Any] | None, statuses: list[str] | None, ticked: list[str] | None) -> list[str]:
     """The runs the main charts draw (the sidebar's filters, the ticked rows): the same
-    selection for these views (``page._filter_ids``)."""
+    selection for these views (``page.filter_ids``)."""
     table = runs_table(store)
-    return page._filter_ids(table[table["experiment"].isin(experiments or [])], methods, seeds, statuses, ticked)
+    return page.filter_ids(table[table["experiment"].isin(experiments or [])], methods, seeds, statuses, ticked)
 
 
 def _keep(value: Any, options: list[Any], default: Any) -> Any:

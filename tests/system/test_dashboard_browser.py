@@ -266,6 +266,52 @@ def test_dashboard_in_headless_chromium(experiments, tmp_path):
             t = facts["tables"][table]
             assert t["box"][2] <= facts["vw"] and t["scroller"][2] <= facts["vw"], (table, t)
             assert t["content"] <= t["visible"], (table, t)
+        # ---- bytes in units (bbt-fed's 20 KB read "0" MB), sorted by the count, headers explained
+        def cells(d, column: str) -> list[str]:
+            return [c.text for c in d.find_elements(By.CSS_SELECTOR, f'#runs td[data-dash-column="{column}"]')]
+
+        def count(text: str) -> float:  # "12.1 KB" -> 12,390.4 (KB = 1,024 B)
+            number, unit = text.split()
+            return float(number.replace(",", "")) * 1024 ** ["B", "KB", "MB", "GB", "TB"].index(unit)
+
+        ups = cells(driver, "total_bytes_up")  # 18 runs and the broken one (listed whatever is picked)
+        assert len(ups) == 19 and all(re.fullmatch(r"\d[\d.,]* (B|KB|MB|GB)", u) for u in ups), ups
+        assert any(u.endswith(" KB") for u in ups) and any(u.endswith(" MB") for u in ups), ups
+        bbt_row = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#runs tr") if bbt_fed_s1 in r.text)
+        assert re.search(r"\b\d+(\.\d+)? KB\b", bbt_row.text), bbt_row.text  # 20.6 KB, not 0
+        header = driver.find_element(By.CSS_SELECTOR, '#runs th[data-dash-column="total_bytes_up"]')
+        # DataTable's sort arrow cycles ascending, descending, unsorted: the callback sorts by the count
+        for direction in ("asc", "desc", None, "asc"):
+            click(driver, header.find_element(By.CSS_SELECTOR, ".column-header--sort"))
+            if direction:  # (unsorted: the records' order)
+                want = [count(u) for u in sorted(ups, key=count, reverse=direction == "desc")]
+                wait.until(lambda d, w=want: [count(u) for u in cells(d, "total_bytes_up")] == w)
+            header = driver.find_element(By.CSS_SELECTOR, '#runs th[data-dash-column="total_bytes_up"]')
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        from simulations.dashboard_data import COLUMN_HELP
+
+        def hover_help(d, table: str, column: str, help_key: str) -> None:  # the header's tooltip opens
+            ActionChains(d).move_to_element(d.find_element(
+                By.CSS_SELECTOR, f'#{table} th[data-dash-column="{column}"]')).perform()
+            wait.until(lambda d: any(COLUMN_HELP[help_key][:40] in t.text for t in d.find_elements(
+                By.CSS_SELECTOR, ".dash-table-tooltip") if t.is_displayed()))
+
+        for table, column, help_key in (("compare", "final acc", "final_accuracy"),
+                                        ("runs", "total_bytes_up", "total_bytes_up")):
+            driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", driver.find_element(
+                By.CSS_SELECTOR, f'#{table} th[data-dash-column="{column}"]'))
+            hover_help(driver, table, column, help_key)
+        assert [h.text for h in driver.find_elements(By.CSS_SELECTOR, ".table-help")] == [
+            "? Hover a column header for what the column holds and its unit."] * 2
+        driver.execute_script("document.getElementById('card-runs').scrollIntoView({block: 'start'});"
+                              "window.scrollBy(0, -60)")
+        time.sleep(0.3)
+        hover_help(driver, "runs", "p_accuracy", "p_accuracy")
+        shoot(driver, "dashboard-runs.png")  # the run list, bytes in units, P acc's help open
+        facts = driver.execute_script(LAYOUT_JS)
+        t = facts["tables"]["runs"]
+        assert t["content"] <= t["visible"] and facts["page"] <= facts["vw"], t
         # ---- config diff: tick two runs of different methods
         picked = [fedbpt_s0, bbt_fed_s1]
         for run_id in picked:

@@ -129,6 +129,17 @@ def test_exploration_views_in_headless_chromium(results, tmp_path):
         assert len([t for t in traces(driver, "client-graph") if t["meta"] == "client"]) == 4
         rows = [r.text.split() for r in driver.find_elements(By.CSS_SELECTOR, "#client-table tr")]
         assert ["1", "3", "0.5", "0.7", "0.9", "0"] in rows and ["2", "4", "0.4", "0.5", "0.8", "1"] in rows
+        # a header explains its column on hover (dashboard_data.COLUMN_HELP), as in every table
+        from selenium.webdriver.common.action_chains import ActionChains
+
+        from simulations.dashboard_data import COLUMN_HELP
+
+        header = driver.find_element(By.CSS_SELECTOR, '#client-table th[data-dash-column="worst_client"]')
+        driver.execute_script("arguments[0].scrollIntoView({block: 'center'})", header)
+        ActionChains(driver).move_to_element(header).perform()
+        wait.until(lambda d: any(COLUMN_HELP["worst_client"] in t.text for t in d.find_elements(
+            By.CSS_SELECTOR, ".dash-table-tooltip") if t.is_displayed()))
+        ActionChains(driver).move_to_element(driver.find_element(By.TAG_NAME, "h1")).perform()  # closed again
 
         # ---- sweep: the first key that varies is the method; pick lr
         wait.until(lambda d: chosen(d, "sweep-key") == "method" and chosen(d, "sweep-y") == "final_accuracy")

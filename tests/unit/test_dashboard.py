@@ -72,7 +72,7 @@ def test_runs_table_statuses_and_truncated_records(runs):
     df = runs_table(runs).set_index("run_id")
     assert df.loc["r1-fedprompt", "status"] == "finished" and df.loc["r1-fedprompt", "rounds_done"] == 2
     assert df.loc["r1-fedprompt", "final_accuracy"] == 0.7 and df.loc["r1-fedprompt", "best_accuracy"] == 0.7
-    assert df.loc["r1-fedprompt", "mb_up"] == pytest.approx(2000 / 2**20)
+    assert df.loc["r1-fedprompt", "total_bytes_up"] == 2000  # bytes: the page shows them as text (byte_text)
     assert df.loc["r3-bbt-fed", "status"] == "running" and df.loc["r3-bbt-fed", "rounds_done"] == 1
     assert "1 malformed line(s)" in df.loc["r3-bbt-fed", "note"]
     assert df.loc["r4-broken", "status"] == "malformed" and "config.json" in df.loc["r4-broken", "note"]
@@ -188,7 +188,7 @@ def test_type_garbled_and_binary_records_never_raise(tmp_path):
     assert df.loc["binary", "status"] == "malformed"
     # a field of the wrong type counts as missing: the run stays listed with what is readable
     assert df.loc["garbled", "status"] == "running" and df.loc["garbled", "final_accuracy"] == 0.5
-    assert df.loc["garbled", "mb_up"] == 0
+    assert df.loc["garbled", "total_bytes_up"] == 0
     series = round_series(root)
     assert set(series.run_id) == {"ok", "garbled"}
     assert series[series.run_id == "garbled"]["global_accuracy"].isna().tolist() == [False, True]
@@ -631,7 +631,186 @@ def test_the_run_list_says_once_what_every_run_shares(tmp_path):
     assert answer["runs-shared"]["children"] == (
         "All 3 listed runs (1 malformed aside): experiment demo · iid · 8 shots; dataset demo; partition iid")
     shown = [c["id"] for c in answer["runs"]["columns"]]
-    assert shown == ["run_id", "label", "seed", "status", "rounds_done", "final_accuracy", "best_accuracy", "mb_up",
-                     "mb_down", "note"]  # status: the malformed run's differs
+    assert shown == ["run_id", "label", "seed", "status", "rounds_done", "final_accuracy", "best_accuracy",
+                     "total_bytes_up", "total_bytes_down", "note"]  # status: the malformed run's differs
     assert {c["id"]: c["name"] for c in answer["runs"]["columns"]}["final_accuracy"] == "final acc"
     assert len(answer["runs"]["data"]) == 4 and all("dataset" in r for r in answer["runs"]["data"])
+
+
+# ------------------------------------------------------------------- issue 55: bytes in units, every column explained
+def test_bytes_show_in_units_that_keep_small_and_large_counts_readable():
+    """``MB up`` to 2 decimals read ``0`` for bbt-fed's 528 B a client-round: a byte count
+    takes the largest unit (KB = 1,024 B, as simulations/tables.py and the records' MB) that
+    keeps its number under 1,000, to 3 significant figures."""
+    from simulations.dashboard_data import BYTE_STEP, byte_text
+
+    assert BYTE_STEP == 1024  # KB = 1,024 B, as tables.py's "KB up / client-round" (bytes / 1024)
+    cases = {0: "0 B", 1: "1 B", 528: "528 B", 999: "999 B", 999.4: "999 B",
+             # 1,000 to 1,023 B: under 1 KB, but 4 digits as bytes: shown in KB, 3 figures
+             999.6: "0.976 KB", 1000: "0.977 KB", 1023: "0.999 KB", 1024: "1.00 KB", 1025: "1.00 KB",
+             12_390: "12.1 KB", 12_416: "12.1 KB", 102_400: "100 KB", 1_023_000: "999 KB", 1_023_900: "0.976 MB",
+             2**20: "1.00 MB", 2_495_611: "2.38 MB", 93_008_691: "88.7 MB", 1_406_601_789: "1.31 GB",
+             5 * 2**40: "5.00 TB", 264.5: "264 B", 0.5: "0.5 B", 1e-13: "0 B", -2048: "-2.00 KB"}
+    assert {v: byte_text(v) for v in cases} == cases
+    import numpy as np
+
+    assert byte_text(np.int64(528)) == "528 B" and byte_text(np.float64(12_390.0)) == "12.1 KB"
+    for nothing in (None, float("nan"), float("inf"), -float("inf"), True, "528", [1]):
+        assert byte_text(nothing) == "", nothing
+
+
+def test_a_bytes_column_sorts_by_the_count_not_the_text(tmp_path):
+    """The run list's bytes are text (``528 B``); DataTable's own sort would order them as
+    text (``12.1 KB`` < ``2.38 MB`` < ``528 B``): the list sorts in its callback
+    (``sort_action="custom"``), by the numbers, before they become text."""
+    import pandas as pd
+
+    from simulations.dashboard import make_app
+    from simulations.dashboard_data import sort_rows
+
+    df = pd.DataFrame({"run_id": ["kb", "b", "mb", "none", "gb"],
+                       "total_bytes_up": [12_390.0, 528.0, 2_495_611.0, None, 1.4e9],
+                       "label": ["b", "A", "c", "", None]})
+    assert sort_rows(df, [{"column_id": "total_bytes_up", "direction": "asc"}])["run_id"].tolist() == [
+        "b", "kb", "mb", "gb", "none"]  # an empty cell last, either way
+    assert sort_rows(df, [{"column_id": "total_bytes_up", "direction": "desc"}])["run_id"].tolist() == [
+        "gb", "mb", "kb", "b", "none"]
+    assert sort_rows(df, [{"column_id": "label", "direction": "asc"}])["run_id"].tolist() == [
+        "b", "kb", "mb", "none", "gb"]  # text by text, "" and None last in the rows' order
+    assert sort_rows(df, None) is df and sort_rows(df, [{"column_id": "nope"}]) is df
+    root = tmp_path / "runs"
+    for run_id, up in (("r-kb", 12_390), ("r-b", 528), ("r-mb", 2_495_611)):
+        write_run(root, run_id, "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.6, up, up)])
+    app = make_app(root)
+    inputs = {"experiment.value": ["demo · iid · 8 shots"], "status-filter.value": ["finished"]}
+    for direction, order in (("asc", ["r-b", "r-kb", "r-mb"]), ("desc", ["r-mb", "r-kb", "r-b"])):
+        code, reply = dash_callback(app, "..runs.data", {
+            **inputs, "runs.sort_by": [{"column_id": "total_bytes_up", "direction": direction}]})
+        assert code == 200
+        rows = reply["response"]["runs"]["data"]
+        assert [r["run_id"] for r in rows] == order
+        assert {r["run_id"]: r["total_bytes_up"] for r in rows} == {"r-b": "528 B", "r-kb": "12.1 KB",
+                                                                     "r-mb": "2.38 MB"}
+        # the tooltips of the notes follow the rows
+        assert [t.get("run_id", {}).get("value") for t in reply["response"]["runs"]["tooltip_data"]] == order
+    columns = {c["id"]: c for c in reply["response"]["runs"]["columns"]}
+    assert columns["total_bytes_up"]["name"] == "bytes up" and "type" not in columns["total_bytes_up"]
+    assert columns["final_accuracy"]["type"] == "numeric"
+    # the comparison table and a run's rounds show bytes the same way
+    code, reply = dash_callback(app, "..acc-bytes.figure", {**CHART_INPUTS, **inputs})
+    rows = {r["method"]: r for r in reply["response"]["compare"]["data"]}
+    # mean 836,176 B = 816.6 KB, sample std 1,437,125 B = 1.371 MB over the runs' 528 B, 12,390 B, 2,495,611 B
+    assert rows["bbt-fed"]["bytes up (total)"] == "817 KB ± 1.37 MB"
+    assert rows["bbt-fed"]["bytes up / client-round"] == "408 KB ± 702 KB"  # 2 clients a round: half of it
+    code, reply = dash_callback(app, "..detail-title", {"runs.active_cell": {"row": 0, "column": 0, "row_id": "r-b"}})
+    rounds = reply["response"]["detail-rounds"]["data"]
+    assert [(r["bytes_up"], r["bytes_down"]) for r in rounds] == [("0 B", "0 B"), ("528 B", "528 B")]
+
+
+def _every_column(tmp_path) -> dict[str, list[str]]:
+    """Every column id each of the page's tables can show, by table: the run list's, the
+    comparison's (every column simulations.tables can give, as named here), a run's rounds
+    (a method metric too), its config, the config diff's, the per-client table's."""
+    from simulations.dashboard import CONFIG_TABLE_COLUMNS
+    from simulations.dashboard_data import COMPARE_BYTES, RUN_COLUMNS
+    from simulations.dashboard_explore import SPREAD_COLUMNS
+    from simulations.tables import COLUMNS
+
+    root = tmp_path / "runs"
+    write_run(root, "r", "fedbpt", 0, [_round(0, 0.5), _round(1, 0.6, dropped=[{"client": "3", "reason": "x"}],
+                                                                method_metrics={"sigma_prime": 0.4},
+                                                                train_loss=0.3, round_time_s=2.0)])
+    compare = [COMPARE_BYTES[c][1] if c in COMPARE_BYTES else name for c, name in COLUMNS.items()]
+    return {
+        "runs": list(RUN_COLUMNS),
+        "compare": ["method", "dataset", "partition", "runs", *compare, *comparison(root).columns],
+        "rounds": list(run_detail(root, "r")[0].columns),
+        "config": [c["id"] for c in CONFIG_TABLE_COLUMNS],
+        "config-diff": ["key", "20261122-123011-fedprompt-sst2-s0", "r"],
+        "clients": list(SPREAD_COLUMNS),
+    }
+
+
+def test_every_column_of_every_table_says_what_it_is(tmp_path):
+    """``P acc``, ``NP acc`` were explained nowhere: every column any table can show has a
+    help text (one definition per column, its header's tooltip), with its unit where it has
+    one; a new column without one fails here."""
+    from simulations.dashboard_data import COLUMN_HELP, column_help
+
+    tables = _every_column(tmp_path)
+    assert "m:sigma_prime" in tables["rounds"] and "bytes up (total)" in tables["compare"]
+    missing = {t: [c for c in cols if not column_help(c, t)] for t, cols in tables.items()}
+    assert not any(missing.values()), missing
+    # one definition, reused: the run list's final_accuracy is the comparison's "final acc"
+    assert column_help("final acc", "compare").startswith(COLUMN_HELP["final_accuracy"])
+    assert column_help("bytes up (total)", "compare").startswith(COLUMN_HELP["total_bytes_up"])
+    assert column_help("P acc", "compare").startswith(COLUMN_HELP["p_accuracy"])
+    assert "Here: the mean ± std" in column_help("final acc", "compare")  # a mean over the row's runs
+    assert "Here:" not in column_help("runs", "compare") and "Here:" not in column_help("final_accuracy", "runs")
+    # what the issue asks them to say
+    assert "participating clients" in COLUMN_HELP["p_accuracy"] and "post-tuning" in COLUMN_HELP["p_accuracy"]
+    assert "held-out" in COLUMN_HELP["np_accuracy"] and "server's test split" in COLUMN_HELP["final_accuracy"]
+    for column in ("total_bytes_up", "total_bytes_down", "bytes_up", "bytes_down"):
+        assert "measured serialized" in COLUMN_HELP[column] and "KB = 1,024 B" in COLUMN_HELP[column]
+    assert column_help("m:sigma_prime", "rounds").startswith("sigma_prime: ")
+    assert column_help("model_queries", "rounds") != column_help("model queries", "compare")  # a round's, a run's
+    assert column_help("nope", "runs") is None and column_help("nope", "compare") is None
+
+
+def test_every_table_on_the_page_carries_its_header_help(tmp_path):
+    """The help reaches the page: each table's ``tooltip_header`` names every column it shows,
+    and a line under the run list and the comparison table says to hover a header."""
+    from simulations.dashboard import HEADER_HELP, make_app
+
+    root = tmp_path / "runs"
+    write_run(root, "a", "fedbpt", 0, [_round(0, 0.5), _round(1, 0.6, method_metrics={"sigma_prime": 0.4})])
+    write_run(root, "b", "fedbpt", 1, [_round(0, 0.5), _round(1, 0.7)], holdout="3")
+    app = make_app(root)
+    inputs = {"experiment.value": ["demo · iid · 8 shots"], "status-filter.value": ["finished"]}
+    replies = [dash_callback(app, "..runs.data", inputs)[1]["response"]["runs"],
+               dash_callback(app, "..acc-bytes.figure", {**CHART_INPUTS, **inputs})[1]["response"]["compare"],
+               dash_callback(app, "..detail-title", {"runs.active_cell": {"row": 0, "column": 0, "row_id": "a"}}
+                             )[1]["response"]["detail-rounds"],
+               dash_callback(app, "..config-diff.data", {"runs.selected_row_ids": ["a", "b"]}
+                             )[1]["response"]["config-diff"]]
+    for table in replies:
+        ids = [c["id"] for c in table["columns"]]
+        assert ids and set(table["tooltip_header"]) == set(ids), (ids, table["tooltip_header"])
+        assert all(isinstance(v, str) and len(v) > 20 for v in table["tooltip_header"].values())
+    assert "holdout" in replies[0]["tooltip_header"] and "m:sigma_prime" in replies[2]["tooltip_header"]
+    def find(component, wanted: str):
+        if getattr(component, "id", None) == wanted:
+            return component
+        children = getattr(component, "children", None)
+        for child in children if isinstance(children, list) else [children] if children is not None else []:
+            if (hit := find(child, wanted)) is not None:
+                return hit
+        return None
+
+    for table_id, columns in (("detail-config", ["key", "value", "others"]),
+                              ("client-table", ["round", "clients", "min", "median", "max", "worst_client"])):
+        assert set(find(app.layout, table_id).tooltip_header) == set(columns), table_id
+    assert find(app.layout, "runs").sort_action == "custom"
+    helps = [c for card in ("card-runs", "card-compare") for c in find(app.layout, card).children
+             if getattr(c, "className", None) == "table-help"]
+    assert len(helps) == 2 and all(h.children == HEADER_HELP for h in helps)
+
+
+def test_no_dashboard_module_uses_another_modules_private_names():
+    """dashboard_explore drew with ``page._rgba``, ``page._card``, ``page._filter_ids``: they
+    are public now (``rgba``, ``card``, ``filter_ids``), and no dashboard module reaches into
+    another's ``_private`` names (an attribute of the page module, or an import)."""
+    import ast
+
+    from ..conftest import REPO
+
+    for name in ("dashboard.py", "dashboard_data.py", "dashboard_explore.py"):
+        tree = ast.parse((REPO / "simulations" / name).read_text())
+        private = [f"{n.value.id}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+                   and isinstance(n.value, ast.Name) and n.value.id == "page" and n.attr.startswith("_")]
+        private += [a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and (n.module or "").startswith(
+            ("simulations", "fedtext")) for a in n.names if a.name.startswith("_")]
+        assert not private, (name, private)
+    from simulations import dashboard
+
+    assert all(callable(getattr(dashboard, n)) for n in ("rgba", "card", "filter_ids"))
