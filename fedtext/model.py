@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fedtext.backbone import Backbone, EncodedBatch, _predicate
+from fedtext.backbone import INJECTIONS, Backbone, EncodedBatch, trainable_predicate
 from fedtext.comm import ArraySpec
 from fedtext.prompts import Prompts, bbt_space, project
 
@@ -92,7 +92,7 @@ class Model:
             ref = reference.get(name)
             if ref is None or x.dtype.kind != "f" or not x.size:
                 continue
-            reason = _over_bound(name, x, ref, bound)
+            reason = over_bound(name, x, ref, bound)
             if reason:
                 return reason
         return None
@@ -136,8 +136,8 @@ class SubspaceModel(PromptModel):
         super().__init__(cfg, backbone)
         self.d = self.mcfg.intrinsic_dim
         self.p0, self.A = bbt_space(backbone, cfg.prompt_length, self.d, cfg.seed, self.mcfg.sigma0)
-        if cfg.prompt_injection == "embedding-output":
-            backbone.embedding_layer  # noqa: B018 - one clear error now for an encoder without one
+        if cfg.prompt_injection in INJECTIONS:
+            backbone.injection(cfg.prompt_injection)  # one clear error now for an encoder without its place
 
     def project(self, z: np.ndarray) -> Prompts:
         """``p0 + A z`` for one z ``[d]`` or a population ``[P, d]``, entering where the run's
@@ -174,7 +174,7 @@ class NetworkModel(Model):
 
     def trainable_parameters(self) -> int:
         """The weights :meth:`trainable` names (counted without making the copy)."""
-        wants = _predicate(self.trainable())
+        wants = trainable_predicate(self.trainable())
         return sum(p.numel() for n, p in self.backbone.named_parameters() if wants(n))
 
     @property
@@ -214,7 +214,7 @@ class NetworkModel(Model):
             return net.evaluate(None, batches)
 
 
-def _over_bound(name: str, x: np.ndarray, ref: np.ndarray, bound: float) -> str | None:
+def over_bound(name: str, x: np.ndarray, ref: np.ndarray, bound: float) -> str | None:
     """``upload-bound``'s test of one array against the global array ``ref`` (see
     :meth:`Model.check_scale`): the reason, or ``None``."""
     scale = max(1.0, float(np.abs(ref).max())) if ref.size else 1.0

@@ -18,7 +18,10 @@ stays out of the way of non-interactive logs:
   ``fedtext: FedDRS distillation, round 3: 2/5 teachers (40%), 24 s, ETA 36 s``;
 * and, only when it printed anything, one closing line (``done: 5/5 teachers in 61 s``);
 * nested work reports once: while a :class:`Progress` is open in a thread, the ones
-  opened inside it (a population scored inside a CMA-ES loop) stay silent.
+  opened inside it (a population scored inside a CMA-ES loop) stay silent;
+* inside :func:`muted` (a client's message, unless run-config ``client-progress=true`` or
+  ``verbose=true``: ``fedtext.client_app``) nothing in that thread prints, so a default
+  simulation prints one line per round, not the interleaved lines of every client actor.
 
 Nothing here touches a number a method computes; it only reads the clock
 (``clock``, injectable: tests pass a fake one).
@@ -26,6 +29,7 @@ Nothing here touches a number a method computes; it only reads the clock
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -38,7 +42,20 @@ AFTER_S = 10.0  # no line for work that ends within this many seconds
 EVERY_S = 20.0  # at most one line per this many seconds (non-interactive logs stay short)
 
 T = TypeVar("T")
-_active = threading.local()  # .depth: Progress objects open in this thread
+_active = threading.local()  # .depth: Progress objects open in this thread; .muted: lines off in it
+
+
+@contextlib.contextmanager
+def muted(on: bool = True) -> Iterator[None]:
+    """While open (with ``on``), no :class:`Progress` of this thread writes a line, closing
+    lines included; the work and its timing are unchanged. Nests: the outer state is back
+    afterwards, even if the block raises."""
+    before = getattr(_active, "muted", False)
+    _active.muted = before or on
+    try:
+        yield
+    finally:
+        _active.muted = before
 
 
 def setup_logging() -> None:
@@ -154,6 +171,8 @@ class Progress:
         return f"{self.done} {self.unit}"
 
     def _write(self, line: str) -> None:
+        if getattr(_active, "muted", False):
+            return  # not counted either: a muted report writes no closing line
         self._last = self.clock()
         self.lines += 1
         try:

@@ -152,10 +152,14 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     recorder = RunRecorder(cfg.output_dir, config, run_id=cfg.resume or None, resume=bool(cfg.resume),
                            keep_rounds=ckpt.round if ckpt else None, launch=launch, trackers=cfg.trackers)
     log.info(
-        "fedtext: method=%s dataset=%s (%d train / %d test, server evaluates %d) task=%s model=%s head=%s",
+        "fedtext: method=%s dataset=%s (%d train / %d test, server evaluates %d) task=%s model=%s%s head=%s",
         cfg.method, cfg.dataset_path or cfg.dataset, len(splits.train), len(splits.test),
-        evaluator.num_examples, task.name, cfg.model, cfg.resolved_head,
+        evaluator.num_examples, task.name, cfg.model, "" if cfg.weights == "pretrained" else f" weights={cfg.weights}",
+        cfg.resolved_head,
     )
+    if cfg.weights == "random":
+        log.warning("fedtext: weights=random: seeded random weights of %s's architecture, for plumbing and cost "
+                    "runs; bytes, memory and time are real, accuracy is not a result", cfg.model)
     if data.source != f"task {task.name}":
         log.info("fedtext: %d classes, label ids 0..%d = %s (names from %s)", task.num_classes, task.num_classes - 1,
                  ", ".join(data.label_names), data.source)

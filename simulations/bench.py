@@ -92,7 +92,7 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, pre
                    sweep_chunks: bool = True, device: str = "cpu") -> dict[str, float]:
     """Useful tokens/s of a plain forward and of batched scoring on SST-2 dev texts, the
     encoder on ``device`` computing in ``precision`` (fedtext.devices: autocast, float32 logits)."""
-    import fedtext.backbone as fb
+    import fedtext.backbone.scoring as scoring
     from fedtext.backbone import get_backbone
     from fedtext.data import load_splits
 
@@ -126,11 +126,11 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, pre
     # Tokens per encoder call (what max-client-memory-mb sets), through MAX_TOKENS_PER_CHUNK:
     # the chunk of a score() without a budget.
     for tokens in CHUNK_SWEEP if sweep_chunks else ():
-        fb.MAX_TOKENS_PER_CHUNK, saved = tokens, fb.MAX_TOKENS_PER_CHUNK
+        scoring.MAX_TOKENS_PER_CHUNK, saved = tokens, scoring.MAX_TOKENS_PER_CHUNK
         try:
             sweep[tokens] = score_useful / best_seconds(lambda: bb.score(prompts, batch), repeats=2)
         finally:
-            fb.MAX_TOKENS_PER_CHUNK = saved
+            scoring.MAX_TOKENS_PER_CHUNK = saved
     return {"plain_tps": plain_rate, "score_tps": score_rate, "mean_len": mean_len, "sweep": sweep,
             "flops_per_token": flops_per_token(bb.encoder, mean_len),
             "flops_per_token_scored": flops_per_token(bb.encoder, mean_len + t)}

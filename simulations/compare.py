@@ -197,7 +197,8 @@ def plan(exp: dict[str, Any], seeds: list[int] | None) -> list[dict[str, Any]]:
 
 def preflight(runs: list[dict[str, Any]], requires: list[str]) -> None:
     """Check, before anything runs, what a profile needs: every run's backbone readable
-    (:func:`fedtext.backbone.check_model`: the hub or a local folder), its ``device`` and
+    (:func:`fedtext.backbone.check_model`: the hub, a local folder or a shipped shape with
+    ``weights=random``), its ``device`` and
     ``precision`` usable here (:meth:`fedtext.devices.Precision.of`), and a CUDA GPU where
     ``requires`` names ``gpu``. Each failure is one :class:`ConfigError` line. Imports
     torch and transformers, so only ``--profile`` pays for it."""
@@ -210,13 +211,13 @@ def preflight(runs: list[dict[str, Any]], requires: list[str]) -> None:
     if "gpu" in requires and not torch.cuda.is_available():
         raise ConfigError(f"this profile needs a CUDA GPU (requires = {requires}); torch {torch.__version__} "
                           f"sees none: run it on a GPU machine, or without --profile")
-    checked: set[tuple[str, str, str]] = set()
+    checked: set[tuple[str, str, str, str]] = set()
     for ov in runs:
         cfg = RunConfig.from_run_config(ov, METHODS)
-        if (key := (cfg.model, cfg.device, cfg.precision)) not in checked:
+        if (key := (cfg.model, cfg.weights, cfg.device, cfg.precision)) not in checked:
             checked.add(key)
             Precision.of(cfg.device, cfg.precision)
-            check_model(cfg.model)
+            check_model(cfg.model, cfg.weights)
 
 
 def default_out(experiment: Path) -> Path:

@@ -63,6 +63,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """``n`` distinct free TCP ports on ``host``: all bound at once, so the kernel cannot hand
+    out one twice (``flwr run``'s local SuperLink needs two of its own)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for sock in socks:
+            sock.bind((host, 0))
+        return [int(sock.getsockname()[1]) for sock in socks]
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def listening(port: int, host: str = "127.0.0.1") -> bool:
     """Whether something accepts TCP connections on ``host:port``."""
     with socket.socket() as s:

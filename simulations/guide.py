@@ -56,6 +56,12 @@ HARNESS = {
     "feddrs_ag_news_alpha005": "DRS",
     "fes_ag_news": "FeS",
 }
+# What each harness is, for the legend under the table (its experiment file has the rest).
+HARNESS_SETTING = {
+    "T1": "FedDPG's Table 1 setting, 10 IID clients, 8 labelled examples per class, 4 rounds",
+    "DRS": "FedDRS's, 8 clients, Dirichlet α=0.05",
+    "FeS": "FeS's few-shot setting, 64 gold labels on 2 of 10 clients plus unlabelled texts",
+}
 NO_RECORD = "no committed record yet"
 
 
@@ -108,8 +114,22 @@ def render(configs: Iterable[type[MethodConfig]] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+def legend() -> str:
+    """The lines under README's table: what the columns and the harnesses are."""
+    harnesses = "; ".join(f"**{short}** {HARNESS_SETTING[short]}" for short in HARNESS.values())
+    return ("KB sent per client-round up and down, model queries per run (sequences the clients pushed "
+            "through the backbone), peak client memory (MB of RSS) and final global accuracy, mean ± std over "
+            "seeds, each cell from a committed `simulations/results/<harness>/table.md` (all-MiniLM-L6-v2 "
+            f"backbone, 2-core CPU). Harnesses, AG News each (compare within one only): {harnesses}.\n")
+
+
+def block() -> str:
+    """README's generated ``method-table`` block: the table, then its legend."""
+    return render() + "\n" + legend()
+
+
 def main() -> None:
-    print(render(), end="")
+    print(block(), end="")
 
 
 if __name__ == "__main__":

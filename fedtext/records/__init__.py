@@ -47,7 +47,7 @@ from fedtext.records.reader import (
 )
 from fedtext.records.schema import ROUND_FIELDS, RoundRecord, busy_seconds
 from fedtext.records.signals import exit_reason, finish_open_runs, install_signal_handlers, signal_reason
-from fedtext.records.writer import RUN_LOG_FILE, RunLogHandler, RunRecorder, run_folder_name
+from fedtext.records.writer import RUN_LOG_FILE, RunLogHandler, RunRecorder, open_recorders, run_folder_name
 
 __all__ = [
     # schema
@@ -57,7 +57,7 @@ __all__ = [
     "current_rss_mb", "distribution_version", "fab_fields", "fedtext_version", "git_state", "launch_fields",
     "machine", "package_versions", "peak_rss_mb", "provenance",
     # writer
-    "RUN_LOG_FILE", "RunLogHandler", "RunRecorder", "run_folder_name",
+    "RUN_LOG_FILE", "RunLogHandler", "RunRecorder", "open_recorders", "run_folder_name",
     # signals
     "exit_reason", "finish_open_runs", "install_signal_handlers", "signal_reason",
     # reader

@@ -547,7 +547,8 @@ def participant_accuracy(rounds: list[dict[str, Any]]) -> dict[str, float | None
 
 
 def progress_line(r: dict[str, Any], total: int) -> str:
-    """``round 3/10 | acc 0.812 loss 0.421 | clients mean 0.790 | up 0.5 KB down 0.5 KB | 12.3 s``.
+    """``round 3/10 | acc 0.812 loss 0.421 | clients mean 0.790 | up 0.5 KB down 0.5 KB | round 4.1 s, total 12.3 s``:
+    the round's own seconds (``round_time_s``) and the seconds since the run started (``wall_time_s``).
 
     ``clients mean`` is the plain mean of the clients' accuracies on their own test splits
     (``client_accuracy_mean``: every client counts once); Flower's history (run-config
@@ -564,7 +565,8 @@ def progress_line(r: dict[str, Any], total: int) -> str:
         )
     kb = f" | up {r.get('bytes_up', 0) / 1024:.1f} KB down {r.get('bytes_down', 0) / 1024:.1f} KB"
     drop = f" | dropped {len(r['dropped'])}" if r.get("dropped") else ""
-    return f"fedtext round {r['round']}/{total} | {acc}{loss}{cli}{kb}{drop} | {r.get('wall_time_s', 0):.1f} s"
+    took = f"round {r['round_time_s']:.1f} s, " if isinstance(r.get("round_time_s"), (int, float)) else ""
+    return f"fedtext round {r['round']}/{total} | {acc}{loss}{cli}{kb}{drop} | {took}total {r.get('wall_time_s', 0):.1f} s"
 
 
 def _mean(xs: list[float]) -> float | None:

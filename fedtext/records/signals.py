@@ -11,12 +11,12 @@ import threading
 import traceback
 from typing import Any
 
-from fedtext.records.writer import _OPEN  # the one registry of open recorders (RunRecorder keeps it)
+from fedtext.records.writer import open_recorders
 
 
 def finish_open_runs(status: str, error: str) -> None:
     """Close every run of this process that has no summary yet (a signal handler's job)."""
-    for recorder in list(_OPEN):
+    for recorder in open_recorders():
         recorder.finish(status, error=error)
 
 

@@ -29,6 +29,12 @@ log = logging.getLogger("fedtext")
 _OPEN: "weakref.WeakSet[RunRecorder]" = weakref.WeakSet()  # recorders without a summary yet (finish_open_runs)
 
 
+def open_recorders() -> list[RunRecorder]:
+    """This process's recorders whose run has no summary yet (the one registry of open runs,
+    kept by :class:`RunRecorder`; :func:`fedtext.records.signals.finish_open_runs` closes them)."""
+    return list(_OPEN)
+
+
 def run_folder_name(config: Mapping[str, Any], when: _dt.datetime | None = None) -> str:
     """The folder name of a new run: ``<stamp>-<method>-<dataset>-s<seed>[-<run-name>]``.
 

@@ -170,6 +170,7 @@ def _hidden(inputs: dict[str, Any], injection: str) -> tuple[dict[str, Any], flo
     import torch
 
     from fedtext.backbone import EncodedBatch
+    from fedtext.backbone.injections import SPLIT_OFFSETS
     from fedtext.prompts import SplitPrompt
 
     bb = _backbone()
@@ -188,7 +189,7 @@ def _hidden(inputs: dict[str, Any], injection: str) -> tuple[dict[str, Any], flo
         with torch.no_grad():
             embeds, shift = (prompt.embeds, prompt.offsets) if isinstance(prompt, SplitPrompt) else (prompt, None)
             hidden, att, _ = bb.hidden_states(torch.as_tensor(embeds), batch,
-                                              None if shift is None else torch.as_tensor(shift))
+                                              None if shift is None else {SPLIT_OFFSETS: torch.as_tensor(shift)})
             bb.hidden_states(torch.as_tensor(p0[None]), batch)
     finally:
         handle.remove()
@@ -224,7 +225,7 @@ def main() -> None:
             note="MiniLM's e(V); d in 10, 100, 500, sigma in 1, 0.5"),
         "injection_hidden_states": common.check(
             "prompt offsets after the embedding layer: last hidden states", MODEL_FILE,
-            "fedtext/backbone.py (Backbone.hidden_states, embedding_offsets)", inputs, inj["hidden"],
+            "fedtext/backbone/injections.py (EmbeddingOutput; Network.hidden_states)", inputs, inj["hidden"],
             ours_injection(inputs), TOL_HIDDEN,
             note=(f"3 texts, T={CASE['prompt_length']}, every position; relative change at the prompt positions "
                   f"of the first layer's input: authors {inj['relative_change']:.3f}, fedtext {ours_change:.3f}")),

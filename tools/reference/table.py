@@ -1,12 +1,13 @@
 """The "Against the authors' code" table of docs/testing.md, from the committed fixtures.
 
     python -m tools.reference.table            # print it
-    python -m tools.reference.table --write    # replace it in docs/testing.md
+    python tools/generated.py                  # write it (and every other generated block)
 
 One row per check of every fixture (``tests/unit/reference/*.json``): the paper, what is
 compared, the authors' file (or "the paper" where no public code exists), fedtext's file,
 the largest absolute difference measured when the fixture was written, the tolerance and the
-verdict. ``tests/unit/test_reference.py`` checks that docs/testing.md holds exactly this table.
+verdict. It is docs/testing.md's generated block ``reference-table`` (tools/generated.py);
+``tests/unit/test_reference.py`` checks that docs/testing.md holds exactly this table.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import json
 from tools.reference import common
 
 DOC = common.ROOT / "docs" / "testing.md"
-BEGIN, END = "<!-- reference-table -->", "<!-- /reference-table -->"
 PAPERS = ("fedbpt", "bbt", "fes", "feddpg", "feddls")  # row order; any other fixture follows
 
 
@@ -39,30 +39,24 @@ def rows() -> list[str]:
     return out
 
 
-def block() -> str:
-    return "\n".join([BEGIN, *rows(), END])
+def render() -> str:
+    """The table as docs/testing.md's generated block holds it (tools/generated.py)."""
+    return "\n".join(rows()) + "\n"
 
 
 def current() -> str:
     """The block as docs/testing.md holds it now ("" when it has none)."""
+    from tools import generated
+
     text = DOC.read_text()
-    if BEGIN not in text or END not in text:
-        return ""
-    return text[text.index(BEGIN) : text.index(END) + len(END)]
+    spans = generated.blocks_in(text)
+    return text[slice(*spans["reference-table"])] if "reference-table" in spans else ""
 
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m tools.reference.table", description=__doc__.split("\n")[0])
-    p.add_argument("--write", action="store_true", help="replace the table in docs/testing.md")
-    args = p.parse_args()
-    if not args.write:
-        print(block())
-        return
-    old = current()
-    if not old:
-        raise SystemExit(f"{DOC} has no {BEGIN} ... {END} block to replace")
-    DOC.write_text(DOC.read_text().replace(old, block()))
-    print(f"wrote the table into {DOC}")
+    p.parse_args()
+    print(render(), end="")
 
 
 if __name__ == "__main__":

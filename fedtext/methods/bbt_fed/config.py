@@ -27,6 +27,12 @@ class BBTFedConfig(SubspaceConfig):
     summary: ClassVar[str] = "CMA-ES on a 100-d prompt subspace, no gradients"
     page: ClassVar[str] = "baselines"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "BBT: CMA-ES (pycma, seeded) on `z ∈ R^d`, prompt `p0 + A z`, `A` a fixed random projection both sides "
+        "rebuild from the seed; the server takes FedAvg's mean of z. `bbt-fed.average=z-sigma-C`: average the "
+        "local z, σ and C (FedBPT's Figure 2 contrast).")
+    travels: ClassVar[str] = (
+        "z: `d·4 + 128` B each way; with σ and C (`bbt-fed.average=z-sigma-C`): `4(d+1+d²) + 384` B")
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "popsize": 4, "intrinsic-dim": 20}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

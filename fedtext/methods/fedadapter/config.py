@@ -29,6 +29,16 @@ class FedAdapterConfig(MethodConfig):
     summary: ClassVar[str] = "Houlsby bottleneck adapters + LayerNorms"
     page: ClassVar[str] = "adapters"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "Houlsby bottleneck adapters (Houlsby et al. 2019), a small module of ours (AdapterHub's `adapters` "
+        "needs transformers 4.57, PEFT has none): `h + W_up σ(W_down h)` after the attention and the "
+        "feed-forward output projections of every layer, before the residual add and LayerNorm; W_down seeded "
+        "(N(0, 0.01²) truncated at 2σ), W_up = 0 (round 0 is the frozen model); the client trains the adapters, "
+        "the layers' LayerNorms (`fedadapter.train-layernorm`) and the `linear` head with AdamW; the server "
+        "takes FedAvg's example-weighted mean.")
+    travels: ClassVar[str] = (
+        "adapters `2L·(4(2md+m+d) + 512)` B plus LayerNorms `4L·(4d+128)` B each way; a C-class `linear` head "
+        "adds `4(CD+C) + 256` B, as `fedlora`'s")
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "bottleneck": 4}
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the adapter weights: server-optimizer composes
     local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies

@@ -25,6 +25,12 @@ class FedAvgConfig(MethodConfig):
     summary: ClassVar[str] = "fine-tune the whole model"
     page: ClassVar[str] = "baselines"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "FedAvg (McMahan et al. 2017), the baseline of FedDRS and FeS: every client fine-tunes the whole encoder "
+        "and a `linear` head (mean-pooled features → C logits) with AdamW (`fedavg.lr` encoder, `fedavg.head-lr` "
+        "head, `fedavg.local-steps` steps of `fedavg.batch-size`); the server takes the example-weighted mean of "
+        "every tensor.")
+    travels: ClassVar[str] = "the whole model each way: `4·#weights + 128·#tensors` B"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

@@ -31,6 +31,16 @@ class FedBPTConfig(SubspaceConfig):
     summary: ClassVar[str] = "bbt-fed + server CMA-ES step with corrected σ′"
     page: ClassVar[str] = "fedbpt"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "FedBPT: local CMA-ES (λ=`fedbpt.popsize`, μ_l=λ/2, I=`fedbpt.local-steps` iterations) on inputs with a "
+        "share 1−r_p of tokens replaced; the server keeps the global CMA-ES state and runs one CMA-ES step over "
+        "the best half of the clients' means with the corrected step size σ′ (eq. 4/12/13); the new σ uses "
+        "CMA-ES's damping c_σ/d_σ (default, `fedbpt.sigma-update=damped`) or Alg. 2 line 5 as printed, "
+        "`σ′·exp(‖p_σ‖/E‖N‖ − 1)` (`printed`). `fedbpt.server-step=reference` and `fedbpt.fitness=ratio` run the "
+        "authors' public code instead (same bytes).")
+    travels: ClassVar[str] = (
+        "up: `[z, σ_1..σ_I, F]` = `4(d+I+1) + 128` B; down: `(z, σ, C)` = `4(d+1+d²) + 384` B, or `(z, σ)` = "
+        "`4(d+1) + 256` B with `fedbpt.download=compact`")
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "popsize": 4, "intrinsic-dim": 20}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

@@ -10,7 +10,7 @@ import numpy as np
 
 from fedtext.comm import ArraySpec
 from fedtext.methods.fedbpt.cmaes import CMAState
-from fedtext.model import SubspaceModel, _over_bound
+from fedtext.model import SubspaceModel, over_bound
 
 UPLOAD = "z|sigmas|loss"
 
@@ -75,5 +75,5 @@ class FedBPTModel(SubspaceModel):
         if not bound:
             return None
         u = self.unpack_upload(upload)
-        return (_over_bound("z", u.z, reference["z"], bound)
-                or _over_bound("sigma", u.sigmas, reference["sigma"], bound))
+        return (over_bound("z", u.z, reference["z"], bound)
+                or over_bound("sigma", u.sigmas, reference["sigma"], bound))

@@ -27,6 +27,16 @@ class FedDLSConfig(MethodConfig):
     summary: ClassVar[str] = "discrete token search; 16-bit ids up, LASSO down"
     page: ClassVar[str] = "feddls"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "FedDLS: discrete local search (Alg. 3): `feddls.steps` times, the client picks a prompt position and "
+        "tries the `feddls.candidates` (K) nearest vocabulary tokens by cosine (eq. 7), keeping the best if it "
+        "lowers the loss (eq. 6); the server rebuilds each client's prompt from the token ids, averages in "
+        "embedding space (eq. 5) and compresses the change for download: LASSO + least squares onto Φ vocabulary "
+        "embeddings per position (eqs. 8–11, `feddls.compression=lasso`), or `full` / `pca` / `quant` (App. E).")
+    travels: ClassVar[str] = (
+        "up: one uint16 token id (or the \"unchanged\" sentinel `65535`) per position, `2T + 128` B; down "
+        "(`lasso`): Φ uint16 ids + Φ float16 weights per position, `4ΦT + 256` B; `full`: `2TD + 128` B; round 1 "
+        "downloads nothing (p′₀ comes from the seed)")
     smoke: ClassVar[Mapping[str, object]] = {"steps": 1, "candidates": 2}
     # the p' version the client holds after the round (clients.feddls.FedDLSClient.train): the
     # server sends its next download from there (strategies.feddls.FedDLS.download)

@@ -57,6 +57,18 @@ class FedDPGConfig(MethodConfig):
     summary: ClassVar[str] = "MLP prompt generator (back-prop); unlearning"
     page: ClassVar[str] = "feddpg"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "FedDPG (Shakeri et al.): a two-layer MLP G (`Linear(D,h)`-ReLU-`Linear(h,|P|·D)`, eq. 2) maps each "
+        "text's mean word embedding ē to |P| prompt vectors placed in front of it (eq. 3, `[CLS] G(ē) x [SEP]`); "
+        "the PLM and its head stay frozen, only G trains (AdamW through the frozen encoder, eq. 4) and travels; "
+        "the server takes the **uniform** mean of G (eq. 1). `feddpg.input`: `prompt-text` ([P;x]), `text` (x "
+        "only, G bypassed), `prompt` (P only) of §4.2.2. **FedDPGu** (§3.3): in round `feddpg.unlearn-round` "
+        "only client `feddpg.unlearn-client` is asked; it relabels `feddpg.forget-fraction` of its examples to a "
+        "random *other* class, trains G on CE(retained) + λ·CE(relabelled) (eq. 5; `feddpg.unlearn-loss` says "
+        "whether λ weighs the set or each example) and the server **replaces** G with its upload; the client "
+        "never trains on those examples again. On a finished run: `python -m "
+        "simulations.papers.feddpg.unlearning forget <run-dir> --client C --num-partitions N`.")
+    travels: ClassVar[str] = "G each way: `4·#G + 4·128` B, `#G = D·h + h + h·|P|·D + |P|·D` weights"
     smoke: ClassVar[Mapping[str, object]] = {"hidden": 5, "prompts": 2, "local-steps": 1, "batch-size": 4}
     smoke_modes: ClassVar[Mapping[str, object]] = {"unlearn-round": 1, "unlearn-client": 0}  # FedDPGu in round 1
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = UNLEARN_METRICS

@@ -71,6 +71,18 @@ class FedDRSConfig(DistillConfig):
     summary: ClassVar[str] = "fedavg + text-free server distillation"
     page: ClassVar[str] = "feddrs"
     results: ClassVar[str] = "feddrs_ag_news_alpha005"
+    description: ClassVar[str] = (
+        "FedDRS (text-free distillation without GAN): clients fine-tune as `fedavg`; the server takes FedAvg's "
+        "mean (the student; the word-embedding matrix ω^emb stays exactly that mean), then, `feddrs.iterations` "
+        "times per round (I), samples pseudo-embeddings per client model (teacher): `random` (mixes of rows of "
+        "the averaged embedding matrix + noise), `target` (gradient descent on θ so the teacher outputs random "
+        "pseudo labels γ_k drawn from the client's label counts, eq. 6), `adversarial` (teacher agrees with γ, "
+        "student does not, λ, eq. 7), and takes `feddrs.distill-steps` AdamW steps on Σ_k KL(teacher_k ‖ "
+        "student) over the task parameters ω^f (eq. 8); after the last round `feddrs.post-iterations` iterations "
+        "(I*) with λ* (post-processing, Alg. 1). `feddrs.sampling`: `mixed` (all three), one sampler, or a "
+        "`+`-joined set (Table 2); `feddrs.post-only=true` is PostOnly, `sampling=adversarial` AdOnly (Table 1). "
+        "Server distillation seconds and peak memory: `method_metrics.server_distill_s`, `server_peak_rss_mb`.")
+    travels: ClassVar[str] = "the whole model each way, as `fedavg`, plus `label_counts` [C] up: `4C + 128` B"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "sample-batch": 2, "sample-length": 4,
                                              "sample-steps": 1, "distill-steps": 1, "post-iterations": 1}
 
@@ -116,6 +128,12 @@ class FedDFConfig(DistillConfig):
     summary: ClassVar[str] = "fedavg + distillation on public texts"
     page: ClassVar[str] = "feddrs"
     results: ClassVar[str] = "feddrs_ag_news_alpha005"
+    description: ClassVar[str] = (
+        "FedDF (Lin et al. 2020), FedDRS's data-based baseline: clients fine-tune as `fedavg`; the server "
+        "distills the same averaged student toward the teachers' ensemble σ((1/K)Σ_k f(x; ω_k)) (eq. 2 of "
+        "FedDRS) on `feddf.aux-size` unlabelled texts of another dataset (`feddf.aux-dataset`), with the same "
+        "student-step budget as `feddrs` (every weight learns).")
+    travels: ClassVar[str] = "the whole model each way, as `fedavg`"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "distill-steps": 1, "post-iterations": 1,
                                              "aux-size": 8, "aux-batch": 8}
 

@@ -38,6 +38,14 @@ class FedKSeedConfig(MethodConfig):
     summary: ClassVar[str] = "zeroth-order full model along K shared seeds"
     page: ClassVar[str] = "fedkseed"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "FedKSeed (Qin et al., ICML 2024): zeroth-order full-parameter tuning along K shared seeds. Each of "
+        "`fedkseed.local-steps` client steps draws a seed index uniformly from the K (`fedkseed.seeds`), z ~ "
+        "N(0, I_d) from it over every weight (encoder, and the `linear` head when used), g = (L(w+εz) − "
+        "L(w−εz))/(2ε) on one mini-batch (two forwards, no back-propagation), w ← w − lr·g·z; the client uploads "
+        "g summed per seed; the server adds the example-weighted mean to its accumulator A, and every node "
+        "rebuilds w = w₀ − lr Σ_k A[k] z_k by replaying A from the pretrained weights.")
+    travels: ClassVar[str] = "one float32 [K] each way, `4K + 128` B"
     smoke: ClassVar[Mapping[str, object]] = {"seeds": 4, "local-steps": 2, "batch-size": 4}
     # the server adds the weighted mean of per-seed scalar sums to A (not a mean of the model's weights;
     # a server optimizer on A is not FedKSeed), and the clients take zeroth-order steps (no gradients)

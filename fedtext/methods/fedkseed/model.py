@@ -168,7 +168,7 @@ class FedKSeedModel(NetworkModel):
         if self._loaded is None or not np.array_equal(a, self._loaded):
             params = [p for _, p in self.network.named_trainable()]
             replay(params, self.initial_weights(), a, self.seeds, self.mcfg.lr)
-            self.network._label_cache = None  # the encoder changed
+            self.network.weights_changed()  # the label vectors are encoded again
             self._loaded = a.copy()
         return self.network
 

@@ -32,6 +32,18 @@ class FedLoRAConfig(MethodConfig):
     summary: ClassVar[str] = "LoRA on the frozen encoder (PEFT), A and B averaged"
     page: ClassVar[str] = "lora"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "LoRA (Hu et al. 2022) through Hugging Face PEFT: `W x + (α/r) B A x` on the linear layers "
+        "`fedlora.target-modules` names (default query and value) in every layer of the model's own copy of the "
+        "frozen encoder; A seeded from the run seed (the same everywhere), B = 0 (round 0 is the frozen model); "
+        "the client trains A, B (and the `linear` head) with AdamW; the server takes the example-weighted mean "
+        "of A and of B separately (FederatedScope-LLM, FlowerTune), which is not the mean of the clients' B A. "
+        "`fedlora.freeze-a=true` is FFA-LoRA (Sun et al. 2024): A never trains nor travels, and the mean is "
+        "exact.")
+    travels: ClassVar[str] = (
+        "A and B of every wrapped layer each way: `4·r·(d_in+d_out)·L·|targets| + 128·2·L·|targets|` B "
+        "(`freeze-a`: B only, `4·r·d_out·L·|targets| + 128·L·|targets|` B); a C-class `linear` head adds "
+        "`4(CD+C) + 256` B")
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "rank": 2}
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the LoRA factors: server-optimizer composes
     local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies

@@ -25,6 +25,10 @@ class FedPromptConfig(MethodConfig):
     summary: ClassVar[str] = "soft prompt, back-prop through the frozen PLM"
     page: ClassVar[str] = "baselines"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "A soft prompt of T vectors, inserted after [CLS], trained by back-propagation (Adam) through the frozen "
+        "PLM; the server takes FedAvg's example-weighted mean of the prompts.")
+    travels: ClassVar[str] = "prompt `T·D·4 + 128` B each way"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

@@ -25,6 +25,12 @@ class FedPTuningV2Config(MethodConfig):
     summary: ClassVar[str] = "prefix keys/values at every layer (back-prop)"
     page: ClassVar[str] = "feddpg"
     results: ClassVar[str] = "feddpg_table1_ag_news"
+    description: ClassVar[str] = (
+        "Fed P-tuning v2 (FedDPG's Table 1 baseline; Liu et al. 2022): T prefix keys and values at every encoder "
+        "layer (forward hooks overwrite T placeholder positions of each self-attention's key and value "
+        "projections, the same as `past_key_values`; left out of pooling), trained with Adam through the frozen "
+        "PLM; the server takes FedAvg's example-weighted mean.")
+    travels: ClassVar[str] = "`prefix.key`, `prefix.value` `[L,T,D]` each way: `2·(4·L·T·D + 128)` B"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4}
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

@@ -155,6 +155,13 @@ class FedCLSConfig(FewShotConfig):
     strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
     client: ClassVar[str] = "clients.fes:FewShotClient"
     summary: ClassVar[str] = "gold labels only, whole model"
+    description: ClassVar[str] = (
+        "FeS's FedCLS, \"vanilla federated fine-tuning\" as the authors' code runs it (PET's "
+        "`sequence_classifier`): the checkpoint's `cls` head (pooler on [CLS] + a fresh linear layer), gold "
+        "labels only, full fine-tuning, one learning rate for every weight (`fedcls.head-lr` > 0 gives the head "
+        "its own; `head=linear`: mean-pooled features); the server's FedAvg is weighted by labelled examples. "
+        "`fedcls.oracle=true` labels every pool text: the \"Full-set\" reference of FeS Table 1.")
+    travels: ClassVar[str] = "the whole model each way, as `fedavg`"
     smoke: ClassVar[Mapping[str, object]] = {"gold-labels": 8, "max-local-steps": 1}
     default_head: ClassVar[str] = "cls"
     heads: ClassVar[tuple[str, ...]] = ("cls", "linear")
@@ -180,6 +187,12 @@ class FedFSLConfig(PseudoLabelConfig):
     strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
     client: ClassVar[str] = "clients.fes:FewShotClient"
     summary: ClassVar[str] = "few-shot, static pacing, whole encoder"
+    description: ClassVar[str] = (
+        "FeS's baseline (Table 3): the same pipeline as `fes` with **static** pacing (`fedfsl.static-clients` "
+        "labelling clients per round, each keeping its `fedfsl.static-labels` most confident pseudo labels; the "
+        "paper: 5 and 100), no filtering, the whole encoder trained; the server's FedAvg is weighted by labelled "
+        "examples.")
+    travels: ClassVar[str] = "the whole encoder each way: `4·#weights + 128·#tensors` B"
 
 
 @dataclass(frozen=True)
@@ -191,6 +204,10 @@ class FedFSLBiasConfig(PseudoLabelConfig):
     strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
     client: ClassVar[str] = "clients.fes:FewShotClient"
     summary: ClassVar[str] = "fedfsl tuning biases only"
+    description: ClassVar[str] = (
+        "`fedfsl` tuning only the biases (BitFit): every layer bias-only, the rest of the encoder frozen; the "
+        "server's FedAvg is weighted by labelled examples.")
+    travels: ClassVar[str] = "every bias each way: `4·#biases + 128·#tensors` B"
 
     bias_layers: int = -1  # every layer bias-only (BitFit)
 
@@ -204,6 +221,30 @@ class FeSConfig(PseudoLabelConfig):
     strategy: ClassVar[str] = "strategies.fes:FewShotStrategy"
     client: ClassVar[str] = "clients.fes:FewShotClient"
     summary: ClassVar[str] = "few-shot: pseudo labels, pacing, bias-only top"
+    description: ClassVar[str] = (
+        "FeS (Cai et al., MobiCom '23), few-shot: `fes.gold-labels` gold labels on clients "
+        "`0..fes.labelled-clients−1`, `fes.unlabeled-size` unlabelled texts on every client. Per round the "
+        "server draws a training group (`clients-per-round` clients that hold gold or pseudo labels) and, on "
+        "labelling rounds, a labelling group; a labelling client runs the global model on the texts its "
+        "**representational filter** kept (§3.2, eq. (2): greedy k-NN score Σ_{x∈E(u)} ρ^−|V(x)∩L| on the frozen "
+        "MiniLM's sentence embeddings, computed once, `fes.keep-ratio`) and keeps its ⌊|U|·k/100·(r−1)/f⌋ most "
+        "confident predictions as pseudo labels, labelling in rounds r = 1+f, 1+2f, … with the global model "
+        "after r−1 rounds (the authors' schedule; round 1 trains on gold labels only), re-labelling earlier ones "
+        "(they live in `context.state` and survive rounds the client sits out). **Curriculum pacing** (§3.1, "
+        "Alg. 1): each ⟨f, n, k⟩ of `fes.paces` is tried for `fes.trial-rounds` rounds and scored by AUG-E = "
+        "η·Δacc / (l_i·n/f + θ·l_t·k) (eq. (1), l_i / l_t the clients' measured seconds per inference / training "
+        "batch); the best runs on, the top-`fes.candidates` are re-tried when a window's AUG-E falls below "
+        "`fes.threshold`. **Co-planning** (§3.3): the bottom `fes.frozen-layers` layers frozen, the next "
+        "`fes.bias-layers` bias-only (`bias-lr`), the rest fully trained (`lr`); one local epoch of mini-batch 4 "
+        "on gold + pseudo labels; the server's FedAvg is weighted by labelled examples. The default plan is the "
+        "paper's AG News plan scaled to MiniLM-L6's layers (4 frozen, 2 bias-only: only the top two layers' "
+        "biases train and travel); `fes.frozen-layers=3 fes.bias-layers=2` trains and sends a full top layer as "
+        "well. Prompt-based = the `similarity` head (label descriptions; the offline MiniLM has no MLM head), "
+        "`tied` = cloze template + verbalizer, `mlm` = PET exactly. Every round records its pace, AUG-E, "
+        "trial/switch events, pseudo-label count and (diagnostic) accuracy in `method_metrics`.")
+    travels: ClassVar[str] = (
+        "the co-planned (trained) tensors each way, `4·#weights + 128·#tensors` B; a labelling-only client uploads "
+        "nothing")
     smoke: ClassVar[Mapping[str, object]] = {"gold-labels": 8, "unlabeled-size": 16, "max-local-steps": 1,
                                              "paces": "1-3-20", "neighbours": 4}
     smoke_modes: ClassVar[Mapping[str, object]] = {"num-server-rounds": 2, "paces": "1-3-100"}

@@ -1,0 +1,262 @@
+"""How long README's two commands take on a fresh clone, and where the test suite's time goes.
+
+    python tools/timings.py measure     # fresh clone + venv: install, the demo, README's test command
+    python tools/generated.py           # README's and docs/testing.md's blocks from docs/timings.json
+
+``measure`` does what a newcomer and CI do, on a fresh clone of this checkout's HEAD in a
+temporary folder: a new virtual environment, README's first command (``pip install -e .``,
+then the demo ``flwr run . --stream`` in a new Flower home, on free ports of its own, its
+SuperLink stopped by PID afterwards), then README's test command (read from README as
+``.ci/run`` reads it) with ``--durations=0 --junitxml`` added (and the demo once more on
+each of :data:`OTHER_SEEDS`), so that every test's seconds
+are recorded. It writes one file, ``docs/timings.json``: the machine (CPU, cores, load
+before and after), the date, the commit, each step's seconds, the demo's round lines, and
+every test's seconds and outcome. Nothing else holds these figures: README's
+``readme-timings`` block and docs/testing.md's ``test-durations`` block are rendered from the
+file (:func:`render_readme`, :func:`render_testing`), so the next issue sees which tests grew
+against the budget stated here (:data:`BUDGET_S`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TIMINGS = ROOT / "docs" / "timings.json"
+TIERS = ("unit", "docs", "integration", "system")  # tests/<tier>/ (tests/conftest.py)
+# CI's limit is 90 minutes, hard; an idle run of README's test command on 2 cores must stay
+# under 20 (issue 55), so each tier has its share. A tier over its share names its slowest
+# tests in docs/testing.md: the place to look first.
+BUDGET_S = {"unit": 330, "docs": 30, "integration": 390, "system": 390, "all": 1200}
+SLOWEST = 8  # tests listed per tier
+OTHER_SEEDS = (1, 2)  # the demo is also run with these seeds (README: it learns on each)
+TOKEN_VAR = "FEDTEXT_TIMINGS_TOKEN"  # marks every process a measurement starts (stopped by PID)
+
+
+# --------------------------------------------------------------------------- measuring
+def _run(cmd: list[str] | str, cwd: Path, env: dict[str, str], log: Path, timeout: float) -> tuple[float, str, int]:
+    """Run ``cmd``; its seconds, output (also appended to ``log``) and exit status."""
+    start = time.time()
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout,
+                          shell=isinstance(cmd, str), executable="/bin/bash" if isinstance(cmd, str) else None)
+    seconds = time.time() - start
+    out = proc.stdout + proc.stderr
+    with log.open("a") as f:
+        f.write(f"$ {cmd}\n{out}\n[exit {proc.returncode} after {seconds:.1f} s]\n")
+    return seconds, out, proc.returncode
+
+
+def _stop_token(token: str) -> None:
+    """Stop, by PID, every process carrying this measurement's token (the detached local
+    SuperLink ``flwr run`` leaves running among them)."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit() and int(proc.name) != os.getpid():
+            try:
+                if needle in (proc / "environ").read_bytes().split(b"\0"):
+                    os.kill(int(proc.name), signal.SIGTERM)
+            except OSError:
+                pass
+
+
+def test_command(readme: str) -> str:
+    """README's test command: the code block after ``<!-- test-command -->`` (as .ci/run reads it)."""
+    m = re.search(r"<!-- test-command -->\s*```bash\n(.*?)\n```", readme, re.S)
+    if m is None:
+        raise SystemExit("README.md has no <!-- test-command --> block")
+    return m.group(1).strip()
+
+
+def first_command(readme: str) -> str:
+    """README's first command: the first ``pip install -e . && ... flwr run`` line."""
+    m = re.search(r"^(pip install -e \. && .*flwr run .*)$", readme, re.M)
+    if m is None:
+        raise SystemExit("README.md has no 'pip install -e . && ... flwr run' line")
+    return m.group(1).strip()
+
+
+def junit_tests(path: Path) -> list[dict[str, Any]]:
+    """Every test case of a pytest JUnit XML: node id, tier, seconds, outcome."""
+    out = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        file = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+            elif child.tag == "skipped":
+                outcome = "skipped"
+        parts = file.split("/")
+        tier = parts[1] if len(parts) > 2 and parts[0] == "tests" else "?"
+        out.append({"id": f"{file}::{case.get('name')}", "tier": tier, "s": round(float(case.get("time", 0)), 2),
+                    "outcome": outcome})
+    return out
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    cpu = ""
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                    if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"cpu": cpu or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "system": f"{platform.system()} {platform.machine()}"}
+
+
+def measure(keep: Path | None = None) -> dict[str, Any]:
+    """README's two commands on a fresh clone of HEAD (module doc); the record written to
+    ``docs/timings.json``."""
+    readme = (ROOT / "README.md").read_text()
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    work = keep or Path(tempfile.mkdtemp(prefix="fedtext-timings-"))
+    clone, log = work / "clone", work / "timings.log"
+    token = uuid.uuid4().hex
+    from simulations.deployment import free_ports
+
+    http_port, control_port = free_ports(2)
+    env = {**os.environ, TOKEN_VAR: token, "FLWR_HOME": str(work / "flwr-home"), "PYTHONUNBUFFERED": "1",
+           "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port), "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
+    env.pop("VIRTUAL_ENV", None)
+    load_before = os.getloadavg()
+    started = dt.datetime.now(dt.timezone.utc)
+    try:
+        subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+        venv = clone / ".venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env['PATH']}"
+        _run("python -m pip install -q --upgrade pip", clone, env, log, 600)
+        install_cmd, run_cmd = first_command(readme).split(" && ", 1)
+        install_s, out, rc = _run(install_cmd, clone, env, log, 3600)
+        if rc:
+            raise SystemExit(f"{install_cmd} failed (exit {rc}): see {log}")
+        demo_s, out, rc = _run(run_cmd, clone, env, log, 1800)
+        _stop_token(token)
+        if rc:
+            raise SystemExit(f"{run_cmd} failed (exit {rc}): see {log}")
+        lines = [m.group(0) for m in re.finditer(r"fedtext round \d+/\d+ \|.*", out)]
+        seeds = {}  # the same command on the other seeds README quotes: does the demo learn there too?
+        for seed in OTHER_SEEDS:
+            _, out, rc = _run(f"{run_cmd} --run-config 'seed={seed}'", clone, env, log, 1800)
+            _stop_token(token)
+            if rc:
+                raise SystemExit(f"the demo with seed={seed} failed (exit {rc}): see {log}")
+            seeds[str(seed)] = [float(a) for a in re.findall(r"fedtext round \d+/\d+ \| acc ([\d.]+)", out)]
+        tests_cmd = test_command(readme)
+        junit = work / "junit.xml"
+        test_s, out, rc = _run(f"{tests_cmd} --durations=0 --junitxml={junit}", clone, env, log, 5400)
+        _stop_token(token)
+        summary = next((line for line in reversed(out.splitlines()) if re.search(r"\d+ (passed|failed)", line)), "")
+        tests = junit_tests(junit) if junit.is_file() else []
+    finally:
+        _stop_token(token)
+    record = {
+        "machine": machine(), "date": started.date().isoformat(), "commit": commit,
+        "load_before": [round(x, 2) for x in load_before], "load_after": [round(x, 2) for x in os.getloadavg()],
+        "install_s": round(install_s, 1), "demo_s": round(demo_s, 1), "demo_command": run_cmd,
+        "demo_lines": lines, "demo_seeds": seeds, "test_command": tests_cmd, "test_s": round(test_s, 1), "test_exit": rc,
+        "test_summary": summary, "tests": tests,
+    }
+    TIMINGS.write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+# --------------------------------------------------------------------------- rendering
+def load() -> dict[str, Any]:
+    """The committed measurement (``docs/timings.json``)."""
+    return json.loads(TIMINGS.read_text())
+
+
+def minutes(seconds: float) -> str:
+    """``42 s``, ``3 min 05 s``."""
+    s = int(round(seconds))
+    return f"{s} s" if s < 60 else f"{s // 60} min {s % 60:02d} s"
+
+
+def where(t: dict[str, Any]) -> str:
+    """``2 cores (Intel Xeon ...), 2026-11-27, commit 1a2b3c4``."""
+    m = t["machine"]
+    return f"{m['cores']} cores ({m['cpu']}), {t['date']}, commit {t['commit'][:7]}"
+
+
+def tiers(t: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Per tier: tests, seconds (the sum of its tests' own seconds), passed, skipped, failed."""
+    out: dict[str, dict[str, float]] = {}
+    for tier in TIERS:
+        mine = [x for x in t["tests"] if x["tier"] == tier]
+        out[tier] = {"tests": len(mine), "s": sum(x["s"] for x in mine),
+                     **{o: sum(x["outcome"] == o for x in mine) for o in ("passed", "skipped", "failed")}}
+    return out
+
+
+def render_readme() -> str:
+    """README's lines under its two commands: how long each took where it was measured."""
+    t = load()
+    return (f"Measured on a fresh clone ({where(t)}; `python tools/timings.py measure`): the install "
+            f"{minutes(t['install_s'])}, the run {minutes(t['demo_s'])}, the tests {minutes(t['test_s'])} "
+            f"({t['test_summary'].strip('= ')}). The run's round lines there:\n\n```text\n"
+            + "\n".join(t["demo_lines"]) + "\n```\n\n"
+            + "With `--run-config \"seed=N\"` the global accuracy went "
+            + "; ".join(f"{' → '.join(f'{a:.3f}' for a in accs)} (seed {seed})" for seed, accs in t["demo_seeds"].items())
+            + ".\n")
+
+
+def render_testing() -> str:
+    """docs/testing.md's durations: each tier's time against its budget, then its slowest tests."""
+    t = load()
+    per = tiers(t)
+    out = [f"Measured by `python tools/timings.py measure` on a fresh clone ({where(t)}; load average "
+           f"{t['load_before'][0]} before, {t['load_after'][0]} after): README's test command took "
+           f"{minutes(t['test_s'])} in all, against a budget of {minutes(BUDGET_S['all'])} "
+           f"({t['test_summary'].strip('= ')}).", "",
+           "| tier | tests | passed | skipped | failed | seconds (sum of its tests) | budget s | within |",
+           "|---|---|---|---|---|---|---|---|"]
+    for tier, v in per.items():
+        within = "yes" if v["s"] <= BUDGET_S[tier] else "**no**"
+        out.append(f"| `tests/{tier}` | {v['tests']:,} | {v['passed']:,} | {v['skipped']:,} | {v['failed']:,} | "
+                   f"{v['s']:,.0f} | {BUDGET_S[tier]:,} | {within} |")
+    for tier in TIERS:
+        mine = sorted((x for x in t["tests"] if x["tier"] == tier), key=lambda x: -x["s"])[:SLOWEST]
+        if not mine:
+            continue
+        out += ["", f"Slowest in `tests/{tier}`:", "", "| seconds | test |", "|---|---|"]
+        out += [f"| {x['s']:,.1f} | `{x['id']}` |" for x in mine]
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python tools/timings.py", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    m = sub.add_parser("measure", help="fresh clone: time the install, the demo and the tests; write docs/timings.json")
+    m.add_argument("--keep", type=Path, help="work in this folder and keep it (default: a new temporary one)")
+    sub.add_parser("show", help="print README's and docs/testing.md's blocks from docs/timings.json")
+    args = ap.parse_args(argv)
+    if args.command == "measure":
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+        t = measure(args.keep)
+        print(f"install {minutes(t['install_s'])}, demo {minutes(t['demo_s'])}, tests {minutes(t['test_s'])}: "
+              f"{t['test_summary']} -> {TIMINGS.relative_to(ROOT)}; now run: python tools/generated.py")
+        return 0 if t["test_exit"] == 0 else 1
+    print(render_readme())
+    print(render_testing())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
