@@ -97,6 +97,61 @@ def own_processes():
             pass
 
 
+@pytest.fixture(scope="session")
+def ray_head():
+    """The address of one Ray head for every Flower simulation of the test session
+    (``simulations.simulate --ray-address``), started on first use: each simulation attaches
+    to it instead of starting a Ray instance of its own (seconds per run on 2 cores). Each run
+    is still a job of its own, with its own client actors. As many CPUs as the machine has,
+    as a run's private instance would; loopback only; stopped at the end by its process group
+    (``ray stop`` would stop every Ray on the machine)."""
+    import subprocess
+    import tempfile
+
+    from simulations.deployment import free_port
+
+    ray = Path(sys.executable).parent / "ray"
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # Ray's socket paths must stay short
+    env = {**_env(), "RAY_USAGE_STATS_ENABLED": "0"}
+    head = subprocess.Popen(
+        [str(ray), "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+         f"--num-cpus={os.cpu_count() or 2}", "--include-dashboard=false", f"--temp-dir={temp}",
+         "--disable-usage-stats"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True)
+    address = f"127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:  # ready when a driver can attach
+            probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{address}')"],
+                                   capture_output=True, text=True, env=env)
+            if probe.returncode == 0 or time.time() > deadline or head.poll() is not None:
+                break
+            time.sleep(1)
+        assert probe.returncode == 0, f"the session's Ray head did not start: {probe.stderr[-2000:]}"
+        yield address
+    finally:
+        pgid = os.getpgid(head.pid)
+        head.terminate()
+        try:
+            head.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            head.wait()
+        time.sleep(2)
+        left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _pgid(int(pid)) == pgid]
+        if left:
+            os.killpg(pgid, signal.SIGKILL)
+        assert not left, f"processes of the session's Ray head still running after it stopped: {left}"
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
     """Mark each test with its folder's tier; a test module outside the three tiers is a
     usage error (it would run in no tier)."""

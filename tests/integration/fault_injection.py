@@ -19,7 +19,7 @@ from flower_launch import simulate  # tests/integration/flower_launch.py: run by
 OVERRIDES = {
     "method": "fedbpt", "num-server-rounds": 2, "shots-per-class": 4, "client-test-size": 8,
     "eval-size": 40, "prompt-length": 4, "max-length": 48, "fedbpt.local-steps": 2, "fedbpt.popsize": 4,
-    "fedbpt.intrinsic-dim": 20,
+    "fedbpt.intrinsic-dim": 20, "model": "tiny-bert", "weights": "random",
 }
 
 

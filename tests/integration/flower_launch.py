@@ -10,6 +10,7 @@ driver.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from flwr.client import ClientApp
@@ -17,14 +18,19 @@ from flwr.simulation import run_simulation
 
 from fedtext.server_app import make_server_app
 
+RAY_ADDRESS_VAR = "FEDTEXT_TEST_RAY_ADDRESS"  # a running Ray head to attach to (tests/conftest.py ray_head)
+
 
 def simulate(overrides: dict, client_fn: Callable, output_dir: str, num_supernodes: int = 3) -> None:
     """Run fedtext's ServerApp (run-config ``overrides``, records under ``output_dir``)
-    against ``client_fn``'s clients through Flower's simulation engine."""
+    against ``client_fn``'s clients through Flower's simulation engine: on the Ray head that
+    ``FEDTEXT_TEST_RAY_ADDRESS`` names (the test session's), else a Ray instance of its own."""
+    address = os.environ.get(RAY_ADDRESS_VAR, "")
+    init = {"address": address} if address else {"num_cpus": 2}
     run_simulation(
         server_app=make_server_app({**overrides, "output-dir": output_dir}),
         client_app=ClientApp(client_fn=client_fn),
         num_supernodes=num_supernodes,
         backend_config={"client_resources": {"num_cpus": 2, "num_gpus": 0.0},
-                        "init_args": {"num_cpus": 2, "include_dashboard": False}},
+                        "init_args": {**init, "include_dashboard": False}},
     )

@@ -7,22 +7,26 @@ old flat keys). A change meant to move a method's numbers re-records that method
 (``python tests/integration/golden/record.py <method> --why "..."``), which notes the commit,
 date and reason in its ``rerecorded`` field: bbt-fed, fedbpt and feddls were re-recorded for
 issue 44 (BBT's prompt injection and A's scale, pycma pinned to cma 3.4's CSA, FedDLS's LASSO ties).
-Each test reruns the same setting with today's keys through Flower's simulation engine
-and asks for the same numbers: bytes, queries and accuracies exactly, losses to 1e-5
+Each test reruns the same setting with today's keys through the server's own round loop in
+this process (tests/inprocess.py: the ServerApp's server and strategy, the ClientApp's clients,
+no Ray; through Flower's engine until issue 55, with the same numbers) and asks for the same numbers: bytes, queries and accuracies exactly, losses to 1e-5
 relative (bit-identical on the machine that recorded them; on another CPU of the same
 kind, 2026-11-23, the float32 kernels sum in another order and the round-0 loss moved by
-4e-7 relative, a few float32 ulps, so the tolerance is float32's, not float64's). This is also each method's 2-round smoke test.
+4e-7 relative, a few float32 ulps, so the tolerance is float32's, not float64's). This is also each method's 2-round smoke test on MiniLM-L6's real weights.
 """
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from ..conftest import REPO, _env, _only_run
+from simulations.simulate import parse_pairs
+
+from ..conftest import REPO
+from ..inprocess import run
 
 GOLDEN = json.loads((REPO / "tests" / "integration" / "golden" / "golden_demo.json").read_text())["methods"]
 TINY = ("num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
@@ -38,15 +42,19 @@ EXACT = ("round", "global_accuracy", "client_accuracy", "client_post_accuracy", 
          "server_queries")
 
 
-@pytest.mark.slow
+def golden_rounds(method: str, output: Path) -> list[dict[str, Any]]:
+    """``method``'s golden setting run now (records under ``output``): its round records.
+    ``record.py`` re-records with this very function."""
+    folder, rounds = run(parse_pairs(f"method={method} {TINY} {NEW_KEYS[method]}"), output,
+                         GOLDEN[method]["num_supernodes"])
+    assert json.loads((folder / "summary.json").read_text())["status"] == "finished"
+    return rounds
+
+
 @pytest.mark.parametrize("method", sorted(NEW_KEYS))
 def test_reshaped_code_reproduces_the_golden_run(method, tmp_path):
     golden = GOLDEN[method]
-    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(golden["num_supernodes"]),
-           "--run-config", f"method={method} {TINY} {NEW_KEYS[method]} output-dir={tmp_path}"]
-    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    rounds = [json.loads(line) for line in (_only_run(tmp_path) / "rounds.jsonl").read_text().splitlines()]
+    rounds = golden_rounds(method, tmp_path)
     assert len(rounds) == len(golden["rounds"]) == 3
     for got, want in zip(rounds, golden["rounds"], strict=True):
         assert {k: got[k] for k in EXACT} == {k: want[k] for k in EXACT}, f"round {want['round']}"

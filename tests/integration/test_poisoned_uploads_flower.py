@@ -14,17 +14,18 @@ import numpy as np
 import pytest
 
 from ..conftest import REPO
+from .flower_launch import RAY_ADDRESS_VAR
 
 
 @pytest.mark.slow
-def test_one_poisoning_client_through_flower_cannot_wreck_the_run(tmp_path):
+def test_one_poisoning_client_through_flower_cannot_wreck_the_run(tmp_path, ray_head):
     """fedprompt, 3 clients, 3 rounds; client 0 sends a 1e30 prompt (and a metric fedprompt
     does not declare), then 10^12 examples, then ``queries="lots"``, and evaluate replies
     without accuracy, the last one claiming to be partition 1: each is dropped with its
     reason under client 0 (the undeclared metric is ignored, with a warning), client 1's
     accuracy is its own, the global loss stays finite, the run finishes on clients 1 and 2
     and its summary names partition 0 as never trained."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), RAY_ADDRESS_VAR: ray_head}
     proc = subprocess.run([sys.executable, str(REPO / "tests" / "integration" / "poisoned_client.py"), str(tmp_path)],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr

@@ -1,6 +1,6 @@
 """Precision and devices on this CPU: every method through one in-process round with
-``device=cpu precision=bf16`` (the unit tier's round loop, in bf16), bytes on the wire
-equal to fp32's; bf16 ranks a CMA-ES population as fp32 does; the device keys fail in
+``device=cpu precision=bf16`` (the unit tier's round loop, in bf16, on the random 2-layer
+encoder: the dtype plumbing is the same whatever the weights), bytes on the wire equal to fp32's; bf16 ranks a CMA-ES population as fp32 does; the device keys fail in
 one line where the machine cannot do them. (No GPU here: the CUDA path is plumbing these
 tests cannot run; docs/performance.md "Precision and devices" says what was measured.)"""
 
@@ -14,7 +14,7 @@ import pytest
 from fedtext.devices import Precision, cpu_has_bf16
 from fedtext.registry import METHODS
 
-from ..unit.test_round_loop import one_round
+from ..inprocess import one_round, tiny_bert
 
 needs_bf16 = pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has no bf16 instructions")
 
@@ -22,8 +22,8 @@ needs_bf16 = pytest.mark.skipif(not cpu_has_bf16(), reason="this CPU has no bf16
 @needs_bf16
 @pytest.mark.parametrize("method", [m for m, c in METHODS.items() if "bf16" in c.precisions])
 def test_every_method_runs_a_round_in_bf16_with_fp32_bytes(method: str, tmp_path: Path) -> None:
-    bf16 = one_round(method, tmp_path / "bf16", precision="bf16", device="cpu")[1]
-    fp32 = one_round(method, tmp_path / "fp32", precision="fp32", device="cpu")[1]
+    bf16 = one_round(method, tmp_path / "bf16", precision="bf16", device="cpu", **tiny_bert(method))[1]
+    fp32 = one_round(method, tmp_path / "fp32", precision="fp32", device="cpu", **tiny_bert(method))[1]
     assert bf16["dropped"] == [] and bf16["num_clients"] == 2, bf16
     # what is sent stays float32: the same bytes each way
     assert bf16["bytes_up_per_client"] == fp32["bytes_up_per_client"] > 0

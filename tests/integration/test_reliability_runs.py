@@ -19,11 +19,15 @@ import pytest
 from fedtext import checkpoint
 from fedtext.records import load_run
 
+from simulations.simulate import parse_pairs
+
 from ..conftest import REPO
+from ..inprocess import run
 from ..unit.test_reliability import _only
 
+# the random 2-layer encoder: what is tested is the engine, the records and the resume, not the weights
 TINY = ("num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
-        "clients-per-round=2")
+        "clients-per-round=2 model=tiny-bert weights=random")
 FEDBPT = f"method=fedbpt {TINY} fedbpt.local-steps=2 fedbpt.popsize=4 fedbpt.intrinsic-dim=20"
 
 
@@ -31,10 +35,11 @@ def _env() -> dict[str, str]:
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
-def simulate(run_config: str, clients: int = 3, timeout: float = 400) -> subprocess.CompletedProcess:
+def simulate(run_config: str, ray: str, clients: int = 3, timeout: float = 400) -> subprocess.CompletedProcess:
+    """``simulations.simulate`` of ``run_config`` on the Ray head at ``ray`` (tests/conftest.py ``ray_head``)."""
     return subprocess.run([sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(clients),
-                           "--run-config", run_config], cwd=REPO, env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+                           "--ray-address", ray, "--run-config", run_config], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_a_run_that_cannot_start_leaves_a_failed_record(tmp_path):
@@ -57,15 +62,14 @@ def test_a_run_that_cannot_start_leaves_a_failed_record(tmp_path):
 
 # ----------------------------------------------------- through Flower (slow)
 @pytest.mark.slow
-def test_a_killed_run_resumes_to_the_same_result(tmp_path):
+def test_a_killed_run_resumes_to_the_same_result(tmp_path, ray_head):
     """fedbpt (server CMA-ES state), 2 rounds: killed with SIGKILL after round 1, the
     run reads ``stale``; ``resume=<run-id>`` finishes it with the same accuracies and bytes
     per round as an uninterrupted run with the same seed."""
-    whole = simulate(f"{FEDBPT} output-dir={tmp_path / 'whole'}")
-    assert whole.returncode == 0, whole.stderr[-3000:]
+    run(parse_pairs(FEDBPT), tmp_path / "whole", 3)  # uninterrupted, in process: Flower's numbers (test_golden)
     out = tmp_path / "killed"
-    proc = subprocess.Popen([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--run-config",
-                             f"{FEDBPT} stale-after-s=2 output-dir={out}"], cwd=REPO, env=_env(),
+    proc = subprocess.Popen([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "3", "--ray-address",
+                             ray_head, "--run-config", f"{FEDBPT} stale-after-s=2 output-dir={out}"], cwd=REPO, env=_env(),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.time() + 300
@@ -86,7 +90,7 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path):
     status = subprocess.run([sys.executable, "-m", "simulations.status", str(out)], cwd=REPO, env=_env(),
                             capture_output=True, text=True, timeout=60)
     assert status.returncode == 1 and "stale" in status.stdout
-    resumed = simulate(f"{FEDBPT} stale-after-s=2 output-dir={out} resume={run_dir.name}")
+    resumed = simulate(f"{FEDBPT} stale-after-s=2 output-dir={out} resume={run_dir.name}", ray_head)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     a, b = load_run(_only(tmp_path / "whole")), load_run(run_dir)
     assert b["status"] == "finished" and [r["round"] for r in b["rounds"]] == [0, 1, 2]
@@ -107,7 +111,7 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path):
                                        "resolved-labels": stored["resolved-labels"]}, UNBOUNDED)
 
     stored = json.loads((run_dir / "config.json").read_text())["config"]
-    stored_fields = {"output_dir": str(out), "shots_per_class": 4, "client_test_size": 8, "eval_size": 40,
+    stored_fields = {"output_dir": str(out), "model": "tiny-bert", "weights": "random", "shots_per_class": 4, "client_test_size": 8, "eval_size": 40,
                      "prompt_length": 4, "max_length": 48, "clients_per_round": 2, "num_server_rounds": 3,
                      "stale_after_s": 2.0, "local_steps": 2, "popsize": 4, "intrinsic_dim": 20}
     assert resume().round == 2  # the same config with one more round: resumable
@@ -119,10 +123,10 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path):
 
 
 @pytest.mark.slow
-def test_client_failures_at_30_percent_are_recorded_and_the_run_completes(tmp_path):
+def test_client_failures_at_30_percent_are_recorded_and_the_run_completes(tmp_path, ray_head):
     cfg = (f"method=bbt-fed {TINY} clients-per-round=4 client-failure-rate=0.3 round-timeout-s=12 "
            f"bbt-fed.popsize=4 bbt-fed.local-steps=1 bbt-fed.intrinsic-dim=20 output-dir={tmp_path}")
-    proc = simulate(cfg, clients=4, timeout=500)
+    proc = simulate(cfg, ray_head, clients=4, timeout=500)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = load_run(_only(tmp_path))
     assert run["status"] == "finished"

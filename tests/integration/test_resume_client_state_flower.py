@@ -21,21 +21,27 @@ import pytest
 from fedtext import checkpoint
 from fedtext.records import load_run
 
-from ..conftest import REPO
+from simulations.simulate import parse_pairs
 
+from ..conftest import REPO
+from ..inprocess import run
+
+# the random 2-layer encoder: what is tested is the kill, the journal and the resume, not the weights
 TINY = ("shots-per-class=4 client-test-size=8 eval-size=40 prompt-length=4 max-length=48 "
-        "stale-after-s=2")
+        "stale-after-s=2 model=tiny-bert weights=random")
 # pace 2-3-20 labels in rounds 1 + 2, 1 + 4, ... (the authors' schedule): in round 3 of 4 only, so
 # round 4 trains on round 3's pseudo labels
 FES = (f"method=fes num-server-rounds=4 {TINY} clients-per-round=2 fes.gold-labels=8 fes.unlabeled-size=24 "
-       "fes.max-local-steps=2 fes.paces=2-3-20 fes.neighbours=4")
+       "fes.max-local-steps=2 fes.paces=2-3-20 fes.neighbours=4 fes.frozen-layers=1 fes.bias-layers=1")
 FEDDPG = (f"method=feddpg num-server-rounds=3 {TINY} feddpg.hidden=5 feddpg.prompts=2 feddpg.local-steps=2 feddpg.batch-size=4 "
           "feddpg.unlearn-round=2 feddpg.unlearn-client=1 feddpg.unlearn-steps=2 clients-per-eval=0")
 
 
 def _simulate(run_config: str, env: dict, clients: int, kill_after: int | None = None, out: Path | None = None):
-    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(clients), "--run-config",
-           f"{run_config} output-dir={out}"]
+    """``simulations.simulate`` on the session's Ray head (``env``'s ``RAY_HEAD``); killed by
+    SIGKILL after the checkpoint of ``kill_after`` when given (Ray then ends the run's actors)."""
+    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(clients), "--ray-address",
+           env["RAY_HEAD"], "--run-config", f"{run_config} output-dir={out}"]
     env = {**env, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1"}
     if kill_after is None:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=400)
@@ -68,13 +74,14 @@ def _only(folder: Path) -> Path:
 
 
 def _kill_and_resume(tmp_path, run_config: str, env: dict, clients: int, kill_after: int = 2):
-    """The uninterrupted run's folder, and the folder of the same run killed (SIGKILL) after
-    the checkpoint of ``kill_after`` and resumed with ``resume=``.
+    """The uninterrupted run's folder (in this process, tests/inprocess.py: the golden records
+    show its numbers are Flower's), and the folder of the same run through Flower killed
+    (SIGKILL) after the checkpoint of ``kill_after`` and resumed with ``resume=``.
 
     At most 2 clients train per round: FedAvg adds uploads in arrival order, and two
     float32 summands add the same either way, three do not (results would differ in the
     last bits between any two runs, interrupted or not)."""
-    whole = _simulate(run_config, env, clients, out=tmp_path / "whole")
+    whole, _ = run(parse_pairs(run_config), tmp_path / "whole", clients)  # in process: the same numbers as Flower's
     out = tmp_path / "killed"
     run_dir = _simulate(run_config, env, clients, kill_after=kill_after, out=out)
     time.sleep(2.5)  # stale, as the resume test of test_reliability does
@@ -97,12 +104,12 @@ def _same_rounds(a: Path, b: Path, method_keys=()) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_fes_killed_and_resumed_keeps_its_pseudo_labels(tmp_path, own_processes):
+def test_fes_killed_and_resumed_keeps_its_pseudo_labels(tmp_path, own_processes, ray_head):
     """FeS labels in round 3 only (pace 2-3-20: rounds 1 + 2k); killed after round 3's checkpoint
     and resumed, round 4 trains on round 3's pseudo labels as the uninterrupted run does
     (without the journal: 0 pseudo labels in round 4, another accuracy and loss)."""
     env, _ = own_processes
-    whole, resumed = _kill_and_resume(tmp_path, FES, env, clients=3, kill_after=3)
+    whole, resumed = _kill_and_resume(tmp_path, FES, {**env, "RAY_HEAD": ray_head}, clients=3, kill_after=3)
     rounds = _same_rounds(whole, resumed, ("pseudo_labels", "label_clients", "train_clients", "labelled_clients"))
     assert rounds[3]["method_metrics"]["label_clients"] > 0 and rounds[2]["method_metrics"]["label_clients"] == 0
     assert rounds[4]["method_metrics"]["pseudo_labels"] > 0 and rounds[4]["method_metrics"]["label_clients"] == 0
@@ -112,12 +119,13 @@ def test_fes_killed_and_resumed_keeps_its_pseudo_labels(tmp_path, own_processes)
 
 
 @pytest.mark.slow
-def test_feddpg_unlearning_killed_and_resumed_never_trains_on_the_forgotten_examples(tmp_path, own_processes):
+def test_feddpg_unlearning_killed_and_resumed_never_trains_on_the_forgotten_examples(tmp_path, own_processes,
+                                                                                     ray_head):
     """FedDPGu, 2 clients: client 1 unlearns in round 2; killed after round 2's checkpoint and resumed,
     round 3 leaves its forgotten examples out as the uninterrupted run does (without the
     journal it trains on them again: another global G)."""
     env, _ = own_processes
-    whole, resumed = _kill_and_resume(tmp_path, FEDDPG, env, clients=2)
+    whole, resumed = _kill_and_resume(tmp_path, FEDDPG, {**env, "RAY_HEAD": ray_head}, clients=2)
     _same_rounds(whole, resumed, ("unlearned_client", "forget_examples"))
     a, b = checkpoint.load(whole).global_arrays, checkpoint.load(resumed).global_arrays
     assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))

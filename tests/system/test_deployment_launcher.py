@@ -37,7 +37,8 @@ def test_the_launcher_runs_a_built_fab_and_a_recorded_config_on_two_supernodes_a
     record = next((REPO / "simulations/results/fedbpt_reference_sst2_pilot/runs").glob("*-fedbpt-reference-dir05"))
     out = tmp_path / "runs"
     tiny = ("num-server-rounds=1 clients-per-round=2 eval-size=24 client-test-size=8 eval-every=1 "
-            "fedbpt.intrinsic-dim=20 fedbpt.local-steps=1 fedbpt.popsize=4 prompt-length=5 device=cpu run-name=replay")
+            "fedbpt.intrinsic-dim=20 fedbpt.local-steps=1 fedbpt.popsize=4 prompt-length=5 device=cpu run-name=replay "
+            "model=tiny-bert weights=random")  # the random 2-layer encoder: the launcher and the FAB are tested
     done = subprocess.run([sys.executable, "-m", "simulations.deployment", "--num-supernodes", "2", "--from-record",
                            str(record), "--run-config", tiny, "--output-dir", str(out), "--timeout-s", "400",
                            "--app", str(fab)],
@@ -89,7 +90,8 @@ def test_sigterm_to_the_launcher_stops_every_process_it_started(tmp_path, own_pr
     out = tmp_path / "runs"
     launcher = subprocess.Popen(
         [sys.executable, "-m", "simulations.deployment", "--num-supernodes", "2", "--output-dir", str(out),
-         "--timeout-s", "600", "--run-config", "method=fedprompt num-server-rounds=50 eval-size=24 device=cpu"],
+         "--timeout-s", "600", "--run-config",
+         "method=fedprompt num-server-rounds=50 eval-size=24 device=cpu model=tiny-bert weights=random"],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.time() + 180

@@ -1,6 +1,6 @@
 """README's first command, ``flwr run . --stream``: Flower's own local SuperLink and
 simulation, as a user starts it (the methods through ``run_simulation`` are in
-tests/integration/test_methods_flower.py)."""
+tests/integration/test_flower_engine.py; every method in process: tests/unit/test_methods_rounds.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import hashlib
 import json
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tomllib
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from fedtext.quiet import FLOWER_STARTUP, strip_flower_prefix
+from simulations.deployment import free_ports
 
 from ..conftest import REPO, _env, _only_run, processes_with_token
 from .fab import flwr_build
@@ -24,7 +24,8 @@ from .fab import flwr_build
 #: what a default `flwr run` of the demo may print once fedtext's code is loaded (issue 47 item 4):
 #: fedtext's round line, fedtext's other lines (run start, progress of long steps), nothing else
 FEDTEXT_LINES = (
-    r"fedtext round \d+/\d+ \| acc [\d.]+ loss [\d.]+( \| clients mean [\d.]+)? \| up [\d.]+ KB down [\d.]+ KB \| [\d.]+ s",
+    r"fedtext round \d+/\d+ \| acc [\d.]+ loss [\d.]+( \| clients mean [\d.]+)? \| up [\d.]+ KB down [\d.]+ KB"
+    r" \| round [\d.]+ s, total [\d.]+ s",
     r"fedtext: .*",
 )
 
@@ -38,49 +39,43 @@ def unexpected_lines(out: str) -> list[str]:
             if (text := strip_flower_prefix(line)) and not any(re.fullmatch(p, text) for p in allowed)]
 
 
-def _flwr_run(tmp_path: Path, env: dict[str, str], run_config: str) -> tuple[str, int]:
-    """``flwr run . --stream`` of one demo round in a fresh Flower home on free ports; its
-    output and the local SuperLink's HTTP port."""
+def _flwr_run(tmp_path: Path, env: dict[str, str], run_config: str, rounds: int | None = 1) -> tuple[str, int]:
+    """``flwr run . --stream`` of ``rounds`` demo rounds (``None``: the default number) in a
+    fresh Flower home on free ports; its output and the local SuperLink's HTTP port."""
     # Flower's local SuperLink listens on fixed ports (39091 HTTP, 39093 Control) whatever
     # FLWR_HOME is; Flower reads these two variables for them: free ports of our own, so a
     # SuperLink elsewhere on the machine can neither fail this test nor receive its run.
-    http_port, control_port = _free_ports(2)
+    http_port, control_port = free_ports(2)
     env = {**_env(), **env, "FLWR_HOME": str(tmp_path / "flwr-home"),
            "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port), "FLWR_LOCAL_CONTROL_API_PORT": str(control_port)}
     cmd = [str(Path(sys.executable).parent / "flwr"), "run", ".", "--stream",
-           "--run-config", f"num-server-rounds=1 output-dir='{tmp_path / 'runs'}' {run_config}"]
+           "--run-config", ("" if rounds is None else f"num-server-rounds={rounds} ")
+           + f"output-dir='{tmp_path / 'runs'}' {run_config}"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     return out, http_port
 
 
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct TCP ports free on 127.0.0.1 now (held together, so they differ)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("flwr", path=str(Path(sys.executable).parent)) is None, reason="flwr CLI not installed")
 def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
-    """README's first command, shortened to one round: ``flwr run . --stream`` in a fresh
-    Flower home, which gets Flower's default local simulation of 2 clients (README says
-    so). The local SuperLink ``flwr run`` leaves running is stopped afterwards by the
+    """README's first command: ``flwr run . --stream`` in a fresh Flower home, which gets
+    Flower's default local simulation of 2 clients (README says so), with every default
+    (the method, its rounds). The demo must show its method learning: the last round's global
+    accuracy clearly above round 0's (issue 55: README's demo once ended below its start).
+    The local SuperLink ``flwr run`` leaves running is stopped afterwards by the
     ``own_processes`` fixture, by PID: only the one this test started."""
     env, token = own_processes
-    out, http_port = _flwr_run(tmp_path, env, "")
-    assert "fedtext round 1/1" in out
+    out, http_port = _flwr_run(tmp_path, env, "", rounds=None)
     run = _only_run(tmp_path / "runs")
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    total = json.loads((run / "config.json").read_text())["config"]["num-server-rounds"]
+    assert f"fedtext round {total}/{total}" in out and len(rounds) == total + 1
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["final_accuracy"] is not None
-    last = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()][-1]
+    first, last = rounds[0], rounds[-1]
+    assert last["global_accuracy"] > first["global_accuracy"] + 0.1, [r["global_accuracy"] for r in rounds]
     assert last["num_clients"] == 2 and len(last["client_accuracy"]) == 2  # README: "the 2 simulated clients"
     # Flower ran an installed copy of the app, packed from this checkout (no git there): the
     # record names the code by that bundle, the same bytes `flwr build` makes of the checkout
@@ -111,7 +106,7 @@ def test_flwr_run_verbose_prints_flowers_own_lines_again(tmp_path, own_processes
     """``verbose=true``: Flower's round and summary lines come back, with its example-weighted
     client accuracy history beside fedtext's plain ``clients mean``."""
     env, _ = own_processes
-    out, _ = _flwr_run(tmp_path, env, "verbose=true")
+    out, _ = _flwr_run(tmp_path, env, "verbose=true model='tiny-bert' weights='random'")
     assert re.search(r"fedtext round 1/1 \| .*\| clients mean [\d.]+ \|", out)
     for back in ("[ROUND 1]", "configure_fit: strategy sampled", "[SUMMARY]", "History (metrics, distributed, evaluate)"):
         assert back in out, back

@@ -60,8 +60,9 @@ def test_a_supernode_killed_mid_run_is_dropped_and_the_run_finishes(tmp_path):
         nodes = [start(f"supernode-{i}", ["bash", "deploy/supernode.sh", "--partition", str(i), "--num-partitions",
                                           "3", "--superlink", f"127.0.0.1:{port}", "--insecure",
                                           "--port", str(free_port())]) for i in range(3)]
-        cfg = (f"method='fedprompt' num-server-rounds=3 clients-per-round=3 eval-size=40 client-test-size=8 "
-               f"eval-every=3 round-timeout-s=60 fedprompt.local-steps=2 output-dir='{runs}'")
+        cfg = (f"method='fedprompt' num-server-rounds=2 clients-per-round=3 eval-size=40 client-test-size=8 "
+               f"eval-every=2 round-timeout-s=60 fedprompt.local-steps=2 model='tiny-bert' weights='random' "
+               f"output-dir='{runs}'")  # the random 2-layer encoder: a lost node is the engine's, not the weights'
         run = subprocess.Popen([str(BIN / "flwr"), "run", ".", "lab", "--stream", "--run-config", cfg], cwd=REPO,
                                env=env, stdout=(tmp_path / "flwr-run.log").open("w"), stderr=subprocess.STDOUT,
                                start_new_session=True)
@@ -77,7 +78,7 @@ def test_a_supernode_killed_mid_run_is_dropped_and_the_run_finishes(tmp_path):
         summary = json.loads((record / "summary.json").read_text())
         assert summary["status"] == "finished", summary
         rounds = [json.loads(line) for line in (record / "rounds.jsonl").read_text().splitlines()]
-        assert [r["round"] for r in rounds] == [0, 1, 2, 3]
+        assert [r["round"] for r in rounds] == [0, 1, 2]
         assert rounds[1]["num_clients"] == 3 and rounds[1]["dropped"] == []
         later = [d for r in rounds[2:] for d in r["dropped"]]
         assert later, rounds  # the lost node shows: a failed (timed-out) client or a shortfall

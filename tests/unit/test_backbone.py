@@ -53,7 +53,7 @@ def test_query_counter_counts_sequences(backbone, demo):
 
 
 def test_chunking_keeps_results(backbone, demo, monkeypatch):
-    import fedtext.backbone as bb
+    import fedtext.backbone.scoring as bb
 
     batch = backbone.encode(list(demo.test["text"][:4]), [0, 1, 0, 1])
     prompts = _prompts(backbone, 6)

@@ -40,7 +40,7 @@ def test_fp32_computes_without_autocast_and_bf16_with_it() -> None:
 def test_the_run_config_reaches_the_backbone(monkeypatch) -> None:
     """backbone_for passes the run's device and precision to the process's cached backbone
     (a bf16 run must not be given the fp32 one, nor the reverse)."""
-    import fedtext.backbone as fb
+    import fedtext.backbone.facade as fb
     from fedtext.tasks import TASKS
 
     seen = []

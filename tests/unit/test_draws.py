@@ -39,8 +39,8 @@ Drawn afresh per round on the server:
 
 Fixed for the whole run (the same on the server and on every client, whatever the round):
 
-* BBT's projection A and p0 (``fedtext/prompts.py`` ``projection``, ``fedtext/backbone.py``
-  ``initial_prompt``; FedBPT Alg. 1 line 1: "initialize the projection matrix A and
+* BBT's projection A and p0 (``fedtext/prompts.py`` ``projection``, ``fedtext/backbone/tokens.py``
+  ``draw_tokens``; FedBPT Alg. 1 line 1: "initialize the projection matrix A and
   distribute it", rebuilt from the run seed on both sides, never sent), post-tuning's A too;
 * FedDPG's G at round 0 (``fedtext/methods/feddpg/model.py`` ``initial_arrays``);
 * a client's data: its test split, shots and unlabelled rest (``fedtext/data.py``

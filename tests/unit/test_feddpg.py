@@ -1,6 +1,6 @@
 """FedDPG (dynamic prompt generator, FedDPGu unlearning) and Fed P-tuning v2, without Flower.
 
-The Flower smoke runs of both methods are in ``tests/integration/test_methods_flower.py``.
+Two rounds of both methods, bytes and FedDPGu's unlearning included: ``tests/unit/test_methods_rounds.py``.
 """
 
 from __future__ import annotations

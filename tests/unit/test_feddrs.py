@@ -1,6 +1,6 @@
 """FedDRS (text-free server distillation) and FedDF (distillation on auxiliary text), without Flower.
 
-The Flower smoke runs of both (every FedDRS sampling option) are in ``tests/integration/test_methods_flower.py``.
+Two rounds of both (every FedDRS sampling option): ``tests/unit/test_methods_rounds.py``.
 """
 
 from __future__ import annotations

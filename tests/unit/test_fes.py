@@ -4,7 +4,7 @@ and the pacer (Alg. 1), the filter's eq. (2), co-planning, pseudo-label choice a
 values small enough to check on paper; each is there because a one-line wrong version of
 the code (a "mutant") passed the earlier tests.
 
-The Flower smoke runs of the four methods are in ``tests/integration/test_methods_flower.py``.
+Two rounds of the four methods on three clients: ``tests/unit/test_methods_rounds.py``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ goes from a module to each project module it names: ``from fedtext import comm``
 * the core (``fedtext/``) imports no method plug-in (``strategies/``, ``clients/``),
   except the two Flower components, ``fedtext/server_app.py`` and
   ``fedtext/client_app.py``, which resolve the registry's ``"module:Class"`` strings;
+* no module reaches into another one's private names (``_x``; dunders are public):
+  neither ``from <project module> import _x`` nor ``<project module>._x`` on a module it
+  imported (``import a.b as m``, ``from a import b``, ``import a.b``) or was handed as a
+  ``ModuleType`` parameter; what another module needs is public in its owner;
 * the dashboard's data layer loads without torch (the dashboard starts in a second):
   tests/integration/test_imports_clean_process.py, in a fresh interpreter.
 """
@@ -155,3 +159,97 @@ def test_the_core_imports_no_plug_in_but_through_the_flower_components():
              for m, targets in sorted(graph.items()) if m.split(".")[0] == "fedtext" and m not in FLOWER_COMPONENTS}
     wrong = {m: t for m, t in wrong.items() if t}
     assert not wrong, f"core modules importing strategies/ or clients/: {wrong}"
+
+
+def is_private(name: str) -> bool:
+    """``_x`` is private; ``__x__`` (``__version__``, ``__file__``) is not."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _source(node: ast.ImportFrom, module: str, is_package: bool) -> str:
+    """The module an ``ImportFrom`` imports from, relative imports resolved."""
+    if not node.level:
+        return node.module or ""
+    base = module.split(".") if is_package else module.split(".")[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+def _is_module_type(annotation: ast.expr | None) -> bool:
+    """Whether a parameter's annotation is ``ModuleType`` (``types.ModuleType``, or as a string)."""
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        return annotation.value.split(".")[-1] == "ModuleType"
+    if isinstance(annotation, ast.Attribute):
+        return annotation.attr == "ModuleType"
+    return isinstance(annotation, ast.Name) and annotation.id == "ModuleType"
+
+
+def private_uses(tree: ast.AST, module: str, is_package: bool, modules: set[str]) -> Iterator[tuple[int, str]]:
+    """``(line, what)`` for each use of another project module's private name in one module."""
+    roots = {m.split(".")[0] for m in modules}
+    bound: dict[str, str] = {}  # local name -> the project module (or top package) it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in roots:
+                    local = alias.asname or alias.name.split(".")[0]
+                    bound[local] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            source = _source(node, module, is_package)
+            if source.split(".")[0] not in roots:
+                continue
+            for alias in node.names:
+                dotted = f"{source}.{alias.name}"
+                if dotted in modules:
+                    bound[alias.asname or alias.name] = dotted
+                elif is_private(alias.name) and source != module:
+                    yield node.lineno, f"from {source} import {alias.name}"
+    handed: dict[ast.AST, set[str]] = {}  # function -> its parameters typed ModuleType
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            args = [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            names = {a.arg for a in args if _is_module_type(a.annotation)}
+            if names:
+                handed[node] = names
+    for function, names in handed.items():
+        for node in ast.walk(function):
+            if (isinstance(node, ast.Attribute) and is_private(node.attr) and isinstance(node.value, ast.Name)
+                    and node.value.id in names):
+                yield node.lineno, f"{node.value.id}.{node.attr} (a module handed in as {node.value.id})"
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and is_private(node.attr)):
+            continue
+        chain, value = [], node.value
+        while isinstance(value, ast.Attribute):
+            chain.append(value.attr)
+            value = value.value
+        if isinstance(value, ast.Name) and value.id in bound:
+            dotted = ".".join([bound[value.id], *reversed(chain)])
+            if dotted in modules and dotted != module:
+                yield node.lineno, f"{dotted}.{node.attr}"
+
+
+def test_the_private_name_check_sees_each_way_in():
+    modules = {"fedtext", "fedtext.a", "fedtext.b", "fedtext.pkg", "fedtext.pkg.c"}
+    code = ("import fedtext.a as a\nfrom fedtext import b\nimport fedtext.pkg.c\nfrom fedtext.a import _x, y, __version__\n"
+            "from .c import _z\nfrom types import ModuleType\nimport os\n"
+            "def f(page: ModuleType, other: int):\n    return page._card, page.card, other._n, os._exit\n"
+            "a._y; a.y; b._w; a.__doc__; fedtext.pkg.c._v; self._own\n")
+    found = sorted(what for _, what in private_uses(ast.parse(code), "fedtext.pkg.d", False, modules))
+    assert found == sorted(["from fedtext.a import _x", "from fedtext.pkg.c import _z", "fedtext.a._y",
+                            "fedtext.b._w", "fedtext.pkg.c._v", "page._card (a module handed in as page)"]), found
+    # a module's own private names, and a package's, are its own
+    assert list(private_uses(ast.parse("import fedtext.a as me\nme._x\nfrom fedtext.a import _y\n"),
+                             "fedtext.a", False, modules)) == []
+
+
+def test_no_module_uses_another_modules_private_names():
+    """What another module needs is public in its owner (``fedtext.model.over_bound``,
+    ``Backbone.weights_changed``, ``fedtext.records.writer.open_recorders``), so a rename
+    inside one module never breaks another silently."""
+    modules = project_modules()
+    found = [f"{path.relative_to(REPO)}:{line}: {what}"
+             for name, path in modules.items()
+             for line, what in private_uses(ast.parse(path.read_text(), filename=str(path)), name,
+                                            path.name == "__init__.py", set(modules))]
+    assert not found, "private names used across modules:\n" + "\n".join(found)

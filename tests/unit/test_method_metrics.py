@@ -36,7 +36,7 @@ from fedtext.validation import EVAL_METRICS, FIT_METRICS
 from strategies.feddpg import FedDPG
 from strategies.fes import FewShotStrategy
 
-from .test_round_loop import TINY, InProcessProxy, smoke
+from ..inprocess import TINY, InProcessProxy, smoke, tiny_bert
 
 SHARED = {"fit": {s.name for s in FIT_METRICS}, "evaluate": {s.name for s in EVAL_METRICS}}
 
@@ -102,7 +102,7 @@ def test_every_metric_a_methods_client_sends_is_exactly_what_its_config_declares
     config = METHODS[method]
     prompt = issubclass(config.model_class(), PromptModel)  # a network method has no prompt to post-tune
     run_config = {"method": method, **TINY, **smoke(method), **POST_TUNE, "post-tune-steps": int(prompt),
-                  **config.run_config(config.smoke_modes), "output-dir": str(tmp_path)}
+                  **config.run_config(config.smoke_modes), **tiny_bert(method), "output-dir": str(tmp_path)}
     cfg = RunConfig.from_run_config(run_config, METHODS)
     server, server_config = build(cfg)
     sent: dict[str, set[str]] = {"fit": set(), "evaluate": set()}

@@ -263,3 +263,23 @@ def test_a_run_recorded_before_the_new_keys_still_resumes(tmp_path):
     changed = make_config("fedbpt", output_dir=str(tmp_path / "runs"), resume="old-run", text_column="body")
     with pytest.raises(ConfigError, match=r"these differ: text-column='body' \(run: 'text'\)"):
         resume_checkpoint(changed, {**changed.to_run_config(), "resolved-task": "demo"}, checkpoint.UNBOUNDED)
+
+
+def test_a_three_class_csv_of_ones_own_runs_end_to_end(tmp_path):
+    """Issue 37 item 2 end to end, in the server's own round loop (tests/inprocess.py; through
+    Flower's Ray engine until issue 55): 2 clients, 1 round, on a 3-class string-label CSV; the
+    labels map to ids in a recorded order and the task is named by the folder."""
+    import json
+
+    from ..inprocess import TINY_BERT, run
+
+    folder = _three_class_csv(tmp_path, train=90, test=30)
+    run_dir, rounds = run({"method": "fedprompt", "dataset": str(folder), "text-column": "sentence",
+                           "num-server-rounds": 1, "shots-per-class": 4, "client-test-size": 6, "eval-size": 30,
+                           "prompt-length": 4, "max-length": 32, "fedprompt.local-steps": 2, **TINY_BERT},
+                          tmp_path / "runs")
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "finished"
+    config = json.loads((run_dir / "config.json").read_text())["config"]
+    assert json.loads(config["resolved-labels"]) == ["neg", "neu", "pos"] and config["resolved-task"] == "reviews3"
+    assert [r["round"] for r in rounds] == [0, 1] and rounds[-1]["num_clients"] == 2
+    assert 0.0 <= rounds[-1]["global_accuracy"] <= 1.0

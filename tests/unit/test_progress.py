@@ -171,3 +171,55 @@ def test_population_scoring_reports_encoder_calls_and_keeps_its_logits(backbone,
     assert torch.equal(backbone.score(prompts, batch), quiet)
     msgs = [r.getMessage() for r in caplog.records if "scoring 6 prompts on 4 texts" in r.getMessage()]
     assert msgs and msgs[-1].startswith("fedtext: scoring 6 prompts on 4 texts: done:")
+
+
+def test_muted_work_prints_nothing_and_nests():
+    """Inside ``muted()`` no line is written, the closing one included; outside it lines are
+    back, also after an exception, and ``muted(False)`` inside a muted block stays muted."""
+    bar, clock, lines = make(total=3)
+    with progress.muted(), bar:
+        for _ in range(3):
+            clock.now += 30
+            bar.advance()
+    assert lines == [] and bar.lines == 0
+    with pytest.raises(RuntimeError), progress.muted():
+        raise RuntimeError
+    with progress.muted(), progress.muted(False):
+        again, clock2, lines2 = make(total=1)
+        with again:
+            clock2.now += 30
+            again.advance()
+    assert lines2 == []
+    loud, clock3, lines3 = make(total=2)
+    with progress.muted(False), loud:
+        clock3.now += 30
+        loud.advance()
+        clock3.now += 30
+        loud.advance()
+    assert lines3 == ["fedtext: client 3: local training: 1/2 steps (50%), 30 s, ETA 30 s",
+                      "fedtext: client 3: local training: done: 2/2 steps (100%) in 1 min 00 s"]
+
+
+@pytest.mark.parametrize(("keys", "shown"), [({}, False), ({"client-progress": True}, True), ({"verbose": True}, True)])
+def test_a_clients_progress_lines_print_only_when_asked(keys, shown, monkeypatch, tmp_path):
+    """A client's message runs muted unless ``client-progress=true`` or ``verbose=true``: a
+    default simulation prints one line per round, not every actor's progress lines."""
+    from fedtext.client_app import Node
+    from fedtext.config import RunConfig
+    from fedtext.registry import METHODS
+
+    cfg = RunConfig.from_run_config({"output-dir": str(tmp_path), **keys}, METHODS)
+    node = Node(cfg, 0, 2, None)
+    monkeypatch.setattr(node, "build", lambda: None)
+    monkeypatch.setattr(progress, "AFTER_S", 0.0)
+    monkeypatch.setattr(progress, "EVERY_S", 0.0)
+    lines: list[str] = []
+
+    def call(_client):
+        with Progress("client 0: CMA-ES", 2, "iterations", emit=lines.append) as bar:
+            bar.advance()
+            bar.advance()
+        return [], 1, {}
+
+    node._timed("fit", {"server_round": 1}, call)
+    assert bool(lines) is shown

@@ -50,9 +50,12 @@ def test_truncated_rounds_file_is_read_up_to_the_break(tmp_path):
 
 
 def test_progress_line():
-    line = progress_line({**ROUNDS[1], "global_loss": 0.4, "wall_time_s": 3.0}, 10)
+    line = progress_line({**ROUNDS[1], "global_loss": 0.4, "round_time_s": 1.25, "wall_time_s": 3.0}, 10)
     assert line.startswith("fedtext round 1/10 | acc 0.700 loss 0.400")
     assert "up 1.0 KB down 2.0 KB" in line
+    assert line.endswith("| round 1.2 s, total 3.0 s")  # per round and cumulative, each said
+    old = {k: v for k, v in ROUNDS[1].items() if k != "round_time_s"}  # a record without it: the total alone
+    assert progress_line({**old, "wall_time_s": 3.0}, 10).endswith("| total 3.0 s")
 
 
 def test_round_fields_are_documented():

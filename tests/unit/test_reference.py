@@ -59,7 +59,7 @@ def test_fixtures_say_where_they_come_from() -> None:
 
 def test_docs_testing_holds_the_table_of_every_fixture() -> None:
     """docs/testing.md's "Against the authors' code" table is the one the fixtures make
-    (``python -m tools.reference.table --write`` after writing a fixture)."""
+    (``python tools/generated.py`` after writing a fixture)."""
     from tools.reference import table
 
-    assert table.current() == table.block(), "run: python -m tools.reference.table --write"
+    assert table.current() == table.render(), "run: python tools/generated.py"

@@ -78,13 +78,13 @@ def test_a_refused_start_is_named_by_method_and_time_never_none(tmp_path):
     from flwr.app import RecordDict
     from flwr.common import Context
 
-    from fedtext.config import ConfigError
+    from fedtext.config import ConfigError, RunConfig
     from fedtext.server_app import make_server_app
 
     cases = {"nope": ({"method": "nope"}, r"\d{8}-\d{6}-nope"),
              # a run id's characters only: "/" -> "_", a dot before a dot -> "_" (fedtext.config.RUN_ID)
              "seed": ({"method": "nope", "seed": 3, "run-name": "../x"}, r"\d{8}-\d{6}-nope-s3-_\._x"),
-             "default": ({"no-such-key": 1}, r"\d{8}-\d{6}-bbt-fed")}
+             "default": ({"no-such-key": 1}, rf"\d{{8}}-\d{{6}}-{RunConfig.method}")}
     for case, (overrides, name) in cases.items():
         out = tmp_path / case
         app = make_server_app({**overrides, "output-dir": str(out)})

@@ -185,7 +185,7 @@ def test_a_node_reports_build_time_and_busy_stamps(monkeypatch):
 
 # ----------------------------------------------------------------- memory budget
 def test_chunk_tokens_follow_the_memory_budget(backbone, monkeypatch):
-    import fedtext.backbone as fb
+    import fedtext.backbone.scoring as fb
 
     per_token = backbone.activation_bytes_per_token(84)
     assert per_token == 3.5 * 4 * (384 + 1536 + 12 * 84)  # MiniLM: D=384, D_ff=1536, H=12: 40,992 B
@@ -202,8 +202,8 @@ def test_a_tight_budget_chunks_scoring_without_changing_results(backbone, demo, 
     prompts = np.stack([backbone.initial_prompt(3, s) for s in range(6)])
     full = backbone.score(prompts, batch)
     calls = []
-    real = backbone._logits
-    monkeypatch.setattr(backbone, "_logits", lambda p, b, **kw: calls.append(len(p)) or real(p, b, **kw))
+    real = backbone.logits
+    monkeypatch.setattr(backbone, "logits", lambda p, b, **kw: calls.append(len(p)) or real(p, b, **kw))
     # below resident: one prompt per call
     torch.testing.assert_close(backbone.score(prompts, batch, budget_mb=1), full, atol=1e-5, rtol=1e-5)
     assert calls == [1] * 6
@@ -224,9 +224,9 @@ def test_clients_of_two_runs_share_the_backbone_but_each_scores_under_its_own_bu
     shared = a.backbone
     assert b.backbone is shared  # one backbone per process and (model, head, task, max length)
     budgets, sizes = [], []
-    real_chunk, real_logits = shared.chunk_tokens, shared._logits
+    real_chunk, real_logits = shared.chunk_tokens, shared.logits
     monkeypatch.setattr(shared, "chunk_tokens", lambda seq, mb: budgets.append(mb) or real_chunk(seq, mb))
-    monkeypatch.setattr(shared, "_logits", lambda p, x, **kw: sizes.append(len(p)) or real_logits(p, x, **kw))
+    monkeypatch.setattr(shared, "logits", lambda p, x, **kw: sizes.append(len(p)) or real_logits(p, x, **kw))
     z = np.random.default_rng(0).normal(size=(4, 20)).astype(np.float32)
 
     def fitness(client) -> tuple[set[int], list[int], np.ndarray]:
@@ -260,7 +260,7 @@ def test_the_scoring_benchmark_measures_both_paths():
 
 # ----------------------------------------------------------------- length buckets
 def test_population_scoring_by_length_buckets_keeps_results_and_drops_padding(backbone, demo, monkeypatch):
-    import fedtext.backbone as fb
+    import fedtext.backbone.scoring as fb
 
     texts = sorted(demo.test["text"][:16], key=len)
     texts = texts[::2] + texts[1::2]  # mixed lengths in one batch

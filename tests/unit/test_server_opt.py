@@ -299,7 +299,7 @@ def test_a_round_with_fedadam_and_proximal_mu_runs_end_to_end_and_checkpoints_it
     """fedprompt through the ServerApp's strategy and in-process ClientApp clients (as
     test_round_loop), with both options on: the round finishes, nothing is dropped, and the
     checkpoint holds the optimizer's m and v beside the global prompt."""
-    from tests.unit.test_round_loop import one_round
+    from tests.inprocess import one_round
 
     monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
     rounds = one_round("fedprompt", tmp_path, **{"server-optimizer": "fedadam", "proximal-mu": 0.01})

@@ -48,7 +48,7 @@ visible margin (hand-computed expected values). Each line: what, where, the test
 * FedDLS: nearest tokens by cosine (eq. (7)): ``clients/feddls.py`` ``nearest_tokens``;
   test_feddls (with unit rows the test makes itself), **here** with the client's own
   unit-norm vocabulary.
-* The mean cross-entropy per prompt, over the batch axis: ``fedtext/backbone.py``
+* The mean cross-entropy per prompt, over the batch axis: ``fedtext/backbone/scoring.py``
   ``losses``; test_backbone, two prompts on two rows.
 * The clients' accuracy, weighted by test examples: ``fedtext/strategy.py``
   ``weighted_accuracy``; test_flower_quiet, counts 2 / 6.

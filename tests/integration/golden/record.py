@@ -2,8 +2,8 @@
 
     python tests/integration/golden/record.py bbt-fed fedbpt feddls --why "issue 44: ..."
 
-Runs each method in ``tests/integration/test_golden.py``'s setting (its ``TINY`` and
-``NEW_KEYS``, through ``simulations.simulate`` in a fresh process, as the test does) and
+Runs each method in ``tests/integration/test_golden.py``'s setting with the test's own
+function (``golden_rounds``: the server's round loop in this process) and
 replaces that method's rounds in the file, with the commit, date and reason of the change in
 the method's ``rerecorded`` field. Methods not named keep what they recorded. Run it from a
 clean checkout of the commit that makes the change: the record names that commit.
@@ -32,7 +32,7 @@ def main() -> None:
     p.add_argument("--why", required=True, help="the intended change that moved the numbers")
     args = p.parse_args()
     sys.path.insert(0, str(REPO))
-    from tests.integration.test_golden import NEW_KEYS, TINY
+    from tests.integration.test_golden import golden_rounds
 
     doc = json.loads(GOLDEN.read_text())
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True,
@@ -42,11 +42,7 @@ def main() -> None:
     for method in args.methods:
         entry = doc["methods"][method]
         with tempfile.TemporaryDirectory() as out:
-            cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(entry["num_supernodes"]),
-                   "--run-config", f"method={method} {TINY} {NEW_KEYS[method]} output-dir={out}"]
-            subprocess.run(cmd, cwd=REPO, check=True, capture_output=True, text=True)
-            run = next(Path(out).rglob("rounds.jsonl"))
-            rounds = [json.loads(line) for line in run.read_text().splitlines()]
+            rounds = golden_rounds(method, Path(out))
         entry["rounds"] = [{k: r[k] for k in FIELDS} for r in rounds]
         entry["rerecorded"] = {"commit": commit, "dirty": bool(dirty), "date": datetime.date.today().isoformat(),
                                "why": args.why}
