@@ -235,7 +235,6 @@ def test_resume_takes_only_a_run_id_the_nodes_accept():
 
 def _float_keys() -> list[tuple[str, str]]:
     """(method, key) for every float key: the shared ones (under fedprompt) and each method's own."""
-    import dataclasses
 
     shared = [("fedprompt", k) for k, f in RunConfig.shared_keys().items() if f.type in (float, "float")]
     own = [(m, k) for m, config in METHODS.items() for k, f in config.keys().items() if f.type in (float, "float")]
