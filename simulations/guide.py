@@ -18,6 +18,7 @@ harness (AG News, 64 gold labels on 2 of 10 clients + unlabelled texts, 3 seeds)
 from __future__ import annotations
 
 import re
+import textwrap
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,10 +118,11 @@ def render(configs: Iterable[type[MethodConfig]] | None = None) -> str:
 def legend() -> str:
     """The lines under README's table: what the columns and the harnesses are."""
     harnesses = "; ".join(f"**{short}** {HARNESS_SETTING[short]}" for short in HARNESS.values())
-    return ("KB sent per client-round up and down, model queries per run (sequences the clients pushed "
+    text = ("KB sent per client-round up and down, model queries per run (sequences the clients pushed "
             "through the backbone), peak client memory (MB of RSS) and final global accuracy, mean ± std over "
             "seeds, each cell from a committed `simulations/results/<harness>/table.md` (all-MiniLM-L6-v2 "
-            f"backbone, 2-core CPU). Harnesses, AG News each (compare within one only): {harnesses}.\n")
+            f"backbone, 2-core CPU). Harnesses, AG News each (compare within one only): {harnesses}.")
+    return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False) + "\n"
 
 
 def block() -> str:

@@ -123,37 +123,54 @@ def ray_head():
     try:
         deadline = time.time() + 120
         while True:  # ready when a driver can attach
-            probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{address}')"],
-                                   capture_output=True, text=True, env=env)
+            try:
+                probe = subprocess.run([sys.executable, "-c", f"import ray; ray.init(address='{address}')"],
+                                       capture_output=True, text=True, env=env, timeout=60)
+            except subprocess.TimeoutExpired as exc:
+                probe = subprocess.CompletedProcess(exc.cmd, 1, "", f"ray.init timed out after {exc.timeout} s")
             if probe.returncode == 0 or time.time() > deadline or head.poll() is not None:
                 break
             time.sleep(1)
         assert probe.returncode == 0, f"the session's Ray head did not start: {probe.stderr[-2000:]}"
         yield address
     finally:
-        pgid = os.getpgid(head.pid)
+        pgid = head.pid  # start_new_session: the head leads its own process group, even once it has exited
         head.terminate()
         try:
             head.wait(timeout=60)
         except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
+            _kill_group(pgid)
             head.wait()
         time.sleep(2)
-        left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _pgid(int(pid)) == pgid]
-        if left:
-            os.killpg(pgid, signal.SIGKILL)
+        left = _live_members(pgid)
+        _kill_group(pgid)
         assert not left, f"processes of the session's Ray head still running after it stopped: {left}"
 
 
-def _pgid(pid: int) -> int | None:
+def _live_members(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that still run (zombies waiting for their reaper excluded)."""
+    live = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()  # state, ppid, pgrp, ... after "(comm)"
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                live.append(int(entry))
+    return live
+
+
+def _kill_group(pgid: int) -> None:
     try:
-        return os.getpgid(pid)
+        os.killpg(pgid, signal.SIGKILL)
     except ProcessLookupError:
-        return None
+        pass
 
 
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
-    """Mark each test with its folder's tier; a test module outside the three tiers is a
+    """Mark each test with its folder's tier; a test module outside the four tiers is a
     usage error (it would run in no tier)."""
     for item in items:
         try:

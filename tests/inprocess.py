@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from flwr.app import RecordDict
+from flwr.compat.common import recorddict_compat as compat
 from flwr.common import (
     DisconnectRes,
     EvaluateIns,
@@ -70,6 +71,12 @@ class InProcessProxy(ClientProxy):
     """A client proxy that hands each message to a freshly built ClientApp client, as
     Flower's ``client_fn`` does per message, keeping the node's ``context.state``.
 
+    Every instruction and reply crosses Flower's own conversion to and from a message's
+    ``RecordDict`` (``flwr.compat.common.recorddict_compat``, with the ``keep_input`` flags of
+    Flower's ``GridClientProxy`` on the server side and its legacy message handler on the client
+    side), as in a Ray or SuperNode run: arrays go through their serialised form and a metric
+    or config value Flower cannot carry fails here as it would there.
+
     Flower's ``Server.fit`` sends a round's messages from a thread pool; in a real run each
     client is its own process (a Ray actor or a SuperNode), so the clients here take turns
     (``TURN``) instead of sharing one interpreter at once: two clients building in parallel
@@ -89,19 +96,28 @@ class InProcessProxy(ClientProxy):
 
     def get_properties(self, ins: GetPropertiesIns, timeout: float | None, group_id: int | None) -> GetPropertiesRes:
         with self.TURN:
-            return self._client().get_properties(ins)
+            ins = compat.recorddict_to_getpropertiesins(compat.getpropertiesins_to_recorddict(ins))
+            res = self._client().get_properties(ins)
+            return compat.recorddict_to_getpropertiesres(compat.getpropertiesres_to_recorddict(res))
 
     def get_parameters(self, ins: GetParametersIns, timeout: float | None, group_id: int | None) -> GetParametersRes:
         with self.TURN:
-            return self._client().get_parameters(ins)
+            ins = compat.recorddict_to_getparametersins(compat.getparametersins_to_recorddict(ins))
+            res = self._client().get_parameters(ins)
+            return compat.recorddict_to_getparametersres(compat.getparametersres_to_recorddict(res, False), False)
 
     def fit(self, ins: FitIns, timeout: float | None, group_id: int | None) -> FitRes:
         with self.TURN:
-            return self._client().fit(ins)
+            ins = compat.recorddict_to_fitins(compat.fitins_to_recorddict(ins, keep_input=True), keep_input=True)
+            res = self._client().fit(ins)
+            return compat.recorddict_to_fitres(compat.fitres_to_recorddict(res, keep_input=False), keep_input=False)
 
     def evaluate(self, ins: EvaluateIns, timeout: float | None, group_id: int | None) -> EvaluateRes:
         with self.TURN:
-            return self._client().evaluate(ins)
+            ins = compat.recorddict_to_evaluateins(compat.evaluateins_to_recorddict(ins, keep_input=True),
+                                                   keep_input=True)
+            res = self._client().evaluate(ins)
+            return compat.recorddict_to_evaluateres(compat.evaluateres_to_recorddict(res))
 
     def reconnect(self, ins: ReconnectIns, timeout: float | None, group_id: int | None) -> DisconnectRes:
         return DisconnectRes(reason="")

@@ -104,8 +104,10 @@ def load(model: str, head: type[Head], weights: str = "pretrained"
             mlm, encoder = head.load(path, model)
         else:
             config = shape.hf_config() if shape else AutoConfig.from_pretrained(path)
-            with torch.random.fork_rng(devices=[]):  # built on the CPU; the global generator is restored
-                torch.manual_seed(random_seed(model))
+            # built on the CPU; the CPU generator is restored afterwards, and no CUDA generator is
+            # touched (torch.manual_seed would reseed them too)
+            with torch.random.fork_rng(devices=[]):
+                torch.default_generator.manual_seed(random_seed(model))
                 mlm, encoder = head.build(config)
     except ConfigError:
         raise

@@ -7,7 +7,9 @@ A *figure* is a measured or quoted number a reader could copy: a mean with its s
 and anything in code (fenced blocks, inline code: commands, keys, values).
 
 What is not written by hand: a generated block (``tools/generated.py``: its function writes
-it from configs, records or measurements, and tests/docs/test_generated.py checks it), and a
+it from configs, records or measurements, and tests/docs/test_generated.py checks it), the
+run-config tables of docs/run-config.md (``tools/run_config_docs.py``, checked by
+tests/unit/test_config.py), docs/mutation.md (the report ``tools/mutation.py`` writes), and a
 table row equal, cell for cell, to a row of a committed ``simulations/results/*/*.md`` table
 (checked by tests/docs/test_docs.py). Everything else is a hand's, and:
 
@@ -27,18 +29,19 @@ from pathlib import Path
 import pytest
 
 from simulations.guide import markdown_rows
-from tools import generated
+from tools import generated, mutation, run_config_docs
 
 from ..conftest import REPO
 
 README = REPO / "README.md"
-DOCS = sorted((REPO / "docs").rglob("*.md"))
+DOCS = sorted(p for p in (REPO / "docs").rglob("*.md") if p != mutation.REPORT)  # the report: the tool's words
 RESULTS = REPO / "simulations" / "results"
 
 NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+|\d+"
 PAIR = re.compile(rf"(?<![\w.\-/:=#@])({NUMBER}) ?± ?({NUMBER})")
-UNITS = r"KB|MB|GB|KiB|MiB|GiB|B|bytes|s|ms|min|h|%|×|x|tests|passed|M|K"
-SINGLE = re.compile(rf"(?<![\w.\-/:=#@])({NUMBER})(?![\w\-/:]|\.\d)(?: ?({UNITS})\b| ?(%|×))?")
+UNITS = (r"KB|MB|GB|KiB|MiB|GiB|B|bytes|s|ms|min|h|seconds|minutes|hours|tests|passed|M|K|x")
+# a number, then optionally its unit, with or without a space (`641 s`, `90.9MB`, `1.58x`, `22.7M`)
+SINGLE = re.compile(rf"(?<![\w.\-/:=#@])({NUMBER})(?:( ?(?:{UNITS}))\b| ?(%|×))?(?![\w\-/:]|\.\d)")
 YEAR = re.compile(r"(19|20)\d\d")
 
 
@@ -54,6 +57,9 @@ def hand_written(text: str, copies: set[tuple[str, ...]]) -> list[tuple[int, str
     """``(line number, line)`` of what a hand wrote on a page: generated blocks, code and
     verified copies of committed table rows blanked."""
     text = generated.without_blocks(text)
+    start, end = run_config_docs.MD_BEGIN, run_config_docs.MD_END  # docs/run-config.md's tables
+    text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda m: "\n" * m.group(0).count("\n"), text,
+                  flags=re.S)
     text = re.sub(r"```.*?```", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
     out = []
     for number, line in enumerate(text.splitlines(), 1):
@@ -75,15 +81,21 @@ def significant(number: str) -> int:
 
 
 def figures(line: str) -> list[str]:
-    """The figures of one line (module doc), as written (``0.827 ± 0.025``, ``641 s``)."""
-    found = [f"{m.group(1)} ± {m.group(2)}" for m in PAIR.finditer(line)]
+    """The figures of one line (module doc), written one way whatever the hand did
+    (``0.827 ± 0.025``, ``641 s``; ``1540`` and ``1,540`` alike; ``641s`` as ``641 s``)."""
+    found = [f"{_plain(m.group(1))} ± {_plain(m.group(2))}" for m in PAIR.finditer(line)]
     for m in SINGLE.finditer(PAIR.sub(" ", line)):
-        number, unit = m.group(1), m.group(2) or m.group(3)
+        number, unit = m.group(1), (m.group(2) or m.group(3) or "").strip()
         if YEAR.fullmatch(number):
             continue
         if significant(number) >= 4 or (unit and significant(number) >= 3):
-            found.append(f"{number} {unit}" if unit else number)
+            found.append(f"{_plain(number)} {unit}" if unit else _plain(number))
     return found
+
+
+def _plain(number: str) -> str:
+    """``1,540`` -> ``1540``: one spelling per number."""
+    return number.replace(",", "")
 
 
 def small_number(number: str) -> bool:
@@ -94,13 +106,15 @@ def small_number(number: str) -> bool:
 def test_the_rules_on_written_examples():
     assert figures("fedprompt reached 0.827 ± 0.025 with 12.12 KB per round") == ["0.827 ± 0.025", "12.12 KB"]
     assert figures("it took 641 s for 1,540 tests, 10.4 GB at peak, 93.7 % killed") == [
-        "641 s", "1,540 tests", "10.4 GB", "93.7 %"]
+        "641 s", "1540 tests", "10.4 GB", "93.7 %"]
+    assert figures("90.9MB, 641s, 1.58x faster, 22.7M weights, 641 seconds, 1540") == [
+        "90.9 MB", "641 s", "1.58 x", "22.7 M", "641 seconds", "1540"]
     assert figures("3 rounds of 2 clients, T = 50, d = 500, in 2024 and 2026") == []
     assert figures("0.827 alone, 128 tokens") == []  # three digits without a unit: a setting, a value
     page = "a\n```\n297,984 B\n```\n`297,984 B` and [x](297984.md)\n<!-- BEGIN generated: x -->\n1,234\n"
     page += "<!-- END generated: x -->\nlast 297,984 B\n"
     lines = hand_written(page, set())
-    assert [(n, f) for n, line in lines for f in figures(line)] == [(9, "297,984 B")]
+    assert [(n, f) for n, line in lines for f in figures(line)] == [(9, "297984 B")]
     assert hand_written("| a | 1,234 |\n", {("a", "1,234")}) == []
 
 

@@ -86,6 +86,11 @@ def test_random_weights_are_bit_identical_and_leave_torchs_generator_alone(tiny)
     assert [n for n, _ in ours] == [n for n, _ in theirs]
     assert all(torch.equal(p, q) for (_, p), (_, q) in zip(ours, theirs, strict=True))
     assert float(tiny.embeddings.weight.std()) > 0.01  # initialised, not zeros
+    # the seed comes from the model's name alone, not from Python's per-process hash(): every process
+    # of a run draws the same weights (the same in a fresh interpreter: tests/integration/test_random_weights.py)
+    from fedtext.backbone.loading import random_seed
+
+    assert random_seed("tiny-bert") == 1414573873398022913
 
 
 def test_random_weights_of_a_pretrained_model_keep_its_architecture(backbone):
