@@ -147,13 +147,14 @@ def test_tls_and_node_auth_deployment_runs_two_methods(deployment):
     seen = len(access.read_text().splitlines())  # earlier tests' strangers and attackers
     for method, extra in (("bbt-fed", "bbt-fed.popsize=4 bbt-fed.local-steps=2"),
                           ("fedprompt", "fedprompt.local-steps=2")):
-        summary, rounds = run_method(d, method, extra)
+        # one round each (a SuperNode starts a process per message: the lost-node and adversarial
+        # tests run longer federations through SuperNodes)
+        summary, rounds = run_method(d, method, extra, rounds=1)
         assert summary["status"] == "finished", summary
-        assert [r["round"] for r in rounds] == [0, 1, 2]
-        for r in rounds[1:]:
-            # the two registered SuperNodes trained; the unregistered one never joined
-            assert r["num_clients"] == 2 and r["dropped"] == [] and r["bytes_up"] > 0, r
-        assert sorted(rounds[2]["client_accuracy"]) == ["0", "1"] and rounds[2]["global_accuracy"] is not None
+        assert [r["round"] for r in rounds] == [0, 1]
+        # the two registered SuperNodes trained; the unregistered one never joined
+        assert rounds[1]["num_clients"] == 2 and rounds[1]["dropped"] == [] and rounds[1]["bytes_up"] > 0, rounds[1]
+        assert sorted(rounds[1]["client_accuracy"]) == ["0", "1"] and rounds[1]["global_accuracy"] is not None
     refused = (d.tmp / "supernode-2.log").read_text()
     assert "Connection successful" not in refused, refused[-2000:]
     # it does not keep retrying: Flower reports exit code 305 and the SuperNode stops (docs/deployment.md says so)
