@@ -4,6 +4,8 @@ budget stated beside them (tools/timings.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tools import generated, timings
@@ -32,9 +34,19 @@ def test_the_measured_suite_is_within_its_budget():
     t = timings.load()
     assert t is not None, "no measurement committed: python tools/timings.py measure"
     assert t["test_exit"] == 0, t["test_summary"]
-    # the two tests that read the measurement itself are the only ones a measurement leaves out
-    assert t["deselected"] == list(timings.READS_THE_MEASUREMENT)
+    # the tests that read the measurement itself are the only ones a measurement leaves out
+    assert set(t["deselected"]) <= set(timings.READS_THE_MEASUREMENT), t["deselected"]
     assert t["test_s"] <= timings.BUDGET_S["all"], (t["test_s"], timings.BUDGET_S["all"])
     over = {tier: v["s"] for tier, v in timings.tiers(t).items() if v["s"] > timings.BUDGET_S[tier]}
     assert not over, over
     assert sum(v["tests"] for v in timings.tiers(t).values()) == len(t["tests"]) > 0
+
+
+def test_the_suite_measured_beside_another_job_is_within_its_budget():
+    """docs/timings_beside.json (``measure --beside``), where one was made: README's test command
+    passed beside a second job on the same cores, within the budget for that case."""
+    if not timings.BESIDE.is_file():
+        pytest.skip("no measurement beside another job committed")
+    t = json.loads(timings.BESIDE.read_text())
+    assert t["test_exit"] == 0, t["test_summary"]
+    assert t["test_s"] <= timings.BESIDE_BUDGET_S, (t["test_s"], timings.BESIDE_BUDGET_S)
