@@ -303,8 +303,9 @@ class RunConfig:
     model: str = DEFAULT_MODEL  # backbone: the offline default, a local path, or a hub name (online)
     #: `pretrained`: the model's own weights; `random`: seeded random weights of the model's architecture, the same in
     #: every process of a run, for plumbing and cost runs (bytes, memory and time are real; accuracy from it is never a
-    #: result). A shipped architecture without weights (`tiny-bert`: 2 layers of width 32; `fedtext.backbone.shapes.SHAPES`)
-    #: takes only `random`
+    #: result). With `random`, a shape shipped in the repo is built offline (`fedtext.backbone.shapes.SHAPES`: `tiny-bert`
+    #: and `tiny-roberta` for plumbing; `roberta-large`, `roberta-base`, `bert-base`, the papers' backbones, for cost
+    #: runs); `roberta-large` and `roberta-base` with `pretrained` are the hub's checkpoints, the other shapes take only `random`
     weights: str = "pretrained"  # pretrained | random (seeded random weights of the model's architecture, for plumbing and cost runs: accuracy is no result)
     #: `auto` = the method's (`similarity` for prompt methods, `linear` for `fedavg`, `cls` for `fedcls`); `similarity`
     #: (cosine to encoded label descriptions; sentence encoders), `tied` (h[MASK]·e(verbalizer)), `mlm` (MLM

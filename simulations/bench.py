@@ -3,6 +3,7 @@
     python -m simulations.bench                    # everything (about 10 minutes on 2 cores)
     python -m simulations.bench --skip-simulation  # without the two Flower/Ray runs
     python -m simulations.bench --precisions       # only part 4: fp32 against bf16 (about 8 minutes)
+    python -m simulations.bench --model roberta-large  # only part 1, at the papers' backbone's shape
 
 Prints markdown tables headed by the machine and date:
 
@@ -89,14 +90,18 @@ def flops_per_token(encoder: torch.nn.Module, seq_len: float) -> float:
 
 
 def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, precision: str = "fp32",
-                   sweep_chunks: bool = True, device: str = "cpu") -> dict[str, float]:
+                   sweep_chunks: bool = True, device: str = "cpu", model: str = "all-MiniLM-L6-v2",
+                   repeats: int = 3) -> dict[str, float]:
     """Useful tokens/s of a plain forward and of batched scoring on SST-2 dev texts, the
-    encoder on ``device`` computing in ``precision`` (fedtext.devices: autocast, float32 logits)."""
+    encoder ``model`` (a checkpoint, or a shape of fedtext/backbone/shapes.py with random
+    weights: the rate is the shape's) on ``device`` computing in ``precision``
+    (fedtext.devices: autocast, float32 logits); the best of ``repeats`` after a warm-up."""
     import fedtext.backbone.scoring as scoring
-    from fedtext.backbone import get_backbone
+    from fedtext.backbone import SHAPES, get_backbone
     from fedtext.data import load_splits
 
-    bb = get_backbone("all-MiniLM-L6-v2", "similarity", "sst2", 128, device, precision)
+    weights = "random" if model in SHAPES else "pretrained"
+    bb = get_backbone(model, "similarity", "sst2", 128, device, precision, weights)
     texts = list(load_splits(SST2).test["text"][:n_texts])
     batches = bb.batches(texts, [0] * len(texts), batch_size=32)
     useful = sum(int(x.attention_mask.sum()) for x in batches)
@@ -107,7 +112,7 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, pre
                 bb.encoder(input_ids=x.input_ids.to(bb.device), attention_mask=x.attention_mask.to(bb.device))
         synchronize(device)
 
-    def best_seconds(fn, repeats: int = 3) -> float:  # best of a few, as for the GEMM
+    def best_seconds(fn, repeats: int = repeats) -> float:  # best of a few, as for the GEMM
         fn()  # warm-up
         times = []
         for _ in range(repeats):
@@ -147,22 +152,38 @@ def high_water_mb() -> float:
 def client_round(method: str, budget_mb: int, precision: str = "fp32", rounds: int = 1,
                  device: str = "cpu") -> dict[str, float]:
     """One warm-up and ``rounds`` timed local rounds of ``method``'s client (this process)
-    on ``device``: the fastest round's seconds (a shared machine only makes a round slower),
-    the peak of them all (resident memory; on a GPU also the GPU memory torch allocated)."""
-    from fedtext.records.probes import current_rss_mb, peak_rss_mb
-    from fedtext.data import client_data
-    from fedtext.client_app import client_class
+    on ``device`` at the method's defaults on SST-2 (:func:`timed_client_round`)."""
     from fedtext.registry import make_config
-    from fedtext.server_app import strategy_class
-    from fedtext.tasks import TASKS
 
     cfg = make_config(method, dataset=SST2, max_client_memory_mb=budget_mb, device=device, precision=precision)
-    task = TASKS["sst2"]
-    strategy = strategy_class(method)(cfg, task)
+    return timed_client_round(cfg, rounds)
+
+
+def timed_client_round(cfg, rounds: int = 1, warm_up: bool = True, partition: int = 0,
+                       partitions: int = 10) -> dict[str, float]:
+    """``rounds`` timed local rounds of ``cfg``'s client (this process), after one warm-up
+    round unless ``warm_up`` is false: the fastest round's seconds (a shared machine only
+    makes a round slower), the peak of them all (resident memory; on a GPU also the GPU
+    memory torch allocated), the values sent each way and the sequences the client pushed
+    through the backbone (``queries``). The server's strategy only makes round 1's download
+    and is gone before the rounds, so that the memory is the client's."""
+    import gc
+
+    from fedtext.client_app import client_class
+    from fedtext.data import client_data, labelled
+    from fedtext.records.probes import current_rss_mb, peak_rss_mb
+    from fedtext.server_app import strategy_class
+
+    task = labelled(cfg).task
+    strategy = strategy_class(cfg.method)(cfg, task)
     strategy.global_arrays = strategy.initial_arrays()
     arrays, extra = strategy.download(1, SimpleNamespace(cid="bench"), "fit")  # what round 1 sends
-    client = client_class(method)(cfg, task, client_data(cfg, 0, 10))
-    client.fit(arrays, {**strategy.fit_config(1), **extra})  # warm-up (FedDLS: now holds version 0)
+    config = {**strategy.fit_config(1), **extra}
+    del strategy
+    gc.collect()
+    client = client_class(cfg.method)(cfg, task, client_data(cfg, partition, partitions))
+    if warm_up:
+        client.fit(arrays, config)  # FedDLS: now holds version 0
     # Reset the kernel's high-water mark (Linux >= 4.0), so that the round's own peak is
     # measured, not the process's (which loading the model and data may set).
     with open("/proc/self/clear_refs", "w") as f:
@@ -173,13 +194,16 @@ def client_round(method: str, budget_mb: int, precision: str = "fp32", rounds: i
     times = []
     for _ in range(rounds):
         t0 = time.perf_counter()
-        _, _, metrics = client.fit(arrays, {**strategy.fit_config(1), **extra})
+        upload, _, metrics = client.fit(arrays, config)
         times.append(time.perf_counter() - t0)
     fit_s = min(times)  # fit() returns numpy arrays: the GPU work is done when it returns
     # the client's own GPU probe (FedTextClient.gpu_memory), a peak since the reset above
     gpu = {"round_peak_gpu_mb": metrics["peak_gpu_mb"]} if "peak_gpu_mb" in metrics else {}
     return {"fit_s": fit_s, "peak_rss_mb": peak_rss_mb(), "round_start_mb": start_mb,
-            "round_peak_mb": high_water_mb(), "queries": metrics["queries"], **gpu}
+            "round_peak_mb": high_water_mb(), "queries": metrics["queries"],
+            "values_down": int(sum(np.asarray(a).size for a in arrays)),
+            "values_up": int(sum(np.asarray(a).size for a in upload)),
+            "weights_total": int(sum(p.numel() for p in client.backbone.encoder.parameters())), **gpu}
 
 
 def client_in_subprocess(method: str, budget_mb: int = 0, precision: str = "fp32", rounds: int = 1,
@@ -274,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
                     "encoder, GEMM peaks and one local round per method, in each precision")
     ap.add_argument("--device", default="cpu", help="with --precisions: cpu, cuda or cuda:N (the GPU rows of "
                     "docs/performance.md: --precisions --device cuda)")
+    ap.add_argument("--model", default="all-MiniLM-L6-v2", help="part 1 only, on this backbone: a checkpoint or "
+                    "a shape (roberta-large: the papers' scale, random weights), one repeat, no chunk sweep")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     if args.client:
@@ -296,13 +322,14 @@ def main(argv: list[str] | None = None) -> int:
 
     print(header())
     gflops = gemm_gflops()
-    r = backbone_rates()
+    shape = args.model != "all-MiniLM-L6-v2"
+    r = backbone_rates(model=args.model, sweep_chunks=not shape, repeats=1 if shape else 3)
     gflops = max(gflops, gemm_gflops())  # again after: the better of two measurements
     peak = gflops * 1e9 / r["flops_per_token"]
     peak_scored = gflops * 1e9 / r["flops_per_token_scored"]
     print("| measure | value | share of GEMM-derived peak |\n| --- | --- | --- |")
     print(f"| fp32 GEMM (2048^3) | {gflops:,.0f} GFLOP/s | |")
-    print(f"| encoder FLOPs per token (L = {r['mean_len']:.0f}) | {r['flops_per_token'] / 1e6:.1f} M | |")
+    print(f"| {args.model} encoder FLOPs per token (L = {r['mean_len']:.0f}) | {r['flops_per_token'] / 1e6:.1f} M | |")
     print(f"| GEMM-derived peak | {peak:,.0f} tokens/s | 100% |")
     print(f"| plain forward, SST-2 dev, batch 32 | {r['plain_tps']:,.0f} useful tokens/s | {r['plain_tps'] / peak:.0%} |")
     print(f"| batched scoring, P=20 x B=32, T=8 | {r['score_tps']:,.0f} useful tokens/s | "
@@ -311,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     for tokens, tps in r["sweep"].items():
         print(f"| scoring at {tokens:,} tokens per encoder call | {tps:,.0f} useful tokens/s | {tps / peak_scored:.0%} |")
     print(flush=True)
+    if shape:
+        return 0
 
     rows = {m: client_in_subprocess(m) for m in METHODS_BENCHED}
     budget = int(rows["fedprompt"]["round_peak_mb"])

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from fedtext.backbone.shapes import SHAPES
+from fedtext.backbone.shapes import SHAPES, shape_of
 from fedtext.config import DEFAULT_MODEL, WEIGHTS, ConfigError
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def check_weights(model: str, weights: str) -> None:
     pretrained ones."""
     if weights not in WEIGHTS:
         raise ConfigError(f"unknown weights '{weights}'; choose one of: {', '.join(WEIGHTS)}")
-    if model in SHAPES and weights != "random":
+    if model in SHAPES and weights != "random" and not SHAPES[model].checkpoint:
         raise ConfigError(f"model '{model}' is an architecture without weights: add weights='random'")
 
 
@@ -69,7 +69,7 @@ def check_model(model: str, weights: str = "pretrained") -> None:
     from transformers import AutoConfig
 
     check_weights(model, weights)
-    if model in SHAPES:
+    if shape_of(model, weights) is not None:
         return
     try:
         AutoConfig.from_pretrained(resolve_model_path(model))
@@ -95,7 +95,7 @@ def load(model: str, head: type[Head], weights: str = "pretrained"
     from transformers import AutoConfig, AutoTokenizer
 
     check_weights(model, weights)
-    shape = SHAPES.get(model)
+    shape = shape_of(model, weights)
     offline = os.environ.get("HF_HUB_OFFLINE") == "1"
     try:
         path = resolve_model_path(shape.tokenizer if shape else model)

@@ -136,10 +136,12 @@ class Tokens:
 
     def natural_ids(self, vocab_size: int) -> np.ndarray:
         """Ids below ``vocab_size`` (the embedding matrix's rows) of ordinary word tokens: no
-        specials, no ``[unused]``, alphabetic (computed once)."""
+        specials, no ``[unused]``, alphabetic (computed once). Only the tokenizer's own ids
+        count: a shape's stand-in tokenizer may have fewer than its embedding has rows
+        (fedtext/backbone/shapes.py: RoBERTa's 50,265 rows, WordPiece's 30,522 ids)."""
         if self.natural is None:
             special = set(self.tokenizer.all_special_ids)
-            vocab = self.tokenizer.convert_ids_to_tokens(list(range(vocab_size)))
+            vocab = self.tokenizer.convert_ids_to_tokens(list(range(min(vocab_size, len(self.tokenizer)))))
             ok = [
                 i
                 for i, t in enumerate(vocab)

@@ -77,6 +77,47 @@ def test_tiny_bert_builds_offline_with_its_shape(tiny):
     assert mlm.mlm is not None and mlm.score(mlm.initial_prompt(2, 0)[None], mlm.encode(["ok"], [0])).shape == (1, 1, 2)
 
 
+@pytest.mark.parametrize(("shape", "weights", "layers", "dim"), [
+    ("roberta-large", 355_359_744, 24, 1024),  # Liu et al. 2019: 355 M
+    ("roberta-base", 124_645_632, 12, 768),  # 125 M
+    ("bert-base", 109_482_240, 12, 768),  # bert-base-uncased: 110 M
+])
+def test_the_papers_shapes_have_their_published_sizes(shape: str, weights: int, layers: int, dim: int) -> None:
+    """Built on the meta device (shapes, no memory): the weight counts the papers' backbones have."""
+    from transformers import AutoModel
+
+    with torch.device("meta"):
+        encoder = AutoModel.from_config(SHAPES[shape].hf_config())
+    assert sum(p.numel() for p in encoder.parameters()) == weights
+    assert (encoder.config.num_hidden_layers, encoder.config.hidden_size) == (layers, dim)
+
+
+def test_a_shape_named_after_a_checkpoint_loads_the_checkpoint_with_pretrained_weights(monkeypatch) -> None:
+    """``roberta-large`` is a shape with ``weights=random`` (offline) and the hub's checkpoint with
+    ``pretrained`` (the paper profiles ask for it): offline, that fails in one line as any hub id;
+    a shape that names no checkpoint refuses pretrained weights."""
+    from fedtext.backbone.shapes import shape_of
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert shape_of("roberta-large", "random") is SHAPES["roberta-large"]
+    assert shape_of("roberta-large", "pretrained") is None and shape_of("all-MiniLM-L6-v2", "random") is None
+    check_model("roberta-large", "random")  # no hub needed
+    with pytest.raises(ConfigError, match=r"^cannot load model 'roberta-large' offline"):
+        check_model("roberta-large")
+    with pytest.raises(ConfigError, match=r"^model 'bert-base' is an architecture without weights"):
+        check_model("bert-base")
+
+
+def test_a_stand_in_tokenizer_draws_prompt_tokens_from_its_own_ids() -> None:
+    """tiny-roberta's embedding has RoBERTa's 50,265 rows, its WordPiece tokenizer 30,522 ids:
+    the natural tokens BBT's prompt starts from are ids both know."""
+    bb = Backbone("tiny-roberta", "similarity", TASKS["demo"], 32, weights="random")
+    assert bb.embeddings.weight.shape[0] == 50265 and len(bb.tokenizer) == 30522
+    natural = bb.natural_token_ids()
+    assert 0 < natural.max() < 30522 and len(natural) > 20000
+    assert bb.encode(["a fine film"], [1]).input_ids.max() < 30522
+
+
 def test_random_weights_are_bit_identical_and_leave_torchs_generator_alone(tiny):
     torch.manual_seed(7)
     before = torch.random.get_rng_state()

@@ -42,6 +42,17 @@ def test_every_method_runs_a_round_in_process(method: str, tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_runs_a_round_on_robertas_architecture(method: str, tmp_path: Path) -> None:
+    """The papers' backbone is RoBERTa (simulations/costs.py measures every method at its
+    shape): its embeddings offset positions by the padding id and have one token type, and the
+    shapes read a stand-in tokenizer with fewer ids (30,522) than the embedding has rows (50,265)."""
+    rounds = one_round(method, tmp_path, **{**tiny_bert(method), "model": "tiny-roberta"})
+    r = rounds[1]
+    assert r["dropped"] == [] and r["num_clients"] == 2 and r["bytes_up_per_client"] > 0, r
+    assert 0.0 <= r["global_accuracy"] <= 1.0 and np.isfinite(r["global_loss"])
+
+
+@pytest.mark.parametrize("method", list(METHODS))
 def test_every_smoke_key_is_a_key_of_the_method_or_a_shared_key(method: str) -> None:
     """A method joins this loop by being registered; its config's ``smoke`` and
     ``smoke_modes`` name only its own keys (bare) or shared keys, with values that parse."""
