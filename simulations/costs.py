@@ -21,9 +21,9 @@ For each backbone and registered method, in a fresh process (its memory its own)
 2. **One federated round** in this process (:mod:`simulations.inprocess`: the ServerApp's
    strategy and the fewest ClientApp clients its round takes, one but for FedBPT's two, through
    Flower's message conversion, no Ray): bytes up
-   and down per client-round from its round record (``bytes_up_per_client``,
+   and down per client-round from its last round's record (``bytes_up_per_client``,
    ``bytes_down_per_client``: the serialised arrays, fedtext/comm.py), and the server's
-   seconds in ``aggregate_fit``.
+   seconds in ``aggregate_fit`` (all rounds).
 
 Settings (:data:`COST_KEYS`, then :data:`PAPER_KEYS`, then ``--run-config``): each client-round
 does one unit of local work (one optimizer step, CMA-ES iteration or search step: the
@@ -73,7 +73,9 @@ FES_FROZEN_SHARE = 2 / 3
 _FES = {"dataset": AG_NEWS, "max-length": 256}  # FeS §4.1: AG News, max sequence length 256 (batch 4: the default)
 _BBT = {"prompt-length": 50}  # BBT (Sun et al. 2022) and FedDLS Appendix A: T = 50
 PAPER_KEYS: dict[str, dict[str, Any]] = {
-    "feddls": {**_BBT},  # FedDLS Table 1: T = 50, Φ = 5 (the default)
+    # FedDLS Table 1: T = 50, Φ = 5 (the default); its download per round is the lasso residual of
+    # round 2 on (round 1's clients start from the shared p0 and download nothing): two rounds, the last one's bytes
+    "feddls": {**_BBT, "num-server-rounds": 2},
     "fedprompt": {**_BBT},  # FedDLS Table 1 row B, "Prompt Tuning (Fed)" at T = 50
     "bbt-fed": {**_BBT, "bbt-fed.intrinsic-dim": 500},  # FedDLS Table 1 row H: d = 500
     "fedbpt": {**_BBT, "fedbpt.intrinsic-dim": 500},  # FedBPT §4: d = 500
@@ -251,7 +253,8 @@ def _count(n: int | None) -> str:
 def table(record: dict[str, Any]) -> str:
     """The markdown table of one backbone's rows, headed by its machine and date."""
     m = record["machine"]
-    rows = [f"{record['model']} ({_count(record['rows'][0].get('weights_total'))} weights, random), "
+    weights = record["rows"][0].get("keys", {}).get("weights", "pretrained")
+    rows = [f"{record['model']} ({_count(record['rows'][0].get('weights_total'))} weights, {weights}), "
             f"{m['cpu']}, {m['cores']} cores, torch {m['torch']}, {m['date']}, commit {m['commit']}; "
             f"`python -m simulations.costs --models {record['model']}`", "",
             "| method | back-propagated weights | values up / down | bytes up / down per client-round "
@@ -288,7 +291,7 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("feddls", "Table 1, G (Φ = 5)", "upload per round", "feddls", "bytes_up", 50 * 16 / 8, "0.8 K bits",
           "fedtext sends the T = 50 ids as uint16 plus one 128 B header"),
     Claim("feddls", "Table 1, G (Φ = 5)", "download per round", "feddls", "bytes_down", 50 * 2 * 5 * 16 / 8, "8 K bits",
-          "ids uint16, coefficients float32 (the paper: float16), headers"),
+          "Φ ids (uint16) and Φ coefficients (float16) per position as the paper counts, plus two 128 B headers"),
     Claim("feddls", "Table 1, H", "BBT (Fed) upload per round", "bbt-fed", "bytes_up", 500 * 16 / 8, "8 K bits",
           _F16),
     Claim("feddls", "Table 1, B", "Prompt Tuning (Fed) upload per round", "fedprompt", "bytes_up",
@@ -297,9 +300,10 @@ CLAIMS: tuple[Claim, ...] = (
           _F16 + "; fedtext's fedavg sends the encoder, no LM head"),
     Claim("feddls", "Table 1, BP?", "back-propagation (G: no)", "feddls", "backprop_weights", 0, "no", ""),
     Claim("fes", "Figure 14", "FedFSL peak memory, RoBERTa-large", "fedfsl", "round_peak_mb", 10.4 * 1024, "10.4 GB",
-          "the paper's on a GPU server (footnote 5), fedtext's the CPU process's resident memory, 4 shots per class"),
+          "the paper's on a GPU server (footnote 5), fedtext's the CPU process's resident memory; fedtext pads a batch "
+          "to its longest text, not to the 256 positions PET pads to, so its activations are smaller"),
     Claim("fes", "Figure 14", "FedFSL-BIAS peak memory", "fedfsl-bias", "round_peak_mb", 5.8 * 1024, "5.8 GB",
-          "as above"),
+          "as above: activations are what bias-only tuning keeps (FeS §4.4), and padding sets their size"),
     Claim("fes", "Figure 14", "FeS peak memory (depth/capacity plan)", "fes", "round_peak_mb", 2.3 * 1024, "2.3 GB",
           "as above; plan 16 frozen, 8 bias-only layers"),
     Claim("feddpg", "Table 1, Params.", "FedPrompt's parameters", "fedprompt", "values_up", 51e3, "51k",
@@ -310,7 +314,7 @@ CLAIMS: tuple[Claim, ...] = (
           "fedtext's fedavg sends the encoder and its head"),
     Claim("feddpg", "Table 1, Params.", "FedBPT's parameters", "fedbpt", "values_up", 500, "500", ""),
     Claim("feddpg", "Table 1, Params. (RoBERTa Base)", "FedDPG's parameters", "feddpg", "values_up", 185e3, "185K",
-          "fedtext's default generator (hidden size, |P|), the paper's not stated beside the figure",
+          "fedtext's default generator (hidden size and prompt count), the paper's not stated beside the figure",
           model="roberta-base"),
     Claim("fedbpt", "§1, §4", "clients only run inference", "fedbpt", "backprop_weights", 0, "no back-propagation", ""),
     Claim("fedbpt", "§4 (d = 500)", "upload per client-round: z", "fedbpt", "bytes_up", 500 * 4, "d = 500 values",
@@ -417,9 +421,12 @@ def growth_figure(records: list[dict[str, Any]], path: Path = GROWTH_FIGURE) -> 
     matplotlib.use("Agg")  # headless
     import matplotlib.pyplot as plt
 
+    from matplotlib.ticker import NullFormatter
+
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
     methods = [row["method"] for row in records[-1]["rows"]]
-    for method in methods:
+    colours = plt.cm.tab20.colors  # 20 distinct colours: one per method (16 registered)
+    for i, method in enumerate(methods):
         pts = sorted((row["weights_total"], row["fit_s"], row["round_peak_mb"] / 1024)
                      for record in records for row in record["rows"] if row["method"] == method and "error" not in row)
         if len(pts) < 2:
@@ -427,12 +434,14 @@ def growth_figure(records: list[dict[str, Any]], path: Path = GROWTH_FIGURE) -> 
         xs = [p[0] for p in pts]
         style = "--" if all(row.get("backprop_weights") == 0 for record in records for row in record["rows"]
                             if row["method"] == method) else "-"
-        axes[0].plot(xs, [p[1] for p in pts], style, marker="o", label=method)
-        axes[1].plot(xs, [p[2] for p in pts], style, marker="o", label=method)
+        colour = colours[i % len(colours)]
+        axes[0].plot(xs, [p[1] for p in pts], style, marker="o", label=method, color=colour)
+        axes[1].plot(xs, [p[2] for p in pts], style, marker="o", label=method, color=colour)
     for ax, label in zip(axes, ("seconds per local step (one client)", "peak resident memory in the round (GiB)"),
                          strict=True):
         ax.set_xscale("log")
         ax.set_yscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # decades only: minor labels overlap
         ax.set_xlabel("backbone weights")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)

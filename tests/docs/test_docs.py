@@ -80,8 +80,9 @@ def test_every_relative_link_and_image_resolves(page):
 
 
 def test_every_figure_is_a_committed_png_made_by_the_plot_command_on_its_page():
-    """Figures of results come from ``simulations.plot`` on the records beside them; the
-    dashboard's screenshots from the browser test, whose command the page gives."""
+    """Figures of results come from ``simulations.plot`` on the records beside them (the cost
+    growth figure from ``simulations.costs --growth``); the dashboard's screenshots from the
+    browser test, whose command the page gives."""
     shown = 0
     for page in PAGES:
         text = page.read_text()
@@ -90,6 +91,11 @@ def test_every_figure_is_a_committed_png_made_by_the_plot_command_on_its_page():
             assert path.is_file() and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", image
             if path.parent == REPO / "docs" / "screenshots":  # the browser test's screenshots
                 assert "DASH_SHOTS_DIR=docs/screenshots python -m pytest" in text, (page, image)
+                shown += 1
+                continue
+            if path == REPO / "simulations" / "results" / "costs" / "growth.png":  # the cost records' figure
+                assert (path.parent / "roberta-large.json").is_file(), image
+                assert "python -m simulations.costs --growth" in text, (page, image)
                 shown += 1
                 continue
             assert path.parent.name == "figures" and (path.parent.parent / "runs").is_dir(), image
