@@ -284,6 +284,13 @@ class Claim:
     paper_text: str  # as the paper writes it
     differs: str  # where fedtext's setting or counting differs
     model: str = PAPER_SHAPE  # the backbone the paper states it at
+    versus: str = ""  # a method: the paper's figure is a ratio, fedtext's is this row's field / that row's
+
+
+# Fields a claim may name beyond a row's own: FeS's traffic of a round, both ways, at its 5
+# clients per round (FeS §4.1)
+FES_CLIENTS_PER_ROUND = 5
+DERIVED = {"round_traffic": lambda r: (r["bytes_up"] + r["bytes_down"]) * FES_CLIENTS_PER_ROUND}
 
 
 _F16 = "the paper counts float16 (2 B a value) and no headers; fedtext sends float32 and 128 B per array"
@@ -316,6 +323,17 @@ CLAIMS: tuple[Claim, ...] = (
     Claim("feddpg", "Table 1, Params. (RoBERTa Base)", "FedDPG's parameters", "feddpg", "values_up", 185e3, "185K",
           "fedtext's default generator (hidden size and prompt count), the paper's not stated beside the figure",
           model="roberta-base"),
+    Claim("fes", "Figure 3, §2", "FedFSL's network traffic to converge on AG News", "fedfsl", "round_traffic",
+          68.4e9, "68.4 GB", "fedtext's is one round's, both ways, at 5 clients (§4.1): the paper's is a whole "
+          "training's (its rounds are not stated beside it), so the ratio is the share of it one round makes"),
+    Claim("fes", "§1, Figure 13", "traffic FedFSL sends per FeS byte", "fedfsl", "bytes_up", 1841.7, "1,841.7×",
+          "the paper's is to convergence, averaged over four datasets (FeS also needs fewer rounds); fedtext's "
+          "is one round's upload, FeS's plan against full fine-tuning", versus="fes"),
+    Claim("feddrs", "§5.2", "communication comparable to FedAvg", "feddrs", "bytes_up", 1.0, "comparable",
+          "", versus="fedavg"),
+    Claim("feddrs", "§5.2", "FedDF's communication comparable to FedAvg", "feddf", "bytes_up", 1.0, "comparable",
+          "FedDF's server distillation (64 auxiliary texts per encoder call) ran out of this machine's 24 GiB at "
+          "RoBERTa-large: read at RoBERTa-base", versus="fedavg", model="roberta-base"),
     Claim("fedbpt", "§1, §4", "clients only run inference", "fedbpt", "backprop_weights", 0, "no back-propagation", ""),
     Claim("fedbpt", "§4 (d = 500)", "upload per client-round: z", "fedbpt", "bytes_up", 500 * 4, "d = 500 values",
           "the paper states d, not bytes: 500 float32 values taken as its figure"),
@@ -328,10 +346,18 @@ def paper_rows(page: str, records: dict[str, dict[str, Any]]) -> str:
     out = ["| paper | what | paper's figure | fedtext | fedtext / paper | where the settings differ |",
            "|---|---|--:|--:|--:|---|"]
     for c in (c for c in CLAIMS if c.page == page):
-        rows = {r["method"]: r for r in records.get(c.model, {}).get("rows", [])}
-        ours = rows.get(c.method, {}).get(c.field)
-        if ours is None:
+        rows = {r["method"]: r for r in records.get(c.model, {}).get("rows", []) if "error" not in r}
+
+        def value(method: str) -> float | None:
+            row = rows.get(method, {})
+            return DERIVED[c.field](row) if c.field in DERIVED and row else row.get(c.field)
+
+        ours, other = value(c.method), value(c.versus) if c.versus else None
+        if ours is None or (c.versus and not other):
             shown, ratio = "not measured", "—"
+        elif c.versus:
+            shown = f"{ours / other:,.1f}× (`{c.method}` / `{c.versus}`)"
+            ratio = f"{ours / other / c.paper:.2f}"
         elif c.field == "backprop_weights":
             shown, ratio = ("none" if ours == 0 else f"{_count(ours)} weights"), ("same" if (ours == 0) == (c.paper == 0) else "differs")
         elif c.field == "round_peak_mb":
@@ -370,6 +396,11 @@ def render_fes() -> str:
 def render_feddpg() -> str:
     """docs/papers/feddpg.md's block (Table 1's parameter counts)."""
     return render_page("feddpg")
+
+
+def render_feddrs() -> str:
+    """docs/papers/feddrs.md's block (§5.2's communication against FedAvg)."""
+    return render_page("feddrs")
 
 
 def render_fedbpt() -> str:

@@ -36,8 +36,8 @@ import pandas as pd
 
 from fedtext.records.probes import PROVENANCE_PACKAGES
 from fedtext.records.reader import (
-    RecordError, decode_json, file_problem, finite_number, read_config, read_summary, read_text, round_line, run_status,
-    summarize,
+    RANDOM_WEIGHTS_NOTE, RecordError, decode_json, file_problem, finite_number, random_weights, read_config, read_summary,
+    read_text, round_line, run_status, summarize, without_accuracy,
 )
 
 RUN_COLUMNS = [
@@ -327,7 +327,9 @@ class RunStore:
                 run["rounds"], run["malformed_lines"], run["line_problem"] = [], 0, None
                 rounds_problem = f"rounds.jsonl unreadable ({exc.strerror or type(exc).__name__})"
         run["problem"] = config_problem or summary_problem or rounds_problem
-        return _derive(run)
+        # a run on random weights: its accuracy is no result, never drawn or listed (fedtext.records.reader)
+        run["random_weights"] = random_weights(run["config"])
+        return _derive(without_accuracy(run) if run["random_weights"] else run)
 
     def loaded(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The runs whose id is in ``run_ids`` (all when None)."""
@@ -349,7 +351,7 @@ def _derive(run: dict[str, Any]) -> dict[str, Any]:
     cfg = cfg_file["config"] if cfg_file is not None else None
     if cfg is None and not run["problem"]:
         run["problem"] = "config.json missing"
-    notes = []
+    notes = [RANDOM_WEIGHTS_NOTE] if run.get("random_weights") else []
     if run["malformed_lines"]:
         notes.append(f"{run['malformed_lines']} malformed line(s) in rounds.jsonl")
     summary = run["summary"] or summarize(run["rounds"])  # summarize never raises on garbled fields

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         acc = totals["final_accuracy"]
         line = (f"{d.name}  {run['status']}  method={cfg.get('method', '?')}  "
                 f"rounds {totals['rounds_done']}/{cfg.get('num-server-rounds', '?')}  "
-                f"acc {'-' if acc is None else f'{acc:.3f}'}")
+                f"acc {'- (random weights)' if run['random_weights'] else '-' if acc is None else f'{acc:.3f}'}")
         if run["reason"]:
             line += f"  reason: {run['reason']}"
         print(line)

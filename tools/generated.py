@@ -71,6 +71,7 @@ BLOCKS: dict[str, Block] = {
     "costs-fes": Block("docs/papers/fes.md", "simulations.costs:render_fes"),
     "costs-fedbpt": Block("docs/papers/fedbpt.md", "simulations.costs:render_fedbpt"),
     "costs-feddpg": Block("docs/papers/feddpg.md", "simulations.costs:render_feddpg"),
+    "costs-feddrs": Block("docs/papers/feddrs.md", "simulations.costs:render_feddrs"),
 }
 
 

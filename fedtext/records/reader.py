@@ -365,6 +365,31 @@ def read_rounds(path: Path, root: Path | None = None) -> tuple[list[dict[str, An
     return records, bad, first, problem
 
 
+# A run on random weights (run-config ``weights=random``: plumbing and cost runs) measures bytes,
+# memory and time; its accuracy is a random model's and is no result: :func:`load_run` reads it
+# as unknown, so that no reader (the dashboard, the compare tables, the guide, ``simulations.status``)
+# shows it. The record files keep it (a test of the plumbing may read rounds.jsonl itself).
+RANDOM_WEIGHTS_NOTE = "random weights: accuracy is no result, not shown"
+ROUND_ACCURACY = {"global_accuracy": None, "client_accuracy": {}, "client_accuracy_mean": None,
+                  "client_accuracy_std": None, "client_post_accuracy": {}}
+SUMMARY_ACCURACY = ("initial_accuracy", "final_accuracy", "best_accuracy", "final_client_accuracy_mean",
+                    "p_accuracy", "np_accuracy", "p_accuracy_global", "np_accuracy_global")
+
+
+def random_weights(config: Any) -> bool:
+    """Whether a run's ``config.json`` (as :func:`read_config` reads it) says ``weights=random``."""
+    return isinstance(config, dict) and isinstance(config.get("config"), dict) and \
+        config["config"].get("weights") == "random"
+
+
+def without_accuracy(run: dict[str, Any]) -> dict[str, Any]:
+    """``run`` (:func:`load_run`'s dict) with every accuracy of its rounds and summary unknown."""
+    run["rounds"] = [{**r, **{k: v for k, v in ROUND_ACCURACY.items() if k in r}} for r in run["rounds"]]
+    if isinstance(run.get("summary"), dict):
+        run["summary"] = {**run["summary"], **{k: None for k in SUMMARY_ACCURACY if k in run["summary"]}}
+    return run
+
+
 def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, Any]:
     """Read one run directory, tolerating half-written or malformed files.
 
@@ -376,6 +401,8 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, A
     (None: every file present is its record), and makes the run ``malformed``. ``status``
     and ``reason`` are :func:`run_status`'s. ``root``: the records folder the run was found
     in (None: ``run_dir`` itself); a file resolving outside it is not read (its problem).
+    A run on random weights (``random_weights`` true) reads with no accuracy
+    (:data:`RANDOM_WEIGHTS_NOTE`).
     """
     run_dir = Path(run_dir)
     root = Path(root) if root is not None else run_dir
@@ -386,7 +413,8 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, A
         run_dir / "rounds.jsonl", root)
     out["problem"] = config_problem or summary_problem or rounds_problem
     out["status"], out["reason"] = run_status(out)
-    return out
+    out["random_weights"] = random_weights(out["config"])
+    return without_accuracy(out) if out["random_weights"] else out
 
 
 # ------------------------------------------------------------ run folders and their status

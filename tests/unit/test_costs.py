@@ -77,4 +77,14 @@ def test_the_papers_figures_stand_beside_the_rows_with_the_ratio() -> None:
     params = paper_rows("feddpg", {"roberta-large": {"rows": [{"method": "feddpg", "values_up": 1}]},
                                    "roberta-base": {"rows": [{"method": "feddpg", "values_up": 92_500}]}})
     assert "| 185K | 92.5 K | 0.50 |" in params
-    assert {c.page for c in CLAIMS} == {"feddls", "fes", "fedbpt", "feddpg"} and all(c.method in METHODS for c in CLAIMS)
+    # a ratio claim: FedFSL's upload per FeS byte against the paper's 1,841.7x; FeS's round traffic at 5 clients
+    fes = paper_rows("fes", {"roberta-large": {"rows": [
+        {"method": "fedfsl", "bytes_up": 3683.4, "bytes_down": 6.84e9 - 3683.4, "round_peak_mb": 1.0},
+        {"method": "fes", "bytes_up": 1.0, "bytes_down": 1.0}]}})
+    assert "| 3,683.4× (`fedfsl` / `fes`) | 2.00 |" in fes
+    assert "| 68.4 GB | 31.9 GB | 0.50 |" in fes  # (up + down) x 5 = 34.2e9 B = 31.9 GiB, half of 68.4e9
+    failed = paper_rows("feddrs", {"roberta-large": {"rows": [{"method": "feddrs", "bytes_up": 5},
+                                                            {"method": "fedavg", "error": "killed"}]}})
+    assert failed.count("not measured") == 2  # a failed row is no figure
+    assert {c.page for c in CLAIMS} == {"feddls", "fes", "fedbpt", "feddpg", "feddrs"}
+    assert all(c.method in METHODS and (not c.versus or c.versus in METHODS) for c in CLAIMS)

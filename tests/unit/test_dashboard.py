@@ -814,3 +814,36 @@ def test_no_dashboard_module_uses_another_modules_private_names():
     from simulations import dashboard
 
     assert all(callable(getattr(dashboard, n)) for n in ("rgba", "card", "filter_ids"))
+
+
+def test_a_run_on_random_weights_shows_no_accuracy_anywhere(tmp_path, capsys):
+    """weights=random measures bytes, memory and time; its accuracy is a random model's: the
+    readers (load_run: the compare tables and simulations.status; the dashboard's store) show it
+    as unknown with a note, while its bytes stay, and the record files keep what was written."""
+    from fedtext.records.reader import RANDOM_WEIGHTS_NOTE, load_run
+    from simulations import status
+    from simulations.tables import run_rows
+
+    root = tmp_path / "runs"
+    rounds = [_round(0, 0.5), _round(1, 0.9, 1000, 1000, {"0": 0.8}), _round(2, 0.95, 1000, 1000)]
+    write_run(root, "r-random", "fedprompt", 0, rounds, weights="random", model="roberta-large")
+    write_run(root, "r-pretrained", "fedprompt", 0, rounds, weights="pretrained")
+    run = load_run(root / "r-random", root)
+    assert run["random_weights"] and run["summary"]["final_accuracy"] is None
+    assert all(r["global_accuracy"] is None and r["client_accuracy"] == {} for r in run["rounds"])
+    assert json.loads((root / "r-random" / "summary.json").read_text())["final_accuracy"] == 0.95  # kept on disk
+    table = run_rows([run, load_run(root / "r-pretrained", root)]).set_index("run_id")
+    assert math.isnan(table.loc["r-random", "final_accuracy"]) or table.loc["r-random", "final_accuracy"] is None
+    assert table.loc["r-pretrained", "final_accuracy"] == 0.95
+    assert table.loc["r-random", "mb_up"] == table.loc["r-pretrained", "mb_up"] > 0  # costs stay
+    df = runs_table(RunStore(root)).set_index("run_id")
+    assert df.loc["r-pretrained", "final_accuracy"] == 0.95 and df.loc["r-random", "total_bytes_up"] == 2000
+    assert df.loc["r-random", "final_accuracy"] is None or math.isnan(df.loc["r-random", "final_accuracy"])
+    assert RANDOM_WEIGHTS_NOTE in df.loc["r-random", "note"] and RANDOM_WEIGHTS_NOTE not in df.loc["r-pretrained", "note"]
+    series = round_series(RunStore(root)).set_index("run_id")  # what the charts draw
+    assert series.loc["r-random", "global_accuracy"].isna().all()
+    assert series.loc["r-pretrained", "global_accuracy"].tolist() == [0.5, 0.9, 0.95]
+    status.main([str(root), "--last", "2"])
+    lines = capsys.readouterr().out.splitlines()
+    assert any("r-random" in line and "acc - (random weights)" in line for line in lines)
+    assert any("r-pretrained" in line and "acc 0.950" in line for line in lines)
