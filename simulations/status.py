@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     for d in dirs:
         run = load_run(d, args.output_dir)  # a record file resolving outside output_dir is malformed, not read
         cfg = (run["config"] or {}).get("config") or {}
-        totals = summarize(run["rounds"])
+        totals = summarize(run["rounds"])  # a random-weight run's accuracy: not printed (below)
         acc = totals["final_accuracy"]
         line = (f"{d.name}  {run['status']}  method={cfg.get('method', '?')}  "
                 f"rounds {totals['rounds_done']}/{cfg.get('num-server-rounds', '?')}  "

@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records.reader import FINISHED, finite_number, runs_under, summarize
+from fedtext.records.reader import FINISHED, finite_number, runs_under, summarize, without_accuracy
 
 COLUMNS = {
     "final_accuracy": "final acc",
@@ -62,6 +62,8 @@ def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
     for run in runs:
         if run["config"] is None:
             continue
+        if run.get("random_weights"):  # a random model's accuracy is no result: the row shows its costs only
+            run = without_accuracy(run)
         cfg = run["config"]["config"]
         summary = (run["summary"] if run["summary"] and run["status"] != "malformed"
                    else {**summarize(run["rounds"]), "status": run["status"]})

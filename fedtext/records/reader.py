@@ -366,9 +366,10 @@ def read_rounds(path: Path, root: Path | None = None) -> tuple[list[dict[str, An
 
 
 # A run on random weights (run-config ``weights=random``: plumbing and cost runs) measures bytes,
-# memory and time; its accuracy is a random model's and is no result: :func:`load_run` reads it
-# as unknown, so that no reader (the dashboard, the compare tables, the guide, ``simulations.status``)
-# shows it. The record files keep it (a test of the plumbing may read rounds.jsonl itself).
+# memory and time; its accuracy is a random model's and is no result: what shows results (the
+# compare tables and the guide through simulations.tables, the dashboard's store,
+# ``simulations.status``, the round line and the trackers) reads it through :func:`without_accuracy`.
+# The record files and :func:`load_run` keep it as written (resume, the tests' equality checks).
 RANDOM_WEIGHTS_NOTE = "random weights: accuracy is no result, not shown"
 ROUND_ACCURACY = {"global_accuracy": None, "client_accuracy": {}, "client_accuracy_mean": None,
                   "client_accuracy_std": None, "client_post_accuracy": {}}
@@ -383,11 +384,13 @@ def random_weights(config: Any) -> bool:
 
 
 def without_accuracy(run: dict[str, Any]) -> dict[str, Any]:
-    """``run`` (:func:`load_run`'s dict) with every accuracy of its rounds and summary unknown."""
-    run["rounds"] = [{**r, **{k: v for k, v in ROUND_ACCURACY.items() if k in r}} for r in run["rounds"]]
-    if isinstance(run.get("summary"), dict):
-        run["summary"] = {**run["summary"], **{k: None for k in SUMMARY_ACCURACY if k in run["summary"]}}
-    return run
+    """A copy of ``run`` (:func:`load_run`'s dict) with every accuracy of its rounds and summary
+    unknown; ``run`` itself is left as it is."""
+    summary = run.get("summary")
+    if isinstance(summary, dict):
+        summary = {**summary, **{k: None for k in SUMMARY_ACCURACY if k in summary}}
+    return {**run, "summary": summary,
+            "rounds": [{**r, **{k: v for k, v in ROUND_ACCURACY.items() if k in r}} for r in run["rounds"]]}
 
 
 def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, Any]:
@@ -401,8 +404,8 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, A
     (None: every file present is its record), and makes the run ``malformed``. ``status``
     and ``reason`` are :func:`run_status`'s. ``root``: the records folder the run was found
     in (None: ``run_dir`` itself); a file resolving outside it is not read (its problem).
-    A run on random weights (``random_weights`` true) reads with no accuracy
-    (:data:`RANDOM_WEIGHTS_NOTE`).
+    ``random_weights``: the run has ``weights=random`` (no accuracy of it is a result:
+    :func:`without_accuracy`).
     """
     run_dir = Path(run_dir)
     root = Path(root) if root is not None else run_dir
@@ -413,8 +416,8 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, A
         run_dir / "rounds.jsonl", root)
     out["problem"] = config_problem or summary_problem or rounds_problem
     out["status"], out["reason"] = run_status(out)
-    out["random_weights"] = random_weights(out["config"])
-    return without_accuracy(out) if out["random_weights"] else out
+    out["random_weights"] = random_weights(out["config"])  # what shows results reads it without accuracy
+    return out
 
 
 # ------------------------------------------------------------ run folders and their status
@@ -574,7 +577,7 @@ def participant_accuracy(rounds: list[dict[str, Any]]) -> dict[str, float | None
     return out
 
 
-def progress_line(r: dict[str, Any], total: int) -> str:
+def progress_line(r: dict[str, Any], total: int, random_weights: bool = False) -> str:
     """``round 3/10 | acc 0.812 loss 0.421 | clients mean 0.790 | up 0.5 KB down 0.5 KB | round 4.1 s, total 12.3 s``:
     the round's own seconds (``round_time_s``) and the seconds since the run started (``wall_time_s``).
 
@@ -582,8 +585,12 @@ def progress_line(r: dict[str, Any], total: int) -> str:
     (``client_accuracy_mean``: every client counts once); Flower's history (run-config
     ``verbose=true``) shows the mean weighted by test examples
     (:func:`fedtext.strategy.weighted_accuracy`), which differs when clients hold different
-    numbers of test examples."""
-    acc = "acc   -  " if r.get("global_accuracy") is None else f"acc {r['global_accuracy']:.3f}"
+    numbers of test examples. With ``random_weights`` (a ``weights=random`` run) no accuracy is
+    printed."""
+    if random_weights:  # a random model's accuracy is no result: not printed (RANDOM_WEIGHTS_NOTE)
+        r = {**r, **{k: v for k, v in ROUND_ACCURACY.items() if k in r}}
+    acc = ("acc - (random weights)" if random_weights else
+           "acc   -  " if r.get("global_accuracy") is None else f"acc {r['global_accuracy']:.3f}")
     loss = "" if r.get("global_loss") is None else f" loss {r['global_loss']:.3f}"
     cli = "" if r.get("client_accuracy_mean") is None else f" | clients mean {r['client_accuracy_mean']:.3f}"
     if r.get("client_post_accuracy"):

@@ -20,7 +20,8 @@ from typing import Any
 from fedtext.config import RUN_ID_CHARS
 from fedtext.records.probes import launch_fields, machine, provenance
 from fedtext.records.reader import (
-    DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, finite_record, load_run, progress_line, summarize,
+    DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, ROUND_ACCURACY, finite_record, progress_line, read_rounds,
+    summarize,
 )
 from fedtext.tracking import Trackers
 
@@ -168,7 +169,9 @@ class RunRecorder:
         self._attach_log()
         meta = json.loads((run_dir / "config.json").read_text())
         self.start = float(meta.get("started_epoch", time.time()))
-        kept = [r for r in load_run(run_dir)["rounds"] if keep_rounds is None or r["round"] <= keep_rounds]
+        # the rounds as written (read_rounds, not load_run: a random-weight run's accuracy stays in its record)
+        kept = [r for r in read_rounds(run_dir / "rounds.jsonl", run_dir)[0]
+                if keep_rounds is None or r["round"] <= keep_rounds]
         self.rounds = kept
         tmp = run_dir / "rounds.jsonl.tmp"
         tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
@@ -250,8 +253,11 @@ class RunRecorder:
             # a NaN loss or an inf metric is stored as null (unknown): the readers refuse non-finite numbers
             fh.write(json.dumps(finite_record(record), allow_nan=False) + "\n")
             fh.flush()
-        log.info(progress_line(record, int(self.config.get("num-server-rounds", 0))))
-        self.trackers.log_round(record)
+        # a weights=random run: its accuracy stays in the record, never on the screen or a tracker's page
+        random = self.config.get("weights") == "random"
+        log.info(progress_line(record, int(self.config.get("num-server-rounds", 0)), random_weights=random))
+        self.trackers.log_round({**record, **{k: v for k, v in ROUND_ACCURACY.items() if k in record}} if random
+                                else record)
 
     def finish(self, status: str = FINISHED, error: str | None = None,
                partitions_never_trained: list[int] | None = None) -> dict[str, Any]:

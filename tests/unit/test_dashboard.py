@@ -817,10 +817,10 @@ def test_no_dashboard_module_uses_another_modules_private_names():
 
 
 def test_a_run_on_random_weights_shows_no_accuracy_anywhere(tmp_path, capsys):
-    """weights=random measures bytes, memory and time; its accuracy is a random model's: the
-    readers (load_run: the compare tables and simulations.status; the dashboard's store) show it
-    as unknown with a note, while its bytes stay, and the record files keep what was written."""
-    from fedtext.records.reader import RANDOM_WEIGHTS_NOTE, load_run
+    """weights=random measures bytes, memory and time; its accuracy is a random model's: what
+    shows results (the compare tables, simulations.status, the dashboard's store) shows it as
+    unknown, with a note, while its bytes stay; the records and load_run keep what was written."""
+    from fedtext.records.reader import RANDOM_WEIGHTS_NOTE, load_run, without_accuracy
     from simulations import status
     from simulations.tables import run_rows
 
@@ -829,9 +829,12 @@ def test_a_run_on_random_weights_shows_no_accuracy_anywhere(tmp_path, capsys):
     write_run(root, "r-random", "fedprompt", 0, rounds, weights="random", model="roberta-large")
     write_run(root, "r-pretrained", "fedprompt", 0, rounds, weights="pretrained")
     run = load_run(root / "r-random", root)
-    assert run["random_weights"] and run["summary"]["final_accuracy"] is None
-    assert all(r["global_accuracy"] is None and r["client_accuracy"] == {} for r in run["rounds"])
-    assert json.loads((root / "r-random" / "summary.json").read_text())["final_accuracy"] == 0.95  # kept on disk
+    assert run["random_weights"] and not load_run(root / "r-pretrained", root)["random_weights"]
+    assert run["summary"]["final_accuracy"] == 0.95  # the record as written (resume reads it so)
+    shown = without_accuracy(run)
+    assert shown["summary"]["final_accuracy"] is None and shown["summary"]["total_bytes_up"] == 2000
+    assert all(r["global_accuracy"] is None and r["client_accuracy"] == {} for r in shown["rounds"])
+    assert run["rounds"][1]["global_accuracy"] == 0.9  # without_accuracy copies, never edits the run
     table = run_rows([run, load_run(root / "r-pretrained", root)]).set_index("run_id")
     assert math.isnan(table.loc["r-random", "final_accuracy"]) or table.loc["r-random", "final_accuracy"] is None
     assert table.loc["r-pretrained", "final_accuracy"] == 0.95
@@ -847,3 +850,14 @@ def test_a_run_on_random_weights_shows_no_accuracy_anywhere(tmp_path, capsys):
     lines = capsys.readouterr().out.splitlines()
     assert any("r-random" in line and "acc - (random weights)" in line for line in lines)
     assert any("r-pretrained" in line and "acc 0.950" in line for line in lines)
+
+
+def test_the_round_line_of_a_random_weight_run_prints_no_accuracy():
+    from fedtext.records.reader import progress_line
+
+    r = {**_round(1, 0.9, 1000, 1000, {"0": 0.8}), "client_accuracy_mean": 0.8, "global_loss": 0.4,
+         "round_time_s": 1.0}
+    line = progress_line(r, 2, random_weights=True)
+    assert "acc - (random weights)" in line and "0.900" not in line and "clients mean" not in line
+    assert "up 1.0 KB" in line and "loss 0.400" in line  # its costs and loss stay
+    assert "acc 0.900" in progress_line(r, 2) and "clients mean 0.800" in progress_line(r, 2)
