@@ -3,6 +3,7 @@
     python -m simulations.costs                                # every method at RoBERTa-large's shape
     python -m simulations.costs --models roberta-base          # another shape (or several)
     python -m simulations.costs --methods fes fedfsl --models tiny-roberta --out /tmp/costs
+    python -m simulations.costs --growth                       # MiniLM-L6, RoBERTa-base, RoBERTa-large + the figure
     python -m simulations.costs --table                        # print the committed tables again
 
 Bytes are shapes, memory is shapes and activations, time is FLOPs: none needs the papers'
@@ -62,8 +63,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "simulations" / "results" / "costs"
 PAPER_SHAPE = "roberta-large"  # the backbone of all five papers' main tables
 SST2, AG_NEWS = "../shared/data/sst2", "../shared/data/ag_news"
-# One unit of local work per client-round on a few examples, 2 clients, 1 round; evaluation
-# minimal (its accuracy is a random model's and never read).
+# One unit of local work per client-round on a few examples, 1 round; evaluation minimal (its
+# accuracy is a random model's and never read).
 COST_KEYS: dict[str, Any] = {"dataset": SST2, "num-server-rounds": 1, "shots-per-class": 4, "eval-size": 8,
                              "client-test-size": 4, "seed": 0}
 STEP_KEYS = ("local_steps", "max_local_steps", "steps")  # a method config's field for its local work: set to 1
@@ -78,12 +79,9 @@ PAPER_KEYS: dict[str, dict[str, Any]] = {
     "feddls": {**_BBT, "num-server-rounds": 2},
     "fedprompt": {**_BBT},  # FedDLS Table 1 row B, "Prompt Tuning (Fed)" at T = 50
     "bbt-fed": {**_BBT, "bbt-fed.intrinsic-dim": 500},  # FedDLS Table 1 row H: d = 500
-    "fedbpt": {**_BBT, "fedbpt.intrinsic-dim": 500},  # FedBPT §4: d = 500
+    "fedbpt": {**_BBT, "fedbpt.intrinsic-dim": 500},  # FedDPG Table 1: FedBPT trains 500 parameters (d)
     "fes": _FES, "fedfsl": _FES, "fedfsl-bias": _FES, "fedcls": _FES,
 }
-FIELDS = ("model", "method", "weights_total", "backprop_weights", "values_up", "values_down", "bytes_up",
-          "bytes_down", "fit_s", "round_peak_mb", "round_start_mb", "queries", "server_s")
-
 
 # ------------------------------------------------------------------ measuring
 class Backprop:
@@ -335,8 +333,8 @@ CLAIMS: tuple[Claim, ...] = (
           "FedDF's server distillation (64 auxiliary texts per encoder call) ran out of this machine's 24 GiB at "
           "RoBERTa-large: read at RoBERTa-base", versus="fedavg", model="roberta-base"),
     Claim("fedbpt", "§1, §4", "clients only run inference", "fedbpt", "backprop_weights", 0, "no back-propagation", ""),
-    Claim("fedbpt", "§4 (d = 500)", "upload per client-round: z", "fedbpt", "bytes_up", 500 * 4, "d = 500 values",
-          "the paper states d, not bytes: 500 float32 values taken as its figure"),
+    Claim("fedbpt", "§4; d = 500 from FedDPG Table 1", "upload per client-round: z", "fedbpt", "bytes_up", 500 * 4,
+          "d = 500 values", "the paper states d, not bytes: 500 float32 values taken as its figure"),
 )
 
 
@@ -507,8 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--run-config-json", default="{}", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=RESULTS, help="where <model>.json goes")
     ap.add_argument("--table", action="store_true", help="print the tables of the records in --out")
-    ap.add_argument("--growth", action="store_true", help=f"measure {', '.join(GROWTH_MODELS)} (those not in "
-                    "--out yet), then draw the growth figure and print its table")
+    ap.add_argument("--growth", action="store_true", help=f"measure {', '.join(GROWTH_MODELS)}, then draw the "
+                    "growth figure and print its table (the one command behind every cost table of the docs)")
+    ap.add_argument("--figure", action="store_true", help="only draw the growth figure from the records in --out")
     ap.add_argument("--one", help=argparse.SUPPRESS)  # measure one method here, print its row as JSON
     args = ap.parse_args(argv)
     extra = json.loads(args.run_config_json)
@@ -523,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
             print(table(load(model, args.out)))
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    models = ([m for m in GROWTH_MODELS if not (args.out / f"{m}.json").exists()] if args.growth else args.models)
+    models = [] if args.figure else list(GROWTH_MODELS) if args.growth else args.models
     for model in models:
         # some methods again (--methods): their rows replace theirs in the record, the rest stay
         path = args.out / f"{model}.json"
@@ -544,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         record["machine"]["load_after"] = os.getloadavg()[0]
         (args.out / f"{model}.json").write_text(json.dumps(record, indent=1) + "\n")
         print(table(record))
-    if args.growth:
+    if args.growth or args.figure:
         records = [load(m, args.out) for m in GROWTH_MODELS]
         print(growth_table(records))
         print(f"figure: {growth_figure(records, args.out / GROWTH_FIGURE.name)}")
