@@ -383,14 +383,18 @@ def random_weights(config: Any) -> bool:
         config["config"].get("weights") == "random"
 
 
+def round_without_accuracy(record: dict[str, Any]) -> dict[str, Any]:
+    """A copy of one round record with its accuracies unknown (the keys it has: :data:`ROUND_ACCURACY`)."""
+    return {**record, **{k: v for k, v in ROUND_ACCURACY.items() if k in record}}
+
+
 def without_accuracy(run: dict[str, Any]) -> dict[str, Any]:
     """A copy of ``run`` (:func:`load_run`'s dict) with every accuracy of its rounds and summary
     unknown; ``run`` itself is left as it is."""
     summary = run.get("summary")
     if isinstance(summary, dict):
         summary = {**summary, **{k: None for k in SUMMARY_ACCURACY if k in summary}}
-    return {**run, "summary": summary,
-            "rounds": [{**r, **{k: v for k, v in ROUND_ACCURACY.items() if k in r}} for r in run["rounds"]]}
+    return {**run, "summary": summary, "rounds": [round_without_accuracy(r) for r in run["rounds"]]}
 
 
 def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, Any]:
@@ -588,7 +592,7 @@ def progress_line(r: dict[str, Any], total: int, random_weights: bool = False) -
     numbers of test examples. With ``random_weights`` (a ``weights=random`` run) no accuracy is
     printed."""
     if random_weights:  # a random model's accuracy is no result: not printed (RANDOM_WEIGHTS_NOTE)
-        r = {**r, **{k: v for k, v in ROUND_ACCURACY.items() if k in r}}
+        r = round_without_accuracy(r)
     acc = ("acc - (random weights)" if random_weights else
            "acc   -  " if r.get("global_accuracy") is None else f"acc {r['global_accuracy']:.3f}")
     loss = "" if r.get("global_loss") is None else f" loss {r['global_loss']:.3f}"

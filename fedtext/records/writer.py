@@ -20,8 +20,8 @@ from typing import Any
 from fedtext.config import RUN_ID_CHARS
 from fedtext.records.probes import launch_fields, machine, provenance
 from fedtext.records.reader import (
-    DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, ROUND_ACCURACY, finite_record, progress_line, read_rounds,
-    summarize,
+    DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, finite_record, progress_line, read_rounds,
+    round_without_accuracy, summarize,
 )
 from fedtext.tracking import Trackers
 
@@ -256,8 +256,7 @@ class RunRecorder:
         # a weights=random run: its accuracy stays in the record, never on the screen or a tracker's page
         random = self.config.get("weights") == "random"
         log.info(progress_line(record, int(self.config.get("num-server-rounds", 0)), random_weights=random))
-        self.trackers.log_round({**record, **{k: v for k, v in ROUND_ACCURACY.items() if k in record}} if random
-                                else record)
+        self.trackers.log_round(round_without_accuracy(record) if random else record)
 
     def finish(self, status: str = FINISHED, error: str | None = None,
                partitions_never_trained: list[int] | None = None) -> dict[str, Any]:
