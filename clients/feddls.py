@@ -95,7 +95,7 @@ class FedDLSClient(FedTextClient):
     prompt stays a sequence of words (§4.2, Fig. 3), and every uploaded id is one the
     server can check. The fitness is the mean cross-entropy over the client's shots.
     p' and its version live in ``context.state`` between rounds (Flower builds a new
-    client object per message); :class:`fedtext.client_app.Node` journals them
+    client object per message); :class:`fedtext.node.Node` journals them
     (:mod:`fedtext.node_state`), so a restarted node or a resumed run gets them back. A
     node that lost its state anyway (no journal) cannot apply a residual to a p' it no
     longer has: it fails the round with a clear error, which the server logs as a

@@ -7,10 +7,18 @@
 #                 (registered on the SuperLink with `flwr supernode register DIR/node-I.pub`)
 #   --port P      this SuperNode's own Runtime API port, where its ClientApp process talks
 #                 to it (default 9094 + I, so several SuperNodes fit on one machine)
-# Runs in the foreground (`exec`): its PID is the SuperNode's. To keep it running across
-# SuperLink restarts and crashes, run it under deploy/supervise.sh.
+#   --threads T   torch threads of the node (default 0: all cores; give each SuperNode that
+#                 shares a machine its share)
+#   --no-node-service   Flower's plain SuperNode: each message's ClientApp process loads
+#                 torch, the data and the backbone anew (docs/performance.md compares)
+# By default the SuperNode runs behind fedtext's node service (python -m fedtext.node_service:
+# one long-lived process holding the backbone and the partition, which the per-message
+# ClientApp asks over a private Unix socket; started and stopped with the SuperNode).
+# Runs in the foreground (`exec`): its PID is the node's supervisor's (or the SuperNode's).
+# To keep it running across SuperLink restarts and crashes, run it under deploy/supervise.sh
+# or systemd (deploy/systemd/fedtext-supernode@.service).
 set -euo pipefail
-pid=""; num=""; superlink=""; certs=""; insecure=0; port=""
+pid=""; num=""; superlink=""; certs=""; insecure=0; port=""; threads=0; service=1
 while [ $# -gt 0 ]; do
   case $1 in
     --partition) pid=$2; shift 2 ;;
@@ -19,6 +27,8 @@ while [ $# -gt 0 ]; do
     --certs) certs=$2; shift 2 ;;
     --insecure) insecure=1; shift ;;
     --port) port=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    --no-node-service) service=0; shift ;;
     *) echo "unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
 done
@@ -35,5 +45,8 @@ if [ -n "$certs" ]; then
   args+=(--root-certificates "$certs/ca.crt" --auth-supernode-private-key "$certs/node-$pid")
 else
   args+=(--insecure)
+fi
+if [ "$service" = 1 ]; then
+  exec "${PYTHON:-python3}" -m fedtext.node_service --threads "$threads" -- flower-supernode "${args[@]}"
 fi
 exec flower-supernode "${args[@]}"

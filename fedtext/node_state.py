@@ -6,7 +6,7 @@ version): a :class:`~flwr.app.RecordDict` held in the SuperNode's memory for one
 run. A run resumed from its checkpoint (``resume=<run-id>``) is a new Flower run: every
 node starts with an empty state, while the server's checkpoint assumes the clients hold
 what they held after the checkpointed round. This module keeps that state on disk, per
-client, and puts it back. :class:`fedtext.client_app.Node` calls it around every fit and
+client, and puts it back. :class:`fedtext.node.Node` calls it around every fit and
 evaluate (:meth:`Journal.prepare` before, :meth:`Journal.record` after); a method's client
 just keeps using ``self.state``.
 

@@ -20,7 +20,7 @@ stays out of the way of non-interactive logs:
 * nested work reports once: while a :class:`Progress` is open in a thread, the ones
   opened inside it (a population scored inside a CMA-ES loop) stay silent;
 * inside :func:`muted` (a client's message, unless run-config ``client-progress=true`` or
-  ``verbose=true``: ``fedtext.client_app``) nothing in that thread prints, so a default
+  ``verbose=true``: ``fedtext.node``) nothing in that thread prints, so a default
   simulation prints one line per round, not the interleaved lines of every client actor.
 
 Nothing here touches a number a method computes; it only reads the clock

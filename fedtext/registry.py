@@ -13,7 +13,7 @@ a client of the same method module).
 
 This module imports no ``strategies/`` or ``clients/`` module, and no core module does
 (``tests/unit/test_imports.py``): only the two Flower components, ``fedtext/server_app.py``
-and ``fedtext/client_app.py``, resolve a config's strategy and client strings
+and ``fedtext/node.py``, resolve a config's strategy and client strings
 (:func:`fedtext.components.resolve`), each its own side.
 
 Adding a method: ``fedtext/methods/<m>/`` (``config.py`` + ``model.py``), ``strategies/<m>.py``,

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import logging
 import numbers
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -68,8 +69,9 @@ EVAL_SALT = 0xE7A1  # salt of the evaluation draw (:meth:`ClientSampler.sample_e
 PROPERTIES_TIMEOUT_S = 600  # a simulated client's first message may start a Ray actor (seconds)
 PROPERTIES_WORKERS = 64  # get_properties messages in flight at once (Flower's fit fan-out uses threads too)
 # The partition id a node reports (properties, and every fit and evaluate reply): a node
-# config's ``partition-id`` is a whole number (fedtext.client_app.make_client)
+# config's ``partition-id`` is a whole number (fedtext.node.make_client)
 PARTITION_ID = MetricSpec("partition_id", whole=True, low=0)
+PLATFORM = re.compile(r"[A-Za-z0-9_.-]{1,32}")  # a node's reported CPU architecture (platform.machine())
 
 
 def partition_name(pid: Any) -> str:
@@ -126,6 +128,7 @@ class ClientSampler:
         self.cfg = cfg
         self.check_sizes = check_sizes
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
+        self.platforms: dict[str, str] = {}  # partition -> the CPU architecture its node reported (x86_64, aarch64)
         self._partition_rows: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> train rows
         self._lazy_asked = False  # client-ids=lazy: one node was asked for num-partitions (check_lazy)
         self.bound: dict[str, str] = {}  # node id -> the partition id it first reported (the server's word since)
@@ -148,7 +151,7 @@ class ClientSampler:
         """Ask every client not seen before who it is, all at once, in parallel.
 
         A fedtext node answers from its node config without building the client
-        (``fedtext.client_app.Node``), so this costs one small message per client,
+        (``fedtext.node.Node``), so this costs one small message per client,
         once per run; the domain is asked for only when ``holdout`` names domains.
         """
         new = [p for p in proxies if p.cid not in self.client_info and p.cid not in self.refused]
@@ -179,6 +182,9 @@ class ClientSampler:
                             "will say", proxy.cid, pid)
                 pid = None
             self.learn(proxy, pid, props.get("domain") or None, props.get("num_partitions"))
+            machine = props.get("platform")
+            if isinstance(machine, str) and PLATFORM.fullmatch(machine) and proxy.cid in self.client_info:
+                self.platforms[str(self.client_info[proxy.cid]["partition_id"])] = machine
         self.check_partitions({int(i["num_partitions"]) for i in self.client_info.values()
                                if i.get("num_partitions") is not None})
 

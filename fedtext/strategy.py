@@ -57,6 +57,7 @@ from fedtext.model import Model
 from fedtext.records.schema import RoundRecord
 from fedtext.records.writer import RunRecorder
 from fedtext.round_log import RoundLog
+
 # CONNECT_TIMEOUT_S and TRAIN_SALT are only re-exported: both were defined here, and code outside
 # the project may still name them as fedtext.strategy.CONNECT_TIMEOUT_S / TRAIN_SALT (the waits
 # read fedtext.sampling.CONNECT_TIMEOUT_S: set it there)
@@ -120,6 +121,7 @@ class FedTextStrategy(FedAvg):
         self.task = task
         self.evaluator = evaluator
         self.recorder = recorder
+        self.noted_platforms: dict[str, str] = {}
         self.backbone = evaluator.backbone if evaluator else backbone_for(cfg, task)
         self.model: Model = self.mcfg.model_class()(cfg, self.backbone)
         self.global_arrays: list[np.ndarray] = []
@@ -197,7 +199,12 @@ class FedTextStrategy(FedAvg):
         """The clients that train this round: default
         :meth:`fedtext.sampling.ClientSampler.sample_train` (too few participants is a
         configuration error in this process's first round, a recorded drop later)."""
-        return self.sampler.sample_train(server_round, client_manager, self.is_first_round(server_round), self.record)
+        sampled = self.sampler.sample_train(server_round, client_manager, self.is_first_round(server_round),
+                                            self.record)
+        if self.recorder is not None and self.sampler.platforms != self.noted_platforms:
+            self.noted_platforms = dict(self.sampler.platforms)
+            self.recorder.note_launch(node_platforms=self.noted_platforms)  # provenance: where each partition ran
+        return sampled
 
     def is_first_round(self, server_round: int) -> bool:
         """Whether ``server_round`` is this process's first training round (1, or the one

@@ -55,7 +55,7 @@ from fedtext.sampling import PARTITION_ID, ClientSampler
 log = logging.getLogger("fedtext")
 
 # The telemetry every fedtext client's replies may carry (fedtext.client.FedTextClient.fit
-# and .evaluate, the timings fedtext.client_app.Node adds), each optional: finite numbers,
+# and .evaluate, the timings fedtext.node.Node adds), each optional: finite numbers,
 # queries a whole count. accuracy and post_accuracy are checked to lie in [0, 1] by
 # check_eval_reply, whose reasons the records have always given.
 _TIMINGS = tuple(MetricSpec(k) for k in ("peak_rss_mb", "peak_gpu_mb", "load_s", "busy_start", "busy_end",

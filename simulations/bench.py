@@ -169,7 +169,7 @@ def timed_client_round(cfg, rounds: int = 1, warm_up: bool = True, partition: in
     and is gone before the rounds, so that the memory is the client's."""
     import gc
 
-    from fedtext.client_app import client_class
+    from fedtext.node import client_class
     from fedtext.data import client_data, labelled
     from fedtext.records.probes import current_rss_mb, peak_rss_mb
     from fedtext.server_app import strategy_class

@@ -928,6 +928,9 @@ def provenance_rows(config_file: dict | None) -> dict[str, str]:
         "python": versions.get("python") or machine.get("python"),
         "SuperNodes launched": prov.get("num_supernodes"),
         "nodes at start": prov.get("nodes_at_start"),
+        # partition -> the CPU architecture its node reported: "0: aarch64, 1: x86_64"
+        "node platforms": ", ".join(f"{k}: {v}" for k, v in sorted(platforms.items(), key=lambda kv: kv[0].zfill(9)))
+        if isinstance(platforms := prov.get("node_platforms"), dict) and platforms else None,
         "Flower run id": prov.get("flower_run_id"),
     }
     return {k: UNKNOWN if v is None else str(v) for k, v in rows.items()}

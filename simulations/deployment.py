@@ -10,7 +10,10 @@ One ``flower-superlink`` and N ``flower-supernode`` processes on loopback (insec
 machine), then ``flwr run <app> local --stream`` (``local``: the SuperLink connection written
 in the launcher's own Flower home, ``<home>/config.toml``): the processes and messages of an edge
 deployment (docs/deployment.md), each SuperNode holding partition i of N through its node
-config, each ClientApp in its own process as on a board. Use it where Ray is not installed
+config, each behind fedtext's node service (``python -m fedtext.node_service``: one long-lived
+process per SuperNode holding its backbone and data; ``--no-node-service`` for Flower's
+plain SuperNode, where each message's ClientApp process loads everything anew) and with its
+share of the cores (torch threads = cores / SuperNodes), as on separate boards. Use it where Ray is not installed
 (a GPU machine with a framework image, say) or to check a run-config the way a deployment
 runs it. ``--from-record`` starts from the run-config a run record ran with (its
 ``config.json``, less what the server derived and where it wrote), so a CPU run can be
@@ -148,9 +151,11 @@ class Processes:
         self.token = uuid.uuid4().hex
         self.env, self.logs, self.started = {**env, TOKEN_VAR: self.token}, logs, []
 
-    def start(self, name: str, cmd: list[str]) -> subprocess.Popen:
+    def start(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start ``cmd`` in a session of its own, output to ``<logs>/<name>.log``; ``env``
+        adds to the launch's environment."""
         log = (self.logs / f"{name}.log").open("w")
-        proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=REPO, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.started.append(proc)
         return proc
@@ -211,12 +216,34 @@ def app_folder(app: Path, home: Path, env: dict[str, str]) -> Path:
     raise ConfigError(f"--app {app}: not an app folder (no pyproject.toml there) or a .fab file (`flwr build` makes one)")
 
 
+def supernode_threads(num_supernodes: int, cores: int | None = None) -> int:
+    """Each SuperNode's share of this machine's cores (at least 1): its torch threads, as
+    separate boards would each have their own, so that the SuperNodes' fits running at once do
+    not fight over the same cores (a Ray simulation runs its actors' fits in turn on all)."""
+    return max(1, (cores or os.cpu_count() or 1) // max(1, num_supernodes))
+
+
+def supernode_command(i: int, num_supernodes: int, superlink_port: int, node_service: bool,
+                      threads: int) -> list[str]:
+    """SuperNode ``i``'s command: ``flower-supernode`` holding partition i of N, behind fedtext's
+    node service (``python -m fedtext.node_service --threads T -- flower-supernode ...``,
+    docs/deployment.md) unless ``node_service`` is false."""
+    node = [cli("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{superlink_port}",
+            "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions={num_supernodes}"]
+    if not node_service:
+        return node
+    return [sys.executable, "-m", "fedtext.node_service", "--threads", str(threads), "--", *node]
+
+
 def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, logs: Path,
-           timeout_s: float = 3600.0, app: Path = REPO) -> Path | None:
+           timeout_s: float = 3600.0, app: Path = REPO, node_service: bool = True) -> Path | None:
     """Run ``overrides`` on a loopback SuperLink with ``num_supernodes`` SuperNodes; return
     the run's record folder (None when none was written). Logs of every process go to
     ``logs``. ``app``: the app folder ``flwr run`` submits (default this checkout), or a
-    ``.fab`` file ``flwr build`` made (:func:`install_fab`)."""
+    ``.fab`` file ``flwr build`` made (:func:`install_fab`). ``node_service``: each SuperNode
+    runs behind fedtext's node service (:mod:`fedtext.node_service`); without it every message
+    starts a ClientApp process that loads everything anew. Either way each SuperNode's torch
+    threads are its share of the cores (:func:`supernode_threads`)."""
     from fedtext.registry import METHODS
 
     output_dir = output_dir.resolve()
@@ -241,11 +268,10 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
             if link.poll() is not None or time.time() > deadline:
                 raise RuntimeError(f"the SuperLink did not listen on {port}: see {logs / 'superlink.log'}")
             time.sleep(0.5)
-        for i in range(num_supernodes):
-            procs.start(f"supernode-{i}", [
-                cli("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
-                "--port", str(free_port()),
-                "--node-config", f"partition-id={i} num-partitions={num_supernodes}"])
+        threads = supernode_threads(num_supernodes)
+        for i in range(num_supernodes):  # OMP_NUM_THREADS: torch's threads in a ClientApp process
+            procs.start(f"supernode-{i}", supernode_command(i, num_supernodes, port, node_service, threads),
+                        env={"OMP_NUM_THREADS": str(threads)})
         run = procs.start("flwr-run", [cli("flwr"), "run", str(app_dir), "local", "--stream",
                                        "--run-config", flwr_run_config(pairs)])
         try:
@@ -281,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output-dir", default="runs", help="where the run record goes (default ./runs)")
     ap.add_argument("--logs", default="", help="folder for the processes' logs (default <output-dir>/deployment-logs)")
     ap.add_argument("--timeout-s", type=float, default=3600.0, help="stop everything after this long (default 3600)")
+    ap.add_argument("--no-node-service", action="store_true",
+                    help="SuperNodes without fedtext's node service: every message starts a ClientApp that loads "
+                         "everything anew (Flower's default; docs/performance.md compares)")
     ap.add_argument("--app", default=str(REPO),
                     help="the app to run: a folder (default this checkout) or a .fab file that `flwr build` made")
     args = ap.parse_args(argv)
@@ -290,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.output_dir)
         base = record_overrides(Path(args.from_record)) if args.from_record else {}
         record = deploy({**base, **parse_pairs(args.run_config)}, args.num_supernodes, out,
-                        Path(args.logs) if args.logs else out / "deployment-logs", args.timeout_s, Path(args.app))
+                        Path(args.logs) if args.logs else out / "deployment-logs", args.timeout_s, Path(args.app),
+                        node_service=not args.no_node_service)
     except ConfigError as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2

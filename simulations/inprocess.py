@@ -1,5 +1,5 @@
 """Federated rounds in this process, without Ray: the ServerApp's server and strategy
-(``fedtext.server_app.build``) drive the ClientApp's clients (``fedtext.client_app.make_client``,
+(``fedtext.server_app.build``) drive the ClientApp's clients (``fedtext.node.make_client``,
 the ``client_fn`` Flower calls per message) through in-process client proxies, as Flower's own
 strategy tests do with mock proxies.
 
@@ -33,7 +33,7 @@ from flwr.common import (
 from flwr.server import Server
 from flwr.server.client_proxy import ClientProxy
 
-from fedtext.client_app import make_client
+from fedtext.node import make_client
 from fedtext.config import RunConfig
 from fedtext.registry import METHODS
 from fedtext.server_app import build

@@ -72,6 +72,12 @@ BLOCKS: dict[str, Block] = {
     "costs-fedbpt": Block("docs/papers/fedbpt.md", "simulations.costs:render_fedbpt"),
     "costs-feddpg": Block("docs/papers/feddpg.md", "simulations.costs:render_feddpg"),
     "costs-feddrs": Block("docs/papers/feddrs.md", "simulations.costs:render_feddrs"),
+    # a deployment round (node service) against a Ray round, per method (simulations/results/deployment)
+    "deployment-rounds": Block("docs/performance.md", "simulations.deployment_bench:render"),
+    # each method's client under 1 and 2 GB cgroup limits (simulations/results/memory/limits.json)
+    "memory-limits": Block("docs/deployment.md", "simulations.memory_limits:render"),
+    # the emulated arm64 SuperNode's round (simulations/results/edge/arm64)
+    "arm64-round": Block("docs/deployment.md", "simulations.arm64_round:render"),
 }
 
 

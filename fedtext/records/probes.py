@@ -12,6 +12,7 @@ import os
 import platform
 import resource
 import subprocess
+import time
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,6 +22,20 @@ from typing import Any
 def peak_rss_mb() -> float:
     """Peak resident set size of this process in MiB (Linux reports KiB)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def process_start_time(pid: int | str = "self") -> float:
+    """When process ``pid`` started, in epoch seconds: ``/proc/<pid>/stat``'s start time (clock
+    ticks after boot) plus the boot time (``/proc/stat``'s ``btime``). Where ``/proc`` lacks
+    them, now (a start-up interval then begins at the first line of Python that asks)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22; the name may hold spaces
+        btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                     if line.startswith("btime "))
+        return btime + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, StopIteration, IndexError):
+        return time.time()
 
 
 def current_rss_mb() -> float:
@@ -60,7 +75,7 @@ PROVENANCE_PACKAGES = ("fedtext", "flwr", "torch", "transformers", "numpy", "cma
 # git cannot name the code there; the FAB's SHA-256 does (`flwr build` of the same files
 # gives the same bytes: fixed dates, sorted entries).
 FAB_FIELDS = ("fab_id", "fab_version", "fab_hash")
-LAUNCH_FIELDS = ("flower_run_id", "num_supernodes", "nodes_at_start", *FAB_FIELDS)
+LAUNCH_FIELDS = ("flower_run_id", "num_supernodes", "nodes_at_start", "node_platforms", *FAB_FIELDS)
 # Where a run's code came from (:func:`code_origin`), most exact first: a git commit (with
 # its dirty flag), the FAB's hash, or only the version of an installed fedtext.
 CODE_ORIGINS = ("git", "fab", "installed")

@@ -42,13 +42,18 @@ ROUND_FIELDS = (
     "client_load_s",  # sum over clients of seconds building the client (backbone load on a new actor, data, shots)
     "server_eval_s",  # the server's evaluation of the global model
     "busy_s",  # time some client or the server evaluation was computing (union of their intervals)
-    "startup_s",  # time new client processes spent importing torch/transformers/fedtext (first message per Ray actor)
+    "startup_s",  # time new client processes spent starting (Python, Flower, torch/transformers/fedtext imports; first message per Ray actor, every message of a deployment's ClientApp)
     "overhead_s",  # round_time_s - (busy or start-up): Flower/Ray messaging, scheduling, serialization, aggregation
     "sim_time_s",  # simulated device time of the round: max over fit clients of compute + (down + up bytes) / bandwidth-mbps
     "server_rss_mb",  # resident memory of the server process (ServerApp + strategy) as the round ends
     "round_time_s",
     "wall_time_s",  # since the strategy started
 )
+# The fields the machine decides (seconds, memory): the same run on another machine, engine or
+# node service (fedtext.node_service) differs in these and in nothing else.
+MACHINE_FIELDS = frozenset({"client_peak_rss_mb", "client_peak_gpu_mb", "client_fit_s", "client_fit_s_max",
+                            "client_eval_s", "client_load_s", "server_eval_s", "busy_s", "startup_s", "overhead_s",
+                            "sim_time_s", "server_rss_mb", "round_time_s", "wall_time_s"})
 
 
 @dataclass

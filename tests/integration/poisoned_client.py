@@ -16,7 +16,7 @@ import sys
 
 import numpy as np
 
-from fedtext.client_app import make_client
+from fedtext.node import make_client
 
 from flower_launch import simulate  # tests/integration/flower_launch.py: run by path, this folder is on sys.path
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -105,3 +107,77 @@ def test_sigterm_to_the_launcher_stops_every_process_it_started(tmp_path, own_pr
     finally:
         if launcher.poll() is None:
             launcher.kill()
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime
+
+
+def test_a_node_service_killed_mid_round_costs_no_round_and_changes_no_record(tmp_path, own_processes):
+    """Each SuperNode runs behind fedtext's node service (the launcher's default). Service 0 is
+    killed while it computes a round-1 fit: that message is answered in the ClientApp's own
+    process, the supervisor starts the service again for the next, and the run's records equal
+    those of the same run in the server's in-process round loop but for the machine's fields."""
+    from simulations.simulate import parse_pairs
+    from tests.inprocess import run as inprocess_run
+    from tests.unit.test_node_service import learning_fields
+
+    _, token = own_processes
+    env = {**_env(), "FEDTEXT_TEST_TOKEN": token}
+    config = ("method=bbt-fed num-server-rounds=2 eval-size=24 client-test-size=8 shots-per-class=4 "
+              "bbt-fed.local-steps=20 bbt-fed.popsize=20 bbt-fed.intrinsic-dim=20 prompt-length=5 max-length=32 "
+              "model=tiny-bert weights=random seed=0")
+    out, logs = tmp_path / "runs", tmp_path / "logs"
+    launcher = subprocess.Popen([sys.executable, "-m", "simulations.deployment", "--num-supernodes", "2",
+                                 "--run-config", config, "--output-dir", str(out), "--logs", str(logs),
+                                 "--timeout-s", "400"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    killed = None
+    try:
+        deadline = time.time() + 300
+        while killed is None and time.time() < deadline and launcher.poll() is None:
+            rounds = list(out.glob("*/rounds.jsonl"))
+            if rounds and rounds[0].read_text().count("\n") >= 1:  # round 0 is written: round 1's fits are out
+                services = _services(token)
+                if services:
+                    pid = min(services)
+                    ticks = _cpu_ticks(pid)
+                    while time.time() < deadline and _alive(pid):
+                        time.sleep(0.02)
+                        if _cpu_ticks(pid) > ticks + 2:  # computing a request
+                            os.kill(pid, signal.SIGKILL)
+                            killed = pid
+                            break
+            time.sleep(0.05)
+        output = launcher.communicate(timeout=400)[0]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert killed is not None, "no node service was seen computing"
+    assert launcher.returncode == 0, output[-3000:]
+    node_logs = "".join(p.read_text() for p in logs.glob("supernode-*.log"))
+    assert "did not answer" in node_logs and "restart 1" in node_logs  # the fallback answered; the service came back
+    (run,) = [p.parent for p in out.glob("*/config.json")]
+    served = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in served] == [0, 1, 2] and all(r["dropped"] == [] for r in served[1:])
+    _, alone = inprocess_run(parse_pairs(config), tmp_path / "inprocess", 2)
+    assert learning_fields(served) == learning_fields(alone)
+    assert processes_with_token(token) == []
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+def _services(token: str) -> list[int]:
+    """This test's node services: processes carrying its token whose command line serves a socket."""
+    found = []
+    for pid in processes_with_token(token):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"fedtext.node_service" in cmd and b"--serve" in cmd:
+            found.append(pid)
+    return found

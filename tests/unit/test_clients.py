@@ -11,7 +11,7 @@ from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from fedtext.validation import failure_reason
 
-from fedtext.client_app import client_class
+from fedtext.node import client_class
 from fedtext.server_app import strategy_class
 
 SMALL = dict(prompt_length=4, max_length=48, shots_per_class=4, client_test_size=8)

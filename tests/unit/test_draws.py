@@ -52,7 +52,7 @@ Fixed for the whole run (the same on the server and on every client, whatever th
   ``[seed, 0xA0C5]`` once per run), the reference FedBPT server's pycma seed
   (``strategies/fedbpt.py``, ``[seed, 0xFEDB]``), a linear head's initialisation
   (``fedtext/model.py``, ``[seed, 0x11EAD]``); and the seeded fault injection of
-  ``fedtext/client_app.py`` (per client, round and message kind, a testing aid).
+  ``fedtext/node.py`` (per client, round and message kind, a testing aid).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ import pytest
 import torch
 
 from fedtext.client import client_seed
-from fedtext.client_app import client_class
+from fedtext.node import client_class
 from fedtext.data import client_data, server_test
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS

@@ -12,7 +12,7 @@ from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
 from fedtext.blackbox import WhitenedCMA
-from fedtext.client_app import client_class
+from fedtext.node import client_class
 from fedtext.config import ConfigError
 from fedtext.data import client_data
 from fedtext.methods.fedbpt.cmaes import (

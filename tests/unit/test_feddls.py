@@ -15,7 +15,7 @@ from flwr.common import Code, FitRes, Status
 
 from clients.feddls import local_search, nearest_tokens
 from fedtext import comm
-from fedtext.client_app import client_class
+from fedtext.node import client_class
 from fedtext.data import client_data
 from fedtext.methods.feddls.codecs import (
     SENTINEL,

@@ -16,7 +16,7 @@ from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
 from fedtext.backbone import Backbone, EncodedBatch
-from fedtext.client_app import client_class
+from fedtext.node import client_class
 from fedtext.data import client_data
 from fedtext.methods.feddpg.model import FedDPGModel, make_generator, mean_embedding
 from fedtext.methods.feddpg.unlearning import forget_split, relabel, unlearn, unlearning_loss

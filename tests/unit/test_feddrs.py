@@ -15,7 +15,7 @@ from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
 from fedtext.backbone import Backbone
-from fedtext.client_app import client_class
+from fedtext.node import client_class
 from fedtext.config import ConfigError
 from fedtext.data import client_data, partition_train
 from fedtext.devices import CPU_FP32, Precision

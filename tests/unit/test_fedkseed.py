@@ -17,7 +17,7 @@ from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
-from fedtext.client_app import make_client
+from fedtext.node import make_client
 from fedtext.config import ConfigError
 from fedtext.methods.fedkseed.model import (FedKSeedModel, accumulate, add_direction, candidate_seeds,
                                             directions, projected_gradient, replay, seed_sums, zo_step)

@@ -18,7 +18,7 @@ from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
-from fedtext.client_app import client_class
+from fedtext.node import client_class
 from fedtext.config import ConfigError
 from fedtext.data import client_data
 from fedtext.methods.fes.filter import VOTES, keep_count, knn_sets, representational_filter, votek_filter

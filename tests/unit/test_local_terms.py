@@ -15,7 +15,7 @@ from fedtext.local_terms import LocalStep, LocalTerm, ProximalTerm
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 
-from fedtext.client_app import client_class
+from fedtext.node import client_class
 from fedtext.server_app import strategy_class
 
 

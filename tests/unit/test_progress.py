@@ -204,7 +204,7 @@ def test_muted_work_prints_nothing_and_nests():
 def test_a_clients_progress_lines_print_only_when_asked(keys, shown, monkeypatch, tmp_path):
     """A client's message runs muted unless ``client-progress=true`` or ``verbose=true``: a
     default simulation prints one line per round, not every actor's progress lines."""
-    from fedtext.client_app import Node
+    from fedtext.node import Node
     from fedtext.config import RunConfig
     from fedtext.registry import METHODS
 

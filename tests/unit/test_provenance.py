@@ -57,11 +57,16 @@ def test_config_json_holds_provenance_and_the_dashboard_shows_it(tmp_path):
     rec = _recorded_run(tmp_path)
     prov = json.loads((rec.dir / "config.json").read_text())["provenance"]
     assert {k: prov[k] for k in LAUNCH_FIELDS} == {"flower_run_id": "77", "num_supernodes": 3, "nodes_at_start": 3,
-                                                   "fab_id": None, "fab_version": None, "fab_hash": None}
+                                                   "node_platforms": None, "fab_id": None, "fab_version": None,
+                                                   "fab_hash": None}
     assert prov["versions"]["flwr"] == flwr.__version__
     rows = provenance_rows(json.loads((rec.dir / "config.json").read_text()))
     assert rows["Flower run id"] == "77" and rows["SuperNodes launched"] == "3" and rows["nodes at start"] == "3"
     assert rows["flwr"] == flwr.__version__ and rows["python"] == platform.python_version()
+    assert rows["node platforms"] == "unknown"  # none reported (a simulation's nodes are this machine)
+    meta = json.loads((rec.dir / "config.json").read_text())
+    meta["provenance"]["node_platforms"] = {"10": "x86_64", "2": "aarch64"}
+    assert provenance_rows(meta)["node platforms"] == "2: aarch64, 10: x86_64"
     # this checkout's commit; a copy without .git (a wheel) shows only fedtext's version
     assert rows.get("git commit") == (prov["git_commit"] if prov["code_origin"] == "git" else None)
     assert rows["code from"] == CODE_FROM[prov["code_origin"]]

@@ -513,7 +513,7 @@ def test_a_dataset_folder_with_a_space_runs_its_clients_journal_under_the_run_id
     from flwr.app import ConfigRecord, RecordDict
     from flwr.common import FitIns, ndarrays_to_parameters
 
-    import fedtext.client_app as ca
+    import fedtext.node as ca
     from fedtext.data import partition_train
     from fedtext.registry import make_config
 

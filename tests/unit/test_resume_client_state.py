@@ -1,7 +1,7 @@
 """Issue 35, "resume loses nothing": the clients' node state survives ``resume=``.
 
 Unit tests of :mod:`fedtext.node_state` (the journal) and of its use in
-:class:`fedtext.client_app.Node`. "Kill + resume equals the uninterrupted run" through
+:class:`fedtext.node.Node`. "Kill + resume equals the uninterrupted run" through
 Flower's simulation engine, for FeS (pseudo labels) and FedDPGu (forgotten indices), is
 in tests/integration/test_resume_client_state_flower.py.
 """
@@ -226,7 +226,7 @@ def test_a_journal_that_cannot_be_written_warns_and_the_round_goes_on(tmp_path, 
 def _node(monkeypatch, tmp_path, changes: dict[int, dict], flower_run=11):
     """A Node whose built client sets ``state["m"]`` to ``changes[round]`` in fit and
     records what it saw in ``seen``."""
-    import fedtext.client_app as ca
+    import fedtext.node as ca
     from fedtext.registry import make_config
 
     seen = []

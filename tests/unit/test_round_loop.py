@@ -1,6 +1,6 @@
 """Every registered method through one federated round, in this process: the ServerApp's
 server and strategy (``fedtext.server_app.build``) drive the ClientApp's clients
-(``fedtext.client_app.make_client``, the ``client_fn`` Flower calls) through in-process
+(``fedtext.node.make_client``, the ``client_fn`` Flower calls) through in-process
 client proxies (tests/inprocess.py), as Flower's own strategy tests do with mock proxies; no
 Ray, no subprocess.
 

@@ -144,7 +144,7 @@ def test_clients_per_eval_is_validated():
 
 
 def test_a_node_answers_who_it_is_without_building_its_client(monkeypatch):
-    import fedtext.client_app as ca
+    import fedtext.node as ca
 
     built = []
     monkeypatch.setattr(ca.Node, "build", lambda self: built.append(self.partition_id) or SimpleNamespace(
@@ -152,7 +152,10 @@ def test_a_node_answers_who_it_is_without_building_its_client(monkeypatch):
     client = ca.make_client({"method": "fedprompt"}, {"partition-id": 3, "num-partitions": 5})
     from flwr.common import GetPropertiesIns
 
-    assert dict(client.get_properties(GetPropertiesIns({})).properties) == {"partition_id": 3, "num_partitions": 5}
+    import platform
+
+    assert dict(client.get_properties(GetPropertiesIns({})).properties) == {
+        "partition_id": 3, "num_partitions": 5, "platform": platform.machine()}
     assert built == []
     with_domain = dict(client.get_properties(GetPropertiesIns({"domain": 1})).properties)
     assert (with_domain["domain"], with_domain["num_partitions"]) == ("books", 5)
@@ -164,7 +167,7 @@ def test_a_node_answers_who_it_is_without_building_its_client(monkeypatch):
 
 
 def test_a_node_reports_build_time_and_busy_stamps(monkeypatch):
-    import fedtext.client_app as ca
+    import fedtext.node as ca
 
     def build(self):
         time.sleep(0.05)
@@ -213,7 +216,7 @@ def test_clients_of_two_runs_share_the_backbone_but_each_scores_under_its_own_bu
     """The process's cached backbone serves clients of runs with different
     ``max-client-memory-mb``: each run's budget sizes its own clients' encoder calls, in
     any order (budget A, then B, then A again), since the client passes it to score."""
-    from fedtext.client_app import client_class
+    from fedtext.node import client_class
     from fedtext.data import client_data
 
     small = dict(prompt_length=4, max_length=64, shots_per_class=4, intrinsic_dim=20, popsize=4)

@@ -74,7 +74,7 @@ from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
 from fedtext import comm
-from fedtext.client_app import client_class
+from fedtext.node import client_class
 from fedtext.data import client_data
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS

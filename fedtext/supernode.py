@@ -1,0 +1,62 @@
+"""``flower-supernode`` with its idle poll shortened: ``python -m fedtext.supernode
+[--idle-poll-s S] <flower-supernode arguments>``.
+
+Flower 1.42's SuperNode asks the SuperLink for a message, and when none is waiting sleeps
+3 s before it asks again (``flwr/supernode/start_client_internal.py``: ``time.sleep(3)``).
+A round sends each node two messages (fit, then evaluate) a few seconds apart, and each
+finds the node asleep: ~1.5 s on average before a fit starts and ~3 s before its evaluate
+(a node polls at once after a reply, finds nothing, and sleeps just as the server sends),
+where Flower's in-memory simulation grid polls every 0.1 s. This module runs Flower's own
+SuperNode, unchanged but for that one sleep, capped at ``--idle-poll-s`` (default
+:data:`IDLE_POLL_S`): a node then asks twice a second while idle (Flower's 0.5 s waits stay
+as they are). ``--idle-poll-s 3`` is Flower's behaviour. ``python -m fedtext.node_service``
+starts the SuperNode through here (docs/deployment.md; tests/unit/test_node_service.py
+checks that Flower's loop still sleeps 3 s where this caps it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+IDLE_POLL_S = 0.5  # seconds between a SuperNode's polls while no message waits (Flower: 3)
+
+
+class CappedSleep:
+    """The ``time`` module as Flower's SuperNode loop sees it, every sleep capped at ``cap`` s."""
+
+    def __init__(self, cap: float) -> None:
+        self.cap = cap
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(min(seconds, self.cap))
+
+
+def cap_idle_poll(cap: float) -> None:
+    """Cap the sleeps of Flower's SuperNode loop at ``cap`` seconds (this process only)."""
+    import flwr.supernode.start_client_internal as loop
+
+    loop.time = CappedSleep(cap)  # the module's own name for `time`; nothing else changes
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fedtext.supernode", add_help=False)
+    ap.add_argument("--idle-poll-s", type=float, default=IDLE_POLL_S)
+    args, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if not args.idle_poll_s > 0:
+        print(f"fedtext: --idle-poll-s must be > 0, got {args.idle_poll_s}", file=sys.stderr)
+        return 2
+    cap_idle_poll(args.idle_poll_s)
+    from flwr.supernode.cli import flower_supernode
+
+    sys.argv = ["flower-supernode", *rest]
+    return int(flower_supernode() or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

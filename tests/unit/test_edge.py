@@ -1,0 +1,146 @@
+"""The deployment engine's waits (fedtext/grid.py, fedtext/supernode.py) and the board's install
+list (deploy/edge/requirements.txt).
+
+Flower's deployment grid pulls a reply every 3 s and its SuperNode sleeps 3 s whenever it finds
+no message; fedtext's ServerApp pulls replies at most :data:`fedtext.grid.REPLY_POLL_S` apart
+and its SuperNode command caps the idle sleep (docs/performance.md, "Deployment rounds").
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import tomllib
+from types import SimpleNamespace
+
+import pytest
+
+from fedtext import grid as grid_mod
+from fedtext import supernode
+
+from ..conftest import REPO
+
+
+class FakeGrid:
+    """Replies to pushed message ids appear at given pull numbers; records the sleeps between pulls."""
+
+    def __init__(self, ready_at: dict[str, int]) -> None:
+        self.ready_at, self.pulls, self.pushed = ready_at, 0, []
+
+    def push_messages(self, messages):
+        self.pushed = list(messages)
+        return list(self.ready_at)
+
+    def pull_messages(self, ids):
+        self.pulls += 1
+        ids = set(ids)
+        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+                for i, n in self.ready_at.items() if i in ids and n == self.pulls]
+
+
+def test_replies_are_pulled_with_growing_waits_capped_at_reply_poll_s(monkeypatch):
+    sleeps = []
+    monkeypatch.setattr(grid_mod.time, "sleep", sleeps.append)
+    fake = FakeGrid({"a": 1, "b": 12})
+    got = grid_mod.ReplyPollingGrid(fake).send_and_receive(["m1", "m2"])
+    assert [m.metadata.reply_to_message_id for m in got] == ["a", "b"] and fake.pulls == 12
+    assert sleeps[:4] == pytest.approx([0.05, 0.075, 0.1125, 0.16875])
+    assert max(sleeps) == grid_mod.REPLY_POLL_S == 0.25 and len(sleeps) == 11
+    assert fake.pushed == ["m1", "m2"]
+
+
+def test_a_timeout_ends_the_pulls_with_the_replies_so_far(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(grid_mod.time, "time", lambda: clock[0])
+    monkeypatch.setattr(grid_mod.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    fake = FakeGrid({"a": 2, "b": 10_000})
+    got = grid_mod.ReplyPollingGrid(fake).send_and_receive(["m"], timeout=1.0)
+    assert [m.metadata.reply_to_message_id for m in got] == ["a"]
+    assert clock[0] == pytest.approx(1001.0) and 4 < fake.pulls < 10  # 0.05 + 0.075 + ... up to 1 s
+
+
+def test_the_wrapper_is_a_flower_grid_that_delegates_the_rest():
+    calls = []
+
+    class Inner:
+        run = "the run"
+
+        def __getattr__(self, name):
+            return lambda *a: calls.append((name, a)) or name
+
+    g = grid_mod.ReplyPollingGrid(Inner())
+    assert g.run == "the run" and g.get_node_ids() == "get_node_ids" and g.pull_messages(["x"]) == "pull_messages"
+    assert g.create_message("c", "train", 3, "1") == "create_message"
+    assert calls[-1] == ("create_message", ("c", "train", 3, "1", None))
+
+
+def test_flowers_supernode_still_sleeps_3_s_where_fedtext_caps_it():
+    """A Flower upgrade that changes the SuperNode's idle wait shows here: the cap rests on it."""
+    import flwr.supernode.start_client_internal as loop
+
+    source = inspect.getsource(loop)
+    assert re.search(r"^import time$", source, re.MULTILINE) and "time.sleep(3)" in source
+
+
+def test_the_cap_shortens_only_sleeps_longer_than_it(monkeypatch):
+    slept = []
+    monkeypatch.setattr(supernode.time, "sleep", slept.append)
+    clock = supernode.CappedSleep(0.5)
+    clock.sleep(3)
+    clock.sleep(0.2)
+    assert slept == [0.5, 0.2] and clock.monotonic is supernode.time.monotonic
+    import flwr.supernode.start_client_internal as loop
+
+    monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
+    supernode.cap_idle_poll(0.4)
+    assert isinstance(loop.time, supernode.CappedSleep) and loop.time.cap == 0.4
+
+
+def test_a_boards_requirements_are_pyprojects_less_the_simulation_and_the_dashboard():
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    ours = {re.split(r"[\[<>=]", d, 1)[0]: d for d in deps}
+    lines = [line.split("#")[0].strip() for line in (REPO / "deploy/edge/requirements.txt").read_text().splitlines()]
+    board = [line for line in lines if line]
+    names = {re.split(r"[\[<>=;]", line, 1)[0].strip() for line in board}
+    assert names == set(ours) - {"ray", "dash"}
+    for line in board:
+        name = re.split(r"[\[<>=;]", line, 1)[0].strip()
+        spec = line.split(";")[0].strip()
+        if name == "torch":
+            assert line in ('torch==2.13.0; platform_machine != "aarch64"', 'torch==2.9.1; platform_machine == "aarch64"')
+        elif name == "flwr":
+            assert spec == ours["flwr"].replace("[simulation]", "")
+        else:
+            assert spec == ours[name], name
+
+
+def test_the_systemd_unit_starts_the_supervisor_with_arguments_it_takes(tmp_path):
+    """The unit's ExecStart is ``python -m fedtext.node_service ... -- flower-supernode ...`` with
+    options the supervisor's parser takes, and systemd finds nothing wrong with the unit (where
+    ``systemd-analyze`` is installed: the interpreter path made this machine's)."""
+    import shlex
+    import shutil
+    import subprocess
+    import sys
+
+    from fedtext import node_service
+
+    unit = (REPO / "deploy/systemd/fedtext-supernode@.service").read_text()
+    exec_start = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit.replace("\\\n", " "), re.M).group(1)
+    argv = shlex.split(exec_start.replace("${THREADS}", "2"))
+    assert argv[:3] == ["/opt/fedtext/venv/bin/python", "-m", "fedtext.node_service"]
+    cut = argv.index("--")
+    assert argv[cut + 1] == "flower-supernode" and "--node-config" in argv
+    parsed = node_service.argparse.ArgumentParser(add_help=False)
+    parsed.add_argument("--threads", type=int)
+    parsed.add_argument("--folder")
+    opts = parsed.parse_args(argv[3:cut])
+    assert opts.threads == 2 and opts.folder.startswith("/run/fedtext-%i")
+    assert "RuntimeDirectoryMode=0700" in unit and "MemoryMax=" in unit and "KillMode=mixed" in unit
+    if shutil.which("systemd-analyze"):
+        here = tmp_path / "fedtext-supernode@.service"
+        here.write_text(unit.replace("/opt/fedtext/venv/bin/python", sys.executable))
+        done = subprocess.run(["systemd-analyze", "verify", f"{here}"], capture_output=True, text=True, check=False)
+        problems = [line for line in (done.stdout + done.stderr).splitlines()
+                    if "fedtext-supernode" in line and "is not executable" not in line]
+        assert problems == [], problems
