@@ -9,7 +9,13 @@ finds the node asleep: ~1.5 s on average before a fit starts and ~3 s before its
 where Flower's in-memory simulation grid polls every 0.1 s. This module runs Flower's own
 SuperNode, unchanged but for that one sleep, capped at ``--idle-poll-s`` (default
 :data:`IDLE_POLL_S`): a node then asks twice a second while idle (Flower's 0.5 s waits stay
-as they are). ``--idle-poll-s 3`` is Flower's behaviour. ``python -m fedtext.node_service``
+as they are). ``--idle-poll-s 3`` is Flower's behaviour.
+
+Its SuperExec (the process that starts a ClientApp for each message the SuperNode received)
+looks for new messages once a second by default: ~0.5 s more before every message. Flower has
+a switch for that one, the environment variable ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``; this
+module sets it to :data:`TASK_POLL_S` where it is not set (the SuperExec asks its own
+SuperNode on this device, not the SuperLink). ``python -m fedtext.node_service``
 starts the SuperNode through here (docs/deployment.md; tests/unit/test_node_service.py
 checks that Flower's loop still sleeps 3 s where this caps it).
 """
@@ -17,11 +23,14 @@ checks that Flower's loop still sleeps 3 s where this caps it).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
 
 IDLE_POLL_S = 0.5  # seconds between a SuperNode's polls while no message waits (Flower: 3)
+TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own switch (flwr/supercore/superexec/run_superexec.py)
+TASK_POLL_S = 0.1  # seconds between the SuperExec's looks for a message to start a ClientApp for (Flower: 1)
 
 
 class CappedSleep:
@@ -52,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedtext: --idle-poll-s must be > 0, got {args.idle_poll_s}", file=sys.stderr)
         return 2
     cap_idle_poll(args.idle_poll_s)
+    os.environ.setdefault(TASK_POLL_ENV, str(TASK_POLL_S))  # inherited by the SuperExec the SuperNode starts
     from flwr.supernode.cli import flower_supernode
 
     sys.argv = ["flower-supernode", *rest]

@@ -9,7 +9,9 @@ and its SuperNode command caps the idle sleep (docs/performance.md, "Deployment 
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import sys
 import tomllib
 from types import SimpleNamespace
 
@@ -80,6 +82,29 @@ def test_flowers_supernode_still_sleeps_3_s_where_fedtext_caps_it():
 
     source = inspect.getsource(loop)
     assert re.search(r"^import time$", source, re.MULTILINE) and "time.sleep(3)" in source
+
+
+def test_flowers_superexec_still_reads_its_poll_interval_from_the_variable_fedtext_sets():
+    from flwr.supercore.superexec import run_superexec
+
+    assert run_superexec._TASK_POLL_INTERVAL_ENV == supernode.TASK_POLL_ENV
+    assert run_superexec._DEFAULT_TASK_POLL_INTERVAL_SECONDS == 1.0
+    assert run_superexec._MIN_TASK_POLL_INTERVAL_SECONDS <= supernode.TASK_POLL_S
+
+
+def test_the_supernode_command_sets_the_superexec_poll_unless_given(monkeypatch):
+    import flwr.supernode.cli as cli
+
+    seen = []
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # main() hands Flower its own argv
+    monkeypatch.setattr(cli, "flower_supernode", lambda: seen.append(os.environ.get(supernode.TASK_POLL_ENV)) or 0)
+    monkeypatch.setattr(supernode, "cap_idle_poll", lambda cap: seen.append(cap))
+    monkeypatch.delenv(supernode.TASK_POLL_ENV, raising=False)
+    assert supernode.main(["--idle-poll-s", "0.3", "--insecure"]) == 0
+    monkeypatch.setenv(supernode.TASK_POLL_ENV, "2")
+    assert supernode.main(["--insecure"]) == 0
+    assert seen == [0.3, "0.1", supernode.IDLE_POLL_S, "2"]
+    assert supernode.main(["--idle-poll-s", "0"]) == 2
 
 
 def test_the_cap_shortens_only_sleeps_longer_than_it(monkeypatch):
