@@ -7,9 +7,10 @@ A round sends each node two messages (fit, then evaluate) a few seconds apart, a
 finds the node asleep: ~1.5 s on average before a fit starts and ~3 s before its evaluate
 (a node polls at once after a reply, finds nothing, and sleeps just as the server sends),
 where Flower's in-memory simulation grid polls every 0.1 s. This module runs Flower's own
-SuperNode, unchanged but for that one sleep, capped at ``--idle-poll-s`` (default
-:data:`IDLE_POLL_S`): a node then asks twice a second while idle (Flower's 0.5 s waits stay
-as they are). ``--idle-poll-s 3`` is Flower's behaviour.
+SuperNode, unchanged but for its sleeps: the idle one capped at ``--idle-poll-s`` (default
+:data:`IDLE_POLL_S`: a node then asks twice a second while idle) and its 0.5 s waits on its own
+state (the ClientApp's reply, an object's bytes: ~0.25 s on every message) at
+:data:`LOCAL_WAIT_S`. ``--idle-poll-s 3`` keeps Flower's idle poll.
 
 Its SuperExec (the process that starts a ClientApp for each message the SuperNode received)
 looks for new messages once a second by default: ~0.5 s more before every message. Flower has
@@ -29,12 +30,16 @@ import time
 from typing import Any
 
 IDLE_POLL_S = 0.5  # seconds between a SuperNode's polls while no message waits (Flower: 3)
+IDLE_SLEEP_S = 3.0  # Flower's idle sleep, the one IDLE_POLL_S caps (tests/unit/test_edge.py checks it is still 3)
+LOCAL_WAIT_S = 0.05  # the loop's waits on its own state (Flower: 0.5 s), a local read, not a request
 TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own switch (flwr/supercore/superexec/run_superexec.py)
 TASK_POLL_S = 0.1  # seconds between the SuperExec's looks for a message to start a ClientApp for (Flower: 1)
 
 
 class CappedSleep:
-    """The ``time`` module as Flower's SuperNode loop sees it, every sleep capped at ``cap`` s."""
+    """The ``time`` module as Flower's SuperNode loop sees it: its idle sleep (3 s, a poll of the
+    SuperLink) capped at ``cap`` s, its other sleeps (0.5 s waits on its own state: a reply from
+    the ClientApp, an object's bytes) at :data:`LOCAL_WAIT_S`."""
 
     def __init__(self, cap: float) -> None:
         self.cap = cap
@@ -43,7 +48,7 @@ class CappedSleep:
         return getattr(time, name)
 
     def sleep(self, seconds: float) -> None:
-        time.sleep(min(seconds, self.cap))
+        time.sleep(min(seconds, self.cap) if seconds >= IDLE_SLEEP_S else min(seconds, LOCAL_WAIT_S))
 
 
 def cap_idle_poll(cap: float) -> None:

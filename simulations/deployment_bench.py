@@ -172,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
             row["ratio"] = round(row["service"]["round_s"] / row["ray"]["round_s"], 2)
             if "before" in row:
                 row["ratio_before"] = round(row["before"]["round_s"] / row["ray"]["round_s"], 2)
+            elif "before" in rows.get(method, {}):  # kept from an earlier --before run, with its own ratio
+                row["before"], row["ratio_before"] = rows[method]["before"], rows[method]["ratio_before"]
             rows[method] = row
             path.write_text(json.dumps(record, indent=1) + "\n")
             print(f"{name} {method}: ray {row['ray']['round_s']} s, service {row['service']['round_s']} s "

@@ -112,8 +112,9 @@ def test_the_cap_shortens_only_sleeps_longer_than_it(monkeypatch):
     monkeypatch.setattr(supernode.time, "sleep", slept.append)
     clock = supernode.CappedSleep(0.5)
     clock.sleep(3)
-    clock.sleep(0.2)
-    assert slept == [0.5, 0.2] and clock.monotonic is supernode.time.monotonic
+    clock.sleep(0.5)  # a wait on the node's own state
+    clock.sleep(0.01)
+    assert slept == [0.5, supernode.LOCAL_WAIT_S, 0.01] and clock.monotonic is supernode.time.monotonic
     import flwr.supernode.start_client_internal as loop
 
     monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
