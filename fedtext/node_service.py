@@ -259,7 +259,12 @@ def serve(path: Path, threads: int = 0, ready: Callable[[], None] | None = None,
                     log.warning("fedtext: node service: refused a connection from user id %d", peer_uid(conn))
                     continue
                 request = recv_frames(conn, 3)
-                send_frames(conn, *answer(request, app))
+                try:
+                    reply = answer(request, app)
+                except Exception as exc:  # noqa: BLE001 - a malformed request must not end the service
+                    log.warning("fedtext: node service: refused a malformed request (%s)", exc)
+                    reply = [b"error", f"malformed request: {exc}".encode()]
+                send_frames(conn, *reply)
             except OSError as exc:  # the ClientApp went away (killed, timed out): serve the next
                 log.warning("fedtext: node service: a request was not completed (%s)", exc)
     server.close()

@@ -32,7 +32,7 @@ from simulations.deployment import (
     cli,
     flwr_run_config,
     free_port,
-    listening,
+    start_superlink,
 )
 
 VENV = "/opt/fedtext/venv"
@@ -76,13 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             if not mounted(target):
                 subprocess.run(["mount", *kind, str(target)], check=True)
                 mounts.append(target)
-        link = procs.start("superlink", [cli("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
-                                         str(port), "--disable-runtime-dependency-installation"])
-        deadline = time.time() + 120
-        while not listening(port):
-            if link.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"the SuperLink did not listen: {(logs / 'superlink.log').read_text()[-2000:]}")
-            time.sleep(0.5)
+        start_superlink(procs, port, logs)
         # inside the root: its own environment, its own Python (aarch64, emulated)
         board_env = ["/usr/bin/env", "-i", f"PATH={VENV}/bin:/usr/bin:/bin", "HOME=/root", "HF_HUB_OFFLINE=1",
                      "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1", "PYTHONUNBUFFERED=1"]

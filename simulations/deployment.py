@@ -216,6 +216,19 @@ def app_folder(app: Path, home: Path, env: dict[str, str]) -> Path:
     raise ConfigError(f"--app {app}: not an app folder (no pyproject.toml there) or a .fab file (`flwr build` makes one)")
 
 
+def start_superlink(procs: Processes, port: int, logs: Path, timeout_s: float = 120.0) -> subprocess.Popen:
+    """An insecure ``flower-superlink`` on 127.0.0.1:``port`` (log ``<logs>/superlink.log``),
+    returned once it listens; raises ``RuntimeError`` if it exits or does not listen in time."""
+    link = procs.start("superlink", [cli("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
+                                     str(port), "--disable-runtime-dependency-installation"])
+    deadline = time.time() + timeout_s
+    while not listening(port):
+        if link.poll() is not None or time.time() > deadline:
+            raise RuntimeError(f"the SuperLink did not listen on {port}: see {logs / 'superlink.log'}")
+        time.sleep(0.5)
+    return link
+
+
 def supernode_threads(num_supernodes: int, cores: int | None = None) -> int:
     """Each SuperNode's share of this machine's cores (at least 1): its torch threads, as
     separate boards would each have their own, so that the SuperNodes' fits running at once do
@@ -261,13 +274,7 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
     procs = Processes(env, logs)
     try:
         app_dir = app_folder(app, home, env)
-        link = procs.start("superlink", [cli("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
-                                         str(port), "--disable-runtime-dependency-installation"])
-        deadline = time.time() + 120
-        while not listening(port):
-            if link.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"the SuperLink did not listen on {port}: see {logs / 'superlink.log'}")
-            time.sleep(0.5)
+        start_superlink(procs, port, logs)
         threads = supernode_threads(num_supernodes)
         for i in range(num_supernodes):  # OMP_NUM_THREADS: torch's threads in a ClientApp process
             procs.start(f"supernode-{i}", supernode_command(i, num_supernodes, port, node_service, threads),

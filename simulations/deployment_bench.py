@@ -37,6 +37,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from simulations.compare import flatten
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "simulations" / "results" / "deployment"
 METHODS = ("bbt-fed", "fedbpt", "feddls", "fes", "fedprompt", "fedlora")
@@ -49,22 +51,10 @@ def harness(name: str) -> tuple[dict[str, Any], int]:
         return {}, 2
     if name == "t1":
         exp = tomllib.loads((REPO / "simulations/experiments/feddpg_table1_ag_news.toml").read_text())
-        pairs = flat(exp["run-config"])
+        pairs = flatten(exp["run-config"])
         pairs["dataset"] = str((REPO / pairs["dataset"]).resolve())  # experiment paths are the checkout's
         return pairs, int(exp["num-supernodes"])
     raise SystemExit(f"unknown harness {name!r} (demo, t1)")
-
-
-def flat(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """TOML's dotted keys back to run-config keys: ``{"fedprompt": {"local-steps": 6}}`` ->
-    ``{"fedprompt.local-steps": 6}``."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, dict):
-            out.update(flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
 
 
 # what a method needs of any harness: FeS's curriculum pacing (AUG-E) reads the server's accuracy
@@ -113,15 +103,17 @@ def process_costs(repeats: int = 3) -> dict[str, float]:
     importing the ClientApp the node service's shim loads (``fedtext.client_app``: Flower only),
     against importing what a client without the service needs (``fedtext.node``: torch,
     transformers, the data loaders)."""
-    def best(module: str) -> float:
+    def best(statement: str) -> float:
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO, check=True)
+            subprocess.run([sys.executable, "-c", statement], cwd=REPO, check=True)
             times.append(time.perf_counter() - t0)
         return round(min(times), 2)
 
-    return {"shim_process_s": best("fedtext.client_app"), "client_process_s": best("fedtext.node")}
+    # flwr-clientapp, Flower's per-message process: its console script imports this first
+    return {"flower_clientapp_s": best("from flwr.supernode.cli import flwr_clientapp"),
+            "shim_process_s": best("import fedtext.client_app"), "client_process_s": best("import fedtext.node")}
 
 
 def one(engine: str, method: str, pairs: dict[str, Any], nodes: int, work: Path) -> dict[str, Any]:
@@ -211,9 +203,19 @@ def render() -> str:
                          f"{svc['fit_max_s'] or 0:.1f} s | {svc['startup_s'] or 0:.1f} s | {svc['load_s'] or 0:.2f} s | "
                          f"{svc['overhead_s'] or 0:.1f} s | {before} | {ray['load_before']:.1f} / "
                          f"{svc['load_before']:.1f} |")
+        within = [m for m, r in rec["methods"].items() if r["ratio"] <= rec["target"]]
+        over = [m for m, r in rec["methods"].items() if r["ratio"] > rec["target"]]
+        fixed = statistics.fmean((r["service"]["startup_s"] or 0) + (r["service"]["overhead_s"] or 0)
+                                 for r in rec["methods"].values())
+        lines += ["", f"Within x{rec['target']}: {', '.join(within) or 'none'}; over: {', '.join(over) or 'none'}. "
+                      f"What a deployment round pays that a Ray round does not, start-ups and overhead together: "
+                      f"{fixed:.1f} s on average over these methods, whatever their compute."]
         costs = rec.get("process_costs")
         if costs:
-            lines += ["", f"A fresh process, before it computes (best of 3): Python + the shim's imports "
+            flower = (f"Flower's own per-message process (`flwr-clientapp`: Python and its command's imports) "
+                      f"{costs['flower_clientapp_s']:.2f} s before it pulls the message; "
+                      if "flower_clientapp_s" in costs else "")
+            lines += ["", f"A fresh process, before it computes (best of 3): {flower}Python + the shim's imports "
                           f"(`fedtext.client_app`, Flower only) {costs['shim_process_s']:.2f} s, against Python + a "
                           f"client's imports without the service (`fedtext.node`: torch, transformers, the data "
                           f"loaders) {costs['client_process_s']:.2f} s, before the data and backbone it would then "

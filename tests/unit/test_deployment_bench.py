@@ -26,7 +26,6 @@ def test_a_harness_passes_shared_keys_and_the_methods_own_only():
     mine = bench.for_method(pairs, "fedprompt")
     assert mine["fedprompt.local-steps"] == 6 and not any(k.startswith("fedavg.") for k in mine)
     assert mine["eval-every"] == 2 and bench.for_method(pairs, "fes")["eval-every"] == 1  # FeS's pacing reads every round
-    assert bench.flat({"a": 1, "m": {"x-y": 2, "n": {"z": 3}}}) == {"a": 1, "m.x-y": 2, "m.n.z": 3}
     assert bench.pairs_text({"method": "fedprompt", "flag": True, "p": "a b"}) == "method=fedprompt flag=true p='a b'"
 
 

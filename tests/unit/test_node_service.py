@@ -15,7 +15,9 @@ import json
 import logging
 import os
 import platform
+import shutil
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -173,47 +175,57 @@ def test_an_error_in_the_service_is_the_clientapps_error(tmp_path):
             node_service.node_service_mod(message, context, lambda m, c: pytest.fail("fell back"))
 
 
+def _as_nobody(action) -> int:
+    """Run ``action()`` in a child process as user 65534 (nobody): 0 when it raised
+    ``OSError`` (refused, closed), 1 when it went through."""
+    pid = os.fork()
+    if pid == 0:
+        code = 3
+        try:
+            os.setgid(65534)
+            os.setuid(65534)
+            action()
+            code = 1
+        except OSError:  # ServiceUnavailable is one
+            code = 0
+        finally:
+            os._exit(code)
+    return os.waitpid(pid, 0)[1] >> 8
+
+
 @pytest.mark.skipif(os.getuid() != 0, reason="switching to another user needs root")
 def test_only_the_services_own_user_reaches_it(tmp_path):
     """Another user cannot open the socket (the folder is 0700, the socket 0600), and a
     connection from another user id is closed unanswered (SO_PEERCRED)."""
-    with service_thread(tmp_path / "svc") as sock:
-        assert (sock.parent.stat().st_mode & 0o777, sock.stat().st_mode & 0o777) == (0o700, 0o600)
-        pid = os.fork()
-        if pid == 0:  # the child, as nobody
-            code = 3
-            try:
-                os.setgid(65534)
-                os.setuid(65534)
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    s.connect(str(sock))
-                code = 1  # connected: wrong
-            except PermissionError:
-                code = 0
-            finally:
-                os._exit(code)
-        assert os.waitpid(pid, 0)[1] >> 8 == 0
-        # past the folder's mode (an opened socket handed over): the credentials check closes it
-        os.chmod(sock.parent, 0o755)
-        os.chmod(sock, 0o666)
-        pid = os.fork()
-        if pid == 0:
-            code = 3
-            try:
-                os.setgid(65534)
-                os.setuid(65534)
-                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                    s.connect(str(sock))
-                    node_service.send_frames(s, node_service.MAGIC, b"", b"")
-                    node_service.recv_frames(s, 1)
-                code = 1  # answered: wrong
-            except node_service.ServiceUnavailable:
-                code = 0
-            except OSError:
-                code = 0
-            finally:
-                os._exit(code)
-        assert os.waitpid(pid, 0)[1] >> 8 == 0
+
+    def connect() -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(sock))
+
+    def ask() -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(sock))
+            node_service.send_frames(s, node_service.MAGIC, b"", b"")
+            node_service.recv_frames(s, 1)
+
+    base = Path(tempfile.mkdtemp(prefix="fedtext-test-svc-", dir="/tmp"))  # pytest's tmp_path is 0700 above
+    try:
+        with service_thread(base / "svc") as sock:
+            assert (sock.parent.stat().st_mode & 0o777, sock.stat().st_mode & 0o777) == (0o700, 0o600)
+            os.chmod(base, 0o755)
+            assert _as_nobody(connect) == 0  # the service's folder keeps nobody out
+            # past the modes (a socket opened up by mistake): the credentials check closes it unanswered
+            os.chmod(sock.parent, 0o755)
+            os.chmod(sock, 0o666)
+            assert _as_nobody(connect) == 1 and _as_nobody(ask) == 0
+            # and the service still answers its own user (a malformed request is refused, not fatal)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(str(sock))
+                node_service.send_frames(s, node_service.MAGIC, b"x", b"y")
+                status, reason = node_service.recv_frames(s, 2)
+            assert status == b"error" and b"malformed request" in reason
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_peer_uid_and_frames_over_a_socket_pair():
