@@ -40,6 +40,7 @@ server gives up on them (without a round timeout every failure raises).
 
 from __future__ import annotations
 
+import logging
 import platform
 import time
 import zlib
@@ -67,6 +68,7 @@ from fedtext.registry import METHODS
 quiet_ray_tip()
 
 NODE_PLATFORM = platform.machine() or "unknown"  # the node's CPU architecture (x86_64, aarch64), in its properties
+log = logging.getLogger("fedtext")
 _STARTUP = {"startup_start": process_start_time(), "startup_end": time.time()}  # reported once per process
 
 
@@ -202,3 +204,16 @@ def client_for_context(context: Context, overrides: Mapping[str, Any] | None = N
     setup_logging()  # the client's progress lines (fedtext.progress) reach Flower's console
     return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state,
                        context.run_id)
+
+
+def warm(context: Context) -> None:
+    """Build this node's client once and drop it: the backbone, the tokenizer and the data
+    partition stay in this process's caches (the node service calls it after answering a run's
+    first message, so that the first round a node is sampled in does not pay its loads).
+    Failures are logged, never raised: the message that needs the client will say them."""
+    try:
+        cfg = RunConfig.from_run_config(dict(context.run_config), METHODS)
+        partition_id, num_partitions = node_partition(context.node_config)
+        Node(cfg, partition_id, num_partitions, RecordDict()).build()
+    except Exception as exc:  # noqa: BLE001 - a warm-up is an optimisation
+        log.info("fedtext: node service: no warm-up (%s)", exc)

@@ -212,6 +212,27 @@ def answer(request: list[bytes], app: Any) -> list[bytes]:
             recorddict_to_proto(context.state).SerializeToString()]
 
 
+def warm_up(request: list[bytes], warmed: list[int]) -> bool:
+    """After a run's first message (the server asks each node who it is before it samples),
+    build this node's client once so that the backbone and the partition are loaded before the
+    node is first sampled (:func:`fedtext.node.warm`), as a board loads its model when a run
+    starts; the Ray simulation's actors likewise keep them between clients. Once per run."""
+    from flwr.common.serde import context_from_proto
+    from flwr.proto.message_pb2 import Context as ProtoContext
+
+    from fedtext.node import warm
+
+    try:
+        context = context_from_proto(ProtoContext.FromString(request[2]))
+    except Exception:  # noqa: BLE001 - a malformed request was already refused
+        return False
+    if context.run_id in warmed:
+        return False
+    warmed.append(context.run_id)
+    warm(context)
+    return True
+
+
 def serve(path: Path, threads: int = 0, ready: Callable[[], None] | None = None,
           until: Callable[[], bool] | None = None) -> None:
     """Answer requests on Unix socket ``path`` one at a time, until a signal (or until
@@ -247,6 +268,7 @@ def serve(path: Path, threads: int = 0, ready: Callable[[], None] | None = None,
     if ready:
         ready()
     me = os.getuid()
+    warmed: list[int] = []  # Flower run ids this service has built a client for
     while until is None or not until():
         try:
             conn, _ = server.accept()
@@ -267,6 +289,9 @@ def serve(path: Path, threads: int = 0, ready: Callable[[], None] | None = None,
                 send_frames(conn, *reply)
             except OSError as exc:  # the ClientApp went away (killed, timed out): serve the next
                 log.warning("fedtext: node service: a request was not completed (%s)", exc)
+                continue
+        if request[0] == MAGIC and warm_up(request, warmed):  # after the reply: the server is not kept waiting
+            log.info("fedtext: node service: warmed up for run %s", warmed[-1])
     server.close()
 
 
