@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
                        for engine in ("ray", "service", *(("before",) if args.before else ()))}
             finally:
                 shutil.rmtree(work, ignore_errors=True)
+            row["commit"] = commit  # the code each row ran (rows of one record may come from several runs)
             row["ratio"] = round(row["service"]["round_s"] / row["ray"]["round_s"], 2)
             if "before" in row:
                 row["ratio_before"] = round(row["before"]["round_s"] / row["ray"]["round_s"], 2)
@@ -187,9 +188,11 @@ def render() -> str:
             continue
         rec = json.loads(path.read_text())
         steady = ", ".join(str(r) for r in next(iter(rec["methods"].values()))["ray"]["steady_rounds"])
+        commits = sorted({r.get("commit", rec["commit"]) for r in rec["methods"].values()})
         lines += [f"**{name}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
-                  f"{rec['commit']}; mean of rounds {steady}; `python -m simulations.deployment_bench --harness "
-                  f"{name}{' --before' if any('before' in r for r in rec['methods'].values()) else ''}`)", "",
+                  f"{', '.join(commits)} (each row's in the record); mean of rounds {steady}; `python -m "
+                  f"simulations.deployment_bench --harness {name}"
+                  f"{' --before' if any('before' in r for r in rec['methods'].values()) else ''}`)", "",
                   "| method | Ray round | deployment round (node service) | ratio | slowest fit | start-ups | "
                   "client builds | overhead | without the service | load |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
