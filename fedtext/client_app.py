@@ -36,16 +36,15 @@ from fedtext.quiet import quiet_ray_tip
 quiet_ray_tip()
 
 
-def make_client_app(overrides: Mapping[str, Any] | None = None, node_service: bool = True) -> ClientApp:
-    """A ClientApp whose run-config is Flower's, updated with ``overrides``.
+def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
+    """A ClientApp whose run-config is Flower's, updated with ``overrides``; its messages go to
+    the node config's ``node-service`` when it names one
+    (:func:`fedtext.node_service.node_service_mod`).
 
     Parameters
     ----------
     overrides
         Run-config keys that replace Flower's (``simulations.simulate`` passes its own).
-    node_service
-        Whether messages go to the node config's ``node-service`` when it names one
-        (:func:`fedtext.node_service.node_service_mod`).
     """
 
     def client_fn(context: Context) -> Client:
@@ -58,7 +57,7 @@ def make_client_app(overrides: Mapping[str, Any] | None = None, node_service: bo
         return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state,
                            context.run_id)
 
-    return ClientApp(client_fn=client_fn, mods=[node_service_mod] if node_service else [])
+    return ClientApp(client_fn=client_fn, mods=[node_service_mod])
 
 
 app = make_client_app()

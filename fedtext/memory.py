@@ -89,12 +89,12 @@ def cgroup_limit_mb() -> float | None:
     return int(text) / 2**20
 
 
-def working_set_mb() -> float:
+def working_set_mb(cgroup: tuple[Path, bool] | None = None) -> float:
     """What the kernel cannot take back before it kills, in a cgroup: its anonymous memory (no
     swap: it cannot be evicted) plus the file pages mapped into its processes (the code and
     libraries running; evicted, they fault straight back). Page cache nobody maps is left out:
     the kernel reclaims it first. Without a cgroup: this process's resident memory."""
-    found = _own_cgroup()
+    found = cgroup or _own_cgroup()  # ``cgroup``: :func:`_own_cgroup`'s answer, where the caller has it
     if found is not None:
         folder, v2 = found
         try:
@@ -154,11 +154,15 @@ class MemoryGuard:
     options
         The changes that lower the peak (:func:`options_for`).
     usage
-        Reads the working set in MB (default :func:`working_set_mb`).
+        Reads the working set in MB (default :func:`working_set_mb` of this process's cgroup,
+        looked up once here, not at every read).
     """
 
     def __init__(self, limit_mb: float | None, what: str, options: str,
-                 usage: Callable[[], float] = working_set_mb) -> None:
+                 usage: Callable[[], float] | None = None) -> None:
+        if usage is None:
+            cgroup = _own_cgroup() if limit_mb is not None else None
+            usage = lambda: working_set_mb(cgroup)  # the folder found once
         self.limit_mb, self.what, self.options, self.usage = limit_mb, what, options, usage
         self.threshold = None if limit_mb is None else limit_mb * (1 - RESERVE_FRACTION)
         self.peak_mb = 0.0

@@ -179,12 +179,12 @@ class Node(NumPyClient):
         return out, n, {**metrics, **startup, "load_s": built - start, "busy_start": start, "busy_end": time.time()}
 
 
-def make_client(
+def make_node(
     run_config: Mapping[str, Any], node_config: Mapping[str, Any], state: RecordDict | None = None,
     flower_run: int | None = None,
-) -> Client:
-    """This node's client from the run-config, its node config, its state
-    (``context.state``, which persists on the node between rounds) and Flower's run id."""
+) -> Node:
+    """This node from the run-config, its node config, its state (``context.state``, which
+    persists on the node between rounds) and Flower's run id; one clear error otherwise."""
     cfg = RunConfig.from_run_config(run_config, METHODS)
     quiet_flower(cfg.verbose)  # this process's Flower lines ("Manually terminating ClientAppActor"), fedtext.quiet
     partition_id, num_partitions = node_partition(node_config)
@@ -194,7 +194,15 @@ def make_client(
         limit = node_limit_mb(node_config)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    return Node(cfg, partition_id, num_partitions, state, flower_run, limit).to_client()
+    return Node(cfg, partition_id, num_partitions, state, flower_run, limit)
+
+
+def make_client(
+    run_config: Mapping[str, Any], node_config: Mapping[str, Any], state: RecordDict | None = None,
+    flower_run: int | None = None,
+) -> Client:
+    """This node's client (:func:`make_node`), as Flower's ``client_fn`` returns it."""
+    return make_node(run_config, node_config, state, flower_run).to_client()
 
 
 def client_for_context(context: Context, overrides: Mapping[str, Any] | None = None) -> Client:
@@ -212,8 +220,6 @@ def warm(context: Context) -> None:
     first message, so that the first round a node is sampled in does not pay its loads).
     Failures are logged, never raised: the message that needs the client will say them."""
     try:
-        cfg = RunConfig.from_run_config(dict(context.run_config), METHODS)
-        partition_id, num_partitions = node_partition(context.node_config)
-        Node(cfg, partition_id, num_partitions, RecordDict()).build()
+        make_node(context.run_config, context.node_config).build()
     except Exception as exc:  # noqa: BLE001 - a warm-up is an optimisation
         log.info("fedtext: node service: no warm-up (%s)", exc)

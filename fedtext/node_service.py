@@ -186,9 +186,10 @@ def node_service_mod(message: Message, context: Context, call_next: Callable[[Me
 
 
 # ------------------------------------------------------------------------------ the service
-def answer(request: list[bytes], app: Any) -> list[bytes]:
+def answer(request: list[bytes], app: Any) -> tuple[list[bytes], Context | None]:
     """The reply frames for one request's frames (``MAGIC``, message, context), computed by
-    ``app`` (a ClientApp): ``[b"ok", content, state]`` or ``[b"error", reason]``."""
+    ``app`` (a ClientApp): ``[b"ok", content, state]`` or ``[b"error", reason]``; and the
+    request's context (None for a request not of this protocol)."""
     from flwr.common.serde import (
         context_from_proto,
         message_from_proto,
@@ -198,34 +199,27 @@ def answer(request: list[bytes], app: Any) -> list[bytes]:
     from flwr.proto.message_pb2 import Message as ProtoMessage
 
     if request[0] != MAGIC:
-        return [b"error", b"not a fedtext node-service request"]
+        return [b"error", b"not a fedtext node-service request"], None
     message = message_from_proto(ProtoMessage.FromString(request[1]))
     context = context_from_proto(ProtoContext.FromString(request[2]))
     try:
         reply = app(message, context)
     except Exception as exc:
         log.exception("fedtext: the ClientApp raised in the node service")
-        return [b"error", f"{type(exc)}:<'{exc}'>".encode()]
+        return [b"error", f"{type(exc)}:<'{exc}'>".encode()], context
     if reply.has_error():
-        return [b"error", str(reply.error.reason).encode()]
+        return [b"error", str(reply.error.reason).encode()], context
     return [b"ok", recorddict_to_proto(reply.content).SerializeToString(),
-            recorddict_to_proto(context.state).SerializeToString()]
+            recorddict_to_proto(context.state).SerializeToString()], context
 
 
-def warm_up(request: list[bytes], warmed: list[int]) -> bool:
+def warm_up(context: Context, warmed: list[int]) -> bool:
     """After a run's first message (the server asks each node who it is before it samples),
     build this node's client once so that the backbone and the partition are loaded before the
     node is first sampled (:func:`fedtext.node.warm`), as a board loads its model when a run
     starts; the Ray simulation's actors likewise keep them between clients. Once per run."""
-    from flwr.common.serde import context_from_proto
-    from flwr.proto.message_pb2 import Context as ProtoContext
-
     from fedtext.node import warm
 
-    try:
-        context = context_from_proto(ProtoContext.FromString(request[2]))
-    except Exception:  # noqa: BLE001 - a malformed request was already refused
-        return False
     if context.run_id in warmed:
         return False
     warmed.append(context.run_id)
@@ -282,15 +276,15 @@ def serve(path: Path, threads: int = 0, ready: Callable[[], None] | None = None,
                     continue
                 request = recv_frames(conn, 3)
                 try:
-                    reply = answer(request, app)
+                    reply, context = answer(request, app)
                 except Exception as exc:  # noqa: BLE001 - a malformed request must not end the service
                     log.warning("fedtext: node service: refused a malformed request (%s)", exc)
-                    reply = [b"error", f"malformed request: {exc}".encode()]
+                    reply, context = [b"error", f"malformed request: {exc}".encode()], None
                 send_frames(conn, *reply)
             except OSError as exc:  # the ClientApp went away (killed, timed out): serve the next
                 log.warning("fedtext: node service: a request was not completed (%s)", exc)
                 continue
-        if request[0] == MAGIC and warm_up(request, warmed):  # after the reply: the server is not kept waiting
+        if context is not None and warm_up(context, warmed):  # after the reply: the server is not kept waiting
             log.info("fedtext: node service: warmed up for run %s", warmed[-1])
     server.close()
 

@@ -129,8 +129,6 @@ def run_limited(method: str, harness_name: str, limit_mb: int, extra: str = "") 
 
 
 def main(argv: list[str] | None = None) -> int:
-    from simulations.deployment_bench import METHODS as BENCH_METHODS  # noqa: F401  (the harness names)
-
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)  # METHOD HARNESS [PAIRS]
     ap.add_argument("--option", nargs=4, action="append", default=[], metavar=("HARNESS", "METHOD", "LIMIT_MB", "PAIRS"),

@@ -262,16 +262,14 @@ def test_a_runs_first_message_warms_the_node_once(monkeypatch):
     backbone and the partition into its caches), so that the first round the node is sampled in
     does not pay the loads; a build that fails is logged, not raised."""
     import fedtext.node as node
-    from flwr.common.serde import context_to_proto
 
     built = []
     monkeypatch.setattr(node.Node, "build", lambda self: built.append((self.cfg.method, self.partition_id)))
     context = Context(run_id=5, node_id=1, node_config={"partition-id": 1, "num-partitions": 2}, state=RecordDict(),
                       run_config={"method": "fedprompt"})
-    request = [node_service.MAGIC, b"", context_to_proto(context).SerializeToString()]
     warmed: list[int] = []
-    assert node_service.warm_up(request, warmed) and built == [("fedprompt", 1)] and warmed == [5]
-    assert not node_service.warm_up(request, warmed) and built == [("fedprompt", 1)]  # once per run
+    assert node_service.warm_up(context, warmed) and built == [("fedprompt", 1)] and warmed == [5]
+    assert not node_service.warm_up(context, warmed) and built == [("fedprompt", 1)]  # once per run
     bad = Context(run_id=6, node_id=1, node_config={}, state=RecordDict(), run_config={"method": "fedprompt"})
-    assert node_service.warm_up([node_service.MAGIC, b"", context_to_proto(bad).SerializeToString()], warmed)
+    assert node_service.warm_up(bad, warmed)
     assert built == [("fedprompt", 1)]  # no partition-id: logged, nothing built, nothing raised
