@@ -138,7 +138,10 @@ def test_a_node_service_killed_mid_round_costs_no_round_and_changes_no_record(tm
         deadline = time.time() + 300
         while killed is None and time.time() < deadline and launcher.poll() is None:
             rounds = list(out.glob("*/rounds.jsonl"))
-            if rounds and rounds[0].read_text().count("\n") >= 1:  # round 0 is written: round 1's fits are out
+            warmed = sum("warmed up for run" in p.read_text() for p in logs.glob("supernode-*.log"))
+            # both services have built their client after the run's first message (their warm-up,
+            # fedtext.node_service.warm_up): what a service computes next is a round's fit or evaluate
+            if rounds and rounds[0].read_text().count("\n") >= 1 and warmed == 2:
                 services = _services(token)
                 if services:
                     pid = min(services)
