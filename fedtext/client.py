@@ -42,6 +42,7 @@ from flwr.app import RecordDict
 from flwr.client import NumPyClient
 from flwr.common import NDArrays, Scalar
 
+from fedtext import attacks
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for, losses
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
@@ -233,6 +234,11 @@ class FedTextClient(NumPyClient):
     def fit(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, dict[str, Scalar]]:
         t0, q0 = time.time(), self.backbone.queries
         arrays, n, loss = self.train(parameters, config)
+        attack = attacks.for_client(self.cfg, self.partition_id)
+        if attack is not None and arrays:  # a simulated poisoner (attack=, docs/reliability.md)
+            rows = len(self.data.train) + len(self.data.test) + len(self.data.unlabeled)
+            poisoned = attack(parameters, attacks.Reply(arrays, n), rows)
+            arrays, n = poisoned.arrays, poisoned.num_examples
         return arrays, n, {
             "partition_id": self.partition_id,
             "train_loss": float(loss),

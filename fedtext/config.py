@@ -86,6 +86,18 @@ SERVER_OPTIMIZERS: dict[str, ServerOptimizerDefaults] = {
     "fedyogi": ServerOptimizerDefaults(0.01, 1e-3, ("server-beta1", "server-beta2", "server-tau")),  # FedYogi(eta=1e-2)
     "fedadagrad": ServerOptimizerDefaults(0.1, 1e-9, ("server-tau",)),  # FedAdagrad(eta=1e-1), beta_1 fixed at 0
 }
+# ``aggregator``'s choices (fedtext.robust.AGGREGATORS holds their math, one entry each: a test
+# keeps the two equal) and the keys each one alone reads (set away from its default under another
+# aggregator: refused, as a server-* key its optimizer does not read is).
+AGGREGATORS: dict[str, tuple[str, ...]] = {
+    "mean": (),
+    "median": (),
+    "trimmed-mean": ("trim-beta",),
+    "krum": ("krum-malicious", "krum-keep"),
+}
+# ``attack``'s choices (fedtext.attacks.ATTACKS holds what each does; a test keeps them equal) and
+# the keys each reads besides attack-partitions.
+ATTACKS: dict[str, tuple[str, ...]] = {"none": (), "weight-lie": (), "scale": ("attack-scale",), "sign-flip": ()}
 # A method config's ``server_aggregation`` when its server's step is the mean of the uploaded arrays
 # (server-optimizer and proximal-mu compose with it), and its ``local_training`` when its clients
 # train with gradients through fedtext.client.gradient_steps (local terms apply).
@@ -188,6 +200,11 @@ class MethodConfig:
     precisions: ClassVar[tuple[str, ...]] = PRECISIONS
     precision_reason: ClassVar[str] = ""
     server_aggregation: ClassVar[str] = ""
+    # What a fit reply's example count is bounded by (fedtext.validation.UploadValidator.claim_limit):
+    # True, the labelled training rows the server assigned the client (shots of its partition:
+    # ClientSampler.assigned_examples, exact); False, its partition's rows (FeS's family, whose
+    # labelled set grows by pseudo labels drawn from the client's own unlabelled rows)
+    claims_assigned_rows: ClassVar[bool] = True
     # GRADIENT: clients train through fedtext.client.gradient_steps (proximal-mu applies);
     # otherwise what they do, for the refusal ("" = undeclared: refused)
     local_training: ClassVar[str] = ""
@@ -367,6 +384,26 @@ class RunConfig:
     server_beta1: float = 0.9  # fedadam, fedyogi: first-moment decay beta1 (in [0, 1))
     server_beta2: float = 0.99  # fedadam, fedyogi: second-moment decay beta2 (in [0, 1))
     server_tau: float = 0.0  # fedadam, fedyogi, fedadagrad: adaptivity tau; 0 = Flower's default (1e-9; fedyogi 1e-3)
+    # --- robust aggregation (averaging methods; docs/fedopt.md)
+    #: how the server combines a round's valid uploads before `server-optimizer`'s step, with Flower's own math:
+    #: `mean` (FedAvg's example-weighted mean, the papers'), `median` (coordinate-wise, FedMedian), `trimmed-mean`
+    #: (FedTrimmedAvg, `trim-beta`) or `krum` (Krum, `krum-malicious`; `krum-keep` > 0: multi-Krum); refused by a
+    #: method whose server does not average arrays ([fedopt.md](fedopt.md#robust-aggregation))
+    aggregator: str = "mean"  # how the server combines the round's uploads: mean | median | trimmed-mean | krum (Flower's FedAvg, FedMedian, FedTrimmedAvg, Krum)
+    trim_beta: float = 0.2  # trimmed-mean: the fraction cut at each end of every coordinate (Flower's FedTrimmedAvg beta; in [0, 0.5))
+    krum_malicious: int = 0  # krum: f, the uploads assumed malicious; a score sums the n - f - 2 nearest (Flower's num_malicious_clients)
+    krum_keep: int = 0  # krum: multi-Krum averages the krum-keep best-scored uploads (0 = Krum: the single best)
+    #: clip each update x_k − x_t (the upload minus the global arrays sent, as one vector) to `update-clip` × the
+    #: round's median update norm before combining (FLAME's adaptive bound at 1; clipped, not dropped, the count in
+    #: the round record); `0` = off
+    update_clip: float = 0.0  # clip each update to update-clip x the round's median update norm (FLAME's bound at 1; 0 = off)
+    # --- simulated attacks (robustness experiments)
+    #: what the clients of `attack-partitions` do to their fit replies, to measure the server's defences:
+    #: `none`, `weight-lie` (claim the partition's every row as examples), `scale` (send x_t + `attack-scale`·Δ),
+    #: `sign-flip` (send x_t − Δ: an honest-sized update reversed); docs/reliability.md
+    attack: str = "none"  # simulated poisoning by the attack-partitions' clients: none | weight-lie | scale | sign-flip
+    attack_partitions: str = "0"  # comma-separated partition ids whose clients attack (read only when attack is set)
+    attack_scale: float = 1000.0  # scale: the factor on the client's update x_k - x_t
     # --- scale and memory (every method)
     #: client memory budget: population scoring (CMA-ES, FedDLS candidates) runs in chunks sized to fit it (0 = fixed
     #: 32,768-token chunks); see "Performance and scale"
@@ -507,6 +544,7 @@ class RunConfig:
         check_choice("head", self.head, ("auto", *HEADS))
         self.node_partition_map  # noqa: B018 - parses, raising ConfigError on a malformed pin
         self.check_server_optimizer()
+        self.check_aggregation()
         mc = self.method_config
         if mc is not None:
             self.check_composition(mc)
@@ -570,12 +608,53 @@ class RunConfig:
                 raise ConfigError(f"{key}={getattr(self, key.replace('-', '_'))} is read by server-optimizer={users} "
                                   f"only; server-optimizer={self.server_optimizer} would ignore it")
 
+    def check_aggregation(self) -> None:
+        """``aggregator``, ``update-clip`` and the attack keys in range; a key set away from its
+        default that the chosen aggregator (or attack) does not read is refused (it would be ignored)."""
+        check_choice("aggregator", self.aggregator, tuple(AGGREGATORS))
+        check_range("trim-beta", self.trim_beta, 0)
+        if self.trim_beta >= 0.5:  # Flower's _trim_mean: half or more cut from each end leaves nothing
+            raise ConfigError(f"trim-beta must be < 0.5 (it cuts that fraction from each end), got {self.trim_beta}")
+        check_range("krum-malicious", self.krum_malicious, 0)
+        check_range("krum-keep", self.krum_keep, 0)
+        check_range("update-clip", self.update_clip, 0)
+        check_choice("attack", self.attack, tuple(ATTACKS))
+        check_range("attack-scale", self.attack_scale, 0, low_open=True)
+        self.attack_partition_set  # noqa: B018 - parses, raising ConfigError when malformed
+        defaults = {kebab(f.name): f.default for f in fields(RunConfig)}
+        for choice_key, table in (("aggregator", AGGREGATORS), ("attack", ATTACKS)):
+            chosen = getattr(self, choice_key)
+            for key in sorted({k for reads in table.values() for k in reads} - set(table[chosen])):
+                value = getattr(self, key.replace("-", "_"))
+                if value != defaults[key]:
+                    users = ", ".join(n for n, reads in table.items() if key in reads)
+                    raise ConfigError(f"{key}={value} is read by {choice_key}={users} only; "
+                                      f"{choice_key}={chosen} would ignore it")
+        if 0 < self.clients_per_round < self.krum_keep:
+            raise ConfigError(f"krum-keep={self.krum_keep} exceeds clients-per-round={self.clients_per_round}: "
+                              "multi-Krum cannot keep more uploads than a round has")
+
+    @property
+    def attack_partition_set(self) -> frozenset[int]:
+        """``attack-partitions`` parsed: the partition ids whose clients attack."""
+        try:
+            ids = frozenset(int(p) for p in _split_list("attack-partitions", self.attack_partitions, ","))
+        except ValueError:
+            raise ConfigError(f"attack-partitions must be comma-separated partition ids, got "
+                              f"'{self.attack_partitions}'") from None
+        if any(i < 0 for i in ids):
+            raise ConfigError(f"attack-partitions must be partition ids >= 0, got '{self.attack_partitions}'")
+        return ids
+
     def check_composition(self, mc: MethodConfig) -> None:
         """One line when ``server-optimizer`` or ``proximal-mu`` is set for a method they do not
         compose with (:attr:`MethodConfig.server_aggregation`, :attr:`MethodConfig.local_training`)."""
         step = mc.effective_server_aggregation()
         wanted = [f"server-optimizer={self.server_optimizer}"] if self.server_optimizer != "fedavg" else []
         wanted += [f"proximal-mu={self.proximal_mu}"] if self.proximal_mu > 0 else []
+        wanted += [f"aggregator={self.aggregator}"] if self.aggregator != "mean" else []
+        wanted += [f"update-clip={self.update_clip}"] if self.update_clip > 0 else []
+        wanted += [f"attack={self.attack}"] if self.attack != "none" else []
         if self.server_optimizer == "fedavg" and self.server_lr not in (0.0, 1.0):
             wanted.insert(0, f"server-lr={self.server_lr}")
         if wanted and step != MEAN:

@@ -55,7 +55,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.config import ConfigError, RunConfig
-from fedtext.data import labelled, partition_sizes, partition_train
+from fedtext.data import client_data, labelled, partition_sizes, partition_train
 from fedtext.metrics import MetricSpec
 from fedtext.records.schema import RoundRecord
 
@@ -130,6 +130,7 @@ class ClientSampler:
         self.client_info: dict[str, dict[str, Any]] = {}  # cid -> partition_id, domain, participant
         self.platforms: dict[str, str] = {}  # partition -> the CPU architecture its node reported (x86_64, aarch64)
         self._partition_rows: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> train rows
+        self._assigned: dict[tuple[int, int], int] = {}  # (partition id, partitions) -> labelled training rows
         self._lazy_asked = False  # client-ids=lazy: one node was asked for num-partitions (check_lazy)
         self.bound: dict[str, str] = {}  # node id -> the partition id it first reported (the server's word since)
         self.holder: dict[str, str] = {}  # partition id -> the node id bound to it
@@ -356,6 +357,29 @@ class ClientSampler:
                 self._partition_rows[key] = len(partition_train(self.cfg, *key))
             return self._partition_rows[key]
         return len(labelled(self.cfg).splits.train)
+
+    def assigned_examples(self, proxy: ClientProxy) -> tuple[int, str]:
+        """The most examples a client's honest fit reply can claim, and what that bound is, in
+        words for the drop reason.
+
+        A client weighs its upload by its labelled training rows (``len(train_batch)``: FedAvg's
+        n_k, the local dataset size): its partition, less its local test split, cut to
+        ``shots-per-class`` per label (:func:`fedtext.data.client_data`, seeded by the run seed
+        and its partition id). The server, knowing the partition (``client-ids=ask``), makes the
+        same cut and so knows n_k exactly: a claim above it is a lie, however far below the
+        partition's rows (a fedprompt client that trained on 16 examples and claimed 400 of its
+        480 rows held 96 % of the mean). Without a known partition (``client-ids=lazy``) the
+        bound is the whole train split (:meth:`max_examples`). Cached per partition.
+        """
+        info = self.client_info.get(proxy.cid, {})
+        pid, parts = self.bound.get(proxy.cid), info.get("num_partitions")
+        if parts is None or pid is None or not pid.isdigit() or int(pid) >= int(parts):
+            return self.max_examples(proxy), "the whole train split: the client's partition is unknown"
+        key = (int(pid), int(parts))
+        if key not in self._assigned:
+            self._assigned[key] = len(client_data(self.cfg, *key).train)
+        shots = f"shots-per-class={self.cfg.shots_per_class} of " if self.cfg.shots_per_class else ""
+        return self._assigned[key], f"the labelled training rows the server assigned it: {shots}partition {pid}"
 
     # ------------------------------------------------------------ draws
     def clients(self, client_manager: ClientManager, participants_only: bool) -> list[ClientProxy]:

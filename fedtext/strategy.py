@@ -49,7 +49,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
-from fedtext import checkpoint, comm, server_opt
+from fedtext import checkpoint, comm, robust, server_opt
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import server_test
@@ -178,8 +178,20 @@ class FedTextStrategy(FedAvg):
         """The method's aggregation of validated uploads: new global arrays (``None``:
         keep them) and scalar metrics for the round record. Default: FedAvg's
         example-weighted mean, through :meth:`server_update`."""
-        mean = weighted_mean([u.array_list() for u in uploads], [u.num_examples for u in uploads])
-        return self.server_update(server_round, mean), {}
+        mean, metrics = self.combine(uploads, [u.num_examples for u in uploads])
+        return self.server_update(server_round, mean), metrics
+
+    def combine(self, uploads: list[Upload], weights: list[int]) -> tuple[list[np.ndarray], dict[str, Scalar]]:
+        """The round's "mean" of ``uploads`` (weights ``weights``: example counts, or FedDPG's
+        uniform ones): ``update-clip``'s norm bound on each update against the global arrays,
+        then ``aggregator`` (:mod:`fedtext.robust`; default the weighted mean itself). Metrics:
+        ``clipped`` and ``clip_bound`` when ``update-clip`` is on."""
+        arrays = [u.array_list() for u in uploads]
+        metrics: dict[str, Scalar] = {}
+        if self.cfg.update_clip > 0 and self.global_arrays:
+            arrays, clipped, bound = robust.clip_updates(arrays, self.global_arrays, self.cfg.update_clip)
+            metrics = {"clipped": clipped, "clip_bound": bound}
+        return robust.combine(arrays, weights, self.cfg, self.global_arrays), metrics
 
     def server_update(self, server_round: int, mean: list[np.ndarray]) -> list[np.ndarray]:
         """x_{t+1} from ``mean``, the mean of this round's uploads: ``server-optimizer``'s step
@@ -379,28 +391,6 @@ class FedTextStrategy(FedAvg):
 
     def _is_eval_round(self, server_round: int) -> bool:
         return server_round % self.cfg.eval_every == 0 or server_round == self.cfg.num_server_rounds
-
-
-def weighted_mean(arrays: list[list[np.ndarray]], weights: list[int]) -> list[np.ndarray]:
-    """FedAvg's example-weighted mean of each array across clients.
-
-    The float operations are those of Flower's ``aggregate_inplace`` (what
-    ``FedAvg.aggregate_fit`` runs): scale each client's arrays by ``n_k / n`` in their
-    own dtype, then add in arrival order, so results match Flower's bit for bit.
-    """
-    total = sum(weights)
-    scale = np.asarray([w / total for w in weights])
-
-    def scaled(x: np.ndarray, s: np.float64) -> np.ndarray:
-        x = np.array(x, copy=True)
-        return np.multiply(x, s, out=x) if np.can_cast(s, x.dtype, casting="same_kind") else np.multiply(
-            x, np.array(s, x.dtype), out=x)
-
-    out = [scaled(x, scale[0]) for x in arrays[0]]
-    for k, client in enumerate(arrays[1:], start=1):
-        for total_x, x in zip(out, client, strict=True):
-            np.add(total_x, scaled(x, scale[k]), out=total_x)
-    return out
 
 
 def weighted_accuracy(metrics: list[tuple[int, dict[str, Scalar]]]) -> dict[str, Scalar]:

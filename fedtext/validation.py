@@ -219,9 +219,10 @@ class UploadValidator:
         results have passed :meth:`replies`; each is named by its node's partition.
 
         In order (the telemetry and the method's metrics were checked by :meth:`replies`):
-        ``0 < num_examples <=`` the
-        client's partition (:meth:`ClientSampler.max_examples`: FedAvg's weight ``n_k / n``
-        made one client claiming 10^12 examples the whole global model), decodable arrays
+        ``0 < num_examples <=`` what the server assigned the client (:meth:`claim_limit`:
+        FedAvg's weight ``n_k / n`` made one client claiming 10^12 examples the whole global
+        model, and one claiming its partition's 400 rows after training on 16 held 96 % of
+        it), decodable arrays
         meeting ``model.upload_specs()`` (count, shape, dtype, finite, range),
         ``model.check_upload`` (e.g. sigma > 0, C positive definite) and
         ``model.check_scale`` against ``reference``, the global arrays by name
@@ -231,9 +232,9 @@ class UploadValidator:
         uploads = []
         for proxy, res in results:
             pid = self.sampler.info_if_known(proxy.cid)
-            limit = self.sampler.max_examples(proxy)  # its metrics were checked by replies()
+            limit, what = self.claim_limit(proxy)  # its metrics were checked by replies()
             reason = (None if 0 < res.num_examples <= limit
-                      else f"num_examples={res.num_examples} outside 1..{limit} (the client's training rows)")
+                      else f"num_examples={res.num_examples} outside 1..{limit} ({what})")
             if reason is None:
                 try:
                     arrays = comm.decode(res.parameters)
@@ -251,6 +252,15 @@ class UploadValidator:
         for failure in failures:
             self.failed(record, failure, "fit")
         return uploads
+
+    def claim_limit(self, proxy: ClientProxy) -> tuple[int, str]:
+        """The most examples ``proxy``'s fit reply may claim, and what that is in words: the
+        labelled rows the server assigned it (:meth:`ClientSampler.assigned_examples`), or, for a
+        method whose config says its labelled set grows on the client
+        (``claims_assigned_rows = False``: FeS's family), its partition's rows."""
+        if self.cfg.method_config is None or self.cfg.method_config.claims_assigned_rows:
+            return self.sampler.assigned_examples(proxy)
+        return self.sampler.max_examples(proxy), "the client's partition rows"
 
     def evaluations(self, record: RoundRecord, results: list[tuple[ClientProxy, EvaluateRes]],
                     failures: list[Any]) -> list[tuple[ClientProxy, EvaluateRes]]:

@@ -31,7 +31,7 @@ from flwr.server.client_proxy import ClientProxy
 from fedtext import sampling
 from fedtext.config import ConfigError
 from fedtext.methods.feddpg.config import BEFORE_UNLEARNING, UNLEARN_METRICS
-from fedtext.strategy import FedTextStrategy, weighted_mean
+from fedtext.strategy import FedTextStrategy
 from fedtext.validation import Upload
 
 log = logging.getLogger("fedtext")
@@ -78,4 +78,5 @@ class FedDPG(FedTextStrategy):
             return upload.array_list(), {**metrics, "unlearned_client": unlearned}
         # eq. (1)'s uniform mean, then server-optimizer's step (the replacement above bypasses it: §3.3.1's
         # G <- G_c^u is the unlearned model itself, not a pseudo-gradient)
-        return self.server_update(server_round, weighted_mean([u.array_list() for u in uploads], [1] * len(uploads))), {}
+        mean, metrics = self.combine(uploads, [1] * len(uploads))
+        return self.server_update(server_round, mean), metrics

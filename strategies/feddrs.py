@@ -44,7 +44,8 @@ from fedtext.methods.feddrs.samplers import (
 from fedtext.progress import Progress
 from fedtext.records.probes import peak_rss_mb
 from fedtext.records.writer import RunRecorder
-from fedtext.strategy import Evaluator, weighted_mean
+from fedtext.robust import weighted_mean
+from fedtext.strategy import Evaluator
 from fedtext.tasks import Task
 from fedtext.validation import Upload
 from strategies.fedavg import FedAvgStrategy

@@ -108,18 +108,25 @@ def test_num_examples_beyond_the_train_split_is_dropped(fedprompt):
     assert "num_examples=1000000000000 outside 1..960" in reasons(fedprompt)["1"]  # demo: 960 train rows
 
 
-def test_num_examples_is_bounded_by_the_clients_own_partition_when_known(fedprompt):
-    from fedtext.data import partition_train
+def test_num_examples_is_bounded_by_the_labelled_rows_the_server_assigned(fedprompt):
+    """Issue 58's weight lie: a client claiming more than the labelled rows the server assigned
+    it (its partition less its test split, cut to shots-per-class) is dropped, however far below
+    its partition's rows the claim is; exactly the assigned count is kept."""
+    from fedtext.data import client_data, partition_train
 
     fedprompt.sampler.learn(SimpleNamespace(cid="0"), 0, None, 4)
+    assigned = len(client_data(fedprompt.cfg, 0, 4).train)
     rows = len(partition_train(fedprompt.cfg, 0, 4))
-    assert 0 < rows < 960
+    assert 0 < assigned < rows  # the old bound (the partition) let every claim in between pass
     a, b = honest_prompts(fedprompt)
-    fedprompt.aggregate_fit(1, [fit_res([a], rows, 0), fit_res([b], 3, 1)], [])
-    assert fedprompt.record.num_clients == 2  # exactly its rows: kept
-    fedprompt.rounds.begin(2)
-    fedprompt.aggregate_fit(2, [fit_res([a], rows + 1, 0), fit_res([b], 3, 1)], [])
-    assert f"outside 1..{rows}" in reasons(fedprompt)["0"]
+    fedprompt.aggregate_fit(1, [fit_res([a], assigned, 0), fit_res([b], 3, 1)], [])
+    assert fedprompt.record.num_clients == 2  # exactly what it was assigned: kept
+    for claim in (assigned + 1, rows):
+        fedprompt.rounds.begin(2)
+        fedprompt.aggregate_fit(2, [fit_res([a], claim, 0), fit_res([b], 3, 1)], [])
+        assert reasons(fedprompt)["0"] == (f"num_examples={claim} outside 1..{assigned} (the labelled training rows "
+                                           "the server assigned it: shots-per-class=8 of partition 0)")
+        assert fedprompt.record.num_clients == 1
 
 
 # ------------------------------------------------------------- covariance, sigma

@@ -12,7 +12,7 @@ from flwr.common import Code, FitRes, Status
 from fedtext import comm
 from fedtext.records import ROUND_FIELDS, RoundRecord, RunRecorder
 from fedtext.registry import make_config
-from fedtext.strategy import weighted_mean
+from fedtext.robust import weighted_mean
 from fedtext.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedprompt import FedPrompt

@@ -55,6 +55,9 @@ class FewShotConfig(MethodConfig):
     ones that tune only their biases; the rest (top) tune everything (§3.3).
     """
 
+    # gold labels plus pseudo labels drawn from the client's own unlabelled rows: bounded by its
+    # partition, not by the shots the server assigns (MethodConfig.claims_assigned_rows)
+    claims_assigned_rows: ClassVar[bool] = False
     name: ClassVar[str] = ""
     pacing_default: ClassVar[str] = "none"
     # FedAvg of the trained uploads, but within FeS's train/label client groups and pacing (its
