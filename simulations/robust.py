@@ -1,0 +1,147 @@
+"""Robust aggregation against one lying client (issue 58): the T1 table.
+
+    python -m simulations.robust                  # every planned run not yet finished, then the table
+    python -m simulations.robust --seeds 0        # some seeds
+    python -m simulations.robust --table-only     # the table from the committed records
+
+Runs ``simulations/experiments/robust_ag_news.toml`` (its header says the setting: T1 with 5
+clients per round, fedprompt, 3 seeds; each label is ``<aggregator>-<attack>``) through the
+server's own round loop in this process (:mod:`simulations.inprocess`: the ServerApp's server
+and strategy, the ClientApp's clients behind in-process proxies), not through Ray: the round
+math and the records are the same, and 60 runs fit 2 cores without 60 Ray start-ups. Records go
+to ``simulations/results/robust_ag_news/runs/``; a run already finished there (the compare
+runner's :func:`simulations.compare.finished_run`) is not run again.
+
+The table (``table.md`` beside the runs, and the ``robust-table`` block of docs/reliability.md):
+final server accuracy, mean ± std over the seeds, one row per aggregator, one column per attack;
+and per attack, how many of the attacker's uploads the server dropped and how many updates it
+clipped, summed over the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from simulations import compare
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENT = REPO / "simulations" / "experiments" / "robust_ag_news.toml"
+OUT = REPO / "simulations" / "results" / "robust_ag_news"
+AGGREGATORS = {  # label prefix -> what the row says
+    "mean": "mean (FedAvg)",
+    "clip": "mean, update-clip=1 (FLAME)",
+    "median": "median",
+    "trimmed": "trimmed-mean, β 0.2",
+    "krum": "krum, f = 1",
+}
+ATTACKS = {"none": "no attack", "weight-lie": "weight lie", "scale": "1,000× update", "sign-flip": "sign flip"}
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """``"clip-sign-flip"`` -> ``("clip", "sign-flip")``."""
+    agg, attack = label.split("-", 1)
+    return agg, attack
+
+
+def run_all(seeds: list[int] | None) -> None:
+    """Every planned run that has not finished under :data:`OUT`, one after another."""
+    from fedtext.records import load_run
+    from simulations.inprocess import run
+
+    exp = compare.load_experiment(EXPERIMENT)
+    runs_dir = OUT / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    (OUT / "experiment.json").write_text(json.dumps({"name": EXPERIMENT.stem, "file": str(EXPERIMENT.relative_to(REPO)),
+                                                     "methods": exp["methods"], "seeds": exp["seeds"]}, indent=1) + "\n")
+    planned = compare.plan(exp, seeds)
+    for i, ov in enumerate(planned, 1):
+        done = [load_run(p) for p in sorted(runs_dir.iterdir()) if p.is_dir()]
+        if compare.finished_run(compare.resolved({**ov, "output-dir": str(runs_dir)}), done):
+            print(f"[{i}/{len(planned)}] {ov['run-name']} seed={ov['seed']}: finished before", flush=True)
+            continue
+        t0 = time.time()
+        run({**ov, "output-dir": str(runs_dir)}, runs_dir, clients=int(exp["num-supernodes"]))
+        print(f"[{i}/{len(planned)}] {ov['run-name']} seed={ov['seed']}: {time.time() - t0:.0f} s", flush=True)
+
+
+def collect() -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Finished runs by (aggregator, attack): the newest per seed, each with its final accuracy
+    and the attacker's drops and the clipped updates summed over its rounds."""
+    from fedtext.records import load_run
+
+    newest: dict[tuple[str, int], dict[str, Any]] = {}
+    for folder in sorted((OUT / "runs").iterdir()):
+        run = load_run(folder)
+        if run["status"] != "finished":
+            continue
+        cfg = run["config"]["config"]
+        newest[(cfg["run-name"], int(cfg["seed"]))] = run  # sorted by time: the newest wins
+    table: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for (label, seed), run in sorted(newest.items()):
+        rounds = [json.loads(x) for x in (Path(run["dir"]) / "rounds.jsonl").read_text().splitlines()]
+        attackers = set(run["config"]["config"]["attack-partitions"].split(","))
+        table.setdefault(split_label(label), []).append({
+            "seed": seed,
+            "accuracy": run["summary"]["final_accuracy"],
+            "dropped": sum(1 for r in rounds for d in fit_drops(r) if d["client"] in attackers),
+            "sampled": sum(1 for r in rounds
+                           if attackers & (set(r.get("trained", [])) | {d["client"] for d in fit_drops(r)})),
+            "clipped": sum(int(r.get("method_metrics", {}).get("clipped", 0)) for r in rounds),
+        })
+    return table
+
+
+def fit_drops(record: dict[str, Any]) -> list[dict[str, str]]:
+    """A round record's dropped fit results (an evaluate reply's drop says so first)."""
+    return [d for d in record.get("dropped", []) if not d["reason"].startswith("evaluate reply")]
+
+
+def render() -> str:
+    """The table (module docstring) from the records under :data:`OUT`."""
+    table = collect()
+    if not table:
+        return "No finished run under simulations/results/robust_ag_news/runs yet (`python -m simulations.robust`).\n"
+
+    def cell(runs: list[dict[str, Any]]) -> str:
+        acc = [r["accuracy"] for r in runs]
+        spread = f" ± {statistics.stdev(acc):.3f}" if len(acc) > 1 else ""
+        return f"{statistics.mean(acc):.3f}{spread} ({len(acc)})"
+
+    lines = ["| aggregator | " + " | ".join(ATTACKS.values()) + " |", "|---" * (len(ATTACKS) + 1) + "|"]
+    for agg, name in AGGREGATORS.items():
+        lines.append(f"| {name} | " + " | ".join(cell(table[(agg, a)]) if (agg, a) in table else "–"
+                                                 for a in ATTACKS) + " |")
+    lines += ["", "The attacker's uploads dropped / rounds it was sampled in, and updates clipped, over every "
+              "run of the column (all aggregators, all seeds):", "",
+              "| | " + " | ".join(ATTACKS.values()) + " |", "|---" * (len(ATTACKS) + 1) + "|"]
+    for what, key in (("attacker dropped / sampled", "dropped"), ("updates clipped", "clipped")):
+        row = []
+        for a in ATTACKS:
+            runs = [r for (agg, att), rs in table.items() if att == a for r in rs]
+            total = sum(r[key] for r in runs)
+            row.append(f"{total} / {sum(r['sampled'] for r in runs)}" if key == "dropped" else str(total))
+        lines.append(f"| {what} | " + " | ".join(row) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", help="override the experiment's seeds")
+    ap.add_argument("--table-only", action="store_true", help="render the table from the records, run nothing")
+    args = ap.parse_args(argv)
+    if not args.table_only:
+        run_all(args.seeds)
+    text = render()
+    (OUT / "table.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Issue 58: robust aggregation (``aggregator``, ``update-clip``) and the simulated attacks.
+
+The aggregators are Flower's own math: each is driven here beside Flower's strategy of the
+same name (``FedMedian``, ``FedTrimmedAvg``, ``Krum``) on the same fit replies, and checked on
+hand-computed values where one wrong index or weighting would show. The headline case is the
+issue's: one client sending a 1,000x update moves the global model by no more than an honest
+client's share under ``update-clip`` and not at all past the honest range under the median.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from flwr.common import Code, FitRes, Status
+from flwr.server.strategy import FedMedian, FedTrimmedAvg, Krum
+
+from fedtext import attacks, comm, config, robust
+from fedtext.config import ConfigError
+from fedtext.registry import make_config
+from fedtext.tasks import TASKS
+from strategies.feddpg import FedDPG
+from strategies.fedprompt import FedPrompt
+
+
+def fit_res(arrays, n, pid):
+    return (SimpleNamespace(cid=str(pid)),
+            FitRes(Status(Code.OK, ""), comm.encode(arrays), n, {"partition_id": pid, "train_loss": 0.5}))
+
+
+def strategy(backbone, **keys):
+    cfg = make_config("fedprompt", prompt_length=2, max_length=64, **keys)
+    strat = FedPrompt(cfg, TASKS["demo"])
+    strat.global_arrays = [np.zeros_like(a) for a in strat.initial_arrays()]
+    strat.rounds.begin(1)
+    return strat
+
+
+def uploads(shape, values):
+    """One prompt per value: every coordinate that value, except coordinate [0, 0] = value * 10
+    (so that per-coordinate statistics differ from the whole-vector ones)."""
+    out = []
+    for v in values:
+        a = np.full(shape, v, np.float32)
+        a[0, 0] = v * 10
+        out.append(a)
+    return out
+
+
+def aggregated(strat, prompts, counts):
+    params, metrics = strat.aggregate_fit(1, [fit_res([p], n, k) for k, (p, n) in enumerate(zip(prompts, counts))], [])
+    return comm.decode(params)[0], metrics
+
+
+# ------------------------------------------------------------- one definition
+def test_the_configs_choices_are_the_registries_keys():
+    assert tuple(robust.AGGREGATORS) == tuple(config.AGGREGATORS)
+    assert tuple(attacks.ATTACKS) == tuple(config.ATTACKS)
+
+
+# ------------------------------------------------------------- equal to Flower's strategies
+@pytest.mark.parametrize(("keys", "flower"), [
+    ({"aggregator": "median"}, FedMedian()),
+    ({"aggregator": "trimmed-mean", "trim_beta": 0.2}, FedTrimmedAvg(beta=0.2)),
+    ({"aggregator": "krum", "krum_malicious": 1}, Krum(num_malicious_clients=1, num_clients_to_keep=0)),
+    ({"aggregator": "krum", "krum_malicious": 1, "krum_keep": 3},
+     Krum(num_malicious_clients=1, num_clients_to_keep=3)),
+])
+def test_each_aggregator_equals_flowers_strategy_on_the_same_replies(backbone, keys, flower):
+    strat = strategy(backbone, **keys)
+    rng = np.random.default_rng(5)
+    shape = strat.global_arrays[0].shape
+    prompts = [rng.normal(size=shape).astype(np.float32) for _ in range(5)] + [np.full(shape, 50, np.float32)]
+    counts = [3, 1, 4, 1, 5, 9]
+    results = [fit_res([p], n, k) for k, (p, n) in enumerate(zip(prompts, counts))]
+    ours, _ = strat.aggregate_fit(1, results, [])
+    theirs, _ = flower.aggregate_fit(1, results, [])
+    got, want = comm.decode(ours)[0], comm.decode(theirs)[0]
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, want.astype(np.float32), rtol=1e-6)
+
+
+def test_median_and_trimmed_mean_per_coordinate_by_hand(backbone):
+    med = strategy(backbone, aggregator="median")
+    shape = med.global_arrays[0].shape
+    # 9.0 (90 at [0, 0]) stays inside upload-bound's 100 x max(1, |x_t|) around x_t = 0
+    got, _ = aggregated(med, uploads(shape, [1.0, 2.0, 9.0]), [1, 1, 50])  # counts ignored
+    assert got[0, 0] == 20.0 and got[0, 1] == 2.0
+    trim = strategy(backbone, aggregator="trimmed-mean", trim_beta=0.2)
+    # 5 uploads, beta 0.2: one cut at each end, the mean of the middle three
+    got, _ = aggregated(trim, uploads(shape, [-9.0, 1.0, 2.0, 6.0, 9.5]), [1] * 5)
+    assert got[0, 1] == pytest.approx(3.0) and got[0, 0] == pytest.approx(30.0)
+    # beta 0.19: int(0.95) = 0 cut, the plain mean of all five
+    none_cut = strategy(backbone, aggregator="trimmed-mean", trim_beta=0.19)
+    got, _ = aggregated(none_cut, uploads(shape, [-9.0, 1.0, 2.0, 6.0, 9.5]), [1] * 5)
+    assert got[0, 1] == pytest.approx(9.5 / 5)
+
+
+def test_krum_picks_the_upload_closest_to_its_neighbours_and_multi_krum_weights_the_kept(backbone):
+    strat = strategy(backbone, aggregator="krum", krum_malicious=1)
+    shape = strat.global_arrays[0].shape
+    # four honest around 1 (0.9, 1.0, 1.05, 1.3), one far: n - f - 2 = 2 nearest; 1.0's are nearest
+    prompts = uploads(shape, [0.9, 1.0, 1.05, 1.3, 40.0])
+    got, _ = aggregated(strat, prompts, [1, 1, 1, 1, 100])
+    np.testing.assert_array_equal(got, prompts[1])
+    keep = strategy(backbone, aggregator="krum", krum_malicious=1, krum_keep=2)
+    got, _ = aggregated(keep, prompts, [1, 3, 1, 1, 100])  # the two best: 1.0 (3 examples) and 1.05 (1)
+    np.testing.assert_allclose(got, (3 * prompts[1] + prompts[2]) / 4, rtol=1e-6)
+
+
+def test_feddpg_keeps_its_uniform_weights_under_multi_krum(backbone):
+    cfg = make_config("feddpg", max_length=64, aggregator="krum", krum_keep=2)
+    strat = FedDPG(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat.rounds.begin(1)
+    base = strat.global_arrays
+    a, b = [x + 0.1 for x in base], [x + 0.3 for x in base]
+    params, _ = strat.aggregate_fit(1, [fit_res(a, 1, 0), fit_res(b, 9, 1)], [])
+    for got, x, y in zip(comm.decode(params), a, b, strict=True):
+        np.testing.assert_allclose(got, (x + y) / 2, rtol=1e-5, atol=1e-7)  # eq. (1): 1:1, not 1:9
+
+
+# ------------------------------------------------------------- the 1,000x update
+def test_a_1000x_update_moves_the_clipped_mean_by_no_more_than_an_honest_share(backbone):
+    strat = strategy(backbone, update_clip=1.0)
+    shape = strat.global_arrays[0].shape
+    honest = [np.full(shape, 0.01, np.float32), np.full(shape, 0.02, np.float32)]
+    attack = np.full(shape, 0.03 * 1000, np.float32)
+    got, metrics = aggregated(strat, [*honest, attack], [1, 1, 1])
+    norms = [float(np.linalg.norm(u.astype(np.float64))) for u in (*honest, attack)]
+    assert metrics["clipped"] == 1 and metrics["clip_bound"] == pytest.approx(norms[1])  # the median norm
+    # the attacker's clipped update is the median's length along its own direction: 0.02 per coordinate
+    np.testing.assert_allclose(got, np.full(shape, (0.01 + 0.02 + 0.02) / 3), rtol=1e-5)
+    # without the bound the same round moves every coordinate by ~10
+    plain, _ = aggregated(strategy(backbone), [*honest, attack], [1, 1, 1])
+    assert float(plain.min()) > 9.9
+
+
+def test_the_clip_is_against_the_global_arrays_sent_not_zero(backbone):
+    strat = strategy(backbone, update_clip=2.0)
+    strat.global_arrays = [np.full_like(strat.global_arrays[0], 5.0)]
+    shape = strat.global_arrays[0].shape
+    ups = [np.full(shape, 5.1, np.float32), np.full(shape, 5.2, np.float32), np.full(shape, 9.0, np.float32)]
+    got, metrics = aggregated(strat, ups, [1, 1, 1])
+    # updates 0.1, 0.2, 4.0 per coordinate; bound 2 x median = 0.4 per coordinate's worth
+    assert metrics["clipped"] == 1
+    np.testing.assert_allclose(got, np.full(shape, 5.0 + (0.1 + 0.2 + 0.4) / 3), rtol=1e-5)
+
+
+def test_a_1000x_update_under_the_median_stays_within_the_honest_range(backbone):
+    strat = strategy(backbone, aggregator="median")
+    shape = strat.global_arrays[0].shape
+    ups = [np.full(shape, 0.01, np.float32), np.full(shape, 0.02, np.float32), np.full(shape, 30.0, np.float32)]
+    got, _ = aggregated(strat, ups, [1, 1, 400])  # the weight lie on top: the median ignores counts
+    np.testing.assert_array_equal(got, ups[1])
+
+
+def test_one_upload_is_never_clipped(backbone):
+    strat = strategy(backbone, update_clip=1.0)
+    up = np.full(strat.global_arrays[0].shape, 3.0, np.float32)
+    got, metrics = aggregated(strat, [up], [1])
+    np.testing.assert_array_equal(got, up)
+    assert metrics["clipped"] == 0
+
+
+def test_the_robust_result_feeds_the_server_optimizer(backbone):
+    strat = strategy(backbone, aggregator="median", server_optimizer="fedavg", server_lr=0.5)
+    shape = strat.global_arrays[0].shape
+    got, _ = aggregated(strat, uploads(shape, [1.0, 2.0, 9.0]), [1, 1, 1])
+    assert got[0, 1] == pytest.approx(1.0)  # x_t + 0.5 (median - x_t) with x_t = 0
+    assert got[0, 0] == pytest.approx(10.0)
+
+
+# ------------------------------------------------------------- config
+@pytest.mark.parametrize(("method", "keys", "words"), [
+    ("fedbpt", {"aggregator": "median"}, "fedbpt: aggregator=median needs a server that averages arrays"),
+    ("feddls", {"update_clip": 1.0}, "feddls: update-clip=1.0 needs a server that averages arrays"),
+    ("fedkseed", {"attack": "scale"}, "fedkseed: attack=scale needs a server that averages arrays"),
+    ("fedprompt", {"aggregator": "medain"}, "unknown aggregator 'medain'"),
+    ("fedprompt", {"aggregator": "trimmed-mean", "trim_beta": 0.5}, "trim-beta must be < 0.5"),
+    ("fedprompt", {"aggregator": "median", "trim_beta": 0.3}, "trim-beta=0.3 is read by aggregator=trimmed-mean only"),
+    ("fedprompt", {"aggregator": "median", "krum_keep": 2}, "krum-keep=2 is read by aggregator=krum only"),
+    ("fedprompt", {"aggregator": "krum", "krum_keep": 3, "clients_per_round": 2}, "krum-keep=3 exceeds"),
+    ("fedprompt", {"update_clip": -1.0}, "update-clip must be >= 0"),
+    ("fedprompt", {"attack": "sign-flip", "attack_scale": 5.0}, "attack-scale=5.0 is read by attack=scale only"),
+    ("fedprompt", {"attack": "scale", "attack_partitions": "0,x"}, "attack-partitions must be comma-separated"),
+    ("fedprompt", {"attack": "scale", "attack_scale": 0.0}, "attack-scale must be > 0"),
+])
+def test_bad_robustness_keys_are_one_line_at_config_time(method, keys, words):
+    with pytest.raises(ConfigError, match=words.replace("(", r"\(").replace(")", r"\)")) as err:
+        make_config(method, **keys)
+    assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------- the attacks
+def test_each_attack_by_hand_and_only_on_its_partitions():
+    cfg = make_config("fedprompt", attack="scale", attack_scale=10.0, attack_partitions="1,3")
+    sent = [np.array([1.0, 2.0], np.float32)]
+    honest = attacks.Reply([np.array([1.5, 1.0], np.float32)], 16)
+    assert attacks.for_client(cfg, 0) is None and attacks.for_client(cfg, 2) is None
+    scaled = attacks.for_client(cfg, 3)(sent, honest, 480)
+    np.testing.assert_array_equal(scaled.arrays[0], [6.0, -8.0])  # x_t + 10 (x_k - x_t)
+    assert scaled.arrays[0].dtype == np.float32 and scaled.num_examples == 16
+    flip = attacks.for_client(make_config("fedprompt", attack="sign-flip", attack_partitions="1"), 1)
+    np.testing.assert_array_equal(flip(sent, honest, 480).arrays[0], [0.5, 3.0])  # x_t - (x_k - x_t)
+    lie = attacks.for_client(make_config("fedprompt", attack="weight-lie", attack_partitions="1"), "1")
+    lied = lie(sent, honest, 480)
+    assert lied.num_examples == 480 and lied.arrays is honest.arrays
+    assert attacks.for_client(make_config("fedprompt"), 0) is None  # attack=none: nobody
