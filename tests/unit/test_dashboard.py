@@ -119,9 +119,32 @@ def test_experiments_from_compare_folders_legacy_folders_and_hand_runs(tmp_path)
     assert df.loc["a2", "label"] == "bbt-fed" and df.loc["a2", "options"] == "popsize=4"
     assert df.loc["l1", "experiment"] == "old_exp"
     assert df.loc["h1", "experiment"] == "sst2 · dirichlet α=0.5 · 16 shots"
-    # the runs folder itself as the dashboard's root still finds its experiment
-    assert experiment_of(a / "a1", {}) == "exp-a"
     assert set(df.index[df["experiment"] == "exp-a"]) == {"a1", "a2"}
+    # the experiment's own folder as the root: its experiment.json is inside it
+    assert experiment_of(a / "a1", {}, root=a.parent) == "exp-a"
+
+
+def test_no_reader_looks_above_the_runs_folder_and_the_compare_layout_names_its_experiment(tmp_path):
+    """Issue 58: an ``experiment.json`` (or ``table.md``) above ``--runs`` renamed every run's
+    experiment. Nothing above the records folder is read; a compare output opened at its
+    ``runs/`` folder names its experiment (``--experiment``)."""
+    from simulations import dashboard, plot
+
+    a = write_experiment(tmp_path / "results", "exp-a")
+    write_run(a, "a1", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)])
+    (tmp_path / "results" / "exp-a" / "experiment.json").write_text(json.dumps({"name": "PLANTED"}))
+    (tmp_path / "results" / "exp-a" / "table.md").write_text("| method |\n")
+    hand = "demo · iid · 8 shots"
+    assert runs_table(RunStore(a)).loc[0, "experiment"] == hand
+    assert experiment_of(a / "a1", {"dataset": "demo", "partition": "iid", "shots-per-class": 8}, root=a) == hand
+    named = runs_table(RunStore(a, experiment="exp-a")).loc[0]
+    assert (named["experiment"], named["label"]) == ("exp-a", "fedprompt")
+    # the commands pass it through: the page's experiment picker, the plot's subplot titles
+    code, reply = dash_callback(dashboard.make_app(a, experiment="exp-a"), "..experiment.options",
+                                {"version.data": "1"})
+    assert code == 200 and reply["response"]["experiment"]["options"] == ["exp-a"]
+    assert plot.main([str(a), "--out", str(tmp_path / "figs"), "--formats", "svg", "--experiment", "exp-a"]) == 0
+    assert "<!-- exp-a -->" in (tmp_path / "figs" / "accuracy-vs-round.svg").read_text()  # its title
 
 
 def test_seed_aggregate_by_hand(tmp_path):
