@@ -37,8 +37,8 @@ import pandas as pd
 
 from fedtext.records.probes import PROVENANCE_PACKAGES
 from fedtext.records.reader import (
-    RANDOM_WEIGHTS_NOTE, RecordError, decode_json, file_problem, finite_number, random_weights, read_config, read_summary,
-    read_text, round_line, run_status, summarize, without_accuracy,
+    RANDOM_WEIGHTS_NOTE, RecordError, configured_rounds, decode_json, file_problem, finite_number, random_weights,
+    read_config, read_summary, read_text, record_lines, round_line, run_status, summarize, without_accuracy,
 )
 
 RUN_COLUMNS = [
@@ -198,42 +198,47 @@ def _hand_experiment(cfg: dict) -> str:
 # ------------------------------------------------------------------- loading
 @dataclass
 class _Rounds:
-    """``rounds.jsonl`` read incrementally: only the bytes appended since the last read."""
+    """``rounds.jsonl`` read incrementally: only the bytes appended since the last read, a line
+    at a time (:func:`fedtext.records.reader.record_lines`: one beyond the bound is never held)."""
 
     ino: int = -1
     offset: int = 0  # bytes consumed, always at a line end
     guard: bytes = b""  # the last bytes before ``offset``: a rewritten file is re-read whole
+    rounds: int | None = None  # the run's num-server-rounds the lines were checked against
     records: list[dict[str, Any]] = field(default_factory=list)
     bad: int = 0  # malformed complete lines
     first_bad: str | None = None  # the first one's reason, "line 3: not JSON (...)"
     lines: int = 0  # complete lines read
     tail_bad: int = 0  # an unfinished last line (a write in progress), counted until it ends
 
-    def update(self, path: Path) -> None:
+    def update(self, path: Path, rounds: int | None = None) -> None:
         try:
             st = path.stat()
         except OSError:
             self.__init__()  # gone
             return
         with open(path, "rb") as fh:
-            if st.st_ino != self.ino or st.st_size < self.offset or not self._same_prefix(fh):
-                self.__init__()
+            if (st.st_ino != self.ino or st.st_size < self.offset or rounds != self.rounds
+                    or not self._same_prefix(fh)):
+                self.__init__(rounds=rounds)  # rewritten (a resume), or checked against another num-server-rounds
                 self.ino = st.st_ino
             fh.seek(self.offset)
-            chunk = fh.read()
-        end = chunk.rfind(b"\n") + 1  # complete lines only
-        for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
-            self.lines += 1
-            record, why = round_line(line)
-            if record is None:
-                self.bad += 1
-                self.first_bad = self.first_bad or f"line {self.lines}: {why}"
-            else:
-                self.records.append(record)
-        self.tail_bad = int(bool(chunk[end:].strip()))
-        if end:
-            self.offset += end
-            self.guard = (self.guard + chunk[:end])[-64:]
+            self.tail_bad = 0
+            for line, size, complete in record_lines(fh):
+                if not complete:  # a write in progress: read again once its newline is there
+                    self.tail_bad = int(line is None or bool(line.strip()))
+                    break
+                self.lines += 1
+                record, why = round_line(line, rounds)
+                if record is None:
+                    self.bad += 1
+                    self.first_bad = self.first_bad or f"line {self.lines}: {why}"
+                else:
+                    self.records.append(record)
+                self.offset += size
+            start = max(0, self.offset - 64)
+            fh.seek(start)
+            self.guard = fh.read(self.offset - start)
 
     def _same_prefix(self, fh) -> bool:
         if not self.guard:
@@ -334,7 +339,7 @@ class RunStore:
         else:
             rounds = self._rounds.setdefault(run_dir, _Rounds())
             try:
-                rounds.update(path.resolve())
+                rounds.update(path.resolve(), configured_rounds(run["config"]))
                 run["rounds"], run["malformed_lines"] = list(rounds.records), rounds.bad + rounds.tail_bad
                 run["line_problem"] = rounds.first_bad
             except OSError as exc:  # unreadable (no permission): still listed
