@@ -437,9 +437,10 @@ def _diff_table(table, runs) -> tuple[list[dict[str, Any]], list[dict[str, Any]]
     return rows, columns
 
 
-def make_app(runs_dir: Path, refresh_s: float = 2.0) -> Dash:
-    """The Dash app over ``runs_dir`` (its record files stat'ed every ``refresh_s`` seconds)."""
-    store = RunStore(runs_dir)
+def make_app(runs_dir: Path, refresh_s: float = 2.0, experiment: str | None = None) -> Dash:
+    """The Dash app over ``runs_dir`` (its record files stat'ed every ``refresh_s`` seconds);
+    ``experiment``: the one every run belongs to (:class:`~simulations.dashboard_data.RunStore`)."""
+    store = RunStore(runs_dir, experiment)
     runs_table(store)  # parse the records (and import the method registry) before the first page load
     app = Dash(__name__, title="fedtext dashboard", assets_folder=str(ASSETS))
     app.layout = html.Div([
@@ -611,13 +612,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     ap.add_argument("--port", type=int, default=8050, help="port (default 8050)")
     ap.add_argument("--refresh", type=float, default=2.0, help="seconds between checks of the records")
+    ap.add_argument("--experiment", help="the experiment every run under --runs belongs to, e.g. for "
+                    "--runs simulations/results/<exp>/runs (nothing above --runs is read; default: each run's "
+                    "experiment.json under --runs, else its dataset, partition and shots)")
     args = ap.parse_args(argv)
     if not args.runs.is_dir():
         print(f"fedtext-dashboard: no such folder {args.runs.resolve()}", file=sys.stderr)
         return 2
     print(f"fedtext dashboard: http://{args.host}:{args.port} (records: {args.runs.resolve()})", flush=True)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # not a line per refresh request
-    make_app(args.runs.resolve(), args.refresh).run(host=args.host, port=args.port, debug=False)
+    make_app(args.runs.resolve(), args.refresh, args.experiment).run(host=args.host, port=args.port, debug=False)
     return 0
 
 

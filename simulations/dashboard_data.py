@@ -8,8 +8,9 @@ with status ``malformed`` (or with the rounds that could be read) and never rais
 What a researcher compares, and how it is computed here (one place for the dashboard and
 ``python -m simulations.plot``):
 
-* **Experiment** (:func:`experiment_of`): the compare runner's output folder (named in its
-  ``experiment.json``, or the folder holding ``runs/``); a run started by hand groups by
+* **Experiment** (:func:`experiment_of`): the one the caller names (``--experiment``), else the
+  compare runner's output folder at or under the records folder (named in its
+  ``experiment.json``, or the folder holding ``runs/``; nothing above ``--runs`` is read); a run started by hand groups by
   dataset, partition (with α) and shots per class.
 * **Label**: the variant (``run-name``) or the method, plus, for a hand-started run without
   a ``run-name``, the method's own options that differ from their defaults; seeds of one label
@@ -36,8 +37,8 @@ import pandas as pd
 
 from fedtext.records.probes import PROVENANCE_PACKAGES
 from fedtext.records.reader import (
-    RANDOM_WEIGHTS_NOTE, RecordError, decode_json, file_problem, finite_number, random_weights, read_config, read_summary,
-    read_text, round_line, run_status, summarize, without_accuracy,
+    RANDOM_WEIGHTS_NOTE, RecordError, configured_rounds, decode_json, file_problem, finite_number, random_weights,
+    read_config, read_summary, read_text, record_lines, round_line, run_status, summarize, without_accuracy,
 )
 
 RUN_COLUMNS = [
@@ -150,29 +151,39 @@ def label_of(cfg: dict, with_options: bool = True) -> str:
     return f"{cfg.get('method', '?')} {options}".strip()
 
 
-def compare_experiment(run_dir: Path) -> str | None:
+def compare_experiment(run_dir: Path, root: Path) -> str | None:
     """The compare-runner experiment holding ``run_dir`` (``<out>/runs/<run>``): the name in
-    ``<out>/experiment.json`` (older outputs: ``<out>``'s name when it holds ``table.md``)."""
+    ``<out>/experiment.json`` (older outputs: ``<out>``'s name when it holds ``table.md``).
+
+    Only folders at or under ``root`` (``--runs``) are looked at: a reader never looks above
+    the folder it was given (an ``experiment.json`` planted above ``--runs`` renamed every
+    run's experiment). A compare output opened at its ``runs/`` folder names its experiment
+    itself (:class:`RunStore`'s ``experiment``, the dashboard's and the plot command's
+    ``--experiment``)."""
+    top = root.resolve()
     for folder in (run_dir.parent, run_dir.parent.parent):
+        if not folder.resolve().is_relative_to(top):
+            continue
         marker = folder / "experiment.json"
         if marker.is_file():
-            text, _ = read_text(marker)
+            text, _ = read_text(marker, root=root)  # a marker linked outside --runs is not read
             try:  # depth-checked: a hand-made marker must not stop the dashboard either
                 meta = decode_json(text) if text is not None else None
             except RecordError:
                 meta = None
             name = meta.get("name") if isinstance(meta, dict) else None
             return str(name if isinstance(name, (str, int, float)) and name else folder.name)
-    if run_dir.parent.name == "runs" and (run_dir.parent.parent / "table.md").is_file():
-        return run_dir.parent.parent.name
+    legacy = run_dir.parent.parent
+    if run_dir.parent.name == "runs" and legacy.resolve().is_relative_to(top) and (legacy / "table.md").is_file():
+        return legacy.name
     return None
 
 
-def experiment_of(run_dir: Path, cfg: dict) -> str:
-    """The experiment a run belongs to: its compare-runner experiment
-    (:func:`compare_experiment`), else, for a run started by hand, its dataset, partition
-    (with α) and shots per class."""
-    return compare_experiment(run_dir) or _hand_experiment(cfg)
+def experiment_of(run_dir: Path, cfg: dict, root: Path, experiment: str | None = None) -> str:
+    """The experiment a run found under ``root`` belongs to: ``experiment`` when the caller
+    names it, else its compare-runner experiment (:func:`compare_experiment`), else, for a
+    run started by hand, its dataset, partition (with α) and shots per class."""
+    return experiment or compare_experiment(run_dir, root) or _hand_experiment(cfg)
 
 
 def _hand_experiment(cfg: dict) -> str:
@@ -187,42 +198,47 @@ def _hand_experiment(cfg: dict) -> str:
 # ------------------------------------------------------------------- loading
 @dataclass
 class _Rounds:
-    """``rounds.jsonl`` read incrementally: only the bytes appended since the last read."""
+    """``rounds.jsonl`` read incrementally: only the bytes appended since the last read, a line
+    at a time (:func:`fedtext.records.reader.record_lines`: one beyond the bound is never held)."""
 
     ino: int = -1
     offset: int = 0  # bytes consumed, always at a line end
     guard: bytes = b""  # the last bytes before ``offset``: a rewritten file is re-read whole
+    rounds: int | None = None  # the run's num-server-rounds the lines were checked against
     records: list[dict[str, Any]] = field(default_factory=list)
     bad: int = 0  # malformed complete lines
     first_bad: str | None = None  # the first one's reason, "line 3: not JSON (...)"
     lines: int = 0  # complete lines read
     tail_bad: int = 0  # an unfinished last line (a write in progress), counted until it ends
 
-    def update(self, path: Path) -> None:
+    def update(self, path: Path, rounds: int | None = None) -> None:
         try:
             st = path.stat()
         except OSError:
             self.__init__()  # gone
             return
         with open(path, "rb") as fh:
-            if st.st_ino != self.ino or st.st_size < self.offset or not self._same_prefix(fh):
-                self.__init__()
+            if (st.st_ino != self.ino or st.st_size < self.offset or rounds != self.rounds
+                    or not self._same_prefix(fh)):
+                self.__init__(rounds=rounds)  # rewritten (a resume), or checked against another num-server-rounds
                 self.ino = st.st_ino
             fh.seek(self.offset)
-            chunk = fh.read()
-        end = chunk.rfind(b"\n") + 1  # complete lines only
-        for line in chunk[:end].decode("utf-8", errors="replace").splitlines():
-            self.lines += 1
-            record, why = round_line(line)
-            if record is None:
-                self.bad += 1
-                self.first_bad = self.first_bad or f"line {self.lines}: {why}"
-            else:
-                self.records.append(record)
-        self.tail_bad = int(bool(chunk[end:].strip()))
-        if end:
-            self.offset += end
-            self.guard = (self.guard + chunk[:end])[-64:]
+            self.tail_bad = 0
+            for line, size, complete in record_lines(fh):
+                if not complete:  # a write in progress: read again once its newline is there
+                    self.tail_bad = int(line is None or bool(line.strip()))
+                    break
+                self.lines += 1
+                record, why = round_line(line, rounds)
+                if record is None:
+                    self.bad += 1
+                    self.first_bad = self.first_bad or f"line {self.lines}: {why}"
+                else:
+                    self.records.append(record)
+                self.offset += size
+            start = max(0, self.offset - 64)
+            fh.seek(start)
+            self.guard = fh.read(self.offset - start)
 
     def _same_prefix(self, fh) -> bool:
         if not self.guard:
@@ -244,8 +260,11 @@ class RunStore:
 
     NAMES = ("config.json", "rounds.jsonl", "summary.json")
 
-    def __init__(self, root: str | Path) -> None:
+    def __init__(self, root: str | Path, experiment: str | None = None) -> None:
         self.root = Path(root)
+        # the experiment of every run under root, named by the caller (a compare output opened at its
+        # runs/ folder: its experiment.json lies above root, which no reader looks at); None: each run's own
+        self.experiment = experiment or None
         self._lock = threading.Lock()
         self._json: dict[Path, tuple[tuple[int, int], tuple[dict | None, str | None]]] = {}
         self._rounds: dict[Path, _Rounds] = {}
@@ -320,7 +339,7 @@ class RunStore:
         else:
             rounds = self._rounds.setdefault(run_dir, _Rounds())
             try:
-                rounds.update(path.resolve())
+                rounds.update(path.resolve(), configured_rounds(run["config"]))
                 run["rounds"], run["malformed_lines"] = list(rounds.records), rounds.bad + rounds.tail_bad
                 run["line_problem"] = rounds.first_bad
             except OSError as exc:  # unreadable (no permission): still listed
@@ -329,7 +348,7 @@ class RunStore:
         run["problem"] = config_problem or summary_problem or rounds_problem
         # a run on random weights: its accuracy is no result, never drawn or listed (fedtext.records.reader)
         run["random_weights"] = random_weights(run["config"])
-        return _derive(without_accuracy(run) if run["random_weights"] else run)
+        return _derive(without_accuracy(run) if run["random_weights"] else run, self.experiment)
 
     def loaded(self, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
         """The runs whose id is in ``run_ids`` (all when None)."""
@@ -340,8 +359,9 @@ class RunStore:
         return [r for r in runs if r["run_id"] in wanted]
 
 
-def _derive(run: dict[str, Any]) -> dict[str, Any]:
-    """Status, label, experiment and notes of one loaded run.
+def _derive(run: dict[str, Any], experiment: str | None = None) -> dict[str, Any]:
+    """Status, label, experiment and notes of one loaded run (``experiment``: the one the
+    caller named for every run, :class:`RunStore`).
 
     A run with a ``problem`` (a record file that is not its record) or without a
     ``config.json`` (nothing places it in an experiment) is ``malformed``, its reason in
@@ -361,7 +381,7 @@ def _derive(run: dict[str, Any]) -> dict[str, Any]:
         notes.append(str(run["reason"])[:200])
     run["summary_or_partial"] = summary
     run["note"] = "; ".join(notes)
-    compared = compare_experiment(Path(run["dir"]))
+    compared = experiment or compare_experiment(Path(run["dir"]), Path(run["root"]))
     run["label"] = label_of(run["cfg"], with_options=compared is None)
     run["experiment"] = compared or _hand_experiment(run["cfg"])
     return run
@@ -502,8 +522,9 @@ COLUMN_HELP: dict[str, str] = {
     # the run list (runs_table)
     "run_id": "The run's id: its folder's name under the records (start time, method, dataset, seed). "
               "Click a cell for the run's drill-down.",
-    "experiment": "The experiment the run belongs to: the compare runner's output folder (experiment.json), "
-                  "or, for a run started by hand, dataset · partition · shots per class.",
+    "experiment": "The experiment the run belongs to: the one --experiment names, else the compare runner's "
+                  "output folder (experiment.json) under --runs, or, for a run started by hand, dataset · "
+                  "partition · shots per class.",
     "label": "The run's line on the charts: its variant (run-config run-name), else its method, plus, for a "
              "hand-started run, the method options that differ from their defaults. Seeds of one label are "
              "averaged (mean ± std).",

@@ -25,9 +25,11 @@ from simulations.dashboard_data import CHARTS, X_AXES, RunStore, chart_lines, ro
 
 def plot(results: str | Path, out: str | Path | None = None, x_axes: list[str] | None = None,
          charts: list[str] | None = None, mode: str = "mean", size: tuple[float, float] = (7.0, 4.0),
-         dpi: int = 120, formats: tuple[str, ...] = ("png", "svg"), log_x: bool | None = None) -> list[Path]:
+         dpi: int = 120, formats: tuple[str, ...] = ("png", "svg"), log_x: bool | None = None,
+         experiment: str | None = None) -> list[Path]:
     """Write the figures; returns their paths. ``log_x=None`` takes each axis's default
-    (log for bytes and queries)."""
+    (log for bytes and queries); ``experiment``: the one every run belongs to
+    (:class:`~simulations.dashboard_data.RunStore`)."""
     import matplotlib
 
     matplotlib.use("Agg")  # headless
@@ -35,7 +37,7 @@ def plot(results: str | Path, out: str | Path | None = None, x_axes: list[str] |
     from matplotlib.ticker import MaxNLocator
 
     results = Path(results)
-    store = RunStore(results)
+    store = RunStore(results, experiment)
     table = runs_table(store)
     table = table[table["status"] != "malformed"]
     if table.empty:
@@ -99,13 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--formats", nargs="+", default=["png", "svg"], choices=["png", "svg", "pdf"])
     ap.add_argument("--log-x", choices=["auto", "on", "off"], default="auto",
                     help="log x-axis: auto = log for bytes and queries")
+    ap.add_argument("--experiment", help="the experiment every run under the folder belongs to, e.g. for "
+                    "simulations/results/<exp>/runs (nothing above the folder is read)")
     args = ap.parse_args(argv)
     if not args.results.is_dir():
         print(f"fedtext plot: no such folder {args.results.resolve()}", file=sys.stderr)
         return 2
     try:
         paths = plot(args.results, args.out, args.x, args.charts, args.mode, tuple(args.size), args.dpi,
-                     tuple(args.formats), {"auto": None, "on": True, "off": False}[args.log_x])
+                     tuple(args.formats), {"auto": None, "on": True, "off": False}[args.log_x], args.experiment)
     except ValueError as exc:
         print(f"fedtext plot: {exc}", file=sys.stderr)
         return 2

@@ -12,20 +12,22 @@ two weight copies (docs/performance.md, "GPUs"); any methods' records work.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from fedtext.records.reader import load_run
 
 BASE_COLUMNS = ("global_accuracy", "train_loss")
 
 
 def read_rounds(run: Path) -> list[dict[str, Any]]:
-    """The run's rounds.jsonl, one flat dict per round (method metrics merged in)."""
+    """The run's rounds.jsonl, one flat dict per round (method metrics merged in), read by
+    :func:`fedtext.records.load_run` (a malformed line is left out, as every reader does)."""
     rounds = []
-    for line in (run / "rounds.jsonl").read_text().splitlines():
-        r = json.loads(line)
-        rounds.append({"round": r["round"], **{k: r.get(k) for k in BASE_COLUMNS}, **r.get("method_metrics", {})})
+    for r in load_run(run)["rounds"]:
+        metrics = r.get("method_metrics") if isinstance(r.get("method_metrics"), dict) else {}
+        rounds.append({"round": r["round"], **{k: r.get(k) for k in BASE_COLUMNS}, **metrics})
     return rounds
 
 

@@ -40,18 +40,19 @@ from fedtext.records.probes import (
 )
 from fedtext.records.reader import (
     CONFIG_FIELDS, DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, MAX_JSON_DEPTH, SUMMARY_LISTS, SUMMARY_NUMBERS,
-    SUMMARY_TEXT, SUMMARY_TOTALS, RecordError, check_config, check_summary, decode_json, file_problem, finite_number,
+    SUMMARY_TEXT, SUMMARY_TOTALS, RecordError, check_config, check_summary, configured_rounds, decode_json, file_problem,
+    finite_number,
     finite_record, fits_a_record, load_run,
     parse_round_line, participant_accuracy, progress_line, read_config, read_heartbeat, read_rounds, read_summary,
-    read_text, round_line, run_status, runs_since, runs_under, summarize,
+    read_text, record_lines, round_line, run_status, runs_since, runs_under, summarize,
 )
-from fedtext.records.schema import ROUND_FIELDS, RoundRecord, busy_seconds
+from fedtext.records.schema import DROP_REASON_BYTES, ROUND_FIELDS, ROUND_LINE_MAX, RoundRecord, busy_seconds, short_reason
 from fedtext.records.signals import exit_reason, finish_open_runs, install_signal_handlers, signal_reason
 from fedtext.records.writer import RUN_LOG_FILE, RunLogHandler, RunRecorder, open_recorders, run_folder_name
 
 __all__ = [
     # schema
-    "ROUND_FIELDS", "RoundRecord", "busy_seconds",
+    "DROP_REASON_BYTES", "ROUND_FIELDS", "ROUND_LINE_MAX", "RoundRecord", "busy_seconds", "short_reason",
     # probes
     "CODE_ORIGINS", "FAB_FIELDS", "GIT_TIMEOUT_S", "LAUNCH_FIELDS", "PROVENANCE_PACKAGES", "code_origin",
     "current_rss_mb", "distribution_version", "fab_fields", "fedtext_version", "git_state", "launch_fields",
@@ -62,9 +63,10 @@ __all__ = [
     "exit_reason", "finish_open_runs", "install_signal_handlers", "signal_reason",
     # reader
     "CONFIG_FIELDS", "DEFAULT_STALE_AFTER_S", "FINISHED", "HEARTBEAT_FILE", "MAX_JSON_DEPTH", "SUMMARY_LISTS",
-    "SUMMARY_NUMBERS", "SUMMARY_TEXT", "SUMMARY_TOTALS", "RecordError", "check_config", "check_summary", "decode_json",
+    "SUMMARY_NUMBERS", "SUMMARY_TEXT", "SUMMARY_TOTALS", "RecordError", "check_config", "check_summary",
+    "configured_rounds", "decode_json",
     "file_problem", "finite_number", "finite_record", "fits_a_record", "load_run", "parse_round_line",
     "participant_accuracy", "progress_line", "read_config",
-    "read_heartbeat", "read_rounds", "read_summary", "read_text", "round_line", "run_status", "runs_since",
+    "read_heartbeat", "read_rounds", "read_summary", "read_text", "record_lines", "round_line", "run_status", "runs_since",
     "runs_under", "summarize",
 ]

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from fedtext.records.schema import ROUND_LINE_MAX
+
 FINISHED = "finished"  # the status of a run that completed (summary.json); the others: run_status
 HEARTBEAT_FILE = "heartbeat"
 DEFAULT_STALE_AFTER_S = 300.0  # the run-config default of stale-after-s
@@ -324,13 +326,33 @@ def read_summary(path: Path, root: Path | None = None) -> tuple[dict[str, Any] |
     return _read_record(path, check_summary, root)
 
 
-def round_line(line: str) -> tuple[dict[str, Any] | None, str | None]:
+TOO_LONG = f"longer than {ROUND_LINE_MAX} bytes, the longest round record a writer writes: not read"
+
+
+def configured_rounds(config: Any) -> int | None:
+    """The ``num-server-rounds`` of a run's ``config.json`` (as :func:`read_config` reads it):
+    the highest round its ``rounds.jsonl`` can hold (a resumed run records the new, larger
+    figure); None when it does not say (a refused start's config)."""
+    cfg = config.get("config") if isinstance(config, dict) else None
+    rounds = cfg.get("num-server-rounds") if isinstance(cfg, dict) else None
+    return rounds if _is_int(rounds) and rounds >= 0 else None
+
+
+def round_line(line: str | bytes | None, rounds: int | None = None) -> tuple[dict[str, Any] | None, str | None]:
     """One ``rounds.jsonl`` line: ``(record, None)``, or ``(None, reason)`` when it is not a
-    JSON object with an integer ``round`` (a truncated write, garbage, too deep a nesting).
+    JSON object with an integer ``round`` (a truncated write, garbage, too deep a nesting),
+    is longer than :data:`~fedtext.records.schema.ROUND_LINE_MAX` (``None``: one
+    :func:`record_lines` did not read; it is not parsed), or, given the run's ``rounds``
+    (:func:`configured_rounds`), its round lies outside ``0..rounds`` (no run writes one:
+    a planted ``round: 2`` of a 1-round run read as "rounds 2/1").
 
     The record's other fields are not checked: every reader treats a field of the wrong
     type as missing (:func:`finite_number`), so one garbled field loses that field only.
     """
+    if isinstance(line, bytes):
+        line = line.decode("utf-8", errors="replace")
+    if line is None or len(line) - line.endswith("\n") > ROUND_LINE_MAX:
+        return None, TOO_LONG
     try:
         record = decode_json(line)
     except RecordError as exc:
@@ -339,6 +361,8 @@ def round_line(line: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"holds {_kind(record)}, not an object"
     if not _is_int(record.get("round")):
         return None, "has no integer 'round'"
+    if rounds is not None and not 0 <= record["round"] <= rounds:
+        return None, f"round {record['round']} is outside 0..{rounds} (num-server-rounds)"
     return record, None
 
 
@@ -348,20 +372,58 @@ def parse_round_line(line: str) -> dict[str, Any] | None:
     return round_line(line)[0]
 
 
-def read_rounds(path: Path, root: Path | None = None) -> tuple[list[dict[str, Any]], int, str | None, str | None]:
+READ_CHUNK = 2**20  # bytes of a line read at a time (record_lines)
+
+
+def record_lines(fh: BinaryIO) -> Iterator[tuple[bytes | None, int, bool]]:
+    """The lines of ``fh`` from where it stands: ``(line, size, complete)``, ``line`` its
+    bytes, ``None`` when it is longer than :data:`~fedtext.records.schema.ROUND_LINE_MAX`;
+    ``size`` the bytes it takes; ``complete`` whether its newline was read (the last line
+    may lack it: a write in progress).
+
+    A line is read :data:`READ_CHUNK` bytes at a time, and one past the bound is let go as
+    soon as it is: it is never held whole (one 50 MB line took 31 s and 795 MB in
+    ``simulations.status`` when it was read and parsed as a round)."""
+    while True:
+        parts: list[bytes] | None = []
+        size, complete = 0, False
+        while not complete and (part := fh.readline(READ_CHUNK)):
+            size, complete = size + len(part), part.endswith(b"\n")
+            if parts is not None:
+                parts.append(part)
+                if size - complete > ROUND_LINE_MAX:  # the newline aside
+                    parts = None
+        if not size:
+            return
+        yield (None if parts is None else b"".join(parts)), size, complete
+
+
+def read_rounds(path: Path, root: Path | None = None, rounds: int | None = None
+                ) -> tuple[list[dict[str, Any]], int, str | None, str | None]:
     """A run's ``rounds.jsonl``: ``(records, malformed lines, first malformed line's reason,
     file problem)``; a file that cannot be read (a directory, outside ``root``) has the
-    last, an absent one reads as no rounds."""
-    text, problem = read_text(path, errors="replace", root=root)
+    last, an absent one reads as no rounds. ``rounds``: the run's ``num-server-rounds``
+    (:func:`configured_rounds`; a line of a round beyond it is malformed)."""
+    problem = file_problem(path, root)
     records: list[dict[str, Any]] = []
     bad, first = 0, None
-    for number, line in enumerate((text or "").splitlines(), 1):
-        record, why = round_line(line)
-        if record is None:
-            bad += 1
-            first = first or f"line {number}: {why}"
-        else:
-            records.append(record)
+    if problem:
+        return records, bad, first, problem
+    try:
+        with open_checked(path, root) as fh:
+            for number, (line, _, _) in enumerate(record_lines(fh), 1):
+                record, why = round_line(line, rounds)
+                if record is None:
+                    bad += 1
+                    first = first or f"line {number}: {why}"
+                else:
+                    records.append(record)
+    except FileNotFoundError:  # removed between the stat and the read
+        pass
+    except _Moved as exc:
+        problem = str(exc)
+    except OSError as exc:
+        problem = f"{path.name} unreadable ({exc.strerror or type(exc).__name__})"
     return records, bad, first, problem
 
 
@@ -403,7 +465,9 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, A
     Each file is read and checked by its reader (:func:`read_config`, :func:`read_summary`,
     :func:`read_rounds`). A ``config.json`` / ``summary.json`` that is not its record reads
     as ``None``; a line of ``rounds.jsonl`` that is not a JSON object with an integer
-    ``round`` (e.g. a truncated last line, a NaN) is skipped and counted in ``malformed_lines``
+    ``round`` (e.g. a truncated last line, a NaN), is longer than the longest a writer writes
+    or holds a round beyond the config's ``num-server-rounds`` (:func:`round_line`) is
+    skipped and counted in ``malformed_lines``
     (the first one's reason in ``line_problem``). ``problem`` is the first file's reason
     (None: every file present is its record), and makes the run ``malformed``. ``status``
     and ``reason`` are :func:`run_status`'s. ``root``: the records folder the run was found
@@ -417,7 +481,7 @@ def load_run(run_dir: str | Path, root: str | Path | None = None) -> dict[str, A
     out["config"], config_problem = read_config(run_dir / "config.json", root)
     out["summary"], summary_problem = read_summary(run_dir / "summary.json", root)
     out["rounds"], out["malformed_lines"], out["line_problem"], rounds_problem = read_rounds(
-        run_dir / "rounds.jsonl", root)
+        run_dir / "rounds.jsonl", root, configured_rounds(out["config"]))
     out["problem"] = config_problem or summary_problem or rounds_problem
     out["status"], out["reason"] = run_status(out)
     out["random_weights"] = random_weights(out["config"])  # what shows results reads it without accuracy

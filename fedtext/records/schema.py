@@ -4,6 +4,7 @@ busy-interval arithmetic its time split uses (:func:`busy_seconds`)."""
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +50,20 @@ ROUND_FIELDS = (
     "round_time_s",
     "wall_time_s",  # since the strategy started
 )
+# A drop's reason as written: at most this many bytes once JSON-escaped (:func:`short_reason`); a
+# client's failure or an odd metric value quoted in it must not make a round line unbounded.
+DROP_REASON_BYTES = 300
+# The longest ``rounds.jsonl`` line a writer writes (RunRecorder.log_round: json.dumps escapes every
+# character outside ASCII, so a line's bytes are its characters); longer lines are malformed, never
+# parsed (fedtext.records.reader.record_lines). What grows with the clients, per client, at most:
+#   participants, trained:                 '"<id>", ' x 2, an id <= 32 bytes ("node <uint64>": 25)    72
+#   client_accuracy, client_post_accuracy: '"<id>": <float>, ' x 2, a float's repr <= 24 bytes          124
+#   dropped: its fit and its evaluate drop, '{"client": "<id>", "reason": "<reason>"}, ' each,
+#            the reason <= DROP_REASON_BYTES                                                2 x 362 = 724
+# = 920 bytes a client; 10,000 clients (the largest federation measured, simulations.scale) = 9.2 MB,
+# plus the fixed fields and a method's few scalar metrics (< 64 KiB): under 9.3 MB. Bound: 16 MiB.
+ROUND_LINE_MAX = 16 * 2**20
+
 # The fields the machine decides (seconds, memory): the same run on another machine, engine or
 # node service (fedtext.node_service) differs in these and in nothing else.
 MACHINE_FIELDS = frozenset({"client_peak_rss_mb", "client_peak_gpu_mb", "client_fit_s", "client_fit_s_max",
@@ -102,8 +117,9 @@ class RoundRecord:
     written: bool = False
 
     def drop(self, client: Any, reason: str) -> None:
-        """Note a client result the server did not use, and why."""
-        self.dropped.append({"client": str(client), "reason": reason})
+        """Note a client result the server did not use, and why (the reason cut to
+        :data:`DROP_REASON_BYTES`: a round line stays within :data:`ROUND_LINE_MAX`)."""
+        self.dropped.append({"client": str(client), "reason": short_reason(reason)})
 
     def timing(self, metrics: dict[str, Any], seconds_key: str) -> None:
         """Note a client's compute seconds (``fit_time_s`` / ``eval_time_s``), build
@@ -167,6 +183,17 @@ class RoundRecord:
             "round_time_s": round(round_time, 3),
             "wall_time_s": round(now - run_start, 3),
         }
+
+
+def short_reason(reason: str) -> str:
+    """``reason``'s longest start that takes at most :data:`DROP_REASON_BYTES` bytes in a
+    round line (JSON-escaped: ``\\u00e9`` is 6 bytes, a character beyond the BMP 12)."""
+    size = 0
+    for i, char in enumerate(reason):
+        size += len(json.dumps(char)) - 2
+        if size > DROP_REASON_BYTES:
+            return reason[:i]
+    return reason
 
 
 def _clip(intervals: list[tuple[float, float]], lo: float, hi: float) -> list[tuple[float, float]]:

@@ -23,6 +23,7 @@ from fedtext.records.reader import (
     DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, finite_record, progress_line, read_rounds,
     round_without_accuracy, summarize,
 )
+from fedtext.records.schema import ROUND_LINE_MAX
 from fedtext.tracking import Trackers
 
 log = logging.getLogger("fedtext")
@@ -249,9 +250,13 @@ class RunRecorder:
     def log_round(self, record: dict[str, Any]) -> None:
         """Append one round and print the progress line."""
         self.rounds.append(record)
+        # a NaN loss or an inf metric is stored as null (unknown): the readers refuse non-finite numbers
+        line = json.dumps(finite_record(record), allow_nan=False)
+        if len(line) > ROUND_LINE_MAX:  # beyond what schema.ROUND_LINE_MAX's arithmetic allows for
+            log.warning("fedtext: round %s's record is %d bytes, over the %d a reader reads: it will count "
+                        "as a malformed line", record.get("round"), len(line), ROUND_LINE_MAX)
         with open(self.dir / "rounds.jsonl", "a", encoding="utf-8") as fh:
-            # a NaN loss or an inf metric is stored as null (unknown): the readers refuse non-finite numbers
-            fh.write(json.dumps(finite_record(record), allow_nan=False) + "\n")
+            fh.write(line + "\n")
             fh.flush()
         # a weights=random run: its accuracy stays in the record, never on the screen or a tracker's page
         random = self.config.get("weights") == "random"

@@ -14,7 +14,10 @@ legitimate SuperNodes included, after 113). nginx now fronts the SuperLink
 - 400 slow requests held open (340 that never finish their header, 60 that never finish a
   body; each one nginx closes is opened again at once) while the two SuperNodes run 2 rounds of
   fedprompt: the run finishes with both clients in every round, and nginx closed every slow
-  request within its header or body timeout.
+  request within its header or body timeout;
+- issue 58: bodies trickled a byte at a time, which no nginx timeout ends (``client_body_timeout``
+  restarts on every byte): the per-address cap is their bound. 64 from one address cost nginx
+  little (it buffers bodies) and the SuperLink nothing; the 65th gets 429, other addresses are served.
 
 The stranger's case (only ``ca.crt``: register, unregister, list, run; path tricks) is
 ``tests/system/test_deploy.py::test_a_stranger_holding_only_ca_crt_cannot_register_unregister_list_or_run``.
@@ -32,12 +35,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.system.recipe import ATTACKER, PUBLIC, rss_mb, run_method, tls_connect
+from tests.system.recipe import ATTACKER, PUBLIC, raw_status, rss_mb, run_method, tls_connect
 
 pytestmark = pytest.mark.slow
 
 FLOOD = 256 << 20  # bytes
 HEADER_TIMEOUT_S, BODY_TIMEOUT_S = 10, 20  # deploy/fleet_proxy.py's defaults
+CONN_PER_IP = 64  # deploy/fleet_proxy.py's --conn-per-ip default
 
 
 def flood(port: int, ca: Path, size: int, chunked: bool) -> tuple[int, str]:
@@ -161,3 +165,62 @@ def test_legitimate_nodes_keep_training_while_400_slow_requests_are_open(deploym
     # ... and it was the timeouts that ended them, not an immediate refusal (403/429)
     assert statistics.median(slow.lifetimes["header"]) > HEADER_TIMEOUT_S - 1, slow.lifetimes["header"][:20]
     assert statistics.median(slow.lifetimes["body"]) > BODY_TIMEOUT_S - 1, slow.lifetimes["body"][:20]
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (nginx's master: its workers)."""
+    return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def waiting(tls: ssl.SSLSocket) -> bool:
+    """Whether nginx has neither answered nor closed ``tls``."""
+    tls.settimeout(0.05)
+    try:
+        tls.recv(1)
+    except TimeoutError:
+        return True
+    except (OSError, ssl.SSLError):
+        return False
+    return False
+
+
+def test_bodies_trickled_from_one_address_are_bounded_by_its_connection_cap(deployment):
+    """Issue 58: 20 connections trickling a 60,000-byte body one byte every 8 s were never
+    closed: nginx's client_body_timeout restarts on every byte, and nginx 1.22 (core, or any
+    module of Debian's that does not script the body read) has no bound on a body's total
+    time. The bound is the per-address cap: here the whole body but its last bytes is sent
+    (nginx's buffer full), then a byte a second; 64 such requests cost nginx's worker about
+    one body buffer and a TLS connection each, the SuperLink nothing (nginx forwards only
+    complete bodies); the 65th from the address gets 429 at once, another address is served."""
+    d = deployment
+    (worker,) = children(d.proxy.pid)
+    head = (f"POST /v1/fleet/push-object HTTP/1.1\r\nHost: {PUBLIC}\r\nContent-Type: application/protobuf\r\n"
+            "Content-Length: 60000\r\n\r\n").encode()
+    nginx_before, link_before = rss_mb(worker), rss_mb(d.link.pid)
+    conns = []
+    try:
+        for _ in range(CONN_PER_IP):
+            conns.append(tls_connect(PUBLIC, d.fleet_port, d.certs / "ca.crt", source=ATTACKER, timeout=10))
+            conns[-1].sendall(head + b"x" * 59_990)
+        for _ in range(5):  # a byte a second on each: every one restarts the body timeout
+            time.sleep(1)
+            for tls in conns:
+                tls.sendall(b"x")
+        nginx_during, link_during = rss_mb(worker), rss_mb(d.link.pid)
+        with tls_connect(PUBLIC, d.fleet_port, d.certs / "ca.crt", source=ATTACKER, timeout=10) as extra:
+            extra.sendall(head + b"x")
+            refused = extra.recv(200).split(b"\r\n", 1)[0].decode()
+        other = raw_status(PUBLIC, d.fleet_port, d.certs / "ca.crt", "POST", "/v1/fleet/send-node-heartbeat")
+        unanswered = sum(waiting(tls) for tls in conns)  # no timeout ended any: only the cap bounds them
+    finally:
+        for tls in conns:
+            tls.close()
+    per_conn_kb = (nginx_during - nginx_before) * 1024 / CONN_PER_IP
+    print(f"{CONN_PER_IP} trickled bodies: nginx worker RSS {nginx_before:.1f} -> {nginx_during:.1f} MB "
+          f"({per_conn_kb:.0f} KB a request), SuperLink RSS {link_before:.0f} -> {link_during:.0f} MB; "
+          f"the next from the address: {refused!r}; another address: {other}; unanswered {unanswered}")
+    assert unanswered == CONN_PER_IP
+    assert refused == "HTTP/1.1 429 Too Many Requests", refused
+    assert other != 429, other
+    assert per_conn_kb < 256, per_conn_kb  # a 60,000-byte body buffer + TLS, not more
+    assert link_during - link_before < 10, (link_before, link_during)

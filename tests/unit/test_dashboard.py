@@ -119,9 +119,32 @@ def test_experiments_from_compare_folders_legacy_folders_and_hand_runs(tmp_path)
     assert df.loc["a2", "label"] == "bbt-fed" and df.loc["a2", "options"] == "popsize=4"
     assert df.loc["l1", "experiment"] == "old_exp"
     assert df.loc["h1", "experiment"] == "sst2 · dirichlet α=0.5 · 16 shots"
-    # the runs folder itself as the dashboard's root still finds its experiment
-    assert experiment_of(a / "a1", {}) == "exp-a"
     assert set(df.index[df["experiment"] == "exp-a"]) == {"a1", "a2"}
+    # the experiment's own folder as the root: its experiment.json is inside it
+    assert experiment_of(a / "a1", {}, root=a.parent) == "exp-a"
+
+
+def test_no_reader_looks_above_the_runs_folder_and_the_compare_layout_names_its_experiment(tmp_path):
+    """Issue 58: an ``experiment.json`` (or ``table.md``) above ``--runs`` renamed every run's
+    experiment. Nothing above the records folder is read; a compare output opened at its
+    ``runs/`` folder names its experiment (``--experiment``)."""
+    from simulations import dashboard, plot
+
+    a = write_experiment(tmp_path / "results", "exp-a")
+    write_run(a, "a1", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)])
+    (tmp_path / "results" / "exp-a" / "experiment.json").write_text(json.dumps({"name": "PLANTED"}))
+    (tmp_path / "results" / "exp-a" / "table.md").write_text("| method |\n")
+    hand = "demo · iid · 8 shots"
+    assert runs_table(RunStore(a)).loc[0, "experiment"] == hand
+    assert experiment_of(a / "a1", {"dataset": "demo", "partition": "iid", "shots-per-class": 8}, root=a) == hand
+    named = runs_table(RunStore(a, experiment="exp-a")).loc[0]
+    assert (named["experiment"], named["label"]) == ("exp-a", "fedprompt")
+    # the commands pass it through: the page's experiment picker, the plot's subplot titles
+    code, reply = dash_callback(dashboard.make_app(a, experiment="exp-a"), "..experiment.options",
+                                {"version.data": "1"})
+    assert code == 200 and reply["response"]["experiment"]["options"] == ["exp-a"]
+    assert plot.main([str(a), "--out", str(tmp_path / "figs"), "--formats", "svg", "--experiment", "exp-a"]) == 0
+    assert "<!-- exp-a -->" in (tmp_path / "figs" / "accuracy-vs-round.svg").read_text()  # its title
 
 
 def test_seed_aggregate_by_hand(tmp_path):
@@ -159,7 +182,8 @@ def test_colors_are_per_method_and_stable():
 
 def test_store_reads_only_what_was_appended_and_rereads_a_rewritten_file(tmp_path):
     root = tmp_path / "runs"
-    d = write_run(root, "r", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.6)], finished=False, tail='{"round": 2')
+    d = write_run(root, "r", "bbt-fed", 0, [_round(0, 0.5), _round(1, 0.6)], finished=False, tail='{"round": 2',
+                  **{"num-server-rounds": 3})
     store = RunStore(root)
     (run,) = store.runs()
     assert [r["round"] for r in run["rounds"]] == [0, 1] and run["malformed_lines"] == 1  # the unfinished line
@@ -172,6 +196,27 @@ def test_store_reads_only_what_was_appended_and_rereads_a_rewritten_file(tmp_pat
     assert store.runs()[0] is run  # nothing changed: the cached run, nothing re-read
     (d / "rounds.jsonl").write_text(json.dumps(_round(0, 0.4)) + "\n")  # rewritten, shorter
     assert [r["global_accuracy"] for r in store.runs()[0]["rounds"]] == [0.4]
+
+
+def test_the_store_skips_a_line_over_the_bound_and_a_round_beyond_the_runs(tmp_path):
+    """Issue 58: a line longer than the longest round record a writer writes is a malformed
+    line, unparsed, also while it is still being written; a round beyond num-server-rounds
+    is malformed too. The rounds around them stay."""
+    from fedtext.records.schema import ROUND_LINE_MAX
+
+    root = tmp_path / "runs"
+    d = write_run(root, "r", "bbt-fed", 0, [_round(0, 0.5)], finished=False,
+                  tail='{"round": 1, "pad": "' + "x" * (ROUND_LINE_MAX + 10))
+    store = RunStore(root)
+    (run,) = store.runs()
+    assert [r["round"] for r in run["rounds"]] == [0] and run["malformed_lines"] == 1  # unfinished, too long
+    with open(d / "rounds.jsonl", "a") as fh:
+        fh.write('"}\n' + json.dumps(_round(1, 0.6)) + "\n" + json.dumps(_round(3, 0.9)) + "\n")
+    (run,) = store.runs()
+    assert [r["round"] for r in run["rounds"]] == [0, 1] and run["malformed_lines"] == 2  # line 2 and round 3
+    assert run["line_problem"].startswith("line 2: longer than 16777216 bytes")
+    assert store._rounds[d].offset == (d / "rounds.jsonl").stat().st_size  # every line consumed
+    assert runs_table(store).loc[0, "rounds_done"] == 1  # round 3 of 2 is one of the malformed lines
 
 
 def test_type_garbled_and_binary_records_never_raise(tmp_path):

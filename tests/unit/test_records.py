@@ -162,6 +162,20 @@ def _number_line(text: str) -> Callable[[Path], Path]:
     return write
 
 
+def _long_line(root: Path) -> Path:
+    """Issue 58: one line longer than the longest round record a writer writes, the only line."""
+    from fedtext.records.schema import ROUND_LINE_MAX
+
+    d = write_record(root, "bad", rounds=[], summary=False)
+    (d / "rounds.jsonl").write_text('{"round": 0, "pad": "' + "x" * ROUND_LINE_MAX + '"}\n')
+    return d
+
+
+def _round_beyond(root: Path) -> Path:
+    """Issue 58: round 3 of a run of num-server-rounds=2 (read as "rounds 3/2"), the only line."""
+    return write_record(root, "bad", rounds=[{"round": 3, "global_accuracy": 0.9}], summary=False)
+
+
 MALFORMED: dict[str, tuple[Callable[[Path], Path], str]] = {
     "list seed": (_list_seed, "config.json: config.seed is a list, not a single value"),
     "string total": (_string_total, "summary.json: total_bytes_up is a string, not a number"),
@@ -178,6 +192,10 @@ MALFORMED: dict[str, tuple[Callable[[Path], Path], str]] = {
                                   "rounds.jsonl has no readable round (line 1: -Infinity is not a finite number)"),
     "10**400 in rounds.jsonl": (_number_line(str(10**400)),
                                 "rounds.jsonl has no readable round (line 1: integer of 401 digits does not fit a float)"),
+    "a line over the bound": (_long_line, ("rounds.jsonl has no readable round (line 1: longer than 16777216 bytes, "
+                                           "the longest round record a writer writes: not read)")),
+    "a round beyond num-server-rounds": (_round_beyond, ("rounds.jsonl has no readable round (line 1: round 3 is "
+                                                         "outside 0..2 (num-server-rounds))")),
 }
 
 
@@ -295,3 +313,47 @@ def test_a_record_file_swapped_for_a_link_after_the_check_is_not_followed_out(tm
     config.symlink_to(runs / "r0" / "config.json")
     with reader.open_checked(config, runs) as fh:
         assert b"fedavg" in fh.read()
+
+
+def test_a_line_over_the_bound_is_malformed_unparsed_and_never_held_whole(tmp_path, capsys):
+    """Issue 58: one 50 MB line (a valid round 2 of a 1-round run) was a round: status took
+    31 s and 795 MB and printed "rounds 2/1". A line over ROUND_LINE_MAX is a malformed line,
+    read in chunks of at most the bound; a round beyond num-server-rounds is one too."""
+    import tracemalloc
+
+    from fedtext.records.schema import ROUND_LINE_MAX
+    from simulations import status
+
+    d = write_record(tmp_path, "r", config={**CONFIG, "num-server-rounds": 1}, rounds=ROUNDS[:2], summary=False)
+    with open(d / "rounds.jsonl", "a") as fh:
+        fh.write('{"round": 2, "pad": "' + "x" * (3 * ROUND_LINE_MAX) + '"}\n')
+        fh.write('{"round": 2, "global_accuracy": 0.9}\n')
+    tracemalloc.start()
+    try:
+        run = load_run(d)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert [r["round"] for r in run["rounds"]] == [0, 1] and run["malformed_lines"] == 2
+    assert run["line_problem"].startswith("line 3: longer than 16777216 bytes")
+    assert peak < 1.5 * ROUND_LINE_MAX  # the 48 MiB line was never held whole
+    assert status.main([str(tmp_path), "--run", "r"]) == 0
+    assert "rounds 1/1  acc 0.700" in capsys.readouterr().out  # not "rounds 2/1"
+    # a line of exactly the bound (its newline aside) is a round
+    head = '{"round": 1, "pad": "'
+    (d / "rounds.jsonl").write_text(head + "x" * (ROUND_LINE_MAX - len(head) - 2) + '"}\n')
+    assert [r["round"] for r in load_run(d)["rounds"]] == [1]
+
+
+def test_a_drop_reason_is_cut_to_its_bytes_in_the_round_line():
+    """A client's failure or an odd metric value quoted in a drop reason is cut to
+    DROP_REASON_BYTES once JSON-escaped: a round line stays within ROUND_LINE_MAX."""
+    from fedtext.records import RoundRecord
+    from fedtext.records.schema import DROP_REASON_BYTES
+
+    record = RoundRecord(round=1)
+    for reason in ("x" * 10_000, "\u00e9" * 10_000, "\U0001F600" * 10_000, "ok"):
+        record.drop(3, reason)
+    written = [json.dumps(d["reason"]) for d in record.to_json(0.0)["dropped"]]
+    assert all(len(w) - 2 <= DROP_REASON_BYTES for w in written) and written[-1] == '"ok"'
+    assert [len(d["reason"]) for d in record.dropped[:3]] == [300, 50, 25]

@@ -46,3 +46,12 @@ def test_metrics_picks_and_orders_columns_and_names_one_a_run_lacks(tmp_path, ca
     assert "train_loss" not in text
     assert main([str(tmp_path / "a"), str(tmp_path / "b"), "--metrics", "only_a"]) == 2
     assert "only_a" in capsys.readouterr().err
+
+
+def test_a_malformed_line_is_left_out_as_every_reader_does(tmp_path):
+    """Issue 58: trajectory read rounds.jsonl with its own json.loads (a truncated line raised,
+    a NaN or a line of any length was taken); it reads through fedtext.records now."""
+    a = _run(tmp_path / "a", _rounds(0.7, 1.0, 2.0))
+    with open(a / "rounds.jsonl", "a") as fh:
+        fh.write('{"round": 3, "global_accuracy": NaN}\n{"round": 4, "glo')
+    assert [r["round"] for r in read_rounds(a)] == [0, 1, 2]
