@@ -78,6 +78,8 @@ BLOCKS: dict[str, Block] = {
     "memory-limits": Block("docs/deployment.md", "simulations.memory_limits:render"),
     # the emulated arm64 SuperNode's round (simulations/results/edge/arm64)
     "arm64-round": Block("docs/deployment.md", "simulations.arm64_round:render"),
+    # issue 58: each aggregator's T1 accuracy with one attacker (simulations/results/robust_ag_news)
+    "robust-table": Block("docs/reliability.md", "simulations.robust:render"),
 }
 
 

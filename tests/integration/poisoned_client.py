@@ -4,7 +4,8 @@
 
 Client 0 sends finite poison, a different kind each round (issue 35): round 1 a prompt
 of 1e30 (with a metric fedprompt does not declare, ``dls_version="abc"``: issue 45),
-round 2 ``num_examples=10**12``, round 3 ``queries="lots"``; its evaluate reply lacks
+round 2 the weight lie of issue 58 (``num_examples`` = its partition's every row, where it trained on
+its 4 x 2 labelled shots: the old bound, the partition, let it through), round 3 ``queries="lots"``; its evaluate reply lacks
 ``accuracy`` in rounds 1 and 2, and in round 3 claims to be partition 1 with an accuracy
 of 0 (issue 45: it overwrote client 1's). Clients 1 and 2 are honest. The faulty wrapper
 lives in ``__main__`` so that Ray ships it to its workers by value.
@@ -43,7 +44,8 @@ def poisoning(client):
                 up = [np.full_like(up[0], 1e30)]
                 metrics = {**metrics, "dls_version": "abc"}
             elif r == 2:
-                n = 10**12
+                data = method_client.data
+                n = len(data.train) + len(data.test) + len(data.unlabeled)
             else:
                 metrics = {**metrics, "queries": "lots"}
             return up, n, metrics

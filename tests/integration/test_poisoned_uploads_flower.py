@@ -20,7 +20,7 @@ from .flower_launch import RAY_ADDRESS_VAR
 @pytest.mark.slow
 def test_one_poisoning_client_through_flower_cannot_wreck_the_run(tmp_path, ray_head):
     """fedprompt, 3 clients, 3 rounds; client 0 sends a 1e30 prompt (and a metric fedprompt
-    does not declare), then 10^12 examples, then ``queries="lots"``, and evaluate replies
+    does not declare), then its partition's rows as examples (issue 58's weight lie), then ``queries="lots"``, and evaluate replies
     without accuracy, the last one claiming to be partition 1: each is dropped with its
     reason under client 0 (the undeclared metric is ignored, with a warning), client 1's
     accuracy is its own, the global loss stays finite, the run finishes on clients 1 and 2
@@ -33,7 +33,8 @@ def test_one_poisoning_client_through_flower_cannot_wreck_the_run(tmp_path, ray_
     (run,) = [p.parent for p in tmp_path.glob("*/config.json")]
     rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == [0, 1, 2, 3]
-    fit_reasons = ["upload-bound", "num_examples=1000000000000 outside", "metric queries='lots'"]
+    fit_reasons = ["upload-bound", "(the labelled training rows the server assigned it: shots-per-class=4 of partition 0)",
+                   "metric queries='lots'"]
     eval_reasons = ["evaluate reply: no accuracy"] * 2 + ["evaluate reply: claims partition 1, but node "]
     for r, expected, eval_expected in zip(rounds[1:], fit_reasons, eval_reasons, strict=True):
         assert {d["client"] for d in r["dropped"]} == {"0"}, r["dropped"]

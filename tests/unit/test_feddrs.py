@@ -34,7 +34,7 @@ from fedtext.methods.feddrs.samplers import (
     wrap,
 )
 from fedtext.registry import make_config
-from fedtext.strategy import weighted_mean
+from fedtext.robust import weighted_mean
 from fedtext.tasks import TASKS
 from fedtext.validation import Upload
 from strategies.feddf import FedDF

@@ -17,7 +17,7 @@ from fedtext import checkpoint
 from fedtext.config import MEAN, ConfigError
 from fedtext.registry import METHODS, make_config
 from fedtext.server_opt import ServerOptimizer
-from fedtext.strategy import weighted_mean
+from fedtext.robust import weighted_mean
 from fedtext.validation import Upload
 
 X0 = [np.zeros(2)]
