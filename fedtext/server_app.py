@@ -104,8 +104,8 @@ class RecordingServer(Server):
         What it adds: the wait for ``clients-per-round`` clients that
         ``initialize_parameters`` would have done."""
         strategy = self.strategy
-        if strategy.cfg.clients_per_round:  # as initialize_parameters would
-            wait_for_nodes(self._client_manager, strategy.cfg.clients_per_round)
+        if strategy.cfg.clients_asked:  # as initialize_parameters would
+            wait_for_nodes(self._client_manager, strategy.cfg.clients_asked)
             strategy.cfg.check_num_clients(self._client_manager.num_available())
         self.parameters = comm.encode(strategy.global_arrays)
         history, start = History(), timeit.default_timer()
