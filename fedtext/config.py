@@ -577,6 +577,9 @@ class RunConfig:
         for key in ("text-column", "label-column"):
             if not getattr(self, key.replace("-", "_")).strip():
                 raise ConfigError(f"{key} must name a column, got ''")
+        if self.text_column == self.label_column:  # the model would read its answer (label digits as texts)
+            raise ConfigError(f"text-column='{self.text_column}' is the label column itself; set text-column to the "
+                              "column that holds the texts")
         names, descriptions = self.label_name_list, self.label_description_list
         if self.label_descriptions and self.task != "auto":
             raise ConfigError(f"label-descriptions builds a task of its own: set task=auto (task {self.task} has "

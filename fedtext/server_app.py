@@ -33,7 +33,7 @@ from flwr.server.history import History
 from fedtext import checkpoint, comm
 from fedtext.components import resolve
 from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
-from fedtext.data import labelled
+from fedtext.data import labelled, warn_about_texts
 from fedtext.grid import ReplyPollingGrid
 from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
@@ -127,6 +127,7 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     check_installed(cfg.trackers)  # tracker=wandb without wandb installed: one line, now
     # the task and the labels 0..C-1 (string labels mapped by name); the data's classes must be the task's
     data = labelled(cfg)
+    warn_about_texts(cfg)  # a test split that repeats train texts, a text column of numbers or labels
     task, splits = data.task, data.splits
     if splits.train["label"].nunique() < 2:
         log.warning("fedtext: the training data has a single class (%s): every method will learn a constant",
