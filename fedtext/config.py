@@ -238,6 +238,12 @@ class MethodConfig:
     # tests/unit/test_method_metrics.py checks each reply's metrics against the declarations.
     smoke_modes: ClassVar[Mapping[str, object]] = {}
 
+    def check_run(self, run: RunConfig) -> None:
+        """Raise one ``ConfigError`` line where a value of this method's keys cannot work
+        with the shared keys of ``run`` (FedDPG: an unlearning round after the last round,
+        which would finish without unlearning and without a word). Called once, when
+        ``run`` validates itself; nothing by default."""
+
     @classmethod
     def model_class(cls) -> type:
         """The class :attr:`model` names, imported (torch comes with it)."""
@@ -467,7 +473,8 @@ class RunConfig:
         method_keys = {k: (name, f) for name, mcls in methods.items() for k, f in mcls.keys().items()}
         method = str(run_config.get("method", cls.method))
         if method not in methods:
-            raise ConfigError(f"unknown method '{method}'; choose one of: {', '.join(sorted(methods))}")
+            raise ConfigError(f"unknown method '{method}'{_suggest_method(method, methods)}; choose one of: "
+                              f"{', '.join(sorted(methods))}")
         mcls = methods[method]
         kwargs: dict[str, Any] = {}
         own: dict[str, Any] = {}
@@ -548,6 +555,7 @@ class RunConfig:
         mc = self.method_config
         if mc is not None:
             self.check_composition(mc)
+            mc.check_run(self)
         if mc is not None and 0 < self.clients_per_round < mc.min_clients_per_round:
             raise ConfigError(f"{self.method} needs at least {mc.min_clients_per_round} clients per round, got "
                               f"clients-per-round={self.clients_per_round}")
@@ -569,6 +577,9 @@ class RunConfig:
         for key in ("text-column", "label-column"):
             if not getattr(self, key.replace("-", "_")).strip():
                 raise ConfigError(f"{key} must name a column, got ''")
+        if self.text_column == self.label_column:  # the model would read its answer (label digits as texts)
+            raise ConfigError(f"text-column='{self.text_column}' is the label column itself; set text-column to the "
+                              "column that holds the texts")
         names, descriptions = self.label_name_list, self.label_description_list
         if self.label_descriptions and self.task != "auto":
             raise ConfigError(f"label-descriptions builds a task of its own: set task=auto (task {self.task} has "
@@ -675,17 +686,26 @@ class RunConfig:
         return self.server_tau or SERVER_OPTIMIZERS[self.server_optimizer].tau
 
     def check_num_clients(self, num_clients: int) -> None:
-        """Raise ``ConfigError`` if more clients per round are asked than exist, or a round
-        would have fewer than the method needs (``clients-per-round=0``: all of them)."""
-        if self.clients_per_round > num_clients:
-            raise ConfigError(
-                f"clients-per-round={self.clients_per_round} exceeds the {num_clients} "
-                "connected clients (set num-supernodes or lower clients-per-round)"
-            )
+        """Raise ``ConfigError`` if more clients per round are asked than exist (to train,
+        ``clients-per-round``, or to evaluate, ``clients-per-eval``: the server would quietly
+        take fewer), or a round would have fewer than the method needs
+        (``clients-per-round=0``: all of them)."""
+        for key in ("clients-per-round", "clients-per-eval"):
+            if getattr(self, key.replace("-", "_")) > num_clients:
+                raise ConfigError(
+                    f"{key}={getattr(self, key.replace('-', '_'))} exceeds the {num_clients} "
+                    f"connected clients (set num-supernodes or lower {key})"
+                )
         need = self.method_config.min_clients_per_round if self.method_config is not None else 1
         if (self.clients_per_round or num_clients) < need:
             raise ConfigError(f"{self.method} needs at least {need} clients per round; {num_clients} connected "
                               "(set num-supernodes)")
+
+    @property
+    def clients_asked(self) -> int:
+        """The most clients a round asks for, to train or to evaluate (0: every connected
+        client): what the server waits for before its first round (:meth:`check_num_clients`)."""
+        return max(self.clients_per_round, self.clients_per_eval)
 
     @property
     def eval_sample_size(self) -> int:
@@ -785,6 +805,14 @@ def _suggest(key: str, method: str, methods: Mapping[str, type[MethodConfig]], s
         return f"did you mean {close[0]}?"
     own = ", ".join(methods[method].keys()) or "none"
     return f"method {method} takes: {own} (shared keys: see pyproject.toml)"
+
+
+def _suggest_method(method: str, methods: Mapping[str, type[MethodConfig]]) -> str:
+    """' (did you mean X?)' for a misspelt ``method`` ('' when nothing is close): the closest
+    method name by spelling (:func:`difflib.get_close_matches`, as :func:`_suggest` does for
+    keys), compared in lower case with ``_`` read as ``-`` (``FedPrompt``, ``bbt_fed``)."""
+    close = difflib.get_close_matches(method.lower().replace("_", "-"), list(methods), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
 
 
 def looks_like_path(dataset: str) -> bool:

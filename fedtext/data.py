@@ -167,13 +167,31 @@ def make_demo(n_per_domain: int = 300, seed: int = 1234) -> Splits:
 
 
 # ---------------------------------------------------------------------- local files
-def _read_split(directory: Path, names: tuple[str, ...], label_column: str = "label") -> tuple[pd.DataFrame, Path] | None:
+def _read_split(directory: Path, names: tuple[str, ...], label_column: str = "label",
+                root: Path | None = None) -> tuple[pd.DataFrame, Path] | None:
+    """The first of ``names`` with a known extension in ``directory``, read; None if none.
+    ``root``: the dataset folder (default ``directory``), which the file must resolve inside
+    (:func:`inside_dataset`)."""
     for name in names:
         for ext, reader in _READERS.items():
             path = directory / f"{name}{ext}"
             if path.is_file():
+                inside_dataset(path, directory if root is None else root)
                 return _read_file(lambda p: reader(p, label_column), path), path
     return None
+
+
+def inside_dataset(path: Path, root: Path) -> Path:
+    """``path`` resolved, refused in one line when that lies outside the dataset folder ``root``.
+
+    ``dataset=`` names a folder, and only files in it are read: a ``train.csv`` (or a domain
+    folder, or ``task.toml``) that is a symlink to a file elsewhere would have any readable
+    file parsed and trained on, unseen. Records readers refuse the same
+    (:func:`fedtext.records.reader.file_problem`). A link inside the folder is fine."""
+    resolved = path.resolve()
+    if not resolved.is_relative_to(root.resolve()):
+        raise ConfigError(f"{path}: resolves outside the dataset folder {root.resolve()} (to {resolved}): not read")
+    return resolved
 
 
 def _read_file(reader, path: Path) -> pd.DataFrame:
@@ -272,7 +290,8 @@ def _check_kinds(train: pd.DataFrame, test: pd.DataFrame, source: str) -> None:
 
 
 def load_local(directory: Path, text_column: str = "text", label_column: str = "label") -> Splits:
-    """Load ``train``/``test`` files from ``directory`` or from its domain sub-dirs."""
+    """Load ``train``/``test`` files from ``directory`` or from its domain sub-dirs (every
+    file resolving inside ``directory``: :func:`inside_dataset`)."""
     train = _read_split(directory, ("train",), label_column)
     if train is not None:
         test = _read_split(directory, _TEST_NAMES, label_column)
@@ -286,7 +305,8 @@ def load_local(directory: Path, text_column: str = "text", label_column: str = "
         return splits
     trains, tests = [], []
     for sub in sorted(p for p in directory.iterdir() if p.is_dir()):
-        tr, te = _read_split(sub, ("train",), label_column), _read_split(sub, _TEST_NAMES, label_column)
+        tr, te = _read_split(sub, ("train",), label_column, directory), _read_split(sub, _TEST_NAMES, label_column,
+                                                                                     directory)
         if tr is not None and te is not None:
             trains.append(normalise(tr[0], sub.name, str(tr[1]), text_column, label_column))
             tests.append(normalise(te[0], sub.name, str(te[1]), text_column, label_column))
@@ -361,6 +381,42 @@ def load_splits(dataset: str, text_column: str = "text", label_column: str = "la
     return load_hub(dataset, text_column, label_column)
 
 
+def warn_about_texts(cfg: RunConfig) -> None:
+    """One warning, with its counts, for each of two ways a dataset's texts run silently wrong.
+
+    * The test split repeats training texts: the accuracy it measures then includes
+      recall of what was trained on (the Blitzer Amazon folders' ``test.tsv`` holds nearly
+      every ``train.tsv`` review). Counted as test rows whose exact text is a train text.
+    * The text column holds no text: every text is a number, or one of the label values
+      (``text-column`` naming a column of ids, scores or a copy of the labels). The model
+      would train on digits or read its answer. A text column that *is* the label column
+      is refused at config time (:class:`fedtext.config.RunConfig`); another column holding
+      the same values can be deliberate (a toy task), so it is a warning.
+
+    Called once per run, by the server (:func:`fedtext.server_app.build`), on the data as
+    read (labels as the file has them). The ``demo`` set is generated here and skipped:
+    its template sentences repeat by construction.
+    """
+    if cfg.dataset == "demo":
+        return
+    splits = load_splits(cfg.dataset, cfg.text_column, cfg.label_column)
+    where = f"dataset '{cfg.dataset}'"
+    texts = pd.concat([splits.train["text"], splits.test["text"]], ignore_index=True).str.strip()
+    labels = {str(v).strip() for df in (splits.train, splits.test) for v in df["label"].unique()}
+    kind = ("are label values", "read its answer") if texts.isin(labels).all() else (
+        ("are numbers", "train on digits") if pd.to_numeric(texts, errors="coerce").notna().all() else None)
+    if kind is not None:  # then its few values repeat between the splits by themselves: no second warning
+        log.warning("fedtext: %s: all %d texts of text-column '%s' %s (%d distinct): the model would %s; set "
+                    "text-column to the column that holds the texts", where, len(texts), cfg.text_column, kind[0],
+                    texts.nunique(), kind[1])
+        return
+    repeated = splits.test["text"].isin(set(splits.train["text"]))
+    if repeated.any():
+        log.warning("fedtext: %s: %d of %d test texts (%d distinct) also appear in the train split; the test "
+                    "accuracy counts texts the model trained on", where, int(repeated.sum()), len(splits.test),
+                    splits.test["text"][repeated].nunique())
+
+
 # ------------------------------------------------------------------ labels and task
 SORTED_LABELS = "the train split's labels (sorted)"  # where label names come from when nothing names them
 @dataclass(frozen=True)
@@ -396,7 +452,7 @@ def _labelled(dataset: str, task: str, text_column: str, label_column: str, labe
     task_file = None
     if path is not None and (path / TASK_FILE).is_file():
         try:
-            task_file = read_task_file(path / TASK_FILE)
+            task_file = read_task_file(inside_dataset(path / TASK_FILE, path))
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     default_name = path.name if path is not None else dataset

@@ -33,7 +33,7 @@ from flwr.server.history import History
 from fedtext import checkpoint, comm
 from fedtext.components import resolve
 from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
-from fedtext.data import labelled
+from fedtext.data import labelled, warn_about_texts
 from fedtext.grid import ReplyPollingGrid
 from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
@@ -104,8 +104,8 @@ class RecordingServer(Server):
         What it adds: the wait for ``clients-per-round`` clients that
         ``initialize_parameters`` would have done."""
         strategy = self.strategy
-        if strategy.cfg.clients_per_round:  # as initialize_parameters would
-            wait_for_nodes(self._client_manager, strategy.cfg.clients_per_round)
+        if strategy.cfg.clients_asked:  # as initialize_parameters would
+            wait_for_nodes(self._client_manager, strategy.cfg.clients_asked)
             strategy.cfg.check_num_clients(self._client_manager.num_available())
         self.parameters = comm.encode(strategy.global_arrays)
         history, start = History(), timeit.default_timer()
@@ -127,6 +127,7 @@ def build(cfg: RunConfig, launch: Mapping[str, Any] | None = None) -> tuple[Reco
     check_installed(cfg.trackers)  # tracker=wandb without wandb installed: one line, now
     # the task and the labels 0..C-1 (string labels mapped by name); the data's classes must be the task's
     data = labelled(cfg)
+    warn_about_texts(cfg)  # a test split that repeats train texts, a text column of numbers or labels
     task, splits = data.task, data.splits
     if splits.train["label"].nunique() < 2:
         log.warning("fedtext: the training data has a single class (%s): every method will learn a constant",

@@ -25,7 +25,9 @@ multiplies by a float64 ``η_t`` and so returns float64 arrays); (3) a round who
 were all dropped leaves x, m and v as they were (Flower's FedAvgM asserts its momentum
 exists from round 2 on, which a first round without valid uploads would break); (4) the
 state ``m``, ``v`` is checkpointed with the global arrays (:meth:`ServerOptimizer.state`),
-so ``resume=`` continues with the same moments.
+so ``resume=`` continues with the same moments; (5) a step that turns finite arrays into
+non-finite ones (an overflow: ``server-lr=1e300``) ends the run with one configuration-error
+line (:meth:`ServerOptimizer.check_finite`), where Flower would send them to the clients.
 
 Defaults (``server-lr=0`` and ``server-tau=0`` mean "the optimizer's own") are Flower's:
 :data:`fedtext.config.SERVER_OPTIMIZERS`.
@@ -38,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from fedtext.config import SERVER_OPTIMIZERS, RunConfig
+from fedtext.config import SERVER_OPTIMIZERS, ConfigError, RunConfig
 
 Arrays = list[np.ndarray]
 
@@ -105,12 +107,33 @@ class ServerOptimizer:
         if self.is_identity:
             return [np.asarray(a) for a in mean]
         x = [np.asarray(a) for a in x]
-        delta = [np.asarray(a, dtype=b.dtype) - b for a, b in zip(mean, x, strict=True)]
-        if self.name in ("fedavg", "fedavgm"):
-            new = self._sgd(server_round, x, delta)
-        else:
-            new = self._adaptive(server_round, x, delta)
-        return [np.asarray(a, dtype=b.dtype) for a, b in zip(new, x, strict=True)]
+        with np.errstate(over="ignore", invalid="ignore"):  # an overflow is reported by check_finite, in one line
+            delta = [np.asarray(a, dtype=b.dtype) - b for a, b in zip(mean, x, strict=True)]
+            if self.name in ("fedavg", "fedavgm"):
+                new = self._sgd(server_round, x, delta)
+            else:
+                new = self._adaptive(server_round, x, delta)
+            new = [np.asarray(a, dtype=b.dtype) for a, b in zip(new, x, strict=True)]
+        self.check_finite(server_round, [*x, *mean], new)
+        return new
+
+    def check_finite(self, server_round: int, given: Arrays, new: Arrays) -> None:
+        """Raise one ``ConfigError`` line when the step made ``new`` or the state (m, v)
+        non-finite from finite ``given`` arrays (x_t and the mean of validated uploads).
+
+        Why a configuration error: the uploads were finite, so the overflow is the
+        optimizer's own (``server-lr=1e300`` overflows float32 in the first step). Left
+        alone, the non-finite global arrays went to every client, whose evaluations were
+        then dropped as ``loss=nan`` (blamed on the clients) and the run finished. Raised
+        inside the round, the ServerApp ends the run ``failed`` with this line
+        (:class:`fedtext.server_app.RecordingServer`)."""
+        if not all(np.isfinite(a).all() for a in given):
+            return  # not the optimizer's doing; the uploads' validation speaks for them
+        state = [("the global arrays", new), ("its state m", self.m or []), ("its state v", self.v or [])]
+        bad = next((what for what, arrays in state if not all(np.isfinite(a).all() for a in arrays)), None)
+        if bad is not None:
+            raise ConfigError(f"server-optimizer={self.name} with server-lr={self.lr:g} made {bad} non-finite in "
+                              f"round {server_round}: lower server-lr")
 
     def _sgd(self, server_round: int, x: Arrays, delta: Arrays) -> Arrays:
         """Flower's FedAvgM: pseudo-gradient ``g = x − mean = −Δ``; ``v = β v + g`` (round

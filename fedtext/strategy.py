@@ -293,14 +293,15 @@ class FedTextStrategy(FedAvg):
 
     # ---------------------------------------------------------- Flower hooks
     def initialize_parameters(self, client_manager: ClientManager) -> Parameters | None:
-        """Check clients-per-round against the connected clients, then send round-0 arrays.
+        """Check clients-per-round and clients-per-eval against the connected clients, then
+        send round-0 arrays.
 
         SuperNodes may still be connecting (real devices, or the simulation engine
         registering its nodes), so wait up to ``CONNECT_TIMEOUT_S`` for enough of them
         (:func:`fedtext.sampling.wait_for_nodes`: none at all is its own error).
         """
-        if self.cfg.clients_per_round:
-            wait_for_nodes(client_manager, self.cfg.clients_per_round)
+        if self.cfg.clients_asked:
+            wait_for_nodes(client_manager, self.cfg.clients_asked)
             self.cfg.check_num_clients(client_manager.num_available())
         self.global_arrays = [np.asarray(a) for a in self.initial_arrays()]
         return comm.encode(self.global_arrays)

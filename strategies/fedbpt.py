@@ -45,6 +45,8 @@ from typing import Protocol
 
 import numpy as np
 from flwr.common import Scalar
+from flwr.server.client_manager import ClientManager
+from flwr.server.client_proxy import ClientProxy
 
 from fedtext.config import RunConfig
 from fedtext.methods.fedbpt.cmaes import (
@@ -68,8 +70,9 @@ class ServerStep(Protocol):
     def distribution(self) -> tuple[np.ndarray, float, np.ndarray]:
         """(z, sigma, C) that clients start their local CMA-ES from."""
 
-    def step(self, clients: list[FedBPTUpload]) -> dict[str, Scalar]:
-        """Update from the round's uploads; the round's metrics."""
+    def step(self, clients: list[FedBPTUpload], population: int = 0) -> dict[str, Scalar]:
+        """Update from the round's valid uploads; the round's metrics. ``population``: the
+        clients a round asks for (``clients-per-round``; 0: as many as uploaded)."""
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The state as plain arrays (checkpointing)."""
@@ -86,7 +89,9 @@ class PaperStep:
     def distribution(self) -> tuple[np.ndarray, float, np.ndarray]:
         return self.cma.mean, self.cma.sigma, self.cma.C
 
-    def step(self, clients: list[FedBPTUpload]) -> dict[str, Scalar]:
+    def step(self, clients: list[FedBPTUpload], population: int = 0) -> dict[str, Scalar]:
+        """Algorithm 2 on the valid uploads alone (their best half, eq. (12) over it):
+        ``population`` does not enter."""
         losses = [c.loss for c in clients]
         sigma_prime = corrected_sigma([c.sigmas for c in clients], losses, [self.mcfg.popsize] * len(clients))
         z = np.stack([c.z for c in clients])
@@ -100,10 +105,12 @@ class PaperStep:
 class ReferenceStep:
     """The authors' server (``global_es.py``): pycma over the round's uploads, ratio-scaled client sigma.
 
-    pycma's population is built with the first round's valid uploads (``clients-per-round``
-    when none drops, as the reference fixes it to its client count); a round with another
-    number k of valid uploads recombines those k with pycma's weights for k, and sigma'
-    divides by the same k (:class:`fedtext.methods.fedbpt.cmaes.ReferenceServerES`).
+    pycma's population is built, at the first step, for the clients a round asks for
+    (``population``: ``clients-per-round``, or with 0 the clients asked that round), as the
+    reference fixes it to its client count m, whatever number of that round's uploads were
+    valid; a round with another number k of valid uploads recombines those k with pycma's
+    weights for k, and sigma' divides by the same k
+    (:class:`fedtext.methods.fedbpt.cmaes.ReferenceServerES`).
     """
 
     def __init__(self, mcfg: FedBPTConfig, seed: int) -> None:
@@ -116,9 +123,10 @@ class ReferenceStep:
             return s.mean, s.sigma, s.C
         return self.es.mean, self.es.sigma_local, self.es.C
 
-    def step(self, clients: list[FedBPTUpload]) -> dict[str, Scalar]:
+    def step(self, clients: list[FedBPTUpload], population: int = 0) -> dict[str, Scalar]:
         if self.es is None:
-            self.es = ReferenceServerES(self.mcfg.intrinsic_dim, self.mcfg.sigma0, max(2, len(clients)), self.seed,
+            m = max(2, population or len(clients))
+            self.es = ReferenceServerES(self.mcfg.intrinsic_dim, self.mcfg.sigma0, m, self.seed,
                                         self.mcfg.reference_clamp)
         sigma_prime = reference_sigma_prime([c.sigmas for c in clients], self.mcfg.popsize)
         sigma_after = self.es.tell(np.stack([c.z for c in clients]), [c.loss for c in clients], sigma_prime)
@@ -146,6 +154,7 @@ class FedBPT(FedTextStrategy):
         # pycma seed of the reference server: > 0, from the run seed, apart from the clients' (cf. client_seed)
         seed = int(np.random.SeedSequence([self.cfg.seed, 0xFEDB]).generate_state(1)[0] % (2**31 - 2)) + 1
         self.server = SERVER_STEPS[self.mcfg.server_step](self.mcfg, seed)
+        self.asked = 0  # clients sent a fit instruction this round (0: none sampled here, e.g. a test's round)
 
     @classmethod
     def checkpoint_state_bytes(cls, cfg: RunConfig, model: FedBPTModel) -> int:
@@ -153,6 +162,13 @@ class FedBPT(FedTextStrategy):
         object pickles to 2.2-4.1 times one at d = 400..50, PaperStep's CMAState to 1.0-1.1),
         so 4 of them."""
         return 4 * 8 * model.d**2
+
+    def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
+        """The round's clients, counted: with ``clients-per-round=0`` they are the
+        population the reference server is built for (:class:`ReferenceStep`)."""
+        sampled = super().sample_clients(server_round, client_manager)
+        self.asked = len(sampled)
+        return sampled
 
     def state_arrays(self) -> dict[str, np.ndarray]:
         """The global CMA-ES state (z, sigma, C, ...)."""
@@ -166,15 +182,18 @@ class FedBPT(FedTextStrategy):
         """One server step (``fedbpt.server-step``) on the round's decoded valid uploads.
 
         Both steps count the same clients in the recombination and in sigma': the round's
-        valid uploads (dropped ones are in neither). Fewer than 2 valid uploads are no
-        population (eq. (4) keeps the best floor(|S_t|/2)): the step is skipped, the state
-        kept, the round recorded with ``server_step_skipped`` and a warning.
+        valid uploads (dropped ones are in neither). The reference server's pycma object is
+        built for the configured clients per round, not round 1's valid count
+        (:class:`ReferenceStep`). Fewer than 2 valid uploads are no population (eq. (4) keeps
+        the best floor(|S_t|/2)): the step is skipped, the state kept, the round recorded
+        with ``server_step_skipped`` and a warning.
         """
         if len(uploads) < 2:
             log.warning("fedbpt round %d: server step skipped, %d valid upload(s); a CMA-ES step needs >= 2",
                         server_round, len(uploads))
             return self.global_state(), {"server_step_skipped": 1.0,
                                          "z_norm": float(np.linalg.norm(self.server.distribution()[0]))}
-        metrics = self.server.step([self.model.unpack_upload(u.arrays) for u in uploads])
+        metrics = self.server.step([self.model.unpack_upload(u.arrays) for u in uploads],
+                                   self.cfg.clients_per_round or self.asked)
         metrics["z_norm"] = float(np.linalg.norm(self.server.distribution()[0]))  # |z_{t+1}|, for the records
         return self.global_state(), metrics

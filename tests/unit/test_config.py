@@ -130,7 +130,7 @@ def test_the_generator_refuses_a_key_without_a_comment_and_takes_the_doc_comment
 @pytest.mark.parametrize(
     "overrides, message",
     [
-        ({"method": "fedsgd"}, f"unknown method 'fedsgd'; choose one of: {', '.join(sorted(METHODS))}"),
+        ({"method": "nope"}, f"unknown method 'nope'; choose one of: {', '.join(sorted(METHODS))}"),
         ({"bandwidth_mbps": 0}, "bandwidth-mbps must be > 0, got 0"),
         ({"method": "fes", "fes.paces": "2-0-5"}, "fes.paces: '2-0-5' is not f-n-k"),
         ({"method": "fes", "fes.keep-ratio": 1.5}, "fes.keep-ratio must be <= 1, got 1.5"),
@@ -189,6 +189,32 @@ def test_clients_per_round_above_connected_clients():
     cfg.check_num_clients(5)
     with pytest.raises(ConfigError, match="clients-per-round=5 exceeds the 4 connected clients"):
         cfg.check_num_clients(4)
+
+
+def test_clients_per_eval_above_connected_clients_is_refused_as_clients_per_round_is():
+    """Issue 58: clients-per-eval=5 with 2 clients was cut to 2 without a word, where
+    clients-per-round=5 was refused; now the same check refuses both, and the server waits
+    for the larger of the two before round 1."""
+    cfg = parse(clients_per_eval=5)
+    assert cfg.clients_asked == 5
+    cfg.check_num_clients(5)
+    with pytest.raises(ConfigError) as err:
+        cfg.check_num_clients(2)
+    assert str(err.value) == ("clients-per-eval=5 exceeds the 2 connected clients (set num-supernodes or lower "
+                              "clients-per-eval)")
+    assert parse(clients_per_round=3).clients_asked == 3  # clients-per-eval=-1: clients-per-round's
+    assert parse(clients_per_round=3, clients_per_eval=0).clients_asked == 3  # 0: every connected client
+
+
+@pytest.mark.parametrize("method, meant", [("fedpromt", "fedprompt"), ("FedPrompt", "fedprompt"),
+                                           ("bbt_fed", "bbt-fed"), ("FED_DPG", "feddpg")])
+def test_a_misspelt_method_gets_did_you_mean(method, meant):
+    """Issue 58: a misspelt method got the list of methods but no "did you mean", unlike a
+    misspelt key; case and '_' for '-' are forgiven in the comparison."""
+    with pytest.raises(ConfigError) as err:
+        parse(method=method)
+    assert str(err.value) == (f"unknown method '{method}' (did you mean {meant}?); choose one of: "
+                              f"{', '.join(sorted(METHODS))}")
 
 
 # ------------------------------------------------ issue 45 item 6: bad inputs, one line

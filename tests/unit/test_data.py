@@ -174,3 +174,100 @@ def test_hub_name_offline_is_one_clear_line(monkeypatch):
         load_hub("no-such-user/no-such-dataset-fedtext")
     assert "cannot load dataset 'no-such-user/no-such-dataset-fedtext'" in str(err.value)
     assert "\n" not in str(err.value)
+
+
+# ------------------------------------------------ issue 58: data that ran silently wrong
+def _folder(root, train, test, text_column="text", **columns):
+    """A dataset folder: ``train.csv`` and ``test.csv`` of (text, label) rows, plus ``columns``
+    (name -> (train values, test values))."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name, rows, i in (("train", train, 0), ("test", test, 1)):
+        frame = pd.DataFrame({text_column: [t for t, _ in rows], "label": [y for _, y in rows]})
+        for column, values in columns.items():
+            frame[column] = values[i]
+        frame.to_csv(root / f"{name}.csv", index=False)
+    return root
+
+
+TRAIN = [(f"review {i} was {'good' if i % 2 else 'bad'}", i % 2) for i in range(20)]
+
+
+def test_a_test_split_that_repeats_train_texts_warns_once_with_counts(tmp_path, caplog):
+    """Issue 58: a test split made of training texts ran without a word (the shared Amazon
+    folders' test.tsv holds nearly all of train.tsv)."""
+    from fedtext.data import warn_about_texts
+
+    test = [TRAIN[3], TRAIN[3], TRAIN[4], ("a new review", 1), ("another one", 0)]  # 3 rows, 2 distinct texts
+    root = _folder(tmp_path / "leaky", TRAIN, test)
+    with caplog.at_level("WARNING", logger="fedtext"):
+        warn_about_texts(RunConfig(dataset=str(root)))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fedtext: dataset '{root}': 3 of 5 test texts (2 distinct) also appear in the train split; the test "
+        "accuracy counts texts the model trained on"]
+    caplog.clear()
+    clean = _folder(tmp_path / "clean", TRAIN, [("a new review", 1), ("another one", 0)])
+    with caplog.at_level("WARNING", logger="fedtext"):
+        warn_about_texts(RunConfig(dataset=str(clean)))
+        warn_about_texts(RunConfig())  # the generated demo repeats template sentences by construction: no word
+    assert caplog.records == []
+
+
+@pytest.mark.parametrize("column, values, what", [
+    ("copy", ([y for _, y in TRAIN], [1, 0]), "are label values (2 distinct): the model would read its answer"),
+    ("id", (list(range(20)), [20, 21]), "are numbers (22 distinct): the model would train on digits"),
+])
+def test_a_text_column_of_labels_or_numbers_warns_once_with_counts(tmp_path, caplog, column, values, what):
+    """Issue 58: text-column naming a column of label digits (or ids) trained on them as texts."""
+    from fedtext.data import warn_about_texts
+
+    root = _folder(tmp_path / column, TRAIN, [("a new review", 1), ("another one", 0)], **{column: values})
+    with caplog.at_level("WARNING", logger="fedtext"):
+        warn_about_texts(RunConfig(dataset=str(root), text_column=column))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"fedtext: dataset '{root}': all 22 texts of text-column '{column}' {what}; set text-column to the column "
+        "that holds the texts"]
+
+
+def test_a_text_column_that_is_the_label_column_is_refused_at_config_time():
+    """Issue 58: text-column='label' trained on the label digits as texts."""
+    with pytest.raises(ConfigError) as err:
+        RunConfig(text_column="label")
+    assert str(err.value) == ("text-column='label' is the label column itself; set text-column to the column that "
+                              "holds the texts")
+    with pytest.raises(ConfigError, match="^text-column='y' is the label column itself"):
+        RunConfig(text_column="y", label_column="y")
+
+
+@pytest.mark.parametrize("linked", ["train.csv", "test.csv", "domain", "task.toml"])
+def test_a_data_file_linked_outside_the_dataset_folder_is_refused(tmp_path, linked):
+    """Issue 58: a train.csv symlinked to a file outside the dataset folder was read and
+    parsed; records readers already refuse such links. A link inside the folder is read."""
+    from fedtext.data import _labelled
+
+    outside = _folder(tmp_path / "outside", TRAIN, [("a new review", 1), ("another one", 0)])
+    (outside / "task.toml").write_text('labels = ["bad", "good"]\n')
+    root = tmp_path / "data"
+    if linked == "domain":
+        _folder(root / "a", TRAIN, [("x", 1), ("y", 0)])
+        (root / "b").symlink_to(outside)
+        target = root / "b" / "train.csv"
+    else:
+        _folder(root, TRAIN, [("x", 1), ("y", 0)])
+        (root / linked).unlink(missing_ok=True)
+        (root / linked).symlink_to(outside / linked)
+        target = root / linked
+    with pytest.raises(ConfigError) as err:
+        if linked == "task.toml":
+            _labelled(str(root), "auto", "text", "label", "", "")
+        else:
+            load_local(root)
+    assert str(err.value) == (f"{target}: resolves outside the dataset folder {root} (to {outside / target.name}): "
+                              "not read")
+
+
+def test_a_data_file_linked_inside_the_dataset_folder_is_read(tmp_path):
+    root = _folder(tmp_path / "data", TRAIN, [("x", 1), ("y", 0)])
+    (root / "raw").mkdir()
+    (root / "train.csv").rename(root / "raw" / "train.csv")
+    (root / "train.csv").symlink_to(root / "raw" / "train.csv")
+    assert len(load_local(root).train) == 20

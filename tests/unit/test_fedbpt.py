@@ -576,6 +576,73 @@ def test_reference_step_short_round_recombines_the_valid_uploads():
     np.testing.assert_allclose(step.es.weights(3), w, rtol=1e-12)
 
 
+def test_the_reference_server_is_built_for_the_configured_clients_whatever_round_1_dropped(backbone):
+    """Issue 58 item 3: the reference server's pycma population was built from round 1's
+    valid uploads, so 3 valid of 5 made an ES of m = 3. Now it is built for
+    clients-per-round = 5: round 1 still recombines its 3 (pycma's weights for 3, the short
+    round's rule), and rounds 2 and 3 with 5 uploads are, bit for bit, the steps of a server
+    of population 5 that round 1 left in the same state (before this, a server built for 5
+    whose first step was short failed in its next ask(): pycma's timer was not carried)."""
+    from fedtext.methods.fedbpt.cmaes import carry_state
+
+    cfg = make_config("fedbpt", intrinsic_dim=D, local_steps=STEPS, popsize=4, prompt_length=2, max_length=64,
+                      server_step="reference", clients_per_round=5)
+    strat = FedBPT(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    rng = np.random.default_rng(0)
+
+    def round_(t: int, valid: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Round t with 5 uploads, those past ``valid`` non-finite (dropped); the valid ones as
+        the server reads them (float32 on the wire)."""
+        strat.rounds.begin(t)
+        vecs = np.stack([upload(strat.server.distribution()[0] + 0.1 * rng.standard_normal(D),
+                                0.5 + rng.random(STEPS), rng.random()) for _ in range(5)]).astype(np.float32)
+        vecs[valid:, 0] = np.nan
+        strat.aggregate_fit(t, [fit_res(v, k) for k, v in enumerate(vecs)], [])
+        assert strat.record.num_clients == valid
+        seen = vecs[:valid].astype(np.float64)
+        return seen[:, :D], seen[:, D:-1], seen[:, -1]
+
+    _, sig, _ = round_(1, valid=3)
+    es = strat.server.es
+    assert es.m == 5 and es.es.popsize == 5  # before: 3
+    np.testing.assert_array_equal(es.weights(), ReferenceServerES(D, 1.0, 5, seed=1).weights())
+    assert strat.record.method_metrics["sigma_prime"] == reference_sigma_prime(list(sig), 4)  # over the 3
+    twin = ReferenceServerES(D, cfg.method_config.sigma0, 5, strat.server.seed)
+    twin.es.ask()  # as a server that stepped itself
+    carry_state(es.es, twin.es)
+    twin.sigma_local = es.sigma_local
+    for t in (2, 3):
+        z, sig, fit = round_(t, valid=5)
+        twin.tell(z, list(fit), reference_sigma_prime(list(sig), 4))
+        np.testing.assert_array_equal(es.mean, twin.mean)
+        np.testing.assert_array_equal(es.C, twin.C)
+        assert es.sigma_local == twin.sigma_local and es.es.countiter == twin.es.countiter == t
+
+
+def test_with_clients_per_round_0_the_reference_population_is_the_clients_asked(backbone):
+    """clients-per-round=0 (every client): the population is the round's sampled clients
+    (FedBPT.sample_clients counts them), not its valid uploads."""
+    cfg = make_config("fedbpt", intrinsic_dim=D, local_steps=STEPS, popsize=4, prompt_length=2, max_length=64,
+                      server_step="reference")
+    from flwr.server import SimpleClientManager
+
+    class Proxy(SimpleNamespace):  # a connected client that reports its partition id
+        def get_properties(self, ins, timeout, group_id):
+            return SimpleNamespace(properties={"partition_id": int(self.cid), "domain": ""})
+
+    manager = SimpleClientManager()
+    for pid in range(4):
+        manager.register(Proxy(cid=str(pid)))
+    strat = FedBPT(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    strat.rounds.begin(1)
+    assert len(strat.sample_clients(1, manager)) == 4
+    vecs = [upload(0.01 * np.arange(D) * k, np.full(STEPS, 0.5), 0.1 * k) for k in range(3)]  # client 3 failed
+    strat.aggregate_fit(1, [fit_res(v, k) for k, v in enumerate(vecs)], [])
+    assert strat.record.num_clients == 3 and strat.server.es.m == 4
+
+
 @pytest.mark.parametrize("d", [3, 40])  # d = 40: pycma re-decomposes C lazily, every few steps
 def test_carried_state_is_pycmas_own_step(d):
     """carry_state is complete: a server built for 5 clients that is told 4 uploads every round

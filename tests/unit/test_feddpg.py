@@ -207,6 +207,19 @@ def test_unlearning_loss_weighs_sets_or_examples_as_eq5_says():
     assert float(unlearning_loss(None, zeros[:0], forget, zeros[:1], 2.0, "examples")) == pytest.approx(l8, rel=1e-5)
 
 
+def test_an_unlearn_round_after_the_last_round_is_refused_at_config_time():
+    """Issue 58: feddpg.unlearn-round=99 with num-server-rounds=1 finished with no unlearning
+    and no word; now one line at config time (the last round itself is fine)."""
+    from fedtext.config import ConfigError, RunConfig
+    from fedtext.registry import METHODS
+
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_run_config({"method": "feddpg", "feddpg.unlearn-round": 99, "num-server-rounds": 1}, METHODS)
+    assert str(err.value) == ("feddpg.unlearn-round=99 is after the last round (num-server-rounds=1): the run would "
+                              "never unlearn; raise num-server-rounds or lower feddpg.unlearn-round")
+    assert dpg(unlearn_round=3, num_server_rounds=3).method_config.unlearn_round == 3
+
+
 def test_unlearn_loss_is_validated():
     from fedtext.config import ConfigError
 

@@ -6,6 +6,7 @@ the one-line refusals, and the optimizer's state surviving a checkpoint and ``re
 from __future__ import annotations
 
 import math
+import warnings
 from types import SimpleNamespace
 
 import numpy as np
@@ -221,6 +222,45 @@ def test_defaults_resolve_to_flowers() -> None:
         cfg = make_config("fedprompt", server_optimizer=name)
         assert (cfg.resolved_server_lr, cfg.resolved_server_tau) == (lr, tau)
     assert make_config("fedprompt", server_optimizer="fedadam", server_lr=0.3).resolved_server_lr == 0.3
+
+
+@pytest.mark.parametrize("name, state", [("fedyogi", "the global arrays"), ("fedadagrad", "the global arrays"),
+                                         ("fedavgm", "the global arrays")])
+def test_a_step_that_overflows_is_one_line_naming_the_optimizer_and_server_lr(name, state) -> None:
+    """Issue 58: server-lr=1e300 overflowed float32 in the first step (a numpy RuntimeWarning),
+    and the non-finite global arrays went to the clients. Now: one line, no numpy warning."""
+    opt = ServerOptimizer(name, lr=1e300, momentum=0.5 if name == "fedavgm" else 0.0, tau=1e-3)
+    x = [np.zeros(3, np.float32)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's "overflow encountered" would fail here
+        with pytest.raises(ConfigError) as err:
+            opt.step(1, x, [np.array([0.1, -0.2, 0.3], np.float32)])
+    assert str(err.value) == (f"server-optimizer={name} with server-lr=1e+300 made {state} non-finite in round 1: "
+                              "lower server-lr")
+
+
+def test_non_finite_state_alone_is_refused_too() -> None:
+    """v overflowing to inf leaves the step finite (m / inf = 0) but every later step wrong."""
+    opt = ServerOptimizer("fedadagrad", lr=0.1, tau=1e-3)
+    with pytest.raises(ConfigError, match=r"^server-optimizer=fedadagrad with server-lr=0.1 made its state v "
+                                          r"non-finite in round 1: lower server-lr$"):
+        opt.step(1, [np.zeros(1)], [np.array([1e200])])  # Δ² = 1e400 = inf in float64
+
+
+def test_a_run_whose_server_step_overflows_fails_with_that_line_and_blames_no_client(tmp_path) -> None:
+    """Issue 58: fedyogi at server-lr=1e300 finished, both clients' evaluations dropped as
+    "loss=nan is not finite". Now the run ends failed in round 1 with the optimizer's line."""
+    from fedtext.records.reader import load_run
+    from tests.inprocess import TINY, TINY_BERT, run, smoke
+
+    with pytest.raises(ConfigError, match="^server-optimizer=fedyogi with server-lr=1e"):
+        run({"method": "fedprompt", **TINY, **TINY_BERT, **smoke("fedprompt"), "server-optimizer": "fedyogi",
+             "server-lr": 1e300}, tmp_path)
+    record = load_run(next(tmp_path.rglob("summary.json")).parent)
+    assert record["status"] == "failed"
+    assert record["summary"]["error"] == ("server-optimizer=fedyogi with server-lr=1e+300 made the global arrays non-finite in "
+                               "round 1: lower server-lr")
+    assert not any(r.get("dropped") for r in record["rounds"])  # no client blamed
 
 
 # ---------------------------------------------------------------- checkpoint and resume

@@ -158,6 +158,10 @@ def test_too_few_connected_clients_is_a_config_error(backbone, monkeypatch):
         strat.initialize_parameters(manager)
     ok = FedPrompt(make_config("fedprompt", clients_per_round=2, max_length=64), TASKS["demo"])
     assert ok.initialize_parameters(manager) is not None
+    # issue 58: clients-per-eval=5 of 2 connected was cut to 2 without a word; now refused alike
+    strat = FedPrompt(make_config("fedprompt", clients_per_eval=5, max_length=64), TASKS["demo"])
+    with pytest.raises(ConfigError, match="^clients-per-eval=5 exceeds the 2 connected clients"):
+        strat.initialize_parameters(manager)
 
 
 def test_clients_without_local_test_data_do_not_count_as_zero_accuracy(bbt):

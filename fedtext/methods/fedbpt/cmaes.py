@@ -219,6 +219,9 @@ class ReferenceServerES:
     ``(mean, sigma_local, C)`` with :func:`reference_local_sigma`. pycma runs with the
     authors' step-size rule whatever version is installed (:func:`fedtext.blackbox.new_es`).
 
+    m is the round's clients as configured (``clients-per-round``; with 0, those asked in the
+    round that builds it), not its valid uploads: the authors fix m to their client count.
+
     Dropped uploads. The authors' server waits for all m clients (``send_model_and_wait``);
     sigma' divides by m and pycma's weights are those of m. Here a round with k valid
     uploads recombines exactly those k, with pycma's weights for a population of k, and
@@ -294,8 +297,11 @@ class ReferenceServerES:
 # step size, rank-one path, iteration count and previous mean; of its covariance sampler
 # (GaussFullSampler), C, its eigen decomposition and the counters of its lazy re-decomposition;
 # of CSA, p_sigma (made at the first tell). Everything else (weights, learning rates, the
-# lazy-update gap, lambda, mu_eff) belongs to the population and stays the receiver's.
-ES_STATE = ("mean", "sigma", "pc", "countiter", "mean_old")
+# lazy-update gap, lambda, mu_eff) belongs to the population and stays the receiver's. Besides,
+# of the strategy, its wall-clock timer: pycma's ask() makes it at iteration 0 only and ticks it
+# after, so a server whose first step went through a population-k ES (a short first round)
+# needs it for its own next ask() (no number depends on it).
+ES_STATE = ("mean", "sigma", "pc", "countiter", "mean_old", "timer")
 SAMPLER_STATE = ("C", "B", "D", "_inverse_root_C", "count_eigen", "count_tell", "last_update", "_corr_condition",
                  "_corr_condition_count_eigen")
 CSA_STATE = ("ps",)

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import GRADIENT, MEAN, MethodConfig, check_choice, check_range
+from fedtext.config import GRADIENT, MEAN, ConfigError, MethodConfig, RunConfig, check_choice, check_range
 from fedtext.metrics import MetricSpec
 
 INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
@@ -130,3 +130,11 @@ class FedDPGConfig(MethodConfig):
         check_range(self.key("unlearn_lr"), self.unlearn_lr, 0)
         check_range(self.key("unlearn_target"), self.unlearn_target, 0, 100)
         check_choice(self.key("unlearn_optimizer"), self.unlearn_optimizer, UNLEARN_OPTIMIZER_NAMES)
+
+    def check_run(self, run: RunConfig) -> None:
+        """An ``unlearn-round`` after ``num-server-rounds`` is refused: the run would finish
+        without ever unlearning, and say nothing."""
+        if self.unlearn_round > run.num_server_rounds:
+            raise ConfigError(f"{self.key('unlearn_round')}={self.unlearn_round} is after the last round "
+                              f"(num-server-rounds={run.num_server_rounds}): the run would never unlearn; raise "
+                              f"num-server-rounds or lower {self.key('unlearn_round')}")
