@@ -14,8 +14,15 @@ runner's :func:`simulations.compare.finished_run`) is not run again.
 
 The table (``table.md`` beside the runs, and the ``robust-table`` block of docs/reliability.md):
 final server accuracy, mean ± std over the seeds, one row per aggregator, one column per attack;
-and per attack, how many of the attacker's uploads the server dropped and how many updates it
-clipped, summed over the runs.
+how far the attack moved the final global prompt (:func:`write_drift`); and per attack, how many
+of the attacker's uploads the server dropped and how many updates it clipped, summed over the runs.
+
+*Drift* of an attacked run: ``‖x_T − x_T°‖ / ‖x_T° − x_0‖``, its final global prompt's distance
+from the final prompt of the same aggregator's and seed's run without the attack, in units of
+how far that honest run moved from the initial prompt x_0 in its 4 rounds. 0: the attack changed
+nothing; 1: it moved the model as far as the whole honest training did. Computed from the runs'
+checkpoints (``checkpoint.npz``: the global arrays after the last round, signed with this user's
+key, not committed) into ``drift.json``, which is.
 """
 
 from __future__ import annotations
@@ -49,6 +56,62 @@ def split_label(label: str) -> tuple[str, str]:
     return agg, attack
 
 
+DRIFT = OUT / "drift.json"
+
+
+def write_drift() -> None:
+    """:data:`DRIFT`: each attacked run's drift (module docstring), from the checkpoints of the
+    finished runs (the newest per label and seed); runs without a checkpoint here are left as
+    ``drift.json`` had them."""
+    from fedtext import checkpoint
+    from fedtext.backbone import backbone_for
+    from fedtext.data import labelled
+    from fedtext.registry import METHODS
+    from fedtext.config import RunConfig
+
+    finals: dict[tuple[str, int], tuple[Any, dict[str, Any]]] = {}
+    for (label, seed), run in newest_runs().items():
+        try:
+            finals[(label, seed)] = (checkpoint.load(run["dir"]).global_arrays, run["config"]["config"])
+        except (FileNotFoundError, checkpoint.CheckpointError):
+            continue
+    drift = json.loads(DRIFT.read_text()) if DRIFT.exists() else {}
+    initial: dict[int, list[Any]] = {}
+    for (label, seed), (arrays, cfg) in sorted(finals.items()):
+        agg, attack = split_label(label)
+        honest = finals.get((f"{agg}-none", seed))
+        if attack == "none" or honest is None:
+            continue
+        if seed not in initial:  # x_0: the model's initial arrays, seeded like the runs'
+            rc = RunConfig.from_run_config({k: v for k, v in cfg.items() if k not in ("resolved-task", "resolved-labels",
+                                                                                      "trainable-parameters")}, METHODS)
+            initial[seed] = rc.method_config.model_class()(rc, backbone_for(rc, labelled(rc).task)).initial_arrays()
+        travel = _distance(honest[0], initial[seed])
+        drift[f"{label}/{seed}"] = _distance(arrays, honest[0]) / travel
+    DRIFT.write_text(json.dumps(drift, indent=1, sort_keys=True) + "\n")
+
+
+def _distance(a: list[Any], b: list[Any]) -> float:
+    import numpy as np
+
+    return float(np.sqrt(sum(np.sum((np.asarray(x, np.float64) - np.asarray(y, np.float64)) ** 2)
+                             for x, y in zip(a, b, strict=True))))
+
+
+def newest_runs() -> dict[tuple[str, int], dict[str, Any]]:
+    """The finished runs under :data:`OUT` by (label, seed), the newest of each."""
+    from fedtext.records import load_run
+
+    newest: dict[tuple[str, int], dict[str, Any]] = {}
+    for folder in sorted((OUT / "runs").iterdir()):
+        run = load_run(folder)
+        if run["status"] != "finished":
+            continue
+        cfg = run["config"]["config"]
+        newest[(cfg["run-name"], int(cfg["seed"]))] = run  # sorted by time: the newest wins
+    return newest
+
+
 def run_all(seeds: list[int] | None) -> None:
     """Every planned run that has not finished under :data:`OUT`, one after another."""
     from fedtext.records import load_run
@@ -73,15 +136,8 @@ def run_all(seeds: list[int] | None) -> None:
 def collect() -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Finished runs by (aggregator, attack): the newest per seed, each with its final accuracy
     and the attacker's drops and the clipped updates summed over its rounds."""
-    from fedtext.records import load_run
-
-    newest: dict[tuple[str, int], dict[str, Any]] = {}
-    for folder in sorted((OUT / "runs").iterdir()):
-        run = load_run(folder)
-        if run["status"] != "finished":
-            continue
-        cfg = run["config"]["config"]
-        newest[(cfg["run-name"], int(cfg["seed"]))] = run  # sorted by time: the newest wins
+    newest = newest_runs()
+    drift = json.loads(DRIFT.read_text()) if DRIFT.exists() else {}
     table: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for (label, seed), run in sorted(newest.items()):
         rounds = [json.loads(x) for x in (Path(run["dir"]) / "rounds.jsonl").read_text().splitlines()]
@@ -93,6 +149,7 @@ def collect() -> dict[tuple[str, str], list[dict[str, Any]]]:
             "sampled": sum(1 for r in rounds
                            if attackers & (set(r.get("trained", [])) | {d["client"] for d in fit_drops(r)})),
             "clipped": sum(int(r.get("method_metrics", {}).get("clipped", 0)) for r in rounds),
+            "drift": drift.get(f"{label}/{seed}"),
         })
     return table
 
@@ -117,6 +174,16 @@ def render() -> str:
     for agg, name in AGGREGATORS.items():
         lines.append(f"| {name} | " + " | ".join(cell(table[(agg, a)]) if (agg, a) in table else "–"
                                                  for a in ATTACKS) + " |")
+    lines += ["", "Drift of the final global prompt under each attack (module docstring of simulations/robust.py: "
+              "0 = as if honest, 1 = as far as the honest run's whole training moved it), mean and largest "
+              "over the seeds:", "", "| aggregator | " + " | ".join(list(ATTACKS.values())[1:]) + " |",
+              "|---" * len(ATTACKS) + "|"]
+    for agg, name in AGGREGATORS.items():
+        cells = []
+        for a in list(ATTACKS)[1:]:
+            d = [r["drift"] for r in table.get((agg, a), []) if r["drift"] is not None]
+            cells.append(f"{statistics.mean(d):.2f} (max {max(d):.2f})" if d else "–")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "The attacker's uploads dropped / rounds it was sampled in, and updates clipped, over every "
               "run of the column (all aggregators, all seeds):", "",
               "| | " + " | ".join(ATTACKS.values()) + " |", "|---" * (len(ATTACKS) + 1) + "|"]
@@ -137,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.table_only:
         run_all(args.seeds)
+        write_drift()
     text = render()
     (OUT / "table.md").write_text(text)
     print(text)
