@@ -24,6 +24,34 @@ import numbers
 from dataclasses import dataclass
 from typing import Any
 
+# The ceilings of the telemetry every client sends (fedtext.validation's FIT_METRICS and
+# EVAL_METRICS), each from one stated definition, so that a record never carries an impossible
+# figure (issue 58: train_loss=-1e30, fit_time_s=1e30 and queries=10^15 were recorded). Generous
+# on purpose: an honest reply outside one is dropped whole, so each is far above any measurement.
+#: The longest one client message (a fit or evaluate, a client's build) may take: a day, in seconds.
+#: The slowest committed client fit took 325 s (bbt-fed under arm64 emulation,
+#: simulations/results/edge): a day is 266x that.
+MAX_SECONDS = 86_400.0
+#: The most sequences a second one client can push through its backbone: 10^6. An H100's ~10^15
+#: FLOP/s over all-MiniLM-L6-v2's 2 x 22.7 M weights x 128 tokens = 5.8 GFLOP a sequence is
+#: 1.7 x 10^5 a second; 10^6 leaves room for a smaller encoder or shorter texts.
+MAX_QUERIES_PER_S = 1e6
+#: The most model queries one reply may count: MAX_SECONDS x MAX_QUERIES_PER_S = 8.64 x 10^10
+#: (a whole day at a throughput no device reaches; the largest committed client-round made 3,360).
+MAX_QUERIES = MAX_SECONDS * MAX_QUERIES_PER_S
+#: The largest mean cross-entropy a client may report, in nats: 10^4. Every fedtext client's
+#: ``train_loss`` is a mean cross-entropy (FedKSeed's the mean of L+ and L-, FedBPT's on its
+#: unperturbed shots, FedDPGu's unlearning sets), so it lies in [0, inf); it starts at ln C (1.39
+#: on 4 classes), the similarity head's logits lie in [-20, 20] (a loss <= 40 + ln C), and 10^4
+#: nats is a logit margin of 10^4 against the label: a model that far has diverged (the largest
+#: committed round's train_loss is 4.2).
+MAX_LOSS = 1e4
+#: The most memory (resident or GPU) a client may report, in MB: 4 TiB = 4 x 2^20 MB, above the
+#: RAM of any one machine a client runs on and about 15x the largest GPU's (288 GB).
+MAX_MEMORY_MB = 4.0 * 2**20
+#: The latest epoch second a timestamp may carry: 2100-01-01T00:00:00Z (the earliest is 0, 1970).
+MAX_EPOCH_S = 4_102_444_800.0
+
 
 @dataclass(frozen=True)
 class MetricSpec:
@@ -101,6 +129,38 @@ class MetricSpec:
             return f"metric {self.name}={value!r} is not {self.domain}"
         if self.within_rows and rows is not None and value > rows:
             return f"metric {self.name}={value!r} exceeds the client's {rows} training rows"
+        return None
+
+
+@dataclass(frozen=True)
+class IntervalSpec:
+    """Two metrics that are one interval's ends, in epoch seconds (a client's busy time,
+    its process's start-up): the end may not come before the start (the round record's
+    busy and start-up seconds are lengths of unions of these intervals, which a reversed one
+    shortens), nor lie more than ``longest`` seconds after it.
+
+    Each end is checked on its own first (a :class:`MetricSpec`); an interval with one end
+    missing is not checked (the record skips it too).
+
+    Examples
+    --------
+    >>> IntervalSpec("busy_start", "busy_end", longest=10).check({"busy_start": 5.0, "busy_end": 4.0})
+    'metric busy_end=4.0 is before busy_start=5.0'
+    """
+
+    start: str
+    end: str
+    longest: float = math.inf
+
+    def check(self, metrics: dict[str, Any]) -> str | None:
+        """Why the interval ``metrics`` carries is impossible, or ``None``."""
+        if self.start not in metrics or self.end not in metrics:
+            return None
+        a, b = metrics[self.start], metrics[self.end]
+        if b < a:
+            return f"metric {self.end}={b!r} is before {self.start}={a!r}"
+        if b - a > self.longest:
+            return f"metrics {self.start}..{self.end} span {b - a:g} s, more than {self.longest:g}"
         return None
 
 

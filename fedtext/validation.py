@@ -47,7 +47,8 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedtext import comm
 from fedtext.config import RunConfig
-from fedtext.metrics import MetricSpec
+from fedtext.metrics import (MAX_EPOCH_S, MAX_LOSS, MAX_MEMORY_MB, MAX_QUERIES, MAX_SECONDS, IntervalSpec,
+                             MetricSpec)
 from fedtext.model import Model
 from fedtext.records.schema import RoundRecord
 from fedtext.sampling import PARTITION_ID, ClientSampler
@@ -55,18 +56,33 @@ from fedtext.sampling import PARTITION_ID, ClientSampler
 log = logging.getLogger("fedtext")
 
 # The telemetry every fedtext client's replies may carry (fedtext.client.FedTextClient.fit
-# and .evaluate, the timings fedtext.node.Node adds), each optional: finite numbers,
-# queries a whole count. accuracy and post_accuracy are checked to lie in [0, 1] by
-# check_eval_reply, whose reasons the records have always given.
-_TIMINGS = tuple(MetricSpec(k) for k in ("peak_rss_mb", "peak_gpu_mb", "load_s", "busy_start", "busy_end",
-                                         "startup_start", "startup_end"))
+# and .evaluate, the timings fedtext.node.Node adds), each optional, each a finite number in
+# the range fedtext.metrics derives (MAX_SECONDS, MAX_QUERIES, MAX_LOSS, MAX_MEMORY_MB,
+# MAX_EPOCH_S), queries a whole count; the intervals' ends in order (INTERVALS). accuracy and
+# post_accuracy are checked to lie in [0, 1] by check_eval_reply, whose reasons the records
+# have always given.
+_SECONDS = (0.0, MAX_SECONDS)  # a duration: one message, one build
+_EPOCH = (0.0, MAX_EPOCH_S)  # a timestamp: epoch seconds, 1970 to 2100 (clients' clocks are their own)
+_MEMORY = (0.0, MAX_MEMORY_MB)
+_TIMINGS = (MetricSpec("peak_rss_mb", low=_MEMORY[0], high=_MEMORY[1]),
+            MetricSpec("peak_gpu_mb", low=_MEMORY[0], high=_MEMORY[1]),
+            MetricSpec("load_s", low=_SECONDS[0], high=_SECONDS[1]),
+            *(MetricSpec(k, low=_EPOCH[0], high=_EPOCH[1])
+              for k in ("busy_start", "busy_end", "startup_start", "startup_end")))
+_QUERIES = MetricSpec("queries", whole=True, low=0, high=MAX_QUERIES)
 #: The fit telemetry (a method's own fit metrics: its config's ``fit_metrics``).
-FIT_METRICS: tuple[MetricSpec, ...] = (PARTITION_ID, MetricSpec("queries", whole=True, low=0),
-                                       MetricSpec("fit_time_s"), MetricSpec("train_loss"), *_TIMINGS)
+FIT_METRICS: tuple[MetricSpec, ...] = (PARTITION_ID, _QUERIES, MetricSpec("fit_time_s", low=_SECONDS[0], high=_SECONDS[1]),
+                                       MetricSpec("train_loss", low=0, high=MAX_LOSS), *_TIMINGS)
 #: The evaluate telemetry (a method's own: its config's ``evaluate_metrics``).
-EVAL_METRICS: tuple[MetricSpec, ...] = (PARTITION_ID, MetricSpec("queries", whole=True, low=0),
-                                        MetricSpec("accuracy"), MetricSpec("post_accuracy"),
-                                        MetricSpec("eval_time_s"), *_TIMINGS)
+EVAL_METRICS: tuple[MetricSpec, ...] = (PARTITION_ID, _QUERIES, MetricSpec("accuracy"), MetricSpec("post_accuracy"),
+                                        MetricSpec("eval_time_s", low=_SECONDS[0], high=_SECONDS[1]), *_TIMINGS)
+#: The evaluate reply's loss (``EvaluateRes.loss``, not a metric): a mean cross-entropy, as ``train_loss``.
+EVAL_LOSS = MetricSpec("loss", low=0, high=MAX_LOSS)
+#: The intervals a reply's timestamps bound: one message's busy time is at most a message's
+#: (MAX_SECONDS); a process's start-up has no ceiling (a SuperNode process may run for days
+#: before its first message), and the record clips both to the round (RoundRecord.to_json).
+INTERVALS: tuple[IntervalSpec, ...] = (IntervalSpec("busy_start", "busy_end", longest=MAX_SECONDS),
+                                       IntervalSpec("startup_start", "startup_end"))
 
 
 @dataclass(frozen=True)
@@ -329,21 +345,28 @@ def check_metrics(metrics: dict[str, Scalar], specs: tuple[MetricSpec, ...], row
     """Why a reply's metrics cannot be used, or ``None``: each of ``specs`` present must
     meet its :class:`~fedtext.metrics.MetricSpec` (``queries="lots"`` stopped a whole run
     in ``int()``, FedDLS's ``dls_version="abc"`` likewise; FeS's ``pseudo_label_accuracy=1e30``
-    went into the records). ``rows``: the client's training rows, the most a count of its
-    own texts may be (``None``: not checked). Metrics ``specs`` does not name are not
-    looked at here (:meth:`UploadValidator.ignore_undeclared`)."""
+    went into the records), and the telemetry's intervals (:data:`INTERVALS`) must run
+    forward. ``rows``: the client's training rows, the most a count of its own texts may be
+    (``None``: not checked). Metrics ``specs`` does not name are not looked at here
+    (:meth:`UploadValidator.ignore_undeclared`)."""
     for spec in specs:
         if spec.name in metrics:
             reason = spec.check(metrics[spec.name], rows)
             if reason is not None:
                 return reason
+    declared = {spec.name for spec in specs}
+    for interval in INTERVALS:  # each end was checked above, when specs declare it (the telemetry does)
+        reason = interval.check(metrics) if {interval.start, interval.end} <= declared else None
+        if reason is not None:
+            return reason
     return None
 
 
 def check_eval_reply(res: EvaluateRes, max_examples: int) -> str | None:
     """Why an evaluate reply cannot be used, or ``None``: typed metrics, an ``accuracy``
     in [0, 1] (a reply without one raised ``KeyError`` and lost the round's evaluation),
-    ``post_accuracy`` likewise, a finite loss, and ``0 <= num_examples <= client-test-size``
+    ``post_accuracy`` likewise, a finite loss in :data:`EVAL_LOSS`'s range (a mean
+    cross-entropy: ``loss=-1e30`` was recorded), and ``0 <= num_examples <= client-test-size``
     (the local test split's size; the loss is weighted by it)."""
     reason = check_metrics(res.metrics, EVAL_METRICS)
     if reason:
@@ -355,6 +378,8 @@ def check_eval_reply(res: EvaluateRes, max_examples: int) -> str | None:
             return f"{key}={res.metrics[key]!r} outside [0, 1]"
     if not np.isfinite(res.loss):
         return f"loss={res.loss!r} is not finite"
+    if not EVAL_LOSS.low <= res.loss <= EVAL_LOSS.high:
+        return f"loss={res.loss!r} is not {EVAL_LOSS.domain}"
     if not 0 <= res.num_examples <= max_examples:
         return f"num_examples={res.num_examples} outside 0..{max_examples} (client-test-size)"
     return None

@@ -20,7 +20,8 @@ from fedtext import comm
 from fedtext.node import make_client
 from fedtext.config import ConfigError
 from fedtext.methods.fedkseed.model import (FedKSeedModel, accumulate, add_direction, candidate_seeds,
-                                            directions, projected_gradient, replay, seed_sums, zo_step)
+                                            directions, projected_gradient, replay, round_outliers, seed_sums,
+                                            upload_scale, zo_step)
 from fedtext.registry import make_config
 from fedtext.tasks import TASKS
 from strategies.fedkseed import FedKSeedStrategy
@@ -253,8 +254,98 @@ def test_bad_uploads_are_dropped_with_their_reason_and_the_rest_aggregated(kseed
     assert metrics == {"seeds_used": 3}
 
 
+# ---------------------------------------------- the round's scale (issue 58 item 2)
+def test_an_uploads_scale_is_the_median_of_its_drawn_seeds_and_the_round_the_lower_median():
+    assert upload_scale(np.array([0.0, 2.0, 0.0, -4.0], np.float32)) == 3.0  # median of |2|, |-4|: undrawn 0s left out
+    assert upload_scale(np.array([1.0, 0.0, -1.0, 3.0], np.float32)) == 1.0
+    assert upload_scale(np.zeros(4, np.float32)) is None  # no seed drawn
+    a = np.array([0.0, 2.0, 0.0, -4.0], np.float32)  # scale 3
+    b = np.array([1.0, 0.0, -1.0, 3.0], np.float32)  # scale 1
+    every = np.full(4, -30_000.0, np.float32)  # a large value on every seed: scale 30,000
+    # scales sorted [1, 3, 30000]: the lower median is 3, the limit 100 x 3 = 300
+    assert round_outliers([a, b, every], 100.0) == [
+        None, None,
+        "G: |scalar gradient sum| 3e+04 exceeds fedkseed.round-factor x the round's median upload scale "
+        "= 100 x 3 = 300"]
+    # a largest |G[k]| at the limit is kept: 300 = 100 x 3 (scales [1, 3, 150], lower median 3)
+    assert round_outliers([a, b, np.array([300.0, 0.0, 0.0, 0.0], np.float32)], 100.0) == [None] * 3
+    # two uploads: the lower median is the smaller scale (the mean of 3 and 30,000 would pass it)
+    assert round_outliers([a, every], 100.0)[1].endswith("= 100 x 3 = 300")
+    # no round to compare with, or the check off
+    assert round_outliers([every], 100.0) == [None]
+    assert round_outliers([every, np.zeros(4, np.float32)], 100.0) == [None, None]
+    assert round_outliers([a, b, every], 0.0) == [None] * 3
+
+
+def honest_uploads(rng: np.random.Generator, sigmas: tuple[float, ...], k: int = 64, steps: int = 32):
+    """Honest G as the defaults make them: ``steps`` seed indices uniform in [0, k), each step's
+    g ~ N(0, sigma^2), summed per seed. sigma 6-11 gives per-upload scales of 4-7 and a largest
+    |G[k]| of 20-35, as measured on MiniLM-L6 (the probe's honest clients: 10.9-35.7)."""
+    return [seed_sums(rng.integers(0, k, steps), rng.normal(0.0, s, steps), k) for s in sigmas]
+
+
+@pytest.fixture(scope="module")
+def kseed64(tmp_path_factory):
+    """FedKSeed at its defaults (K = 64, 32 local steps: the static bound 32 x 1000 = 32,000)."""
+    cfg = make_config("fedkseed", max_length=64, seed=0, output_dir=str(tmp_path_factory.mktemp("kseed64")))
+    assert cfg.method_config.round_factor == 100.0
+    return FedKSeedStrategy(cfg, TASKS["demo"])
+
+
+def run_round(strat, uploads, weights=(40, 40, 40)):
+    strat.global_arrays = strat.initial_arrays()
+    strat.rounds.begin(1)
+    arrays, _ = strat.aggregate_fit(1, [fit_res(g, pid, n) for pid, (g, n) in enumerate(zip(uploads, weights))], [])
+    return comm.decode(arrays)[0], {d["client"]: d["reason"] for d in strat.record.dropped}
+
+
+def test_the_probes_30000_on_one_seed_is_dropped_and_the_honest_mean_kept(kseed64):
+    """Issue 58's probe: G = 30,000 on one seed passed the static bound (32,000) and was
+    averaged into A; now the round's scale drops it, and A is the honest uploads' mean alone."""
+    h1, h2 = honest_uploads(np.random.default_rng(0), (8.0, 6.0))
+    probe = np.zeros(64, np.float32)
+    probe[5] = 30_000.0
+    a, dropped = run_round(kseed64, [h1, h2, probe])
+    reference = max(upload_scale(h1), upload_scale(h2))  # scales sorted [h, h', 30000]: the middle one
+    assert dropped == {"2": ("G: |scalar gradient sum| 3e+04 exceeds fedkseed.round-factor x the round's median "
+                             f"upload scale = 100 x {reference:.3g} = {100 * reference:.3g}")}
+    np.testing.assert_array_equal(a, accumulate(np.zeros(64, np.float32), [h1, h2], [40, 40]))
+
+
+def test_a_client_scaling_every_seed_is_dropped_where_a_pooled_median_would_follow_it(kseed64):
+    """1 of 3 uploads with the probe's 30,000 (about 1,000x the honest range, under the static
+    bound of 32,000) on every seed: it holds most of the round's non-zero entries (a median
+    pooled over them is its value), but only one of three scales."""
+    h1, h2 = honest_uploads(np.random.default_rng(1), (8.0, 11.0))
+    every = np.full(64, 30_000.0, np.float32)
+    pooled = np.abs(np.concatenate([h1, h2, every]))
+    assert np.median(pooled[pooled != 0]) == every[0]  # what a pooled statistic would take as honest
+    a, dropped = run_round(kseed64, [h1, every, h2])
+    assert list(dropped) == ["1"] and "exceeds fedkseed.round-factor" in dropped["1"]
+    np.testing.assert_array_equal(a, accumulate(np.zeros(64, np.float32), [h1, h2], [40, 40]))
+
+
+def test_an_honest_round_is_aggregated_whole(kseed64):
+    """No false positive on honest values: three clients whose step sizes differ 2x are all kept
+    and A is their mean, exactly; and over 2,000 such rounds (step sizes 6-11, the measured
+    range, one client up to 3x another) the largest |G[k]| stays below a fifth of the limit."""
+    rng = np.random.default_rng(2)
+    uploads = honest_uploads(rng, (6.0, 11.0, 8.0))
+    a, dropped = run_round(kseed64, uploads, weights=(40, 24, 40))
+    assert dropped == {}
+    np.testing.assert_array_equal(a, accumulate(np.zeros(64, np.float32), uploads, [40, 24, 40]))
+    worst = 0.0
+    for _ in range(2000):
+        gs = honest_uploads(rng, tuple(rng.uniform(4.0, 12.0, 3)))
+        assert round_outliers(gs, 100.0) == [None] * 3
+        scales = sorted(upload_scale(g) for g in gs)
+        worst = max(worst, max(float(np.abs(g).max()) for g in gs) / scales[1])
+    assert worst < 20.0  # a fifth of round-factor 100
+
+
 @pytest.mark.parametrize("key, value, message", [
     ("seeds", 0, "fedkseed.seeds must be >= 1, got 0"),
+    ("round_factor", -1.0, "fedkseed.round-factor must be >= 0, got -1.0"),
     ("seeds", 65_537, "fedkseed.seeds must be <= 65536, got 65537"),
     ("eps", 0.0, "fedkseed.eps must be > 0, got 0.0"),
     ("grad_bound", -1.0, "fedkseed.grad-bound must be > 0, got -1.0"),

@@ -62,6 +62,7 @@ class FedKSeedConfig(MethodConfig):
     lr: float = 1e-4  # step w <- w - lr g z (paper: ~3e-7 on LLMs; MiniLM-L6 on AG News: 3e-4 diverges)
     batch_size: int = 16  # examples per step
     grad_bound: float = 1e3  # largest honest |g|: an upload with |G[k]| > local-steps x grad-bound is dropped
+    round_factor: float = 100.0  # drop an upload whose largest |G[k]| exceeds this x the round's median upload scale (0 = off)
 
     def __post_init__(self) -> None:
         check_range(self.key("seeds"), self.seeds, 1, MAX_SEEDS)
@@ -70,3 +71,4 @@ class FedKSeedConfig(MethodConfig):
         check_range(self.key("lr"), self.lr, 0, low_open=True)
         check_range(self.key("batch_size"), self.batch_size, 1)
         check_range(self.key("grad_bound"), self.grad_bound, 0, low_open=True)
+        check_range(self.key("round_factor"), self.round_factor, 0)
