@@ -9,6 +9,11 @@ its 4 x 2 labelled shots: the old bound, the partition, let it through), round 3
 ``accuracy`` in rounds 1 and 2, and in round 3 claims to be partition 1 with an accuracy
 of 0 (issue 45: it overwrote client 1's). Clients 1 and 2 are honest. The faulty wrapper
 lives in ``__main__`` so that Ray ships it to its workers by value.
+
+    python tests/integration/poisoned_client.py OUTPUT_DIR fedkseed
+
+runs fedkseed instead, client 0 sending issue 58's seed attack: its honest per-seed sums with
+30,000 on one seed in round 1 and on every seed in round 2.
 """
 
 from __future__ import annotations
@@ -63,10 +68,49 @@ def poisoning(client):
     return client
 
 
-def client_fn(context):
-    client = make_client({**context.run_config, **OVERRIDES}, context.node_config)
-    return poisoning(client) if int(context.node_config["partition-id"]) == 0 else client
+def seed_attack(client):
+    """Wrap the fedkseed client the node builds: 30,000 on seed 0 (round 1), on every seed (round 2)."""
+    node = client.numpy_client
+    honest_build = node.build
+
+    def build():
+        method_client = honest_build()
+        honest_fit = method_client.fit
+
+        def fit(arrays, config):
+            up, n, metrics = honest_fit(arrays, config)
+            g = np.array(up[0], copy=True)
+            if int(config["server_round"]) == 1:
+                g[0] = 30_000.0
+            else:
+                g[:] = 30_000.0
+            return [g], n, metrics
+
+        method_client.fit = fit
+        return method_client
+
+    node.build = build
+    return client
+
+
+KSEED_OVERRIDES = {
+    "method": "fedkseed", "num-server-rounds": 2, "shots-per-class": 4, "client-test-size": 8, "eval-size": 40,
+    "max-length": 48, "fedkseed.seeds": 8, "fedkseed.batch-size": 4,  # its default 32 local steps: the old bound 32 x 1,000 passed 30,000
+    "model": "tiny-bert", "weights": "random",
+}
+MODES = {"fedprompt": (OVERRIDES, poisoning), "fedkseed": (KSEED_OVERRIDES, seed_attack)}
+
+
+def client_fn_for(mode):
+    overrides, attack = MODES[mode]
+
+    def client_fn(context):
+        client = make_client({**context.run_config, **overrides}, context.node_config)
+        return attack(client) if int(context.node_config["partition-id"]) == 0 else client
+
+    return client_fn
 
 
 if __name__ == "__main__":
-    simulate(OVERRIDES, client_fn, sys.argv[1])
+    mode = sys.argv[2] if len(sys.argv) > 2 else "fedprompt"
+    simulate(MODES[mode][0], client_fn_for(mode), sys.argv[1])

@@ -48,3 +48,23 @@ def test_one_poisoning_client_through_flower_cannot_wreck_the_run(tmp_path, ray_
     log = (run / "run.log").read_text()
     assert "sent metric 'dls_version', which fedprompt does not declare: ignored" in log
     assert "1 of 3 participant partitions never trained in this run" in log
+
+
+@pytest.mark.slow
+def test_a_fedkseed_client_sending_30000_per_seed_through_flower_is_dropped(tmp_path, ray_head):
+    """Issue 58's seed attack through Flower: fedkseed, 3 clients, 2 rounds; client 0 adds
+    30,000 on one seed (round 1), then on every seed (round 2). Both are dropped by the round's
+    scale check (``fedkseed.round-factor``), the run finishes on clients 1 and 2 with a finite
+    global loss."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO), RAY_ADDRESS_VAR: ray_head}
+    proc = subprocess.run([sys.executable, str(REPO / "tests" / "integration" / "poisoned_client.py"), str(tmp_path),
+                           "fedkseed"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    (run,) = [p.parent for p in tmp_path.glob("*/config.json")]
+    rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rounds] == [0, 1, 2]
+    for r in rounds[1:]:
+        assert [d["client"] for d in r["dropped"]] == ["0"], r["dropped"]
+        assert "exceeds fedkseed.round-factor" in r["dropped"][0]["reason"], r["dropped"]
+        assert r["trained"] == ["1", "2"] and np.isfinite(r["global_loss"])
+    assert json.loads((run / "summary.json").read_text())["status"] == "finished"
