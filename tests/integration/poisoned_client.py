@@ -33,64 +33,61 @@ OVERRIDES = {
 }
 
 
-def poisoning(client):
-    """Wrap the method client the node builds: its fit and evaluate replies are poisoned."""
+def patched(client, patch):
+    """Wrap the node of ``client`` so that every method client it builds is first handed to
+    ``patch``, which replaces its hooks."""
     node = client.numpy_client
     honest_build = node.build
 
     def build():
         method_client = honest_build()
-        honest_fit, honest_eval = method_client.fit, method_client.evaluate
-
-        def fit(arrays, config):
-            up, n, metrics = honest_fit(arrays, config)
-            r = int(config["server_round"])
-            if r == 1:
-                up = [np.full_like(up[0], 1e30)]
-                metrics = {**metrics, "dls_version": "abc"}
-            elif r == 2:
-                data = method_client.data
-                n = len(data.train) + len(data.test) + len(data.unlabeled)
-            else:
-                metrics = {**metrics, "queries": "lots"}
-            return up, n, metrics
-
-        def evaluate(arrays, config):
-            loss, n, metrics = honest_eval(arrays, config)
-            if int(config["server_round"]) == 3:
-                return loss, n, {**metrics, "partition_id": 1, "accuracy": 0.0}
-            return loss, n, {k: v for k, v in metrics.items() if k != "accuracy"}
-
-        method_client.fit, method_client.evaluate = fit, evaluate
+        patch(method_client)
         return method_client
 
     node.build = build
     return client
 
 
-def seed_attack(client):
-    """Wrap the fedkseed client the node builds: 30,000 on seed 0 (round 1), on every seed (round 2)."""
-    node = client.numpy_client
-    honest_build = node.build
+def poison(method_client):
+    """Client 0's fit and evaluate replies, poisoned a different way each round (module docstring)."""
+    honest_fit, honest_eval = method_client.fit, method_client.evaluate
 
-    def build():
-        method_client = honest_build()
-        honest_fit = method_client.fit
+    def fit(arrays, config):
+        up, n, metrics = honest_fit(arrays, config)
+        r = int(config["server_round"])
+        if r == 1:
+            up = [np.full_like(up[0], 1e30)]
+            metrics = {**metrics, "dls_version": "abc"}
+        elif r == 2:
+            data = method_client.data
+            n = len(data.train) + len(data.test) + len(data.unlabeled)
+        else:
+            metrics = {**metrics, "queries": "lots"}
+        return up, n, metrics
 
-        def fit(arrays, config):
-            up, n, metrics = honest_fit(arrays, config)
-            g = np.array(up[0], copy=True)
-            if int(config["server_round"]) == 1:
-                g[0] = 30_000.0
-            else:
-                g[:] = 30_000.0
-            return [g], n, metrics
+    def evaluate(arrays, config):
+        loss, n, metrics = honest_eval(arrays, config)
+        if int(config["server_round"]) == 3:
+            return loss, n, {**metrics, "partition_id": 1, "accuracy": 0.0}
+        return loss, n, {k: v for k, v in metrics.items() if k != "accuracy"}
 
-        method_client.fit = fit
-        return method_client
+    method_client.fit, method_client.evaluate = fit, evaluate
 
-    node.build = build
-    return client
+
+def seed_attack(method_client):
+    """fedkseed's client 0: 30,000 on seed 0 (round 1), on every seed (round 2)."""
+    honest_fit = method_client.fit
+
+    def fit(arrays, config):
+        up, n, metrics = honest_fit(arrays, config)
+        g = np.array(up[0], copy=True)
+        if int(config["server_round"]) == 1:
+            g[0] = 30_000.0
+        else:
+            g[:] = 30_000.0
+        return [g], n, metrics
+
+    method_client.fit = fit
 
 
 KSEED_OVERRIDES = {
@@ -98,7 +95,7 @@ KSEED_OVERRIDES = {
     "max-length": 48, "fedkseed.seeds": 8, "fedkseed.batch-size": 4,  # its default 32 local steps: the old bound 32 x 1,000 passed 30,000
     "model": "tiny-bert", "weights": "random",
 }
-MODES = {"fedprompt": (OVERRIDES, poisoning), "fedkseed": (KSEED_OVERRIDES, seed_attack)}
+MODES = {"fedprompt": (OVERRIDES, poison), "fedkseed": (KSEED_OVERRIDES, seed_attack)}
 
 
 def client_fn_for(mode):
@@ -106,7 +103,7 @@ def client_fn_for(mode):
 
     def client_fn(context):
         client = make_client({**context.run_config, **overrides}, context.node_config)
-        return attack(client) if int(context.node_config["partition-id"]) == 0 else client
+        return patched(client, attack) if int(context.node_config["partition-id"]) == 0 else client
 
     return client_fn
 
