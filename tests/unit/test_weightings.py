@@ -9,6 +9,11 @@ visible margin (hand-computed expected values). Each line: what, where, the test
 
 * FedAvg, weighted by examples: ``fedtext/strategy.py`` ``weighted_mean``; test_strategy,
   weights 1 / 3 (and 3, 5, 7).
+* Every strategy that averages by examples, through its own ``aggregate_fit`` (fedprompt,
+  bbt-fed, fedptuning-v2, fedavg, fedlora, fedadapter, fedkseed's accumulator) and the
+  server optimizers' step from that mean: **here**, two honest uploads of 1 and 3 examples
+  (a strategy test with one honest upload cannot see its weighting; a uniform mean
+  overriding fedptuning-v2's or fedkseed's aggregate passed the earlier tests).
 * bbt-fed ``z-sigma-C``: z, σ and C by examples: ``strategies/bbt_fed.py`` (the base
   aggregate); **here** (test_fedbpt's clients had equal counts).
 * FeS: FedAvg weighted by labelled examples: ``strategies/fes.py``; **here** (test_fes
