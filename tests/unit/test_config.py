@@ -6,6 +6,7 @@ import re
 import sys
 import tomllib
 
+import numpy as np
 import pytest
 
 from fedtext.components import resolve
@@ -329,3 +330,42 @@ def test_the_generator_writes_every_default_so_that_toml_reads_back_the_same_val
     text = run_config_docs.toml_value(value)
     back = tomllib.loads(f"x = {text}")["x"]
     assert back == value and type(back) is type(value)
+
+
+def test_check_range_accepts_each_bound_and_refuses_one_step_past_it():
+    from fedtext.config import check_range
+
+    check_range("k", 0, 0), check_range("k", 5, 0, 5), check_range("k", float(np.nextafter(0.0, 1.0)), 0, low_open=True)
+    for value, low, high, open_, message in ((-1, 0, None, False, "k must be >= 0, got -1"),
+                                             (6, 0, 5, False, "k must be <= 5, got 6"),
+                                             (0.0, 0, None, True, "k must be > 0, got 0.0")):
+        with pytest.raises(ConfigError, match=f"^{message}$"):
+            check_range("k", value, low, high, low_open=open_)
+
+
+UP = float(np.nextafter(1.0, 2.0))  # one float past 1
+BELOW_ONE = float(np.nextafter(1.0, 0.0))  # the largest float below 1
+
+
+@pytest.mark.parametrize("method, fields, refused", [
+    # (the value exactly at each bound: accepted), (one step past it: refused with its line)
+    ("fedprompt", dict(num_server_rounds=1), (dict(num_server_rounds=0), "num-server-rounds must be >= 1, got 0")),
+    ("fedprompt", dict(clients_per_eval=-1), (dict(clients_per_eval=-2), "clients-per-eval must be >= -1, got -2")),
+    ("fedprompt", dict(upload_bound=0.0), (dict(upload_bound=-5e-324), "upload-bound must be >= 0, got -5e-324")),
+    ("fedprompt", dict(bandwidth_mbps=5e-324), (dict(bandwidth_mbps=0.0), "bandwidth-mbps must be > 0, got 0.0")),
+    ("fedprompt", dict(seed=2**63 - 1), (dict(seed=2**63), f"seed must be <= {2**63 - 1}, got {2**63}")),
+    ("fedprompt", dict(client_failure_rate=BELOW_ONE),
+     (dict(client_failure_rate=1.0), "client-failure-rate must be in [0, 1), got 1.0")),
+    ("fedprompt", dict(server_optimizer="fedavgm", server_momentum=BELOW_ONE),
+     (dict(server_optimizer="fedavgm", server_momentum=1.0), "server-momentum must be in [0, 1), got 1.0")),
+    ("fedprompt", dict(proximal_mu=0.0), (dict(proximal_mu=-5e-324), "proximal-mu must be >= 0, got -5e-324")),
+    ("fedkseed", dict(seeds=1), (dict(seeds=0), "fedkseed.seeds must be >= 1, got 0")),
+    ("fedkseed", dict(seeds=65_536), (dict(seeds=65_537), "fedkseed.seeds must be <= 65536, got 65537")),
+])
+def test_a_range_key_takes_its_bound_and_refuses_one_step_past_it(method, fields, refused):
+    cfg = make_config(method, **fields)
+    for key, value in fields.items():
+        assert getattr(cfg, key, None) == value or getattr(cfg.method_config, key) == value
+    with pytest.raises(ConfigError) as err:
+        make_config(method, **refused[0])
+    assert str(err.value).startswith(refused[1]) and "\n" not in str(err.value), str(err.value)

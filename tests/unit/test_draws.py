@@ -17,7 +17,10 @@ Drawn afresh per client and round (a new seed from ``(run seed, partition id, ro
   called by ``clients/fedbpt.py``; Alg. 1 lines 12-13, new at every local iteration too:
   ``tests/unit/test_fedbpt.py``);
 * FedDLS's local search (``clients/feddls.py``, Alg. 3's random choices);
-* mini-batch order of the gradient clients (``fedtext/client.py`` ``minibatches``, called by
+* FedKSeed's seed index of each local step (``clients/fedkseed.py``, Algorithm 1: a new
+  uniform draw from the K seeds at every step, not one per round) and its mini-batches;
+* mini-batch order of the gradient clients (``fedtext/client.py`` ``minibatches``: new rows at
+  every step, a new permutation at every pass over the shots; called by
   ``clients/fedprompt.py``, ``fedptuning_v2.py``, ``feddpg.py``, ``fedavg.py``, ``feddrs.py``,
   ``fes.py``) and their dropout masks (``torch.manual_seed`` in ``clients/fedavg.py`` and
   ``clients/fes.py``);
@@ -188,6 +191,55 @@ def test_post_tuning_is_seeded_per_client_apart_from_every_round_and_keeps_one_A
     assert seeds[0] != seeds[1]
     assert not set(seeds) & {client_seed(cfg, p, r) for p in (0, 1) for r in range(0, 1000)}
     np.testing.assert_array_equal(seen[0], seen[1])
+
+
+def test_fedkseed_seed_indices_are_drawn_afresh_per_local_step_client_and_round(backbone, monkeypatch):
+    """Each of a client's S zeroth-order steps draws its own seed index (Algorithm 1, line
+    "sample a seed s from the K"): one index for the whole round, or the same indices again
+    next round, would still give a valid G of the right shape, so the tests of G's sums
+    cannot see it."""
+    from fedtext.methods.fedkseed.model import FedKSeedModel
+
+    cfg = make_config("fedkseed", seeds=64, local_steps=8, batch_size=2, **SMALL)
+    steps, model = [], FedKSeedModel(cfg, backbone)
+
+    def spy(params, seed, eps, lr, loss):
+        steps.append(model.seeds.index(seed))
+        return 0.0, 0.5
+
+    monkeypatch.setattr("clients.fedkseed.zo_step", spy)
+
+    def draw(pid, rnd):
+        client = client_class("fedkseed")(cfg, TASKS["demo"], client_data(cfg, pid, 2), backbone)
+        steps.clear()
+        client.train(client.model.initial_arrays(), {"server_round": rnd})
+        return tuple(steps)
+
+    assert_afresh(draw)
+    # eight steps, eight different indices of the 64 here (one draw reused for the round gives one)
+    assert len(draw(0, 1)) == 8 and len(set(draw(0, 1))) == 8, draw(0, 1)
+
+
+def test_minibatches_take_new_rows_every_step_and_reshuffle_every_pass():
+    """``minibatches``: within a pass every step takes rows no earlier step of the pass took;
+    the next pass is a new permutation, not the first one again (a reused order would give
+    every pass the same batches in the same order)."""
+    from fedtext.client import minibatches
+
+    class Rows:  # an EncodedBatch's len and take: a batch is the tuple of its row indices
+        def __len__(self) -> int:
+            return n
+
+        def take(self, idx: np.ndarray) -> tuple[int, ...]:
+            return tuple(int(i) for i in idx)
+
+    n, size = 12, 3
+    got = list(minibatches(Rows(), size, 3 * n // size, np.random.default_rng(0)))
+    assert all(len(b) == size for b in got)
+    passes = [got[k:k + n // size] for k in range(0, len(got), n // size)]
+    for p in passes:  # each pass: every row exactly once
+        assert sorted(i for b in p for i in b) == list(range(n))
+    assert len({tuple(p) for p in passes}) == 3  # three passes, three orders
 
 
 # ------------------------------------------------------------------ gradient clients

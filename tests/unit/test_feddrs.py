@@ -116,6 +116,23 @@ def test_random_embeddings_are_seeded_mixes_of_vocabulary_rows(nets):
     assert 0.9 < ratio < 1.1
 
 
+def test_random_embeddings_noise_has_each_dimensions_own_std(nets):
+    """noise·σ⊙ε with σ the std of each embedding dimension: checked dimension by dimension
+    (the check above averages over dimensions, which a single σ for every dimension, e.g.
+    the matrix's overall std, passes too). 4000 draws per dimension: the sample std is
+    within about 1.1 % (1 / sqrt(2 x 4000)) of the true one; the test allows 8 %."""
+    _, student = nets
+    emb = student.embeddings.weight.detach()
+    sigma = emb.std(0)
+    clean = random_embeddings(student, 200, 20, 0.0, np.random.default_rng(3))
+    noise = (random_embeddings(student, 200, 20, 0.5, np.random.default_rng(3)) - clean) / 0.5
+    ratio = noise.std(dim=(0, 1)) / sigma
+    assert float((ratio - 1).abs().max()) < 0.08, float((ratio - 1).abs().max())
+    assert float((noise.mean(dim=(0, 1)) / sigma).abs().max()) < 0.08  # zero-mean in every dimension
+    # the dimensions' spreads differ (else a single σ would pass): the widest is over 1.5 x the narrowest
+    assert float(sigma.max() / sigma.min()) > 1.5
+
+
 def test_a_pseudo_sequence_is_cls_theta_sep(nets):
     _, student = nets
     ends = sequence_ends(student)

@@ -62,6 +62,22 @@ def test_a_spec_says_what_is_wrong_in_one_line():
         MetricSpec("x", low=1, high=0)
 
 
+def test_a_spec_accepts_its_bounds_exactly_and_refuses_one_step_past_each():
+    """Each bound at the value itself and at the next representable number past it (a
+    range check off by one, ``<`` for ``<=`` or ``high + 1``, is invisible far outside)."""
+    share = MetricSpec("pseudo_label_accuracy", low=0, high=1)
+    assert share.check(0.0) is None and share.check(1.0) is None
+    assert share.check(np.nextafter(1.0, 2.0)) == f"metric pseudo_label_accuracy={np.nextafter(1.0, 2.0)!r} " \
+                                                  "is not a number in [0, 1]"
+    assert share.check(np.nextafter(0.0, -1.0)) is not None
+    count = MetricSpec("pseudo_labels", whole=True, low=0, high=5, within_rows=True)
+    assert count.check(0) is None and count.check(5) is None
+    assert count.check(6) == "metric pseudo_labels=6 is not a whole number in [0, 5]"
+    assert count.check(-1) == "metric pseudo_labels=-1 is not a whole number in [0, 5]"
+    assert count.check(4, rows=4) is None
+    assert count.check(5, rows=4) == "metric pseudo_labels=5 exceeds the client's 4 training rows"
+
+
 @pytest.mark.parametrize("method", list(METHODS))
 def test_no_method_redeclares_a_shared_metric_or_one_twice(method):
     config = METHODS[method]

@@ -93,6 +93,19 @@ def test_the_bound_is_relative_to_the_global_array_and_inclusive(fedprompt):
     assert fedprompt.model.check_scale({"prompt": np.full_like(ref, 2001.0)}, large, 100.0) is not None
 
 
+def test_the_bound_keeps_its_value_and_drops_the_next_float32_past_it(fedprompt):
+    """At a global scale of 1 the limit is upload-bound itself: 100.0 is kept, the next
+    float32 above it (100.00001) dropped (the test above steps 1 % past)."""
+    small = {"prompt": np.zeros_like(fedprompt.global_arrays[0])}
+    at = np.zeros_like(small["prompt"])
+    at[1, 2] = -100.0
+    past = at.copy()
+    past[1, 2] = -np.nextafter(np.float32(100.0), np.float32(200.0))
+    assert fedprompt.model.check_scale({"prompt": at}, small, 100.0) is None
+    assert fedprompt.model.check_scale({"prompt": past}, small, 100.0) == \
+        "prompt: |value| 100 exceeds upload-bound 100 x 1 (its global scale)"
+
+
 def test_upload_bound_is_a_validated_run_config_key(backbone):
     assert make_config("fedprompt", upload_bound=0).upload_bound == 0
     with pytest.raises(ConfigError, match="upload-bound"):
@@ -127,6 +140,34 @@ def test_num_examples_is_bounded_by_the_labelled_rows_the_server_assigned(fedpro
         assert reasons(fedprompt)["0"] == (f"num_examples={claim} outside 1..{assigned} (the labelled training rows "
                                            "the server assigned it: shots-per-class=8 of partition 0)")
         assert fedprompt.record.num_clients == 1
+
+
+def test_num_examples_at_the_whole_train_split_is_kept_and_one_more_dropped(fedprompt):
+    """A client whose partition the server does not know is bounded by the whole train
+    split (demo: 960 rows): 960 kept, 961 dropped; 1 kept, 0 dropped."""
+    a, b = honest_prompts(fedprompt)
+    fedprompt.aggregate_fit(1, [fit_res([a], 960, 0), fit_res([b], 1, 1)], [])
+    assert fedprompt.record.num_clients == 2 and fedprompt.record.dropped == []
+    fedprompt.rounds.begin(2)
+    fedprompt.aggregate_fit(2, [fit_res([a], 961, 0), fit_res([b], 0, 1), fit_res([b], 3, 2)], [])
+    assert reasons(fedprompt) == {"0": "num_examples=961 outside 1..960 (the client's training rows)",
+                                  "1": "num_examples=0 outside 1..960 (the client's training rows)"}
+
+
+def test_an_evaluate_reply_at_its_bounds_is_kept_and_one_step_past_dropped(fedprompt):
+    """``0 <= num_examples <= client-test-size`` (32) and accuracy in [0, 1], each at the bound
+    and one step past it (the reply test above goes far outside only)."""
+    over = float(np.nextafter(1.0, 2.0))
+    fedprompt.aggregate_evaluate(1, [eval_res(0, 32, accuracy=1.0), eval_res(1, 0, accuracy=0.0),
+                                     eval_res(2, 33, accuracy=0.5), eval_res(3, -1, accuracy=0.5),
+                                     eval_res(4, 8, accuracy=over), eval_res(5, 8, accuracy=0.5, post_accuracy=over)],
+                                 [])
+    assert set(fedprompt.record.client_accuracy) == {"0"}  # 0 test examples: not dropped, weighs nothing
+    assert reasons(fedprompt) == {
+        "2": "evaluate reply: num_examples=33 outside 0..32 (client-test-size)",
+        "3": "evaluate reply: num_examples=-1 outside 0..32 (client-test-size)",
+        "4": f"evaluate reply: accuracy={over!r} outside [0, 1]",
+        "5": f"evaluate reply: post_accuracy={over!r} outside [0, 1]"}
 
 
 # ------------------------------------------------------------- covariance, sigma

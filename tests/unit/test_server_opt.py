@@ -108,6 +108,64 @@ def test_fedavg_at_server_lr_one_is_the_plain_mean_bit_for_bit(backbone) -> None
         assert arrays[0].dtype == np.float32 and arrays[0].tobytes() == mean[0].tobytes()
 
 
+def test_fedyogi_leaves_a_coordinate_no_client_moved_where_it_is():
+    """Δ = 0 in a coordinate (every upload left it as sent): v − Δ² = 0, sign 0, so v stays 0
+    and x stays put (m = 0 there), not 0/0 = nan."""
+    opt = ServerOptimizer("fedyogi", lr=0.01, beta1=0.9, beta2=0.99, tau=1e-3)
+    x1 = opt.step(1, [np.zeros(2)], [np.array([2.0, 0.0])])[0]
+    np.testing.assert_allclose(opt.v[0], [0.04, 0.0], rtol=1e-13, atol=0)
+    np.testing.assert_allclose(x1, [0.01 * 0.2 / (0.2 + 1e-3), 0.0], rtol=1e-13)
+    # v = Δ² != 0 (0.25 = 0.5², exact): sign 0 again, v keeps its value (0.25 - 0.01 * 0.25 * 0)
+    opt.load_state({"m": [np.zeros(2)], "v": [np.array([0.25, 0.25])]})
+    opt.step(2, [np.zeros(2)], [np.array([0.5, 0.0])])
+    np.testing.assert_array_equal(opt.v[0], [0.25, 0.25])
+
+
+ADAPTIVE = ["fedadam", "fedyogi", "fedadagrad"]
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedavgm", *ADAPTIVE])
+def test_a_mean_of_another_array_count_is_refused_not_truncated(name: str) -> None:
+    """One array per global array: a mean with an extra array raises instead of being cut
+    to the model's count (zip would drop it silently)."""
+    opt = ServerOptimizer(name, lr=0.5, momentum=0.5 if name == "fedavgm" else 0.0)
+    with pytest.raises(ValueError):
+        opt.step(1, [np.zeros(2)], [np.ones(2), np.ones(3)])
+
+
+@pytest.mark.parametrize("name", ADAPTIVE)
+@pytest.mark.parametrize("moment", ["m", "v"])
+def test_moments_of_another_array_count_are_refused_not_truncated(name: str, moment: str) -> None:
+    """A state (a resumed checkpoint's) whose m or v holds more arrays than the model: the
+    step raises rather than pair the first ones and drop the rest."""
+    opt = ServerOptimizer(name, lr=0.1)
+    state = {"m": [np.zeros(2)], "v": [np.zeros(2)]}
+    state[moment] = [np.zeros(2), np.zeros(2)]
+    opt.load_state(state)
+    with pytest.raises(ValueError):
+        opt.step(1, [np.zeros(2)], [np.ones(2)])
+
+
+@pytest.mark.parametrize("name", ["fedavg", "fedavgm", *ADAPTIVE])
+def test_float32_global_arrays_stay_float32_whatever_the_dtype_of_the_mean_and_the_state(name: str) -> None:
+    """Δ is taken in x's dtype (a float64 mean is rounded to float32 first, so the step and its
+    moments are those of the float32 mean, bit for bit), and moments loaded as float64 (a
+    state from float64 arithmetic) still give float32 arrays back."""
+    rng = np.random.default_rng(3)
+    x = [rng.standard_normal(5).astype(np.float32)]
+    mean64 = [x[0].astype(np.float64) + rng.standard_normal(5) * 0.1]
+    kw = dict(lr=0.5, momentum=0.5 if name == "fedavgm" else 0.0)
+    a, b = ServerOptimizer(name, **kw), ServerOptimizer(name, **kw)
+    got, want = a.step(1, x, mean64), b.step(1, x, [mean64[0].astype(np.float32)])
+    assert got[0].dtype == np.float32 and got[0].tobytes() == want[0].tobytes()
+    for m in (a.m, a.v):
+        assert m is None or m[0].dtype == np.float32
+    if name != "fedavg":
+        wide = ServerOptimizer(name, **kw)
+        wide.load_state({k: None if v is None else [v[0].astype(np.float64)] for k, v in b.state().items()})
+        assert wide.step(2, want, [want[0] + np.float32(0.1)])[0].dtype == np.float32
+
+
 # ---------------------------------------------------------------- Flower's classes
 FLOWER = {
     "fedavgm": lambda p: FedAvgM(initial_parameters=p, server_learning_rate=0.7, server_momentum=0.9),

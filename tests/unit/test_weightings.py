@@ -9,6 +9,11 @@ visible margin (hand-computed expected values). Each line: what, where, the test
 
 * FedAvg, weighted by examples: ``fedtext/strategy.py`` ``weighted_mean``; test_strategy,
   weights 1 / 3 (and 3, 5, 7).
+* Every strategy that averages by examples, through its own ``aggregate_fit`` (fedprompt,
+  bbt-fed, fedptuning-v2, fedavg, fedlora, fedadapter, fedkseed's accumulator) and the
+  server optimizers' step from that mean: **here**, two honest uploads of 1 and 3 examples
+  (a strategy test with one honest upload cannot see its weighting; a uniform mean
+  overriding fedptuning-v2's or fedkseed's aggregate passed the earlier tests).
 * bbt-fed ``z-sigma-C``: z, σ and C by examples: ``strategies/bbt_fed.py`` (the base
   aggregate); **here** (test_fedbpt's clients had equal counts).
 * FeS: FedAvg weighted by labelled examples: ``strategies/fes.py``; **here** (test_fes
@@ -232,3 +237,53 @@ def test_the_feddls_client_ranks_candidates_by_cosine_not_dot_product(backbone, 
     by_dot = [int(ids[i]) for i in np.argsort(-(e @ vec), kind="stable")][:5]
     assert set(by_cos) != set(by_dot)  # the inputs tell the two apart
     assert candidates(vec.astype(np.float32)).tolist() == by_cos
+
+
+# every strategy that averages by examples, through its own aggregate_fit: two honest uploads
+BY_EXAMPLES = {  # method -> run-config fields (small models; fedavg's family on the random tiny BERT)
+    "fedprompt": dict(prompt_length=2),
+    "bbt-fed": dict(intrinsic_dim=4, prompt_length=2),
+    "fedptuning-v2": dict(prompt_length=2),
+    "fedavg": dict(model="tiny-bert", weights="random", head="linear"),
+    "fedlora": dict(model="tiny-bert", weights="random"),
+    "fedadapter": dict(model="tiny-bert", weights="random"),
+    "fedkseed": dict(seeds=4),
+}
+
+
+@pytest.mark.parametrize("method", list(BY_EXAMPLES))
+def test_two_honest_uploads_are_weighted_by_their_examples(method):
+    """Uploads x + 0.01 on 1 example and x + 0.05 on 3 give x + 0.04 (a uniform mean: x + 0.03);
+    FedKSeed adds the weighted mean of its two G, 0.04, to A. The tests that aggregate one
+    honest upload (its mean is itself) cannot see a weighting changed in a strategy."""
+    from fedtext.server_app import strategy_class
+
+    cfg = make_config(method, max_length=32, **BY_EXAMPLES[method])
+    strat = strategy_class(method)(cfg, TASKS["demo"])
+    strat.global_arrays = g = strat.initial_arrays()
+    strat.rounds.begin(1)
+    up = g if method != "fedkseed" else [np.zeros_like(a) for a in g]
+    results = [fit_res(0, [a + np.asarray(0.01, a.dtype) for a in up], 1),
+               fit_res(1, [a + np.asarray(0.05, a.dtype) for a in up], 3)]
+    params, _ = strat.aggregate_fit(1, results, [])
+    assert strat.record.num_clients == 2, strat.record.dropped
+    for got, base in zip(comm.decode(params), g, strict=True):
+        np.testing.assert_allclose(got, base + 0.04, rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("opt", [dict(server_optimizer="fedavg", server_lr=0.5),
+                                 dict(server_optimizer="fedavgm", server_momentum=0.9),
+                                 dict(server_optimizer="fedadagrad", server_tau=1.0)])
+def test_the_server_optimizers_step_from_the_example_weighted_mean(opt):
+    """Δ = the example-weighted mean − x = 0.04 (uniform: 0.03): fedavg at η = 0.5 moves x by
+    0.02; fedavgm's first step is η Δ = 0.04; fedadagrad's is η Δ / (|Δ| + τ) = 0.1 · 0.04 / 1.04."""
+    from strategies.fedprompt import FedPrompt
+
+    cfg = make_config("fedprompt", prompt_length=2, max_length=32, **opt)
+    strat = FedPrompt(cfg, TASKS["demo"])
+    strat.global_arrays = g = strat.initial_arrays()
+    strat.rounds.begin(1)
+    params, _ = strat.aggregate_fit(1, [fit_res(0, [g[0] + np.float32(0.01)], 1),
+                                        fit_res(1, [g[0] + np.float32(0.05)], 3)], [])
+    step = {"fedavg": 0.5 * 0.04, "fedavgm": 0.04, "fedadagrad": 0.1 * 0.04 / (0.04 + 1.0)}[opt["server_optimizer"]]
+    np.testing.assert_allclose(comm.decode(params)[0], g[0] + step, rtol=0, atol=2e-6)
