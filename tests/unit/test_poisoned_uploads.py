@@ -150,8 +150,9 @@ def test_num_examples_at_the_whole_train_split_is_kept_and_one_more_dropped(fedp
     assert fedprompt.record.num_clients == 2 and fedprompt.record.dropped == []
     fedprompt.rounds.begin(2)
     fedprompt.aggregate_fit(2, [fit_res([a], 961, 0), fit_res([b], 0, 1), fit_res([b], 3, 2)], [])
-    assert reasons(fedprompt) == {"0": "num_examples=961 outside 1..960 (the client's training rows)",
-                                  "1": "num_examples=0 outside 1..960 (the client's training rows)"}
+    unknown = "(the whole train split: the client's partition is unknown)"
+    assert reasons(fedprompt) == {"0": f"num_examples=961 outside 1..960 {unknown}",
+                                  "1": f"num_examples=0 outside 1..960 {unknown}"}
 
 
 def test_an_evaluate_reply_at_its_bounds_is_kept_and_one_step_past_dropped(fedprompt):
