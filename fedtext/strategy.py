@@ -6,8 +6,9 @@ its client builds) says what the global arrays and uploads are and how to evalua
 them; a method's strategy overrides the smallest hooks:
 
 * :meth:`aggregate` -- the math on validated, decoded uploads
-  (:class:`fedtext.validation.Upload`: arrays by name); default FedAvg's example-weighted mean,
-  then :meth:`server_update` (``server-optimizer``: FedAvgM, FedAdam, FedYogi, FedAdagrad,
+  (:class:`fedtext.validation.Upload`: arrays by name); default :meth:`combine` (FedAvg's
+  example-weighted mean, or ``aggregator``'s robust rule after ``update-clip``'s norm bound:
+  :mod:`fedtext.robust`), then :meth:`server_update` (``server-optimizer``: FedAvgM, FedAdam, FedYogi, FedAdagrad,
   :mod:`fedtext.server_opt`; a method whose config declares ``server_aggregation = MEAN``
   and overrides :meth:`aggregate` passes its mean through :meth:`server_update` too);
 * :meth:`download` -- what one client is sent (default: the global arrays; FedDLS
