@@ -459,8 +459,14 @@ def ours_server(inputs: dict[str, Any]) -> Any:
     for k, n in enumerate(inputs["num_examples"]):
         arrays = generator_arrays(inputs["prompts"], inputs["hidden"], 384, inputs["seed"] * 100 + k)
         uploads.append(SimpleNamespace(array_list=lambda a=arrays: a, num_examples=n, partition_id=k, metrics={}))
-    # eq. (1)'s mean as the server steps with server-optimizer=fedavg (the default): the mean itself
-    strategy = SimpleNamespace(is_unlearn_round=lambda r: False, server_update=lambda r, mean: mean)
+    # eq. (1)'s mean as the server steps with server-optimizer=fedavg and aggregator=mean (the
+    # defaults): the mean itself, through the strategy's own combine
+    from fedtext.strategy import FedTextStrategy
+
+    cfg = SimpleNamespace(aggregator="mean", update_clip=0.0)
+    strategy = SimpleNamespace(is_unlearn_round=lambda r: False, server_update=lambda r, mean: mean, cfg=cfg,
+                               global_arrays=[])
+    strategy.combine = lambda ups, weights: FedTextStrategy.combine(strategy, ups, weights)
     arrays, _ = FedDPG.aggregate(strategy, 1, uploads)
     return [summary(a.reshape(-1)) for a in arrays]
 
