@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedtext.config import RunConfig
+from fedtext.robust import along
 
 
 @dataclass(frozen=True)
@@ -37,19 +38,13 @@ class Reply:
     num_examples: int
 
 
-def _update(sent: list[np.ndarray], honest: list[np.ndarray], factor: float) -> list[np.ndarray]:
-    """``x_t + factor · (x_k − x_t)`` per array, in float64, cast back to the upload's dtype."""
-    return [(np.asarray(t, np.float64) + factor * (np.asarray(x, np.float64) - np.asarray(t, np.float64))
-             ).astype(np.asarray(x).dtype) for t, x in zip(sent, honest, strict=True)]
-
-
 #: ``attack`` -> ``(cfg, x_t, honest reply, partition rows) -> poisoned reply``. ``none`` is the
 #: honest reply (no client applies it: :func:`for_client` returns ``None``).
 ATTACKS: dict[str, Callable[[RunConfig, list[np.ndarray], Reply, int], Reply]] = {
     "none": lambda cfg, sent, reply, rows: reply,
     "weight-lie": lambda cfg, sent, reply, rows: Reply(reply.arrays, rows),
-    "scale": lambda cfg, sent, reply, rows: Reply(_update(sent, reply.arrays, cfg.attack_scale), reply.num_examples),
-    "sign-flip": lambda cfg, sent, reply, rows: Reply(_update(sent, reply.arrays, -1.0), reply.num_examples),
+    "scale": lambda cfg, sent, reply, rows: Reply(along(sent, reply.arrays, cfg.attack_scale), reply.num_examples),
+    "sign-flip": lambda cfg, sent, reply, rows: Reply(along(sent, reply.arrays, -1.0), reply.num_examples),
 }
 
 

@@ -119,6 +119,13 @@ def update_norms(arrays: list[Arrays], reference: Arrays) -> np.ndarray:
                        for upload in arrays])
 
 
+def along(reference: Arrays, upload: Arrays, factor: float) -> Arrays:
+    """``x_t + factor · (x_k − x_t)`` per array, computed in float64 and cast back to the
+    upload's dtypes: an update scaled along its own direction (a clip, an attack)."""
+    return [(np.asarray(r, np.float64) + factor * (np.asarray(x, np.float64) - np.asarray(r, np.float64))
+             ).astype(np.asarray(x).dtype) for x, r in zip(upload, reference, strict=True)]
+
+
 def clip_updates(arrays: list[Arrays], reference: Arrays, factor: float) -> tuple[list[Arrays], int, float]:
     """FLAME's norm bound (module docstring): each update longer than ``factor`` × the median
     update norm scaled to that length.
@@ -135,8 +142,6 @@ def clip_updates(arrays: list[Arrays], reference: Arrays, factor: float) -> tupl
     for upload, norm in zip(arrays, norms, strict=True):
         if norm > bound:
             clipped += 1
-            s = bound / norm
-            upload = [(np.asarray(r, np.float64) + s * (np.asarray(x, np.float64) - np.asarray(r, np.float64))
-                       ).astype(np.asarray(x).dtype) for x, r in zip(upload, reference, strict=True)]
+            upload = along(reference, upload, bound / norm)
         out.append(upload)
     return out, clipped, bound

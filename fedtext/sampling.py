@@ -347,12 +347,8 @@ class ClientSampler:
         same train split the same way, :func:`fedtext.data.partition_train`), else the
         whole train split (``client-ids=lazy``). FeS's pseudo labels come from the
         partition's own unlabelled rows, so gold + pseudo stays within it too."""
-        info = self.client_info.get(proxy.cid, {})
-        # the server's binding only: a node named by its node id (no valid partition id
-        # reported) is bounded by the whole split, never read as a partition
-        pid, parts = self.bound.get(proxy.cid), info.get("num_partitions")
-        if parts is not None and pid is not None and pid.isdigit() and int(pid) < int(parts):
-            key = (int(pid), int(parts))
+        key = self.known_partition(proxy)
+        if key is not None:
             if key not in self._partition_rows:
                 self._partition_rows[key] = len(partition_train(self.cfg, *key))
             return self._partition_rows[key]
@@ -371,15 +367,22 @@ class ClientSampler:
         480 rows held 96 % of the mean). Without a known partition (``client-ids=lazy``) the
         bound is the whole train split (:meth:`max_examples`). Cached per partition.
         """
-        info = self.client_info.get(proxy.cid, {})
-        pid, parts = self.bound.get(proxy.cid), info.get("num_partitions")
-        if parts is None or pid is None or not pid.isdigit() or int(pid) >= int(parts):
+        key = self.known_partition(proxy)
+        if key is None:
             return self.max_examples(proxy), "the whole train split: the client's partition is unknown"
-        key = (int(pid), int(parts))
         if key not in self._assigned:
             self._assigned[key] = len(client_data(self.cfg, *key).train)
         shots = f"shots-per-class={self.cfg.shots_per_class} of " if self.cfg.shots_per_class else ""
-        return self._assigned[key], f"the labelled training rows the server assigned it: {shots}partition {pid}"
+        return self._assigned[key], f"the labelled training rows the server assigned it: {shots}partition {key[0]}"
+
+    def known_partition(self, proxy: ClientProxy) -> tuple[int, int] | None:
+        """``(partition id, partitions)`` of ``proxy`` when the server knows both, else ``None``.
+        The server's binding only: a node named by its node id (no valid partition id reported)
+        is never read as a partition."""
+        pid, parts = self.bound.get(proxy.cid), self.client_info.get(proxy.cid, {}).get("num_partitions")
+        if parts is not None and pid is not None and pid.isdigit() and int(pid) < int(parts):
+            return int(pid), int(parts)
+        return None
 
     # ------------------------------------------------------------ draws
     def clients(self, client_manager: ClientManager, participants_only: bool) -> list[ClientProxy]:

@@ -169,7 +169,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.robust.x__krum",
         "fedtext.robust.x__trimmed_mean",
         "fedtext.strategy.xǁFedTextStrategyǁcombine",
-        "fedtext.attacks.x__update",
+        "fedtext.robust.x_along",
         "fedtext.attacks.x_for_client",
         "fedtext.sampling.xǁClientSamplerǁassigned_examples",
         "fedtext.validation.xǁUploadValidatorǁclaim_limit",
