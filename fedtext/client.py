@@ -42,7 +42,7 @@ from flwr.app import RecordDict
 from flwr.client import NumPyClient
 from flwr.common import NDArrays, Scalar
 
-from fedtext import attacks
+from fedtext import attacks, privacy
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for, losses
 from fedtext.config import RunConfig
 from fedtext.data import ClientData
@@ -234,6 +234,10 @@ class FedTextClient(NumPyClient):
     def fit(self, parameters: NDArrays, config: dict[str, Scalar]) -> tuple[NDArrays, int, dict[str, Scalar]]:
         t0, q0 = time.time(), self.backbone.queries
         arrays, n, loss = self.train(parameters, config)
+        if self.cfg.dp == "local" and arrays:  # its own Gaussian mechanism before anything leaves (fedtext.privacy)
+            update = privacy.local_update(self.cfg, self.model.update(parameters, arrays),
+                                          int(config.get("server_round", 0)), int(self.partition_id))
+            arrays = self.model.apply_update(parameters, update)
         attack = attacks.for_client(self.cfg, self.partition_id)
         if attack is not None and arrays:  # a simulated poisoner (attack=, docs/reliability.md)
             rows = len(self.data.train) + len(self.data.test) + len(self.data.unlabeled)

@@ -98,6 +98,26 @@ AGGREGATORS: dict[str, tuple[str, ...]] = {
 # ``attack``'s choices (fedtext.attacks.ATTACKS holds what each does; a test keeps them equal) and
 # the keys each reads besides attack-partitions.
 ATTACKS: dict[str, tuple[str, ...]] = {"none": (), "weight-lie": (), "scale": ("attack-scale",), "sign-flip": ()}
+# ``dp``'s choices and the dp-* keys each reads (set away from its default under another mode: refused,
+# as an aggregator's key is); ``dp-clipping``'s choices and the keys each reads (fedtext.privacy holds
+# the math: DP-FedAvg with fixed clipping, McMahan et al. 2018; adaptive clipping, Andrew et al. 2021).
+DP_MODES: dict[str, tuple[str, ...]] = {
+    "none": (),
+    "central": ("dp-clip", "dp-noise", "dp-delta", "dp-clipping"),
+    "local": ("dp-clip", "dp-noise", "dp-delta"),
+}
+DP_CLIPPINGS: dict[str, tuple[str, ...]] = {
+    "fixed": (),
+    "adaptive": ("dp-target-quantile", "dp-clip-lr", "dp-count-noise"),
+}
+# The privacy mechanisms a method's config may declare (MethodConfig.privacy) and, for the one-line
+# refusal of one it does not, what the mechanism needs of a method's server ("fedbpt: secagg=true needs
+# a server that only sums uploads; fedbpt's server ...").
+PRIVACY: dict[str, str] = {
+    "dp-central": "a server that only averages updates (it clips each one and noises their mean)",
+    "dp-local": "uploads whose difference from the download is an update the server averages",
+    "secagg": "a server that only sums uploads (SecAgg+ shows it their weighted sum alone)",
+}
 # A method config's ``server_aggregation`` when its server's step is the mean of the uploaded arrays
 # (server-optimizer and proximal-mu compose with it), and its ``local_training`` when its clients
 # train with gradients through fedtext.client.gradient_steps (local terms apply).
@@ -208,6 +228,17 @@ class MethodConfig:
     # GRADIENT: clients train through fedtext.client.gradient_steps (proximal-mu applies);
     # otherwise what they do, for the refusal ("" = undeclared: refused)
     local_training: ClassVar[str] = ""
+
+    # The privacy mechanisms of :data:`PRIVACY` this method's server can take ("dp-central", "dp-local",
+    # "secagg"), and why it cannot take the others: the one-line refusal quotes ``privacy_reason``
+    # ("fedbpt's server CMA-ES ranks each client's z by its loss"). Undeclared: none (refused).
+    privacy: ClassVar[frozenset[str]] = frozenset()
+    privacy_reason: ClassVar[str] = ""
+
+    def effective_privacy(self) -> tuple[frozenset[str], str]:
+        """:attr:`privacy` and :attr:`privacy_reason` under this config's values (BBT-Fed: only with
+        ``average=z``): what :meth:`RunConfig.check_privacy` reads."""
+        return self.privacy, self.privacy_reason
 
     def effective_server_aggregation(self) -> str:
         """:attr:`server_aggregation` under this config's values (BBT-Fed: a mean of z only with
@@ -410,6 +441,31 @@ class RunConfig:
     attack: str = "none"  # simulated poisoning by the attack-partitions' clients: none | weight-lie | scale | sign-flip
     attack_partitions: str = "0"  # comma-separated partition ids whose clients attack (read only when attack is set)
     attack_scale: float = 1000.0  # scale: the factor on the client's update x_k - x_t
+    # --- privacy (methods whose server only sums uploads; docs/privacy.md)
+    #: client-level differential privacy (DP-FedAvg, McMahan et al. 2018): `none`; `central` (the server clips each
+    #: update x_k − x_t to `dp-clip` in L2, averages the clipped updates uniformly over the m clients sampled and adds
+    #: Gaussian noise of std `dp-noise` × `dp-clip` / m); `local` (each client clips its own update and adds noise of
+    #: std `dp-noise` × `dp-clip` before uploading). ε at `dp-delta` (RDP accountant, sampling rate m / partitions)
+    #: after every round in the record and the round line; refused by a method that cannot take it (docs/privacy.md)
+    dp: str = "none"  # client-level differential privacy: none | central (server clips, averages, adds noise) | local (each client clips and adds noise)
+    dp_clip: float = 1.0  # C: the L2 bound on each client's update x_k - x_t (adaptive clipping: its first value)
+    dp_noise: float = 1.0  # z: the Gaussian noise multiplier; noise std = z * C (central: divided by the m clients sampled)
+    #: central DP: `fixed` (C = `dp-clip` every round) or `adaptive` (Andrew et al. 2021: C follows the
+    #: `dp-target-quantile` of the update norms, C ← C·exp(−η(b̄ − γ)) from the noised share b̄ of unclipped updates)
+    dp_clipping: str = "fixed"  # central DP: fixed | adaptive (C tracks a quantile of the update norms, Andrew et al. 2021)
+    dp_target_quantile: float = 0.5  # adaptive clipping: gamma, the share of updates meant to fall under C
+    dp_clip_lr: float = 0.2  # adaptive clipping: eta_C, the geometric learning rate of C
+    dp_count_noise: float = 0.0  # adaptive clipping: sigma_b, std of the noise on the unclipped count (0 = m / 20, Flower's default)
+    dp_delta: float = 1e-5  # delta at which epsilon is reported (the accountant's (epsilon, delta)-DP)
+    #: run fit through Flower's SecAgg+ workflow (`SecAggPlusWorkflow` + `secaggplus_mod`): the server learns only
+    #: the example-weighted sum of the round's uploads, never one client's; refused by a method whose server
+    #: reads single uploads (docs/privacy.md)
+    secagg: bool = False  # secure aggregation with Flower's SecAgg+: the server sees only the weighted sum of the uploads
+    secagg_shares: int = 3  # SecAgg+: the secret shares of each client's keys (Flower's num_shares; <= clients per round)
+    secagg_threshold: int = 2  # SecAgg+: the shares that reconstruct a key (Flower's reconstruction_threshold; <= secagg-shares)
+    secagg_clip_range: float = 8.0  # SecAgg+: every uploaded value is clipped to +-this before quantisation (Flower's clipping_range)
+    secagg_quantization: int = 4194304  # SecAgg+: quantisation levels of [-clip, clip] (Flower's quantization_range, 2^22)
+    secagg_max_weight: float = 1000.0  # SecAgg+: a client's example count is capped at this weight (Flower's max_weight)
     # --- scale and memory (every method)
     #: client memory budget: population scoring (CMA-ES, FedDLS candidates) runs in chunks sized to fit it (0 = fixed
     #: 32,768-token chunks); see "Performance and scale"
@@ -552,9 +608,11 @@ class RunConfig:
         self.node_partition_map  # noqa: B018 - parses, raising ConfigError on a malformed pin
         self.check_server_optimizer()
         self.check_aggregation()
+        self.check_privacy()
         mc = self.method_config
         if mc is not None:
             self.check_composition(mc)
+            self.check_privacy_support(mc)
             mc.check_run(self)
         if mc is not None and 0 < self.clients_per_round < mc.min_clients_per_round:
             raise ConfigError(f"{self.method} needs at least {mc.min_clients_per_round} clients per round, got "
@@ -644,6 +702,92 @@ class RunConfig:
         if 0 < self.clients_per_round < self.krum_keep:
             raise ConfigError(f"krum-keep={self.krum_keep} exceeds clients-per-round={self.clients_per_round}: "
                               "multi-Krum cannot keep more uploads than a round has")
+
+    def check_privacy(self) -> None:
+        """The dp-* and secagg-* keys in range and read; what cannot compose refused in one line:
+        central DP's sensitivity C/m holds for the mean only (no robust ``aggregator``, no
+        ``update-clip``, whose median-based bound would depend on other clients' data); adaptive
+        clipping is central DP's (each client would need the others' norms); SecAgg+ shows the
+        server a sum, so nothing that reads single uploads composes with it, and central DP's
+        server-side clipping is one of those."""
+        check_choice("dp", self.dp, tuple(DP_MODES))
+        check_choice("dp-clipping", self.dp_clipping, tuple(DP_CLIPPINGS))
+        check_range("dp-clip", self.dp_clip, 0, low_open=True)
+        check_range("dp-noise", self.dp_noise, 0)
+        if not 0 < self.dp_delta < 1:
+            raise ConfigError(f"dp-delta must be in (0, 1), got {self.dp_delta}")
+        if not 0 < self.dp_target_quantile < 1:
+            raise ConfigError(f"dp-target-quantile must be in (0, 1), got {self.dp_target_quantile}")
+        check_range("dp-clip-lr", self.dp_clip_lr, 0, low_open=True)
+        check_range("dp-count-noise", self.dp_count_noise, 0)
+        check_range("secagg-shares", self.secagg_shares, 2)
+        check_range("secagg-threshold", self.secagg_threshold, 2, self.secagg_shares)
+        check_range("secagg-clip-range", self.secagg_clip_range, 0, low_open=True)
+        check_range("secagg-quantization", self.secagg_quantization, 2)
+        check_range("secagg-max-weight", self.secagg_max_weight, 0, low_open=True)
+        defaults = {kebab(f.name): f.default for f in fields(RunConfig)}
+        reads = set(DP_MODES[self.dp]) | (set(DP_CLIPPINGS[self.dp_clipping]) if self.dp == "central" else set())
+        every = {k for r in DP_MODES.values() for k in r} | {k for r in DP_CLIPPINGS.values() for k in r}
+        for key in sorted(every - reads):
+            value = getattr(self, key.replace("-", "_"))
+            if value != defaults[key]:
+                readers = "dp=central, dp-clipping=adaptive" if key in DP_CLIPPINGS["adaptive"] else \
+                    ", ".join(f"dp={m}" for m, r in DP_MODES.items() if key in r)
+                raise ConfigError(f"{key}={value} is read by {readers} only; dp={self.dp}"
+                                  f"{', dp-clipping=' + self.dp_clipping if self.dp == 'central' else ''} would ignore it")
+        if not self.secagg:
+            for key in ("secagg-shares", "secagg-threshold", "secagg-clip-range", "secagg-quantization",
+                        "secagg-max-weight"):
+                if getattr(self, key.replace("-", "_")) != defaults[key]:
+                    raise ConfigError(f"{key}={getattr(self, key.replace('-', '_'))} is read by secagg=true only; "
+                                      "secagg=false would ignore it")
+        if self.dp == "central" and self.dp_clipping == "adaptive" and self.dp_noise > 0:
+            m = self.clients_per_round
+            sigma_b = self.dp_count_noise or (m / 20 if m else 0.0)
+            if (self.dp_count_noise or m) and self.dp_noise >= 2 * sigma_b:
+                raise ConfigError(f"dp-noise={self.dp_noise} under adaptive clipping needs dp-count-noise > "
+                                  f"{self.dp_noise / 2:g} (the update's noise (z^-2 - (2 sigma_b)^-2)^-1/2 exists only "
+                                  f"for z < 2 sigma_b; sigma_b is {sigma_b:g}"
+                                  f"{', clients-per-round / 20' if not self.dp_count_noise else ''})")
+        if self.dp == "central":
+            for wanted, key in ((self.aggregator != "mean", f"aggregator={self.aggregator}"),
+                                (self.update_clip > 0, f"update-clip={self.update_clip}")):
+                if wanted:
+                    raise ConfigError(f"dp=central bounds each client's say by dp-clip under the mean; {key} "
+                                      "combines updates another way (its sensitivity is not C/m): drop one")
+        if self.secagg:
+            for wanted, key in ((self.aggregator != "mean", f"aggregator={self.aggregator}"),
+                                (self.update_clip > 0, f"update-clip={self.update_clip}"),
+                                (self.dp == "central", "dp=central")):
+                if wanted:
+                    raise ConfigError(f"secagg=true shows the server only the sum of the uploads; {key} needs each "
+                                      "upload on its own (use dp=local with secagg: each client clips and noises "
+                                      "its own update)" if key == "dp=central" else
+                                      f"secagg=true shows the server only the sum of the uploads; {key} needs "
+                                      "each upload on its own")
+            if 0 < self.clients_per_round < 2:
+                raise ConfigError("secagg=true needs at least 2 clients per round (a sum of one upload is that "
+                                  "upload); set clients-per-round >= 2")
+            if 0 < self.clients_per_round < self.secagg_shares:
+                raise ConfigError(f"secagg-shares={self.secagg_shares} exceeds clients-per-round="
+                                  f"{self.clients_per_round}: each share goes to another client of the round")
+
+    def privacy_wanted(self) -> list[str]:
+        """The mechanisms of :data:`PRIVACY` this run asks for, as their keys say it
+        (``[("dp-central", "dp=central"), ...]`` keys only)."""
+        wanted = [f"dp-{self.dp}"] if self.dp != "none" else []
+        return wanted + (["secagg"] if self.secagg else [])
+
+    def check_privacy_support(self, mc: MethodConfig) -> None:
+        """One line when the run asks a privacy mechanism the method does not declare
+        (:attr:`MethodConfig.privacy`): "fedbpt: secagg=true needs a server that only sums
+        uploads (...); fedbpt's server CMA-ES ranks each client's z by its loss"."""
+        supported, reason = mc.effective_privacy()
+        for mechanism in self.privacy_wanted():
+            if mechanism not in supported:
+                setting = "secagg=true" if mechanism == "secagg" else f"dp={self.dp}"
+                raise ConfigError(f"{self.method}: {setting} needs {PRIVACY[mechanism]}; "
+                                  f"{reason or self.method + ' declares no privacy support'}")
 
     @property
     def attack_partition_set(self) -> frozenset[int]:

@@ -70,6 +70,17 @@ class Model:
         """Why a (spec-conforming) upload is invalid, or ``None``."""
         return None
 
+    def update(self, sent: Sequence[np.ndarray], upload: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """A client's contribution as one vector, what differential privacy bounds and noises
+        (:mod:`fedtext.privacy`): ``Δ = upload − sent``, the upload minus the global arrays
+        the client was sent (for every method whose upload and global arrays are the same arrays)."""
+        return [np.asarray(u, dtype=np.float64) - np.asarray(s, dtype=np.float64) for s, u in zip(sent, upload, strict=True)]
+
+    def apply_update(self, sent: Sequence[np.ndarray], update: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The upload that carries ``update`` (inverse of :meth:`update`): ``sent + Δ``, in the
+        upload's dtypes."""
+        return [(np.asarray(s, dtype=np.float64) + d).astype(np.asarray(s).dtype) for s, d in zip(sent, update, strict=True)]
+
     def check_scale(self, upload: dict[str, np.ndarray], reference: dict[str, np.ndarray],
                     bound: float) -> str | None:
         """Why an upload's magnitudes cannot be an honest client's, or ``None``.

@@ -50,7 +50,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
-from fedtext import checkpoint, comm, robust, server_opt
+from fedtext import checkpoint, comm, privacy, robust, server_opt
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import server_test
@@ -128,6 +128,13 @@ class FedTextStrategy(FedAvg):
         self.global_arrays: list[np.ndarray] = []
         # server-optimizer's state (m, v) lives here and is checkpointed beside checkpoint_attrs
         self.server_opt = server_opt.ServerOptimizer.from_config(cfg)
+        # dp=central: the clipping norm (adaptive clipping moves it) and the noise; None otherwise
+        self.central_dp = privacy.CentralDP(cfg) if cfg.dp == "central" else None
+        # the accountant's counts, checkpointed with the server optimizer's state: rounds with a
+        # central release, and the rounds each partition was sampled to train in (local DP's ε)
+        self.dp_releases = 0
+        self.dp_sampled: dict[str, int] = {}
+        self.sampled_this_round = 0  # m: the clients sent a fit instruction this round
         # The jobs get the hooks as bound methods, so that a method's overrides are the ones called.
         self.sampler = ClientSampler(cfg, self.check_sizes)
         self.validator = UploadValidator(cfg, self.model, self.sampler, self.client_failed)
@@ -143,6 +150,8 @@ class FedTextStrategy(FedAvg):
     checkpoint_attrs: ClassVar[tuple[str, ...]] = ()
     #: The checkpoint's state key of the server optimizer's m and v (every method's checkpoint has it).
     SERVER_OPT_STATE: ClassVar[str] = "server_optimizer"
+    #: The checkpoint's state key of the privacy accountant's counts and adaptive clipping's C.
+    PRIVACY_STATE: ClassVar[str] = "privacy"
     resumed_round = 0  # the round a resumed run's checkpoint was taken after (0: a new run)
 
     @property
@@ -260,6 +269,7 @@ class FedTextStrategy(FedAvg):
             return
         state = {name: getattr(self, name) for name in self.checkpoint_attrs}
         state[self.SERVER_OPT_STATE] = self.server_opt.state()
+        state[self.PRIVACY_STATE] = self.privacy_state()
         binding = checkpoint.Binding(self.recorder.run_id, self.cfg.method, checkpoint.config_hash(self.recorder.config))
         checkpoint.save(self.recorder.dir, server_round, self.global_arrays, state, {"seed": self.cfg.seed}, binding)
 
@@ -290,6 +300,11 @@ class FedTextStrategy(FedAvg):
             setattr(self, name, ckpt.state[name])
         # a checkpoint from before server optimizers ran plain FedAvg, which keeps no state
         self.server_opt.load_state(ckpt.state.get(self.SERVER_OPT_STATE, {}))
+        saved = ckpt.state.get(self.PRIVACY_STATE, {})  # a checkpoint from before privacy: nothing spent
+        self.dp_releases = int(saved.get("releases", 0))
+        self.dp_sampled = {str(k): int(v) for k, v in saved.get("sampled", {}).items()}
+        if self.central_dp is not None:
+            self.central_dp.load_state(saved.get("central", {}))
         self.resumed_round = ckpt.round
 
     # ---------------------------------------------------------- Flower hooks
@@ -321,6 +336,11 @@ class FedTextStrategy(FedAvg):
             arrays, extra = self.download(server_round, proxy, "fit")
             instructions.append((Tracked(proxy), FitIns(comm.encode(arrays), {**self.fit_config(server_round), **extra})))
         self.rounds.fit_sent(instructions)
+        self.sampled_this_round = len(instructions)
+        if self.cfg.dp != "none":  # local DP's ε counts the rounds a client was asked to release an update
+            for proxy, _ in instructions:
+                pid = self.sampler.info_if_known(proxy.cid)
+                self.dp_sampled[pid] = self.dp_sampled.get(pid, 0) + 1
         return instructions
 
     def aggregate_fit(
@@ -336,14 +356,59 @@ class FedTextStrategy(FedAvg):
         self.rounds.fit_results(results, uploads, self.is_upload, self.simulated_seconds)
         if not uploads:
             log.warning("round %d: no valid client result; global model unchanged", server_round)
+            self.note_privacy(None)  # nothing released centrally; local DP's clients still sent theirs
             return None, {}
         self.validator.valid_rounds += 1
         arrays, metrics = self.aggregate(server_round, uploads)
         self.record.method_metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        self.validator.valid_rounds += 1
+        release = None
+        if self.central_dp is not None:  # the method sees one upload: the noised mean of the clipped updates
+            uploads, release = self.private_mean(server_round, uploads)
+        arrays, metrics = self.aggregate(server_round, uploads)
+        self.record.method_metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
+        self.note_privacy(release)
         if arrays is None:
             return None, metrics
         self.global_arrays = [np.asarray(a) for a in arrays]
         return comm.encode(self.global_arrays), metrics
+
+    # ------------------------------------------------------------- privacy
+    def private_mean(self, server_round: int, uploads: list[Upload]) -> tuple[list[Upload], privacy.Release]:
+        """``dp=central``: the round's valid uploads replaced by one, ``x_t + Δ̃`` (FedKSeed: ``Δ̃``),
+        Δ̃ the noised mean of their clipped updates over the m clients sampled
+        (:meth:`fedtext.privacy.CentralDP.release`), weight 1, so that the method's own
+        aggregation of it is post-processing."""
+        sent = self.global_arrays
+        updates = [self.model.update(sent, u.array_list()) for u in uploads]
+        release = self.central_dp.release(updates, max(self.sampled_this_round, len(uploads)), server_round)
+        names = list(uploads[0].arrays)
+        arrays = self.model.apply_update(sent, release.update)
+        self.dp_releases += 1
+        merged = Upload(uploads[0].proxy, "dp-mean", 1, dict(zip(names, arrays, strict=True)), {})
+        return [merged], release
+
+    def privacy_state(self) -> dict[str, Any]:
+        """The accountant's counts and adaptive clipping's C, for the checkpoint."""
+        return {"releases": self.dp_releases, "sampled": dict(self.dp_sampled),
+                "central": self.central_dp.state() if self.central_dp is not None else {}}
+
+    def note_privacy(self, release: privacy.Release | None) -> None:
+        """The round record's ``privacy``: ε at ``dp-delta`` spent so far (:func:`fedtext.privacy.spent`)
+        and, central, this round's C, noise std and clipped count; nothing when ``dp=none``."""
+        if self.cfg.dp == "none":
+            return
+        participants = len(self.sampler.partitions()) or self.sampled_this_round
+        rounds = self.dp_releases if self.cfg.dp == "central" else max(self.dp_sampled.values(), default=0)
+        eps = privacy.spent(self.cfg, rounds, participants, rounds)
+        eps = eps if np.isfinite(eps) else None  # dp-noise=0: no bound (JSON has no infinity)
+        entry: dict[str, Any] = {"mode": self.cfg.dp, "epsilon": eps, "delta": self.cfg.dp_delta,
+                                 "noise_multiplier": self.cfg.dp_noise}
+        if self.cfg.dp == "central":
+            entry["sampling_rate"] = privacy.sampling_rate(self.cfg, participants)
+        if release is not None:
+            entry.update(clip=release.clip, noise_std=release.noise_std, clipped=release.clipped)
+        self.record.privacy = entry
 
     def evaluate(self, server_round: int, parameters: Parameters) -> tuple[float, dict[str, Scalar]] | None:
         """Server-side evaluation of the global model on eval rounds (and round 0)."""

@@ -668,8 +668,19 @@ def progress_line(r: dict[str, Any], total: int, random_weights: bool = False) -
         )
     kb = f" | up {r.get('bytes_up', 0) / 1024:.1f} KB down {r.get('bytes_down', 0) / 1024:.1f} KB"
     drop = f" | dropped {len(r['dropped'])}" if r.get("dropped") else ""
+    drop += privacy_text(r.get("privacy"))
     took = f"round {r['round_time_s']:.1f} s, " if isinstance(r.get("round_time_s"), (int, float)) else ""
     return f"fedtext round {r['round']}/{total} | {acc}{loss}{cli}{kb}{drop} | {took}total {r.get('wall_time_s', 0):.1f} s"
+
+
+def privacy_text(entry: Any) -> str:
+    """`` | ε 1.23 (δ 1e-05, central)`` of a round's ``privacy`` entry (``ε ∞`` when no noise was
+    added: no bound), or ``""`` (no DP, or an entry that is not one)."""
+    if not isinstance(entry, dict) or "delta" not in entry:
+        return ""
+    eps = entry.get("epsilon")
+    shown = "∞" if eps is None else f"{eps:.2f}" if isinstance(eps, (int, float)) else "?"
+    return f" | ε {shown} (δ {entry['delta']:g}, {entry.get('mode', '?')})"
 
 
 def _mean(xs: list[float]) -> float | None:

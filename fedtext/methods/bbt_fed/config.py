@@ -24,6 +24,8 @@ class BBTFedConfig(SubspaceConfig):
     strategy: ClassVar[str] = "strategies.bbt_fed:BBTFed"
     client: ClassVar[str] = "clients.bbt_fed:BBTFedClient"
     server_aggregation: ClassVar[str] = MEAN  # average=z: the base strategy's example-weighted mean of z
+    # average=z only (effective_privacy): the server then only averages z (docs/privacy.md)
+    privacy: ClassVar[frozenset[str]] = frozenset({"dp-central", "dp-local", "secagg"})
     summary: ClassVar[str] = "CMA-ES on a 100-d prompt subspace, no gradients"
     page: ClassVar[str] = "baselines"
     results: ClassVar[str] = "feddpg_table1_ag_news"
@@ -57,3 +59,11 @@ class BBTFedConfig(SubspaceConfig):
         if self.bound > 0:
             return f"a mean of z kept in the box |z_i| <= {self.key('bound')} (an optimizer step could leave it)"
         return self.server_aggregation
+
+    def effective_privacy(self) -> tuple[frozenset[str], str]:
+        """DP and SecAgg+ only where the server's step is a plain mean of z (``average=z``, no box:
+        noise could leave the box the spec bounds z to, and an upload outside it is dropped)."""
+        step = self.effective_server_aggregation()
+        if step != MEAN:
+            return frozenset(), f"bbt-fed's server step is {step}"
+        return self.privacy, self.privacy_reason

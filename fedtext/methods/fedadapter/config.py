@@ -41,6 +41,8 @@ class FedAdapterConfig(MethodConfig):
         "adds `4(CD+C) + 256` B, as `fedlora`'s")
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "bottleneck": 4}
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the adapter weights: server-optimizer composes
+    # DP (central, local) and SecAgg+: its server only averages the uploads (docs/privacy.md)
+    privacy: ClassVar[frozenset[str]] = frozenset({"dp-central", "dp-local", "secagg"})
     local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies
     # Houlsby et al. train a classifier on top (linear); the frozen-PLM heads work too
     default_head: ClassVar[str] = "linear"

@@ -21,6 +21,8 @@ class FedAvgConfig(MethodConfig):
     strategy: ClassVar[str] = "strategies.fedavg:FedAvgStrategy"
     client: ClassVar[str] = "clients.fedavg:FedAvgClient"
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean: server-optimizer composes
+    # DP (central, local) and SecAgg+: its server only averages the uploads (docs/privacy.md)
+    privacy: ClassVar[frozenset[str]] = frozenset({"dp-central", "dp-local", "secagg"})
     local_training: ClassVar[str] = GRADIENT  # AdamW through gradient_steps: proximal-mu applies
     summary: ClassVar[str] = "fine-tune the whole model"
     page: ClassVar[str] = "baselines"

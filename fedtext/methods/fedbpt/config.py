@@ -28,6 +28,8 @@ class FedBPTConfig(SubspaceConfig):
     strategy: ClassVar[str] = "strategies.fedbpt:FedBPT"
     client: ClassVar[str] = "clients.fedbpt:FedBPTClient"
     server_aggregation: ClassVar[str] = "a CMA-ES update"  # Algorithm 2: the global search distribution, not a mean
+    privacy_reason: ClassVar[str] = ("fedbpt's server CMA-ES ranks each client's z by its loss and reads each client's "
+                                     "search distribution (Algorithm 2)")
     summary: ClassVar[str] = "bbt-fed + server CMA-ES step with corrected σ′"
     page: ClassVar[str] = "fedbpt"
     results: ClassVar[str] = "feddpg_table1_ag_news"

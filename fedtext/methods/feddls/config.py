@@ -23,6 +23,8 @@ class FedDLSConfig(MethodConfig):
     strategy: ClassVar[str] = "strategies.feddls:FedDLS"
     client: ClassVar[str] = "clients.feddls:FedDLSClient"
     server_aggregation: ClassVar[str] = "a mean of discrete-token prompts sent as compressed updates"  # eqs. 5, 8-11
+    privacy_reason: ClassVar[str] = ("feddls uploads discrete token ids that its server votes on per position; noise or a "
+                                     "masked sum of token ids is no prompt (a histogram-sum departure is not built)")
     local_training: ClassVar[str] = "a discrete token search (no gradients)"
     summary: ClassVar[str] = "discrete token search; 16-bit ids up, LASSO down"
     page: ClassVar[str] = "feddls"

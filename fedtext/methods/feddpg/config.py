@@ -53,6 +53,11 @@ class FedDPGConfig(MethodConfig):
     # eq. (1)'s uniform mean of G (the unlearning round's replacement G <- G_c^u bypasses the server
     # optimizer: strategies.feddpg); AdamW on G through gradient_steps (unlearning: its own ascent)
     server_aggregation: ClassVar[str] = MEAN
+    # DP (central, local): eq. (1) averages the uploads uniformly. Not SecAgg+: it weights each upload by its
+    # example count, where FedDPG weighs every client the same (docs/privacy.md)
+    privacy: ClassVar[frozenset[str]] = frozenset({"dp-central", "dp-local"})
+    privacy_reason: ClassVar[str] = ("feddpg averages its clients' G uniformly (eq. (1)); SecAgg+ sums uploads weighted "
+                                     "by their example counts")
     local_training: ClassVar[str] = GRADIENT
     summary: ClassVar[str] = "MLP prompt generator (back-prop); unlearning"
     page: ClassVar[str] = "feddpg"
@@ -112,6 +117,14 @@ class FedDPGConfig(MethodConfig):
     #: weight by about the learning rate per step) or `sgd` (plain gradient steps, G moves in proportion to eq. (5)'s
     #: gradient; its gradients are large, use rates of 0.03-0.3)
     unlearn_optimizer: str = "adamw"  # FedDPGu: adamw (the authors' code) | sgd (plain gradient steps of eq. (5))
+
+    def effective_privacy(self) -> tuple[frozenset[str], str]:
+        """None in a run that unlearns: §3.3.1 replaces G by one client's unlearned G, which DP's
+        clipping and noise would no longer be."""
+        if self.unlearn_round:
+            return frozenset(), (f"feddpg's unlearning round ({self.key('unlearn_round')}={self.unlearn_round}) "
+                                 "replaces G by one client's upload (§3.3.1)")
+        return self.privacy, self.privacy_reason
 
     def __post_init__(self) -> None:
         check_range(self.key("hidden"), self.hidden, 1)

@@ -38,6 +38,9 @@ class DistillConfig(FedAvgConfig):
     name: ClassVar[str] = "distill"
     # not fedavg's MEAN: the mean is the student's start, then the server distils into it
     server_aggregation: ClassVar[str] = "a distillation of the clients' models into the mean (not the mean itself)"
+    privacy: ClassVar[frozenset[str]] = frozenset()  # not fedprompt's, whose mean it starts from
+    privacy_reason: ClassVar[str] = ("its server distils from each client's model on its own (each one's logits on the "
+                                     "server's texts), not from their sum")
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity")  # pooled heads: pseudo inputs have no [MASK]
     # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()

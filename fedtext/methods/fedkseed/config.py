@@ -50,6 +50,12 @@ class FedKSeedConfig(MethodConfig):
     # the server adds the weighted mean of per-seed scalar sums to A (not a mean of the model's weights;
     # a server optimizer on A is not FedKSeed), and the clients take zeroth-order steps (no gradients)
     server_aggregation: ClassVar[str] = "an accumulation of per-seed scalar gradients replayed from w_0"
+    # Central DP and SecAgg+ on G, the per-seed gradient sums the server adds to A (Algorithm 1: a sum).
+    # Not local DP: the server bounds each |G[k]| and drops an upload out of scale with the round's, and a
+    # client's own noise would fail those checks (docs/privacy.md)
+    privacy: ClassVar[frozenset[str]] = frozenset({"dp-central", "secagg"})
+    privacy_reason: ClassVar[str] = ("fedkseed's server drops an upload whose |G[k]| exceeds local-steps x grad-bound or "
+                                     "the round's scale, checks a client's own noise would fail")
     local_training: ClassVar[str] = "zeroth-order steps along shared seeds (no gradients)"
     # similarity: nothing randomly initialised, so every weight starts pretrained; linear: a
     # seeded head that the zeroth-order steps perturb with the encoder

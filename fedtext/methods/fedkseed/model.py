@@ -175,6 +175,15 @@ class FedKSeedModel(NetworkModel):
     ``w_0 - lr sum_k A[k] z_k`` over every trainable weight (``trainable() == "all"``: the
     encoder, and the ``linear`` head when the run has one)."""
 
+    def update(self, sent: Sequence[np.ndarray], upload: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """FedKSeed's upload is already the client's contribution: its per-seed gradient sums G,
+        which the server adds to A (Algorithm 1); differential privacy bounds and noises G itself."""
+        return [np.asarray(u, dtype=np.float64) for u in upload]
+
+    def apply_update(self, sent: Sequence[np.ndarray], update: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """The upload carrying ``update``: G itself, float32 (inverse of :meth:`update`)."""
+        return [np.asarray(d, dtype=np.float32) for d in update]
+
     def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
         super().__init__(cfg, backbone)
         self.k = self.mcfg.seeds

@@ -46,6 +46,8 @@ class FedLoRAConfig(MethodConfig):
         "`4(CD+C) + 256` B")
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4, "rank": 2}
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the LoRA factors: server-optimizer composes
+    # DP (central, local) and SecAgg+: its server only averages the uploads (docs/privacy.md)
+    privacy: ClassVar[frozenset[str]] = frozenset({"dp-central", "dp-local", "secagg"})
     local_training: ClassVar[str] = GRADIENT  # fedavg's AdamW loop through gradient_steps: proximal-mu applies
     # LoRA's GLUE runs train a classifier on top (linear); the frozen-PLM heads work too
     default_head: ClassVar[str] = "linear"

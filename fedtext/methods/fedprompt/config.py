@@ -21,6 +21,8 @@ class FedPromptConfig(MethodConfig):
     strategy: ClassVar[str] = "strategies.fedprompt:FedPrompt"
     client: ClassVar[str] = "clients.fedprompt:FedPromptClient"
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the prompt
+    # DP (central, local) and SecAgg+: its server only averages the uploads (docs/privacy.md)
+    privacy: ClassVar[frozenset[str]] = frozenset({"dp-central", "dp-local", "secagg"})
     local_training: ClassVar[str] = GRADIENT  # Adam through gradient_steps
     summary: ClassVar[str] = "soft prompt, back-prop through the frozen PLM"
     page: ClassVar[str] = "baselines"

@@ -21,6 +21,8 @@ class FedPTuningV2Config(MethodConfig):
     strategy: ClassVar[str] = "strategies.fedptuning_v2:FedPTuningV2"
     client: ClassVar[str] = "clients.fedptuning_v2:FedPTuningV2Client"
     server_aggregation: ClassVar[str] = MEAN  # the base strategy's example-weighted mean of the prefixes
+    # DP (central, local) and SecAgg+: its server only averages the uploads (docs/privacy.md)
+    privacy: ClassVar[frozenset[str]] = frozenset({"dp-central", "dp-local", "secagg"})
     local_training: ClassVar[str] = GRADIENT  # Adam through gradient_steps
     summary: ClassVar[str] = "prefix keys/values at every layer (back-prop)"
     page: ClassVar[str] = "feddpg"

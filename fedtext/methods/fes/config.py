@@ -64,6 +64,8 @@ class FewShotConfig(MethodConfig):
     # AUG-E reads the accuracy FedAvg gives): issue 46 keeps the four as their paper ran them
     server_aggregation: ClassVar[str] = ("FeS's few-shot server (FedAvg within its train/label groups and pacing, "
                                          "as the paper ran it)")
+    privacy_reason: ClassVar[str] = ("FeS's server reads each client's pseudo-label counts and splits its clients into "
+                                     "training and labelling groups")
     local_training: ClassVar[str] = GRADIENT
     page: ClassVar[str] = "fes"  # FeS and its baselines: one page, one harness
     results: ClassVar[str] = "fes_ag_news"

@@ -1,0 +1,211 @@
+"""Client-level differential privacy (``dp=central|local``) and its accountant.
+
+What is protected is a *client*: its whole contribution to a round, the update
+``Δ_k = x_k − x_t`` (its upload minus the global arrays it was sent; :meth:`fedtext.model.Model.update`,
+FedKSeed: its per-seed gradient sums ``G_k`` themselves). Adding or removing one client changes
+what the server releases by at most the clipping norm C.
+
+**Central** (DP-FedAvg, McMahan et al. 2018, Algorithm 1 with the fixed-denominator estimator
+``f̃_f``; Flower's ``DifferentialPrivacyServerSideFixedClipping``). The server clips each valid
+update in L2 (Flower's ``clip_inputs_inplace``: ``Δ · min(1, C / ‖Δ‖)``, all arrays as one vector),
+then releases
+
+    Δ̃ = (1/m) Σ_k clip_C(Δ_k) + N(0, (z C / m)² I)           (Flower's ``compute_stdv``)
+
+with m the clients *sampled* this round (not those whose upload arrived: a dropped client adds
+0, so the sensitivity stays C/m) and z = ``dp-noise``. Every client weighs the same: an
+example-weighted mean would let one client's claim move the sensitivity. The method's server
+then takes ``x_t + Δ̃`` as the round's only upload (FedKSeed: ``Δ̃`` itself), so a server
+optimizer's step on it is post-processing.
+
+**Adaptive clipping** (Andrew et al. 2021, Algorithm 1; ``dp-clipping=adaptive``): with
+``b_k = 1[‖Δ_k‖ ≤ C]`` (the update was *not* clipped), the server noises the count,
+``b̄ = (Σ_k b_k + N(0, σ_b²)) / m``, and moves C geometrically toward the γ-quantile of the norms,
+``C ← C · exp(−η_C (b̄ − γ))``; the update noise is ``z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2)`` so that the
+two releases together cost what one Gaussian of multiplier z does (their Theorem 1; Flower's
+``compute_adaptive_noise_params``, whose default σ_b = m / 20 fedtext keeps). Departure from
+Flower 1.42: its ``DifferentialPrivacyServerSideAdaptiveClipping`` counts the *clipped* updates
+(``norm_bit = scaling_factor < 1``) into the same ``exp(−η(b̄ − γ))`` step, so C shrinks when most
+updates are clipped (tests/unit/test_privacy.py measures both); fedtext follows the paper.
+
+**Local** (each client its own Gaussian mechanism): the client clips its update to C and adds
+``N(0, (z C)² I)`` before uploading (:func:`local_update`); the server averages as it would without
+DP (anything after the release is post-processing).
+
+**Accountant** (:func:`epsilon`): Rényi DP of the sampled Gaussian mechanism (Mironov, Talwar
+and Zhang 2019), composed over the rounds and converted to (ε, δ) by Google's packaged
+``dp_accounting.rdp.RdpAccountant`` (its default orders and conversion). Central: sampling rate
+q = m / participants per round, accounted as Poisson sampling, the practice of DP-FedAvg papers
+(fedtext samples exactly m without replacement; the exact accounting of that, replace-one
+adjacency, is not what the papers report). Local: the server knows who it sampled, so no
+amplification: q = 1, composed over the most rounds any one client has trained in.
+
+Why not Flower's DP strategy wrappers themselves: they replace ``aggregate_fit``'s inputs before
+the wrapped strategy sees them, so a client's update would be clipped before fedtext's validation
+had dropped a malformed one; their noise is drawn from NumPy's global generator (no seed: a run
+could not be repeated); and the wrapped FedAvg weights uploads by example counts, which makes
+the sensitivity C/m untrue. fedtext uses Flower's arithmetic (``clip_inputs_inplace``,
+``compute_stdv``, ``compute_adaptive_noise_params``) inside its own hook, with seeded noise.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from flwr.supercore.differential_privacy import (
+    clip_inputs_inplace,
+    compute_adaptive_noise_params,
+    compute_stdv,
+    get_norm,
+)
+
+from fedtext.config import ConfigError, RunConfig
+
+# SeedSequence streams of the noise, one per use, so that no two draws share a stream
+CENTRAL_STREAM = 0x44501  # the server's noise on the mean update
+COUNT_STREAM = 0x44502  # adaptive clipping: the server's noise on the unclipped count
+LOCAL_STREAM = 0x44503  # a client's noise on its own update
+
+
+def noise_rng(cfg: RunConfig, stream: int, server_round: int, partition_id: int = -1) -> np.random.Generator:
+    """The generator of one noise draw: seeded by the run seed, the stream, the round and (local DP)
+    the client's partition, so that a run (and a resumed run's later rounds) repeats exactly."""
+    return np.random.default_rng(np.random.SeedSequence([cfg.seed, stream, server_round, partition_id + 1]))
+
+
+def gaussian(arrays: Sequence[np.ndarray], std: float, rng: np.random.Generator) -> list[np.ndarray]:
+    """``arrays`` plus N(0, std²) noise on every element, in each array's dtype."""
+    return [np.asarray(a + rng.normal(0.0, std, np.shape(a))).astype(np.asarray(a).dtype) for a in arrays]
+
+
+def clip(update: Sequence[np.ndarray], bound: float) -> tuple[list[np.ndarray], bool]:
+    """``update`` scaled to L2 norm at most ``bound`` (all arrays as one vector: Flower's FlatClip,
+    ``clip_inputs_inplace``), and whether it was under the bound (Andrew et al.'s b_k)."""
+    out = [np.array(a, dtype=np.float64) for a in update]
+    unclipped = get_norm(out) <= bound
+    if not unclipped:
+        clip_inputs_inplace(out, bound)
+    return out, bool(unclipped)
+
+
+@dataclass
+class Release:
+    """What the server released for a round under central DP, and the figures the record keeps."""
+
+    update: list[np.ndarray]  # Δ̃: the noised mean of the clipped updates
+    clip: float  # C used this round
+    noise_std: float  # std of the noise on each element of Δ̃
+    clipped: int  # updates whose norm exceeded C
+    next_clip: float  # C of the next round (adaptive clipping; fixed: C)
+
+
+class CentralDP:
+    """The server's side of ``dp=central``: clip, average over the m sampled, noise
+    (:func:`release`), and adaptive clipping's C (its state: :meth:`state`)."""
+
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+        self.clip = float(cfg.dp_clip)  # adaptive clipping moves it every round
+
+    def state(self) -> dict[str, float]:
+        """What a checkpoint keeps: the current clipping norm."""
+        return {"clip": self.clip}
+
+    def load_state(self, state: dict[str, float]) -> None:
+        """Continue from a checkpoint's :meth:`state` (an older checkpoint has none: ``dp-clip``)."""
+        self.clip = float(state.get("clip", self.cfg.dp_clip))
+
+    def noise_params(self, m: int) -> tuple[float, float]:
+        """(z_Δ, σ_b): the update's noise multiplier and the count's noise std. Fixed clipping:
+        (z, 0). Adaptive: Flower's ``compute_adaptive_noise_params`` (σ_b = ``dp-count-noise``, or
+        m / 20 when 0), which raises when z ≥ 2σ_b (no z_Δ gives the budget)."""
+        if self.cfg.dp_clipping != "adaptive":
+            return float(self.cfg.dp_noise), 0.0
+        try:
+            sigma_b, z_delta = compute_adaptive_noise_params(self.cfg.dp_noise, m, self.cfg.dp_count_noise or None)
+        except ValueError:  # clients-per-round=0 (every client): m known only now
+            raise ConfigError(f"dp-noise={self.cfg.dp_noise} under adaptive clipping needs dp-count-noise > "
+                              f"{self.cfg.dp_noise / 2:g} with {m} clients a round (sigma_b = m / 20 = "
+                              f"{m / 20:g} is too small)") from None
+        return float(z_delta), float(sigma_b)
+
+    def release(self, updates: Sequence[Sequence[np.ndarray]], m: int, server_round: int) -> Release:
+        """Δ̃ = (1/m) Σ clip_C(Δ_k) + N(0, (z_Δ C / m)²) and, adaptive, the next C.
+
+        Parameters
+        ----------
+        updates
+            The valid uploads' updates Δ_k (arrays each).
+        m
+            The clients sampled this round (≥ ``len(updates)``).
+        server_round
+            Seeds the noise (:func:`noise_rng`).
+        """
+        if m < len(updates) or m < 1:
+            raise ValueError(f"m={m} sampled clients, but {len(updates)} updates")
+        z_delta, sigma_b = self.noise_params(m)
+        bound = self.clip
+        clipped = [clip(u, bound) for u in updates]
+        total = [np.sum([c[0][i] for c in clipped], axis=0) for i in range(len(updates[0]))]
+        std = compute_stdv(z_delta, bound, m)
+        mean = gaussian([t / m for t in total], std, noise_rng(self.cfg, CENTRAL_STREAM, server_round))
+        unclipped = sum(c[1] for c in clipped)
+        next_clip = bound
+        if self.cfg.dp_clipping == "adaptive":
+            count = unclipped + noise_rng(self.cfg, COUNT_STREAM, server_round).normal(0.0, sigma_b)
+            next_clip = bound * math.exp(-self.cfg.dp_clip_lr * (count / m - self.cfg.dp_target_quantile))
+        self.clip = next_clip
+        return Release(mean, bound, std, len(updates) - unclipped, next_clip)
+
+
+def local_update(cfg: RunConfig, update: Sequence[np.ndarray], server_round: int, partition_id: int) -> list[np.ndarray]:
+    """``dp=local``: the client's own Gaussian mechanism, clip_C(Δ) + N(0, (z C)² I)."""
+    clipped, _ = clip(update, cfg.dp_clip)
+    return gaussian(clipped, cfg.dp_noise * cfg.dp_clip, noise_rng(cfg, LOCAL_STREAM, server_round, partition_id))
+
+
+def epsilon(q: float, z: float, steps: int, delta: float) -> float:
+    """ε at ``delta`` after ``steps`` compositions of the Gaussian mechanism of noise multiplier
+    ``z`` applied to a Poisson sample of rate ``q`` (``q = 1``: no sampling), by
+    ``dp_accounting``'s RDP accountant. 0 steps: 0; z = 0: ∞ (no noise, no guarantee).
+
+    Examples
+    --------
+    Abadi et al. (2016) §3.1: q = 0.01, σ = 4, δ = 10⁻⁵, 10,000 steps: ε ≈ 1.26 with the
+    moments accountant; this RDP accountant's tighter conversion gives about 1.04.
+    """
+    if steps <= 0:
+        return 0.0
+    if z <= 0:
+        return math.inf
+    import dp_accounting  # scipy and mpmath: only where ε is computed
+
+    # absl warns per fractional order whose series does not converge at a large q / small z; the
+    # accountant leaves that order out (a valid bound from the rest), so the warning is not the user's
+    logging.getLogger("absl").setLevel(logging.ERROR)
+
+    event = dp_accounting.GaussianDpEvent(z)
+    if q < 1:
+        event = dp_accounting.PoissonSampledDpEvent(q, event)
+    accountant = dp_accounting.rdp.RdpAccountant()
+    accountant.compose(event, int(steps))
+    return float(accountant.get_epsilon(delta))
+
+
+def sampling_rate(cfg: RunConfig, participants: int) -> float:
+    """q of central DP: the clients sampled per round over the participants (``clients-per-round=0``: all)."""
+    if participants <= 0:
+        return 1.0
+    return min(1.0, (cfg.clients_per_round or participants) / participants)
+
+
+def spent(cfg: RunConfig, rounds: int, participants: int, most_rounds_of_a_client: int) -> float:
+    """ε at ``dp-delta`` after ``rounds`` rounds: central, Poisson rate :func:`sampling_rate` over
+    every round; local, no amplification, over the most rounds one client trained in."""
+    if cfg.dp == "central":
+        return epsilon(sampling_rate(cfg, participants), cfg.dp_noise, rounds, cfg.dp_delta)
+    return epsilon(1.0, cfg.dp_noise, most_rounds_of_a_client, cfg.dp_delta)
