@@ -176,6 +176,20 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.methods.fedkseed.model.x_upload_scale",
         "fedtext.methods.fedkseed.model.x_round_outliers",
     ),
+    "privacy": (  # issue 59: DP-FedAvg's clip, mean over m and noise, adaptive clipping, the accountant's
+        # inputs, local DP, and the strategy's release (Flower's clip/stdv arithmetic is called, not mutated)
+        "fedtext.privacy.x_clip",
+        "fedtext.privacy.x_gaussian",
+        "fedtext.privacy.xǁCentralDPǁnoise_params",
+        "fedtext.privacy.xǁCentralDPǁrelease",
+        "fedtext.privacy.x_local_update",
+        "fedtext.privacy.x_rdp_accountant",
+        "fedtext.privacy.x_epsilon",
+        "fedtext.privacy.x_sampling_rate",
+        "fedtext.privacy.x_spent",
+        "fedtext.strategy.xǁFedTextStrategyǁprivate_mean",
+        "fedtext.strategy.xǁFedTextStrategyǁnote_privacy",
+    ),
     "shared": (  # the weighted means and the byte accounting every method's figures rest on; BBT's prompt
         "fedtext.robust.x_weighted_mean",
         "fedtext.prompts.x_projection",

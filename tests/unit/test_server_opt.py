@@ -355,7 +355,7 @@ def test_a_resumed_run_continues_with_the_same_moments(name, tmp_path, backbone,
         _round(run, t)
     run.save_checkpoint(2)
     ckpt = checkpoint.load(run.recorder.dir, limits=type(run).checkpoint_limits(run.cfg, run.model))
-    assert set(ckpt.state) == {"server_optimizer"}
+    assert set(ckpt.state) == {"server_optimizer", "privacy"}
     resumed = _bbt(tmp_path / "b", backbone, **fields)
     resumed.restore(ckpt)
     amnesiac = _bbt(tmp_path / "c", backbone, **fields)

@@ -1,0 +1,301 @@
+"""Issue 59: client-level differential privacy (``dp=central|local``, fedtext/privacy.py).
+
+Hand-computed values on mock uploads: the noise's standard deviation against clip × multiplier
+(/ m, central), clipping before averaging, the fixed denominator m (the clients sampled), the
+uniform weights, adaptive clipping's step (Andrew et al. 2021) against Flower's opposite one,
+the accountant against published values, and what each method may take.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from fedtext import checkpoint, privacy
+from fedtext.config import ConfigError
+from fedtext.registry import METHODS, make_config
+from fedtext.validation import Upload
+
+
+def _strategy(backbone, **fields):
+    """fedprompt's server (prompt 2 x 32 on the demo task) at the start of round 1, with m = 3 sampled."""
+    from fedtext.tasks import TASKS
+    from strategies.fedprompt import FedPrompt
+
+    cfg = make_config("fedprompt", prompt_length=2, max_length=32, **fields)
+    strat = FedPrompt(cfg, TASKS["demo"])
+    strat.global_arrays = [np.zeros_like(a) for a in strat.initial_arrays()]
+    strat.rounds.begin(1)
+    strat.sampled_this_round = 3
+    return strat
+
+
+def _upload(pid: int, n: int, update: np.ndarray) -> Upload:
+    return Upload(None, str(pid), n, {"prompt": update.astype(np.float32)}, {})
+
+
+def _unit(shape: tuple[int, ...], index: int, norm: float) -> np.ndarray:
+    x = np.zeros(int(np.prod(shape)))
+    x[index] = norm
+    return x.reshape(shape)
+
+
+# ---------------------------------------------------------------- central DP by hand
+def test_clipping_comes_before_the_mean_and_the_denominator_is_the_clients_sampled(backbone) -> None:
+    """Updates of norm 10 (along e0) and 0.5 (along e1), C = 1, no noise, m = 3 sampled (one
+    sent nothing): (clip(Δ_a) + clip(Δ_b)) / 3 = (e0 + 0.5 e1) / 3. Clipping the mean instead
+    gives (5 e0 + 0.25 e1) / |...| ; dividing by the 2 that arrived gives (e0 + 0.5 e1) / 2."""
+    strat = _strategy(backbone, dp="central", dp_clip=1.0, dp_noise=0.0)
+    shape = strat.global_arrays[0].shape
+    uploads = [_upload(0, 4, _unit(shape, 0, 10.0)), _upload(1, 4, _unit(shape, 1, 0.5))]
+    (merged,), release = strat.private_mean(1, uploads)
+    got = merged.arrays["prompt"].ravel()
+    assert got[0] == pytest.approx(1 / 3) and got[1] == pytest.approx(0.5 / 3)
+    assert np.count_nonzero(got) == 2 and merged.num_examples == 1
+    assert release.clipped == 1 and release.clip == 1.0 and release.noise_std == 0.0
+
+
+def test_every_client_weighs_the_same_whatever_it_claims(backbone) -> None:
+    """Example counts 1 and 1,000: still (Δ_a + Δ_b) / m (an example-weighted mean would let one
+    client's claim change the sensitivity C/m)."""
+    strat = _strategy(backbone, dp="central", dp_clip=10.0, dp_noise=0.0)
+    strat.sampled_this_round = 2
+    shape = strat.global_arrays[0].shape
+    (merged,), _ = strat.private_mean(1, [_upload(0, 1, _unit(shape, 0, 1.0)), _upload(1, 1000, _unit(shape, 0, 3.0))])
+    assert merged.arrays["prompt"].ravel()[0] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("z, clip, m", [(1.0, 0.5, 4), (2.0, 0.1, 1), (0.7, 3.0, 10)])
+def test_the_central_noise_std_is_z_times_clip_over_m(z: float, clip: float, m: int) -> None:
+    """DP-FedAvg's σ = z C / m (Flower's compute_stdv), measured on 200,000 coordinates of a zero
+    update: within 1 % (the standard error of a std over n draws is σ/√(2n) ≈ 0.16 %)."""
+    cfg = make_config("fedprompt", dp="central", dp_clip=clip, dp_noise=z)
+    release = privacy.CentralDP(cfg).release([[np.zeros(200_000)]], m, server_round=1)
+    assert release.noise_std == pytest.approx(z * clip / m)
+    assert float(np.std(release.update[0])) == pytest.approx(z * clip / m, rel=0.01)
+    assert abs(float(np.mean(release.update[0]))) < 4 * z * clip / m / math.sqrt(200_000)
+
+
+def test_the_local_noise_std_is_z_times_clip_and_the_update_is_clipped_first() -> None:
+    """dp=local: clip_C(Δ) + N(0, (z C)²): a zero update gives noise of std z C; z = 0 gives the
+    clipped update exactly (norm 30 -> C = 2)."""
+    cfg = make_config("fedprompt", dp="local", dp_clip=2.0, dp_noise=0.5)
+    noise = privacy.local_update(cfg, [np.zeros(200_000)], server_round=1, partition_id=3)[0]
+    assert float(np.std(noise)) == pytest.approx(1.0, rel=0.01)
+    quiet = make_config("fedprompt", dp="local", dp_clip=2.0, dp_noise=0.0)
+    clipped = privacy.local_update(quiet, [np.array([30.0, 0.0]), np.array([0.0])], server_round=1, partition_id=3)
+    assert np.allclose(clipped[0], [2.0, 0.0]) and np.allclose(clipped[1], [0.0])
+
+
+def test_the_noise_is_seeded_by_run_round_and_client() -> None:
+    """The same (seed, round, client) draws the same noise (a run repeats, a resumed round too);
+    another round, client or seed draws other noise."""
+    cfg = make_config("fedprompt", dp="local", dp_noise=1.0)
+    draw = lambda c, r, p: privacy.local_update(c, [np.zeros(8)], r, p)[0]  # noqa: E731
+    assert np.array_equal(draw(cfg, 2, 1), draw(cfg, 2, 1))
+    other = make_config("fedprompt", dp="local", dp_noise=1.0, seed=1)
+    assert not np.array_equal(draw(cfg, 2, 1), draw(cfg, 3, 1))
+    assert not np.array_equal(draw(cfg, 2, 1), draw(cfg, 2, 0))
+    assert not np.array_equal(draw(cfg, 2, 1), draw(other, 2, 1))
+
+
+def test_fedkseed_bounds_its_gradient_sums_themselves(backbone) -> None:
+    """FedKSeed's update is G (what the server adds to A), not G − A."""
+    from fedtext.methods.fedkseed.model import FedKSeedModel
+
+    cfg = make_config("fedkseed", dp="central")
+    model = FedKSeedModel.__new__(FedKSeedModel)
+    a, g = [np.full(4, 5.0, np.float32)], [np.array([3.0, 0, 0, 4.0], np.float32)]
+    assert np.array_equal(model.update(a, g)[0], g[0])
+    assert model.apply_update(a, [np.ones(4)])[0].dtype == np.float32
+    assert cfg.dp == "central"
+
+
+# ---------------------------------------------------------------- adaptive clipping
+def test_adaptive_clipping_moves_c_toward_the_quantile_as_andrew_et_al() -> None:
+    """Norms 0.5, 2, 3 at C = 1: one of 3 unclipped, b̄ = 1/3 < γ = 0.5, so C grows:
+    C' = exp(−0.2 (1/3 − 0.5)) = 1.03390 (σ_b = 0 with z = 0: the count is exact)."""
+    cfg = make_config("fedprompt", dp="central", dp_clipping="adaptive", dp_clip=1.0, dp_noise=0.0)
+    dp = privacy.CentralDP(cfg)
+    release = dp.release([[np.array([0.5])], [np.array([2.0])], [np.array([-3.0])]], 3, server_round=1)
+    assert release.clip == 1.0 and release.clipped == 2
+    assert dp.clip == pytest.approx(math.exp(-0.2 * (1 / 3 - 0.5))) == pytest.approx(1.033895, abs=1e-6)
+    assert dp.state() == {"clip": dp.clip}
+    # all under C: b̄ = 1 > γ, C shrinks by exp(−0.2 · 0.5)
+    dp2 = privacy.CentralDP(cfg)
+    dp2.release([[np.array([0.1])], [np.array([0.2])]], 2, server_round=1)
+    assert dp2.clip == pytest.approx(math.exp(-0.1))
+
+
+def test_flowers_adaptive_wrapper_steps_the_other_way() -> None:
+    """Measured on Flower 1.42's DifferentialPrivacyServerSideAdaptiveClipping (the departure
+    written in fedtext/privacy.py): with every update clipped it *shrinks* C, where Andrew et
+    al.'s rule (and fedtext) grows it."""
+    from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+    from flwr.server.strategy import DifferentialPrivacyServerSideAdaptiveClipping, FedAvg
+
+    wrapper = DifferentialPrivacyServerSideAdaptiveClipping(FedAvg(), noise_multiplier=0.0, num_sampled_clients=2,
+                                                            initial_clipping_norm=1.0)
+    wrapper.current_round_params = [np.zeros(1)]
+    results = [(None, FitRes(Status(Code.OK, ""), ndarrays_to_parameters([np.array([v])]), 1, {})) for v in (5.0, 9.0)]
+    wrapper.aggregate_fit(1, results, [])
+    assert wrapper.clipping_norm < 1.0  # Flower: shrinks
+    cfg = make_config("fedprompt", dp="central", dp_clipping="adaptive", dp_clip=1.0, dp_noise=0.0)
+    dp = privacy.CentralDP(cfg)
+    dp.release([[np.array([5.0])], [np.array([9.0])]], 2, server_round=1)
+    assert dp.clip > 1.0  # the paper: grows toward the median norm
+
+
+def test_adaptive_noise_splits_the_budget_as_flower_computes() -> None:
+    """z_Δ = (z⁻² − (2σ_b)⁻²)^(−1/2): z = 1, σ_b = 2 -> (1 − 1/16)^(−1/2) = 1.032796."""
+    cfg = make_config("fedprompt", dp="central", dp_clipping="adaptive", dp_noise=1.0, dp_count_noise=2.0)
+    z_delta, sigma_b = privacy.CentralDP(cfg).noise_params(3)
+    assert sigma_b == 2.0 and z_delta == pytest.approx((1 - 1 / 16) ** -0.5)
+
+
+# ---------------------------------------------------------------- the accountant
+def _classic(accountant, delta: float) -> float:
+    """The RDP-to-(ε, δ) conversion of Mironov 2017, Prop. 3 (TF Privacy's and the moments
+    accountant's): min over orders of RDP(α) + log(1/δ) / (α − 1)."""
+    orders, rdp = np.asarray(accountant._orders), np.asarray(accountant._rdp)
+    return float(np.min(rdp + np.log(1 / delta) / (orders - 1)))
+
+
+@pytest.mark.parametrize("q, z, steps, delta, published", [
+    (150 / 60_000, 1.3, 6_000, 1e-5, 0.941870567),  # TF Privacy compute_dp_sgd_privacy_test 'Test0': n 60k, batch 150, 15 epochs
+    (100 / 100_000, 1.0, 30_000, 1e-7, 1.70928734),  # 'Test1': n 100k, batch 100, 30 epochs
+    (0.01, 4.0, 10_000, 1e-5, 1.26),  # Abadi et al. 2016 §3.1, moments accountant: "ε ≈ 1.26"
+])
+def test_the_accountant_matches_published_values(q, z, steps, delta, published) -> None:
+    """The RDP curve fedtext composes (Poisson-sampled Gaussian, q, z, steps) converted the classic
+    way gives the published ε; the reported ε (the accountant's tighter conversion) is below it."""
+    accountant = privacy.rdp_accountant(q, z, steps)
+    assert _classic(accountant, delta) == pytest.approx(published, abs=5e-3 if published == 1.26 else 1e-6)
+    assert 0.5 * published < privacy.epsilon(q, z, steps, delta) < published
+
+
+def test_the_gaussian_mechanism_alone_composes_linearly() -> None:
+    """q = 1: RDP(α) of T Gaussian mechanisms is T α / (2 z²) (Mironov 2017, Prop. 7)."""
+    accountant = privacy.rdp_accountant(1.0, 2.0, 5)
+    orders = np.asarray(accountant._orders)
+    assert np.allclose(accountant._rdp, 5 * orders / 8)
+
+
+def test_epsilon_grows_with_rounds_and_rate_and_falls_with_noise() -> None:
+    e = lambda q, z, t: privacy.epsilon(q, z, t, 1e-5)  # noqa: E731
+    assert e(0.3, 1.0, 0) == 0.0 and e(0.3, 0.0, 4) == math.inf
+    assert e(0.3, 1.0, 4) > e(0.3, 1.0, 3) > 0
+    assert e(0.5, 1.0, 4) > e(0.3, 1.0, 4)
+    assert e(0.3, 2.0, 4) < e(0.3, 1.0, 4)
+
+
+def test_the_sampling_rate_is_the_clients_a_round_over_the_participants() -> None:
+    assert privacy.sampling_rate(make_config("fedprompt", clients_per_round=3), 10) == 0.3
+    assert privacy.sampling_rate(make_config("fedprompt", clients_per_round=0), 10) == 1.0
+    local = make_config("fedprompt", dp="local", clients_per_round=3)
+    assert privacy.spent(local, 4, 10, 2) == pytest.approx(privacy.epsilon(1.0, 1.0, 2, 1e-5))  # no amplification
+
+
+def test_the_round_record_carries_epsilon_and_the_release(backbone) -> None:
+    """note_privacy after one central release with 3 of 10 participants sampled."""
+    strat = _strategy(backbone, dp="central", dp_clip=0.5, dp_noise=2.0, clients_per_round=3)
+    strat.sampler.partitions = lambda: list(range(10))
+    shape = strat.global_arrays[0].shape
+    _, release = strat.private_mean(1, [_upload(0, 4, _unit(shape, 0, 1.0))])
+    strat.note_privacy(release)
+    entry = strat.record.privacy
+    assert entry["epsilon"] == pytest.approx(privacy.epsilon(0.3, 2.0, 1, 1e-5))
+    assert entry["noise_std"] == pytest.approx(2.0 * 0.5 / 3) and entry["clipped"] == 1
+    assert entry["sampling_rate"] == 0.3 and entry["mode"] == "central" and entry["delta"] == 1e-5
+    _strategy_without = _strategy(backbone)
+    _strategy_without.note_privacy(None)
+    assert _strategy_without.record.privacy is None
+
+
+def test_a_resumed_run_keeps_its_spent_rounds_and_its_clip(tmp_path, backbone, monkeypatch) -> None:
+    """The accountant's counts and adaptive clipping's C go into the checkpoint and come back."""
+    from fedtext.records import RunRecorder
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    strat = _strategy(backbone, dp="central", dp_clipping="adaptive", dp_noise=0.0, output_dir=str(tmp_path))
+    strat.recorder = RunRecorder(tmp_path, strat.cfg.to_run_config())
+    shape = strat.global_arrays[0].shape
+    strat.private_mean(1, [_upload(0, 4, _unit(shape, 0, 5.0))])
+    strat.dp_sampled = {"0": 1, "4": 1}
+    strat.save_checkpoint(1)
+    ckpt = checkpoint.load(strat.recorder.dir, limits=type(strat).checkpoint_limits(strat.cfg, strat.model))
+    fresh = _strategy(backbone, dp="central", dp_clipping="adaptive", dp_noise=0.0)
+    fresh.restore(ckpt)
+    assert fresh.dp_releases == 1 and fresh.dp_sampled == {"0": 1, "4": 1}
+    assert fresh.central_dp.clip == strat.central_dp.clip != 1.0
+
+
+# ---------------------------------------------------------------- who may take what
+SUMS = ("fedprompt", "fedptuning-v2", "fedavg", "fedlora", "fedadapter", "bbt-fed")
+
+
+@pytest.mark.parametrize("method", SUMS)
+def test_the_averaging_methods_take_every_mechanism(method: str) -> None:
+    for fields in (dict(dp="central"), dict(dp="local"), dict(secagg=True, clients_per_round=3)):
+        make_config(method, **fields)
+
+
+@pytest.mark.parametrize("method, fields, words", [
+    ("fedbpt", dict(secagg=True), "fedbpt: secagg=true needs a server that only sums uploads"),
+    ("fedbpt", dict(dp="central"), "CMA-ES ranks each client's z by its loss"),
+    ("feddls", dict(dp="local"), "discrete token ids"),
+    ("feddrs", dict(dp="central"), "distils from each client's model"),
+    ("feddf", dict(secagg=True), "distils from each client's model"),
+    ("fes", dict(dp="central"), "pseudo-label counts"),
+    ("fedcls", dict(dp="local"), "pseudo-label counts"),
+    ("feddpg", dict(secagg=True), "uniformly"),
+    ("fedkseed", dict(dp="local"), "grad-bound"),
+])
+def test_an_unsupported_mechanism_is_refused_in_one_line_saying_why(method, fields, words) -> None:
+    with pytest.raises(ConfigError, match=words) as info:
+        make_config(method, **fields)
+    assert "\n" not in str(info.value)
+
+
+def test_every_method_declares_its_support_itself_and_says_why_not() -> None:
+    """A method that takes fewer than all three mechanisms says why (the refusal quotes it)."""
+    for name, mc in METHODS.items():
+        assert mc.privacy <= set(privacy_keys := ("dp-central", "dp-local", "secagg")), name
+        if set(mc.privacy) != set(privacy_keys):
+            assert mc.privacy_reason, name
+    assert METHODS["fedkseed"].privacy == {"dp-central", "secagg"}
+    assert METHODS["feddpg"].privacy == {"dp-central", "dp-local"}
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(method="bbt-fed", **{"bbt-fed.average": "z-sigma-C"}, dp="central"), "bbt-fed's server step is a mean of z, sigma"),
+    (dict(method="feddpg", **{"feddpg.unlearn-round": 1, "num-server-rounds": 2}, dp="central"), "unlearning round"),
+])
+def test_a_method_fits_only_in_its_averaging_setting(fields, words) -> None:
+    from fedtext.config import RunConfig
+
+    with pytest.raises(ConfigError, match=words):
+        RunConfig.from_run_config(fields, METHODS)
+
+
+@pytest.mark.parametrize("fields, words", [
+    (dict(dp="central", aggregator="median"), "sensitivity is not C/m"),
+    (dict(dp="central", update_clip=1.0), "update-clip=1.0"),
+    (dict(secagg=True, aggregator="krum"), "only the sum of the uploads"),
+    (dict(secagg=True, dp="central"), "use dp=local with secagg"),
+    (dict(secagg=True, clients_per_round=1), "at least 2 clients per round"),
+    (dict(secagg=True, clients_per_round=2), "secagg-shares=3 exceeds clients-per-round=2"),
+    (dict(secagg_shares=4), "read by secagg=true only"),
+    (dict(dp_noise=2.0), "dp-noise=2.0 is read by dp=central, dp=local only; dp=none"),
+    (dict(dp="local", dp_clipping="adaptive"), "dp-clipping=adaptive is read by dp=central only"),
+    (dict(dp="central", dp_target_quantile=0.3), "read by dp=central, dp-clipping=adaptive only"),
+    (dict(dp="central", dp_clipping="adaptive", dp_noise=1.0, clients_per_round=10), "dp-count-noise > 0.5"),
+    (dict(dp="central", dp_clip=0.0), "dp-clip must be > 0"),
+    (dict(dp="central", dp_delta=1.0), "dp-delta must be in"),
+    (dict(dp="laplace"), "unknown dp 'laplace'"),
+])
+def test_what_cannot_compose_is_refused_in_one_line(fields, words) -> None:
+    with pytest.raises(ConfigError, match=words):
+        make_config("fedprompt", **fields)
