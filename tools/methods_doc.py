@@ -41,7 +41,16 @@ DECLARED = {
     "travels": "what travels per client-round, as a formula with no worked figures",
 }
 HEAD = ("`method=`", "what it tunes", "what travels per client-round", "bytes up / client-round",
-        "bytes down / client-round", "trainable parameters", "record")
+        "bytes down / client-round", "trainable parameters", "record", "runs privately ([privacy.md](privacy.md))")
+# The privacy mechanisms as the guide names them (MethodConfig.privacy's keys: fedtext.config.PRIVACY)
+PRIVATE = {"dp-central": "central DP", "dp-local": "local DP", "secagg": "SecAgg+"}
+
+
+def private(config: type[MethodConfig]) -> str:
+    """The guide's cell of what a method's config declares it can take (its defaults' settings:
+    ``effective_privacy``), "no" when nothing; docs/privacy.md says why not."""
+    supported, _ = config().effective_privacy()
+    return ", ".join(name for key, name in PRIVATE.items() if key in supported) or "no"
 
 
 class UndeclaredText(ValueError):
@@ -150,7 +159,7 @@ def render(configs: Iterable[type[MethodConfig]] | None = None) -> str:
             link = f"[{HARNESS.get(c.results, c.results)}](../simulations/results/{c.results}/)"
             figures = [found.up, found.down, found.trainable, f"{link}, {found.runs} runs"]
         table.append("| " + " | ".join([f"[`{c.name}`](#{c.name})", _cell(c.summary), _cell(texts[c.name]["travels"]),
-                                         *figures]) + " |")
+                                         *figures, private(c)]) + " |")
     sections = []
     for c in configs:
         page = f" Paper page: [papers/{c.page}.md](papers/{c.page}.md)." if c.page else ""

@@ -25,7 +25,7 @@ from .fab import flwr_build
 #: fedtext's round line, fedtext's other lines (run start, progress of long steps), nothing else
 FEDTEXT_LINES = (
     r"fedtext round \d+/\d+ \| acc [\d.]+ loss [\d.]+( \| clients mean [\d.]+)? \| up [\d.]+ KB down [\d.]+ KB"
-    r" \| round [\d.]+ s, total [\d.]+ s",
+    r"( \| ε ([\d.]+|∞) \(δ [\de.+-]+, (central|local)\))? \| round [\d.]+ s, total [\d.]+ s",
     r"fedtext: .*",
 )
 
@@ -104,10 +104,18 @@ def test_flwr_run_on_demo_defaults_completes(tmp_path, own_processes):
 @pytest.mark.skipif(shutil.which("flwr", path=str(Path(sys.executable).parent)) is None, reason="flwr CLI not installed")
 def test_flwr_run_verbose_prints_flowers_own_lines_again(tmp_path, own_processes):
     """``verbose=true``: Flower's round and summary lines come back, with its example-weighted
-    client accuracy history (fedtext's own round line prints no accuracy of random weights)."""
+    client accuracy history (fedtext's own round line prints no accuracy of random weights).
+    The same run has central DP on (issue 59: "a flwr run with DP prints ε per round and records
+    it"; one Flower run for both): its round line ends with the ε spent, its record holds it."""
     env, _ = own_processes
-    out, _ = _flwr_run(tmp_path, env, "verbose=true model='tiny-bert' weights='random'")
+    out, _ = _flwr_run(tmp_path, env, "verbose=true model='tiny-bert' weights='random' dp='central' dp-noise=2.0")
     assert re.search(r"fedtext round 1/1 \| acc - \(random weights\) loss [\d.]+ \| up ", out)
+    from fedtext.privacy import epsilon
+
+    eps = epsilon(1.0, 2.0, 1, 1e-5)  # Flower's default local simulation: 2 clients, both sampled (q = 1)
+    assert f"| ε {eps:.2f} (δ 1e-05, central) |" in out, out[-2000:]
+    last = json.loads((_only_run(tmp_path / "runs") / "rounds.jsonl").read_text().splitlines()[-1])
+    assert last["privacy"]["epsilon"] == pytest.approx(eps) and last["privacy"]["noise_std"] == pytest.approx(1.0)
     for back in ("[ROUND 1]", "configure_fit: strategy sampled", "[SUMMARY]", "History (metrics, distributed, evaluate)"):
         assert back in out, back
     assert unexpected_lines(out)  # the lines the default run hides
