@@ -46,6 +46,7 @@ AGGREGATORS = {  # label prefix -> what the row says
     "median": "median",
     "trimmed": "trimmed-mean, β 0.2",
     "krum": "krum, f = 1",
+    "dpclip": "mean after DP's clip (dp=central, dp-clip=1.65, dp-noise=0)",
 }
 ATTACKS = {"none": "no attack", "weight-lie": "weight lie", "scale": "1,000× update", "sign-flip": "sign flip"}
 
@@ -148,7 +149,9 @@ def collect() -> dict[tuple[str, str], list[dict[str, Any]]]:
             "dropped": sum(1 for r in rounds for d in fit_drops(r) if d["client"] in attackers),
             "sampled": sum(1 for r in rounds
                            if attackers & (set(r.get("trained", [])) | {d["client"] for d in fit_drops(r)})),
-            "clipped": sum(int(r.get("method_metrics", {}).get("clipped", 0)) for r in rounds),
+            # update-clip's count is a method metric; central DP's is in the round's privacy entry
+            "clipped": sum(int(r.get("method_metrics", {}).get("clipped", 0))
+                           + int((r.get("privacy") or {}).get("clipped", 0)) for r in rounds),
             "drift": drift.get(f"{label}/{seed}"),
         })
     return table
