@@ -299,3 +299,20 @@ def test_a_method_fits_only_in_its_averaging_setting(fields, words) -> None:
 def test_what_cannot_compose_is_refused_in_one_line(fields, words) -> None:
     with pytest.raises(ConfigError, match=words):
         make_config("fedprompt", **fields)
+
+
+@pytest.mark.parametrize("dp", ["none", "central"])
+def test_a_round_is_aggregated_once(tmp_path, dp: str) -> None:
+    """aggregate_fit calls the method's aggregate once a round, DP or not (4e97d5a called it twice:
+    a stateful server step, FedBPT's CMA-ES or a server optimizer's moments, stepped twice)."""
+    from tests.inprocess import TINY, TINY_BERT, run, smoke
+
+    calls: list[int] = []
+
+    def hook(server) -> None:
+        inner = server.strategy.aggregate
+        server.strategy.aggregate = lambda t, uploads: calls.append(t) or inner(t, uploads)
+
+    run({"method": "fedprompt", **TINY, **TINY_BERT, **smoke("fedprompt"), "num-server-rounds": 2, "dp": dp},
+        tmp_path, clients=2, server_hook=hook)
+    assert calls == [1, 2]
