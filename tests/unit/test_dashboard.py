@@ -950,3 +950,34 @@ def test_a_summary_written_before_it_had_the_privacy_reads_it_from_the_rounds(tm
                                                  if k not in ("dp", "epsilon", "dp_delta")}))
     assert compare_table(one_run_per_seed(load_runs(tmp_path)))["ε (δ)"].tolist() == ["1.50 (δ 1e-05)"]
     assert runs_table(tmp_path)["epsilon"].tolist() == [1.5]
+
+
+def test_the_run_list_page_shows_epsilon_sorted_by_its_number_and_the_comparison_its_column(tmp_path):
+    """On the page: the run list's ε is text (``∞`` for a run without noise) sorted by the
+    number, with δ beside it; no ε column where no listed run has DP; the comparison
+    table's ``ε (δ)`` comes along with its help."""
+    from simulations.dashboard import make_app
+    from simulations.dashboard_data import column_help
+
+    root = tmp_path / "runs"
+    for run_id, eps in (("r-big", 12.5), ("r-none", None), ("r-small", 3.25)):
+        write_run(root, run_id, "fedprompt", 0, [_round(0, 0.5), _dp_round(1, 0.6, eps)], **{"run-name": run_id})
+    write_run(root, "r-plain", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)], **{"run-name": "plain"})
+    app = make_app(root)
+    inputs = {"experiment.value": ["demo · iid · 8 shots"], "status-filter.value": ["finished"]}
+    code, reply = dash_callback(app, "..runs.data", {**inputs, "runs.sort_by": [{"column_id": "epsilon",
+                                                                                 "direction": "asc"}]})
+    assert code == 200
+    rows = reply["response"]["runs"]["data"]
+    assert [(r["run_id"], r["epsilon"]) for r in rows] == [("r-small", "3.25"), ("r-big", "12.50"), ("r-none", "∞"),
+                                                           ("r-plain", "")]
+    columns = {c["id"]: c for c in reply["response"]["runs"]["columns"]}
+    assert columns["epsilon"]["name"] == "ε" and "type" not in columns["epsilon"] and columns["dp_delta"]["name"] == "δ"
+    code, reply = dash_callback(app, "..acc-bytes.figure", {**CHART_INPUTS, **inputs})
+    rows = {r["method"]: r for r in reply["response"]["compare"]["data"]}
+    assert rows["r-small"]["ε (δ)"] == "3.25 (δ 1e-05)" and rows["plain"]["ε (δ)"] == "-"
+    assert column_help("ε (δ)", "compare").startswith("ε: the privacy the run spent")
+    only_plain = tmp_path / "plain"
+    write_run(only_plain, "p", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)])
+    code, reply = dash_callback(make_app(only_plain), "..runs.data", inputs)
+    assert not {"epsilon", "dp_delta"} & {c["id"] for c in reply["response"]["runs"]["columns"]}
