@@ -163,14 +163,18 @@ def round_scalars(record: Mapping[str, Any]) -> dict[str, float]:
     """The scalars of a ``rounds.jsonl`` record: its finite numeric fields under their
     tags (:func:`tag_of`; ``round`` itself is the step, not a scalar) and
     ``method/<name>`` for each finite numeric method metric, grouped in :data:`TAG_GROUPS`
-    order (the order a tracker first sees them). ``None`` (not measured this round) is
-    left out."""
+    order (the order a tracker first sees them), then a DP run's ``privacy/<name>`` for each
+    finite number of its privacy entry (``privacy/epsilon``: the ε spent so far). ``None``
+    (not measured this round; ε without noise: no bound) is left out."""
     values = {tag_of(k): x for k, v in record.items() if k != "round" and (x := finite(v)) is not None}
     order = {group: i for i, group in enumerate(TAG_GROUPS)}
     out = dict(sorted(values.items(), key=lambda kv: order.get(kv[0].split("/", 1)[0], len(order))))
     metrics = record.get("method_metrics")
     if isinstance(metrics, Mapping):
         out.update({f"{METHOD}/{k}": x for k, v in metrics.items() if (x := finite(v)) is not None})
+    entry = record.get("privacy")
+    if isinstance(entry, Mapping):
+        out.update({f"privacy/{k}": x for k, v in entry.items() if (x := finite(v)) is not None})
     return out
 
 

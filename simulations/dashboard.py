@@ -59,9 +59,9 @@ from typing import Any
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 from simulations.dashboard_data import (
-    BYTE_COLUMNS, CHARTS, STATUSES, X_AXES, Chart, Line, RunStore, byte_text, chart_lines, comparison, config_diff,
-    config_table, header_tooltips, integer_dtick, log_ticks, round_series, run_detail, run_provenance, runs_table,
-    short_number, sort_rows,
+    BYTE_COLUMNS, CHARTS, EPSILON_COLUMN, STATUSES, X_AXES, Chart, Line, RunStore, byte_text, chart_lines, comparison,
+    config_diff, config_table, epsilon_text, header_tooltips, integer_dtick, log_ticks, round_series, run_detail,
+    run_provenance, runs_table, short_number, sort_rows,
 )
 from simulations.tables import to_markdown
 
@@ -323,7 +323,7 @@ COMPARE_SHARED = ["dataset", "partition"]
 # the run list's headers: words a narrow column can wrap between (its data keep the ids)
 RUN_HEADERS = {"run_id": "run id", "rounds_done": "rounds", "final_accuracy": "final acc",
                "best_accuracy": "best acc", "p_accuracy": "P acc", "np_accuracy": "NP acc",
-               "total_bytes_up": "bytes up", "total_bytes_down": "bytes down"}
+               "total_bytes_up": "bytes up", "total_bytes_down": "bytes down", "epsilon": "ε", "dp_delta": "δ"}
 # what a header's tooltip says (dashboard_data.COLUMN_HELP), said once under the tables
 HEADER_HELP = "? Hover a column header for what the column holds and its unit."
 # header tooltips: shown after 300 ms, until the pointer leaves (the longest take a while to read)
@@ -500,13 +500,15 @@ def make_app(runs_dir: Path, refresh_s: float = 2.0, experiment: str | None = No
             empty.append("method")
         shared = shared_values(readable, [c for c in RUN_SHARED if c not in empty and c != "status"])
         shared |= shared_values(df, ["status"])
-        numeric = [c for c in df.columns if df[c].dtype.kind in "if" and c not in BYTE_COLUMNS]
+        as_text = (*BYTE_COLUMNS, EPSILON_COLUMN)  # numbers to sort by, text to show
+        numeric = [c for c in df.columns if df[c].dtype.kind in "if" and c not in as_text]
         columns = [{"name": RUN_HEADERS.get(c, c), "id": c, **({"type": "numeric"} if c in numeric else {})}
                    for c in df.columns if c != "id" and c not in empty and c not in shared]
         # sorted here, by the numbers (a bytes column by its count), then the counts as text
-        df = sort_rows(df, sort_by).astype({c: object for c in BYTE_COLUMNS})
+        df = sort_rows(df, sort_by).astype({c: object for c in as_text})
         for c in BYTE_COLUMNS:
             df[c] = df[c].map(byte_text)
+        df[EPSILON_COLUMN] = df[EPSILON_COLUMN].map(epsilon_text)
         rows = df.to_dict("records")
         what = "The listed run" if len(readable) == 1 else f"All {len(readable)} listed runs"
         what += f" ({len(df) - len(readable)} malformed aside)" if len(readable) < len(df) else ""

@@ -37,16 +37,18 @@ import pandas as pd
 
 from fedtext.records.probes import PROVENANCE_PACKAGES
 from fedtext.records.reader import (
-    RANDOM_WEIGHTS_NOTE, RecordError, configured_rounds, decode_json, file_problem, finite_number, random_weights,
-    read_config, read_summary, read_text, record_lines, round_line, run_status, summarize, without_accuracy,
+    RANDOM_WEIGHTS_NOTE, RecordError, configured_rounds, decode_json, file_problem, finite_number, privacy_spent,
+    random_weights, read_config, read_summary, read_text, record_lines, round_line, run_status, summarize,
+    without_accuracy,
 )
 
 RUN_COLUMNS = [
     "run_id", "experiment", "label", "method", "dataset", "partition", "seed", "holdout", "options", "status",
     "rounds_done", "final_accuracy", "best_accuracy", "p_accuracy", "np_accuracy", "total_bytes_up", "total_bytes_down",
-    "note",
+    "epsilon", "dp_delta", "note",
 ]
 BYTE_COLUMNS = ("total_bytes_up", "total_bytes_down")  # the run list's byte counts: numbers here, text on the page
+EPSILON_COLUMN = "epsilon"  # the run list's ε: a number here (inf: no bound), text on the page (epsilon_text)
 STATUSES = ("running", "finished", "failed", "stale", "malformed")
 
 
@@ -375,6 +377,8 @@ def _derive(run: dict[str, Any], experiment: str | None = None) -> dict[str, Any
     if run["malformed_lines"]:
         notes.append(f"{run['malformed_lines']} malformed line(s) in rounds.jsonl")
     summary = run["summary"] or summarize(run["rounds"])  # summarize never raises on garbled fields
+    # the privacy spent, from the rounds where the summary was written before it had it
+    summary = {**privacy_spent(run["rounds"]), **summary}
     run["cfg"] = cfg or {}
     run["status"], run["reason"] = run_status(run)
     if run["reason"] and run["status"] != "finished":
@@ -421,6 +425,8 @@ def runs_table(root: str | Path | RunStore) -> pd.DataFrame:
             "np_accuracy": summary.get("np_accuracy"),
             "total_bytes_up": _num(summary.get("total_bytes_up")),
             "total_bytes_down": _num(summary.get("total_bytes_down")),
+            "epsilon": epsilon_number(summary),
+            "dp_delta": record_number(summary.get("dp_delta")),
             "note": run["note"],
         })
     table = pd.DataFrame(rows, columns=RUN_COLUMNS)
@@ -429,6 +435,25 @@ def runs_table(root: str | Path | RunStore) -> pd.DataFrame:
         # itself into NaN: the seed filter offers and matches the recorded values
         table["seed"] = pd.Series([row["seed"] for row in rows], index=table.index, dtype=object)
     return table
+
+
+def epsilon_number(summary: dict[str, Any]) -> float | None:
+    """A run's ε spent (summary ``epsilon``) as the run list sorts it: ``inf`` for a DP run that
+    added no noise (``dp`` set, ``epsilon`` null: no bound), None without DP; shown by
+    :func:`epsilon_text`."""
+    if summary.get("dp") is None:
+        return None
+    eps = record_number(summary.get("epsilon"))
+    return math.inf if eps is None else eps
+
+
+def epsilon_text(v: Any) -> str:
+    """An ε of the run list (:func:`epsilon_number`) as text: ``2.31``, ``∞`` (no bound),
+    ``""`` (no DP)."""
+    if isinstance(v, float) and v == math.inf:
+        return "∞"
+    x = record_number(v)
+    return "" if x is None else f"{x:.2f}"
 
 
 def _num(v: Any) -> float:
@@ -558,6 +583,11 @@ COLUMN_HELP: dict[str, str] = {
     "total_bytes_down": "Bytes downloaded by all clients over the run: measured serialized fit downloads (the "
                         "global state sent to each trained client), summed over clients and rounds. B, KB = "
                         "1,024 B, MB = 1,024 KB, GB = 1,024 MB; 3 significant figures.",
+    "epsilon": "ε: the privacy the run spent, client-level (ε, δ)-differential privacy at its dp-delta δ (the "
+               "comparison says it in brackets), from the RDP accountant after its last round (rounds.jsonl "
+               "privacy.epsilon; DP runs only: dp=central or local; -: no DP). ∞: no noise was added (dp-noise=0), "
+               "no bound. Smaller is more private.",
+    "dp_delta": "δ: the dp-delta the run's ε holds at (the probability the ε bound may fail); DP runs only.",
     "note": "What to know about the run: malformed lines in rounds.jsonl, the error of a failed run, why a run "
             "is stale or malformed. Hover a cell for the whole text.",
     # the comparison table (simulations.tables.compare_table; the byte columns: COMPARE_BYTES)

@@ -55,6 +55,8 @@ from simulations.dashboard_data import (
 )
 
 METHOD_PREFIX = "method_metrics."  # a method's own metric, as the any-metric list names it
+PRIVACY_PREFIX = "privacy."  # a DP run's round privacy entry: privacy.epsilon = ε spent so far (at privacy.delta)
+PRIVACY_FIRST = PRIVACY_PREFIX + "epsilon"  # the privacy entry's numbers are listed with ε first
 METRIC_COLUMN = "metric"  # the picked field's column in metric_series (never clashes with a series column)
 DEFAULT_FIELD = "global_accuracy"
 DEFAULT_SUMMARY = "final_accuracy"
@@ -74,31 +76,35 @@ def field_value(record: Mapping[str, Any], field: str) -> float | None:
     """The value of ``field`` in one ``rounds.jsonl`` record as a float, None when it is
     absent, null, not a finite number or a boolean (the records' own rule,
     :func:`fedtext.records.finite_number`). ``method_metrics.<name>`` reads the
-    method's metric ``<name>`` (everything after the first dot: a name may hold dots)."""
-    if field.startswith(METHOD_PREFIX):
-        metrics = record.get("method_metrics")
-        value = metrics.get(field[len(METHOD_PREFIX):]) if isinstance(metrics, Mapping) else None
-    else:
-        value = record.get(field)
-    return record_number(value)
+    method's metric ``<name>`` (everything after the first dot: a name may hold dots),
+    ``privacy.<name>`` the round's privacy entry's ``<name>`` (``privacy.epsilon``: the ε
+    a DP run has spent by that round)."""
+    for prefix in (METHOD_PREFIX, PRIVACY_PREFIX):
+        if field.startswith(prefix):
+            entry = record.get(prefix[:-1])
+            return record_number(entry.get(field[len(prefix):]) if isinstance(entry, Mapping) else None)
+    return record_number(record.get(field))
 
 
 def numeric_fields(runs: Iterable[Mapping[str, Any]]) -> list[str]:
     """Every field the runs' ``rounds.jsonl`` hold a finite number in, in at least one
     round of one run: the record's own fields in :data:`fedtext.records.ROUND_FIELDS`
-    order, then fields it does not know (a newer writer's) sorted, then each method
-    metric as ``method_metrics.<name>`` sorted. ``round`` (the x-axis), booleans, text,
-    lists and objects (``client_accuracy``, ``dropped``) are left out; a field that is
-    null in every round is too (nothing to draw)."""
+    order (a DP run's privacy numbers as ``privacy.<name>`` where ``privacy`` stands,
+    :data:`PRIVACY_FIRST` first), then fields it does not know (a newer writer's) sorted,
+    then each method metric as ``method_metrics.<name>`` sorted. ``round`` (the x-axis),
+    booleans, text, lists and other objects (``client_accuracy``, ``dropped``) are left
+    out; a field that is null in every round is too (nothing to draw)."""
     seen: set[str] = set()
     for run in runs:
         for record in run.get("rounds") or []:
             for key, value in record.items():
-                if key == "method_metrics" and isinstance(value, Mapping):
-                    seen.update(METHOD_PREFIX + str(k) for k, v in value.items() if finite_number(v) is not None)
+                prefix = {"method_metrics": METHOD_PREFIX, "privacy": PRIVACY_PREFIX}.get(key)
+                if prefix and isinstance(value, Mapping):
+                    seen.update(prefix + str(k) for k, v in value.items() if finite_number(v) is not None)
                 elif key != "round" and finite_number(value) is not None:
                     seen.add(key)
-    known = [f for f in ROUND_FIELDS if f in seen]
+    private = sorted((f for f in seen if f.startswith(PRIVACY_PREFIX)), key=lambda f: (f != PRIVACY_FIRST, f))
+    known = [x for f in ROUND_FIELDS for x in (private if f == "privacy" else [f] if f in seen else [])]
     rest = sorted(seen - set(known))
     return known + [f for f in rest if not f.startswith(METHOD_PREFIX)] + [f for f in rest if f.startswith(METHOD_PREFIX)]
 

@@ -21,7 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from fedtext.records.reader import load_run, summarize
+from fedtext.records.reader import load_run, spent_text, summarize
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
         line = (f"{d.name}  {run['status']}  method={cfg.get('method', '?')}  "
                 f"rounds {totals['rounds_done']}/{cfg.get('num-server-rounds', '?')}  "
                 f"acc {'- (random weights)' if run['random_weights'] else '-' if acc is None else f'{acc:.3f}'}")
+        spent = spent_text(totals["dp"], totals["epsilon"], totals["dp_delta"])  # DP runs: the privacy spent
+        line += f"  {spent}" if spent else ""
         if run["reason"]:
             line += f"  reason: {run['reason']}"
         print(line)

@@ -12,8 +12,9 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.records.reader import FINISHED, finite_number, runs_under, summarize, without_accuracy
+from fedtext.records.reader import FINISHED, finite_number, privacy_spent, runs_under, summarize, without_accuracy
 
+PRIVACY_FIELDS = ("dp", "epsilon", "dp_delta")  # a run's privacy spent (fedtext.records.privacy_spent)
 COLUMNS = {
     "final_accuracy": "final acc",
     "best_accuracy": "best acc",
@@ -33,6 +34,7 @@ COLUMNS = {
     "server_distill_s_per_round": "server distill s / round",
     "server_peak_mb": "server peak MB",
     "wall_time_s": "wall s",
+    "epsilon": "ε (δ)",  # DP runs: the privacy spent (epsilon_cell); no column when no run has DP
 }
 
 
@@ -97,6 +99,8 @@ def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
                 "peak_client_rss_mb": summary.get("peak_client_rss_mb"),
                 "peak_client_gpu_mb": summary.get("peak_client_gpu_mb"),
                 "wall_time_s": summary.get("wall_time_s"),
+                # dp, epsilon, dp_delta; a summary written before it had them: from the rounds
+                **{**privacy_spent(run["rounds"]), **{k: summary[k] for k in PRIVACY_FIELDS if k in summary}},
                 **round_costs(run["rounds"]),
             }
         )
@@ -147,12 +151,29 @@ def compare_table(runs: pd.DataFrame) -> pd.DataFrame:
     for (variant, dataset, partition), g in groups:
         row = {"method": variant, "dataset": dataset, "partition": partition, "runs": len(g)}
         for col, name in COLUMNS.items():
+            if col == "epsilon":
+                row[name] = epsilon_cell(g)
+                continue
             vals = pd.to_numeric(g[col], errors="coerce").dropna()
             row[name] = _fmt(vals, col)
         out.append(row)
     table = pd.DataFrame(out)
     empty = [c for c in table.columns if (table[c] == "-").all()]
     return table.drop(columns=empty)
+
+
+def epsilon_cell(g: pd.DataFrame) -> str:
+    """The privacy a row's runs spent: ``2.31 ± 0.02 (δ 1e-05)``, the mean ± std of their ε
+    at their ``dp-delta``; ``∞ (δ 1e-05)`` when a run added no noise (no bound: the row's
+    worst case); ``-`` for a row without DP, so that a table of runs without DP has no
+    such column (as every all-empty one)."""
+    dp = g[g["dp"].notna()] if "dp" in g.columns else g.iloc[:0]
+    if dp.empty:
+        return "-"
+    deltas = "/".join(f"{d:g}" for d in pd.to_numeric(dp["dp_delta"], errors="coerce").dropna().unique())
+    eps = pd.to_numeric(dp["epsilon"], errors="coerce")
+    shown = "∞" if eps.isna().any() else _fmt(eps, "epsilon")
+    return f"{shown} (δ {deltas or '?'})"
 
 
 def _fmt(vals: pd.Series, col: str) -> str:

@@ -43,8 +43,9 @@ from fedtext.records.reader import (
     SUMMARY_TEXT, SUMMARY_TOTALS, RecordError, check_config, check_summary, configured_rounds, decode_json, file_problem,
     finite_number,
     finite_record, fits_a_record, load_run,
-    parse_round_line, participant_accuracy, progress_line, read_config, read_heartbeat, read_rounds, read_summary,
-    read_text, record_lines, round_line, run_status, runs_since, runs_under, summarize,
+    parse_round_line, participant_accuracy, privacy_spent, progress_line, read_config, read_heartbeat, read_rounds,
+    read_summary,
+    read_text, record_lines, round_line, run_status, runs_since, runs_under, spent_text, summarize,
 )
 from fedtext.records.schema import DROP_REASON_BYTES, ROUND_FIELDS, ROUND_LINE_MAX, RoundRecord, busy_seconds, short_reason
 from fedtext.records.signals import exit_reason, finish_open_runs, install_signal_handlers, signal_reason
@@ -66,7 +67,7 @@ __all__ = [
     "SUMMARY_NUMBERS", "SUMMARY_TEXT", "SUMMARY_TOTALS", "RecordError", "check_config", "check_summary",
     "configured_rounds", "decode_json",
     "file_problem", "finite_number", "finite_record", "fits_a_record", "load_run", "parse_round_line",
-    "participant_accuracy", "progress_line", "read_config",
+    "participant_accuracy", "privacy_spent", "progress_line", "read_config",
     "read_heartbeat", "read_rounds", "read_summary", "read_text", "record_lines", "round_line", "run_status", "runs_since",
-    "runs_under", "summarize",
+    "runs_under", "spent_text", "summarize",
 ]

@@ -44,9 +44,10 @@ SUMMARY_TOTALS = ("rounds_done", "total_bytes_up", "total_bytes_down", "total_re
 # ... numbers that may be unknown (None) ...
 SUMMARY_NUMBERS = ("initial_accuracy", "final_accuracy", "best_accuracy", "final_client_accuracy_mean",
                    "p_accuracy", "np_accuracy", "p_accuracy_global", "np_accuracy_global",
-                   "mean_bytes_up_per_client", "mean_bytes_down_per_client", "peak_client_rss_mb", "wall_time_s")
-# ... text: the status and its reason ...
-SUMMARY_TEXT = ("run_id", "status", "error")
+                   "mean_bytes_up_per_client", "mean_bytes_down_per_client", "peak_client_rss_mb", "wall_time_s",
+                   "epsilon", "dp_delta")
+# ... text: the status and its reason, the run's DP mode (central, local; null without DP) ...
+SUMMARY_TEXT = ("run_id", "status", "error", "dp")
 # ... and lists of partition ids (null: not known, e.g. a run that ended before its last round).
 SUMMARY_LISTS = ("partitions_never_trained",)
 
@@ -605,7 +606,32 @@ def summarize(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "peak_client_rss_mb": max(rss) if rss else None,
         "peak_client_gpu_mb": max(gpu) if gpu else None,  # clients on a GPU only
         "client_failures": int(total("client_failures", trained)),
+        **privacy_spent(rounds),
     }
+
+
+def privacy_spent(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The privacy a run has spent: ``dp`` (its mode, ``central`` or ``local``), ``epsilon``
+    and ``dp_delta`` of the last round with a ``privacy`` entry (ε is cumulative: the last
+    one is the run's). ``epsilon`` None with ``dp`` set: no noise was added, no bound (ε ∞).
+    All None without DP, and for records from before rounds had the field."""
+    entry = next((r["privacy"] for r in reversed(rounds)
+                  if isinstance(r.get("privacy"), dict) and "delta" in r["privacy"]), None)
+    if entry is None:
+        return {"dp": None, "epsilon": None, "dp_delta": None}
+    mode = entry.get("mode")
+    return {"dp": mode if isinstance(mode, str) else "?", "epsilon": finite_number(entry.get("epsilon")),
+            "dp_delta": finite_number(entry.get("delta"))}
+
+
+def spent_text(dp: Any, epsilon: Any, delta: Any) -> str:
+    """``ε 1.23 (δ 1e-05, central)``: the privacy spent as :func:`privacy_spent` gives it
+    (``ε ∞`` when no noise was added: no bound), ``""`` without DP (``dp`` None)."""
+    if dp is None:
+        return ""
+    shown = "∞" if epsilon is None else f"{epsilon:.2f}" if finite_number(epsilon) is not None else "?"
+    at = f"{delta:g}" if finite_number(delta) is not None else "?"
+    return f"ε {shown} (δ {at}, {dp})"
 
 
 def _is_int(v: Any) -> bool:
@@ -678,9 +704,7 @@ def privacy_text(entry: Any) -> str:
     added: no bound), or ``""`` (no DP, or an entry that is not one)."""
     if not isinstance(entry, dict) or "delta" not in entry:
         return ""
-    eps = entry.get("epsilon")
-    shown = "∞" if eps is None else f"{eps:.2f}" if isinstance(eps, (int, float)) else "?"
-    return f" | ε {shown} (δ {entry['delta']:g}, {entry.get('mode', '?')})"
+    return " | " + spent_text(entry.get("mode") or "?", entry.get("epsilon"), entry["delta"])
 
 
 def _mean(xs: list[float]) -> float | None:

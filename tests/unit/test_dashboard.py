@@ -906,3 +906,78 @@ def test_the_round_line_of_a_random_weight_run_prints_no_accuracy():
     assert "acc - (random weights)" in line and "0.900" not in line and "clients mean" not in line
     assert "up 1.0 KB" in line and "loss 0.400" in line  # its costs and loss stay
     assert "acc 0.900" in progress_line(r, 2) and "clients mean 0.800" in progress_line(r, 2)
+
+
+# ------------------------------------------------------------------- issue 59: the privacy spent
+def _dp_round(i, acc, eps, mode="central"):
+    return _round(i, acc, privacy={"mode": mode, "epsilon": eps, "delta": 1e-5, "noise_multiplier": 1.1})
+
+
+def test_the_compare_table_and_the_run_list_show_the_privacy_spent(tmp_path):
+    """A DP run's ε was shown nowhere but the round line: the compare table has ``ε (δ)``,
+    the mean ± std of its runs' ε at their δ, ``∞`` for a run without noise, ``-`` for a
+    row without DP; a table without DP has no such column (committed tables unchanged). The
+    run list has ε (a number to sort by, ``inf`` without noise) and δ."""
+    from simulations.dashboard_data import epsilon_text
+    from simulations.tables import compare_table, load_runs, one_run_per_seed
+
+    plain, mixed = tmp_path / "plain", tmp_path / "mixed"
+    write_run(plain, "p0", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)])
+    assert "ε (δ)" not in compare_table(one_run_per_seed(load_runs(plain))).columns
+    write_run(mixed, "a-p0", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)])
+    for seed, eps in ((0, 2.0), (1, 3.0)):
+        write_run(mixed, f"b-dp{seed}", "fedprompt", seed, [_round(0, 0.5), _dp_round(1, 0.6, eps / 2),
+                                                             _dp_round(2, 0.6, eps)], **{"run-name": "dp"})
+    write_run(mixed, "c-nonoise", "fedprompt", 0, [_round(0, 0.5), _dp_round(1, 0.6, None, "local")],
+              **{"run-name": "nonoise"})
+    table = compare_table(one_run_per_seed(load_runs(mixed))).set_index("method")
+    assert table["ε (δ)"].to_dict() == {"fedprompt": "-", "dp": "2.50 ± 0.71 (δ 1e-05)", "nonoise": "∞ (δ 1e-05)"}
+    runs = runs_table(mixed).set_index("run_id")
+    assert runs.loc["b-dp1", "epsilon"] == 3.0 and runs.loc["b-dp1", "dp_delta"] == 1e-5
+    assert runs.loc["c-nonoise", "epsilon"] == math.inf and math.isnan(runs.loc["a-p0", "epsilon"])
+    assert [epsilon_text(runs.loc[i, "epsilon"]) for i in ("b-dp0", "c-nonoise", "a-p0")] == ["2.00", "∞", ""]
+    assert runs_table(plain)["epsilon"].isna().all()  # the run list leaves out a column without values
+
+
+def test_a_summary_written_before_it_had_the_privacy_reads_it_from_the_rounds(tmp_path):
+    """A DP run finished before summary.json had ``epsilon`` (main at 4e97d5a): the tables
+    read its ε from the last round's privacy entry instead of showing no DP."""
+    from simulations.tables import compare_table, load_runs, one_run_per_seed
+
+    d = write_run(tmp_path, "old", "fedprompt", 0, [_round(0, 0.5), _dp_round(1, 0.6, 1.5)])
+    summary = json.loads((d / "summary.json").read_text())
+    (d / "summary.json").write_text(json.dumps({k: v for k, v in summary.items()
+                                                 if k not in ("dp", "epsilon", "dp_delta")}))
+    assert compare_table(one_run_per_seed(load_runs(tmp_path)))["ε (δ)"].tolist() == ["1.50 (δ 1e-05)"]
+    assert runs_table(tmp_path)["epsilon"].tolist() == [1.5]
+
+
+def test_the_run_list_page_shows_epsilon_sorted_by_its_number_and_the_comparison_its_column(tmp_path):
+    """On the page: the run list's ε is text (``∞`` for a run without noise) sorted by the
+    number, with δ beside it; no ε column where no listed run has DP; the comparison
+    table's ``ε (δ)`` comes along with its help."""
+    from simulations.dashboard import make_app
+    from simulations.dashboard_data import column_help
+
+    root = tmp_path / "runs"
+    for run_id, eps in (("r-big", 12.5), ("r-none", None), ("r-small", 3.25)):
+        write_run(root, run_id, "fedprompt", 0, [_round(0, 0.5), _dp_round(1, 0.6, eps)], **{"run-name": run_id})
+    write_run(root, "r-plain", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)], **{"run-name": "plain"})
+    app = make_app(root)
+    inputs = {"experiment.value": ["demo · iid · 8 shots"], "status-filter.value": ["finished"]}
+    code, reply = dash_callback(app, "..runs.data", {**inputs, "runs.sort_by": [{"column_id": "epsilon",
+                                                                                 "direction": "asc"}]})
+    assert code == 200
+    rows = reply["response"]["runs"]["data"]
+    assert [(r["run_id"], r["epsilon"]) for r in rows] == [("r-small", "3.25"), ("r-big", "12.50"), ("r-none", "∞"),
+                                                           ("r-plain", "")]
+    columns = {c["id"]: c for c in reply["response"]["runs"]["columns"]}
+    assert columns["epsilon"]["name"] == "ε" and "type" not in columns["epsilon"] and columns["dp_delta"]["name"] == "δ"
+    code, reply = dash_callback(app, "..acc-bytes.figure", {**CHART_INPUTS, **inputs})
+    rows = {r["method"]: r for r in reply["response"]["compare"]["data"]}
+    assert rows["r-small"]["ε (δ)"] == "3.25 (δ 1e-05)" and rows["plain"]["ε (δ)"] == "-"
+    assert column_help("ε (δ)", "compare").startswith("ε: the privacy the run spent")
+    only_plain = tmp_path / "plain"
+    write_run(only_plain, "p", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)])
+    code, reply = dash_callback(make_app(only_plain), "..runs.data", inputs)
+    assert not {"epsilon", "dp_delta"} & {c["id"] for c in reply["response"]["runs"]["columns"]}

@@ -270,3 +270,29 @@ def test_sweep_figure_has_a_point_per_run_and_a_mean_per_method(sweep):
     assert fig["layout"]["xaxis"]["type"] == "log"
     cat = de.sweep_figure(*de.sweep_points(sweep.runs(), "optimizer", "final_accuracy"), "optimizer", "final_accuracy", page)
     assert cat["layout"]["xaxis"]["type"] == "category" and cat["layout"]["xaxis"]["categoryarray"] == ["adam", "sgd"]
+
+
+# ------------------------------------------------------------------- issue 59: the privacy spent
+def test_a_dp_runs_epsilon_per_round_is_a_metric_to_chart(tmp_path):
+    """A round's ``privacy`` entry (an object) was left out of the any-metric list: its
+    numbers are offered as ``privacy.<name>`` where ``privacy`` stands in the record,
+    ``privacy.epsilon`` first, and read per round (a round without DP, or no noise: no point)."""
+    root = write_experiment(tmp_path / "results", "exp")
+    entry = {"mode": "central", "delta": 1e-5, "noise_multiplier": 1.1, "clip": 0.5}
+    write_run(root, "dp", "fedprompt", 0, [_round(0, 0.5, privacy=None),
+                                            _round(1, 0.6, privacy={**entry, "epsilon": 0.7}),
+                                            _round(2, 0.7, privacy={**entry, "epsilon": 1.1})])
+    write_run(root, "plain", "fedprompt", 1, [_round(0, 0.5), _round(1, 0.6)])
+    store = RunStore(tmp_path / "results")
+    fields = de.numeric_fields(store.runs())
+    private = [f for f in fields if f.startswith("privacy.")]
+    assert private == ["privacy.epsilon", "privacy.clip", "privacy.delta", "privacy.noise_multiplier"]
+    assert fields.index("bytes_up") < fields.index("privacy.epsilon") < fields.index("wall_time_s")
+    assert not any(f.startswith("privacy.") for f in de.numeric_fields(_runs(store, "plain")))
+    series = de.metric_series(store, ["dp", "plain"], "privacy.epsilon")
+    dp = series[series.run_id == "dp"].sort_values("round")
+    assert dp["metric"].isna().tolist() == [True, False, False] and dp["metric"].tolist()[1:] == [0.7, 1.1]
+    assert series[series.run_id == "plain"]["metric"].isna().all()
+    assert de.field_value({"privacy": {"mode": "local", "epsilon": None}}, "privacy.epsilon") is None  # no bound
+    # the sweep's y list has the run's ε too (its summary)
+    assert "epsilon" in de.summary_fields(_runs(store, "dp")) and "epsilon" not in de.summary_fields(_runs(store, "plain"))

@@ -357,3 +357,51 @@ def test_a_drop_reason_is_cut_to_its_bytes_in_the_round_line():
     written = [json.dumps(d["reason"]) for d in record.to_json(0.0)["dropped"]]
     assert all(len(w) - 2 <= DROP_REASON_BYTES for w in written) and written[-1] == '"ok"'
     assert [len(d["reason"]) for d in record.dropped[:3]] == [300, 50, 25]
+
+
+# ------------------------------------------------------------------- issue 59: the privacy spent
+def _private(eps: float | None, mode: str = "central") -> dict:
+    return {"mode": mode, "epsilon": eps, "delta": 1e-5, "noise_multiplier": 1.1}
+
+
+def test_the_summary_says_the_privacy_spent_at_the_last_round_with_an_entry(tmp_path):
+    """``summary.json`` had no ε: the run's privacy spent is the last round's privacy entry's
+    (ε is cumulative; a last round without an entry, e.g. no client trained, keeps the one
+    before); no noise is ``dp`` set and ``epsilon`` null; a run without DP and a record from
+    before the field read as no DP; the summary's check takes the fields."""
+    from fedtext.records import check_summary, spent_text
+
+    rounds = [{**ROUNDS[0], "privacy": None}, {**ROUNDS[1], "privacy": _private(0.8)},
+              {**ROUNDS[2], "privacy": _private(1.25)}, {"round": 3, "privacy": None}]
+    s = summarize(rounds)
+    assert (s["dp"], s["epsilon"], s["dp_delta"]) == ("central", 1.25, 1e-5)
+    assert check_summary({**s, "status": "finished"}) is None
+    assert "summary.json: epsilon is" in check_summary({**s, "epsilon": "1.25"})
+    unbounded = summarize([{**ROUNDS[1], "privacy": _private(None, "local")}])
+    assert (unbounded["dp"], unbounded["epsilon"], unbounded["dp_delta"]) == ("local", None, 1e-5)
+    for old in (ROUNDS, [{**r, "privacy": None} for r in ROUNDS]):
+        assert (summarize(old)["dp"], summarize(old)["epsilon"], summarize(old)["dp_delta"]) == (None, None, None)
+    assert spent_text("central", 1.25, 1e-5) == "ε 1.25 (δ 1e-05, central)"
+    assert spent_text("local", None, 1e-5) == "ε ∞ (δ 1e-05, local)" and spent_text(None, None, None) == ""
+    rec = RunRecorder(tmp_path, {"method": "fedprompt", "dataset": "demo", "seed": 0, "num-server-rounds": 2})
+    for r in rounds[:3]:
+        rec.log_round(r)
+    rec.finish()
+    assert json.loads((rec.dir / "summary.json").read_text())["epsilon"] == 1.25  # what summary.json holds
+
+
+def test_simulations_status_shows_the_privacy_spent(tmp_path, capsys):
+    """``python -m simulations.status`` printed status, rounds and accuracy only: a DP run's
+    line now says the ε it spent at its δ; a run without DP's line is as it was."""
+    from simulations import status
+
+    for run_id, privacy in (("dp", _private(2.5)), ("plain", None)):
+        d = tmp_path / run_id
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"run_id": run_id, "config": {"method": "fedavg",
+                                                                                 "num-server-rounds": 1}}))
+        (d / "rounds.jsonl").write_text(json.dumps({**ROUNDS[1], "round": 1, "privacy": privacy}) + "\n")
+    status.main([str(tmp_path), "--run", "dp"])
+    assert capsys.readouterr().out.rstrip().endswith("acc 0.700  ε 2.50 (δ 1e-05, central)")
+    status.main([str(tmp_path), "--run", "plain"])
+    assert capsys.readouterr().out.rstrip().endswith("acc 0.700")

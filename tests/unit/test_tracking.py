@@ -111,12 +111,25 @@ def test_round_scalars_are_the_records_numbers_under_group_tags():
     assert "round" not in round_scalars(ROUNDS[0]) and "accuracy/client_mean" not in round_scalars(ROUNDS[0])
 
 
+def test_a_dp_rounds_privacy_numbers_are_tracked_as_privacy_scalars():
+    """A round's ``privacy`` entry (an object) reached no tracker: its numbers are
+    ``privacy/<name>`` (``privacy/epsilon``: the ε spent so far), after the method's;
+    the mode (text) and an ε without bound (null) are left out."""
+    from fedtext.tracking import round_scalars
+
+    out = round_scalars({"round": 2, "global_accuracy": 0.6, "method_metrics": {"sigma": 0.5},
+                         "privacy": {"mode": "central", "epsilon": 1.25, "delta": 1e-5, "clipped": 3}})
+    assert list(out)[-4:] == ["method/sigma", "privacy/epsilon", "privacy/delta", "privacy/clipped"]
+    assert out["privacy/epsilon"] == 1.25
+    assert "privacy/epsilon" not in round_scalars({"round": 1, "privacy": {"mode": "local", "epsilon": None}})
+
+
 def test_every_numeric_round_field_has_a_group_tag():
     from fedtext.records import ROUND_FIELDS
 
     # the round number is the step; these hold objects or lists (client_accuracy by id, dropped, ...)
     not_scalars = {"round", "client_accuracy", "client_post_accuracy", "participants", "trained", "dropped",
-                   "method_metrics"}
+                   "method_metrics", "privacy"}
     assert set(tracking.TAGS) == set(ROUND_FIELDS) - not_scalars
     assert len(set(tracking.TAGS.values())) == len(tracking.TAGS)  # no two fields share a tag
     assert all(tag.count("/") == 1 for tag in tracking.TAGS.values())
