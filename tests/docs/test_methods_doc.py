@@ -64,7 +64,16 @@ def test_a_method_without_a_record_says_so():
     rows = markdown_rows(methods_doc.render([_Declared]))
     assert len(rows) == 2 and rows[1][0] == "[`fresh`](#fresh)"
     assert rows[1][2] == "`4·#weights` B each way, \\|w\\| of them"  # a pipe of the formula is escaped
-    assert rows[1][-1] == methods_doc.NO_RECORD
+    assert rows[1][-2] == methods_doc.NO_RECORD
+    assert rows[1][-1] == "central DP, local DP, SecAgg+"  # _Declared extends fedavg's config: it inherits its support
+
+
+def test_the_guide_says_which_methods_run_privately():
+    """The last column names what each config declares (issue 59), "no" for none."""
+    rows = dict((r[0], r[-1]) for r in markdown_rows(methods_doc.render().split("\n\n### ")[0])[1:])
+    assert rows["[`fedkseed`](#fedkseed)"] == "central DP, SecAgg+"
+    assert rows["[`feddpg`](#feddpg)"] == "central DP, local DP"
+    assert rows["[`fedbpt`](#fedbpt)"] == rows["[`fes`](#fes)"] == "no"
 
 
 def test_render_has_one_row_per_registered_method_in_registry_order():
