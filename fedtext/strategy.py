@@ -359,9 +359,6 @@ class FedTextStrategy(FedAvg):
             self.note_privacy(None)  # nothing released centrally; local DP's clients still sent theirs
             return None, {}
         self.validator.valid_rounds += 1
-        arrays, metrics = self.aggregate(server_round, uploads)
-        self.record.method_metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-        self.validator.valid_rounds += 1
         release = None
         if self.central_dp is not None:  # the method sees one upload: the noised mean of the clipped updates
             uploads, release = self.private_mean(server_round, uploads)
