@@ -16,6 +16,10 @@ Two ways a message is answered:
   service that does not answer): Flower's legacy handler calls ``client_fn``, which imports
   :mod:`fedtext.node` and builds a :class:`fedtext.node.Node`.
 
+With ``secagg=true`` (:mod:`fedtext.secagg`), :func:`secagg_mod` first runs Flower's SecAgg+
+client side: the protocol's key and share messages are answered there, and the fit it wraps
+goes either way above; its reply leaves masked.
+
 Both run the same :class:`fedtext.node.Node` on the same message and context, so the run's
 records are the same either way but for the timings (tests/unit/test_node_service.py).
 """
@@ -25,8 +29,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from flwr.app import Message
+from flwr.app.message_type import MessageType
 from flwr.client import Client, ClientApp
+from flwr.client.mod import secaggplus_mod
+from flwr.clientapp.typing import ClientAppCallable
 from flwr.common import Context
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
 
 from fedtext.node_service import node_service_mod
 from fedtext.quiet import quiet_ray_tip
@@ -34,6 +43,17 @@ from fedtext.quiet import quiet_ray_tip
 # Flower's simulation process imports this module before it starts Ray: Ray's FutureWarning
 # at ray.init is filtered from here (fedtext.quiet; Ray's behaviour unchanged)
 quiet_ray_tip()
+
+
+def secagg_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
+    """Flower's ``secaggplus_mod`` for the messages of a SecAgg+ round (``secagg=true``,
+    :mod:`fedtext.secagg`: a train message carrying the protocol's record); every other message
+    passes untouched. Flower 1.42's mod takes every train message as one of the protocol's and
+    fails a plain fit instruction (``KeyError: 'secaggplus_configs'``), so it cannot stand in the
+    ClientApp's mods alone."""
+    if msg.metadata.message_type == MessageType.TRAIN and RECORD_KEY_CONFIGS in msg.content.config_records:
+        return secaggplus_mod(msg, context, call_next)
+    return call_next(msg, context)
 
 
 def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
@@ -57,7 +77,8 @@ def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
         return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state,
                            context.run_id)
 
-    return ClientApp(client_fn=client_fn, mods=[node_service_mod])
+    # the first mod is the outermost: SecAgg+ masks the reply of the fit that the node service (or client_fn) ran
+    return ClientApp(client_fn=client_fn, mods=[secagg_mod, node_service_mod])
 
 
 app = make_client_app()

@@ -30,6 +30,7 @@ from fedtext import comm
 from fedtext.config import RunConfig
 from fedtext.records.schema import RoundRecord
 from fedtext.records.writer import RunRecorder
+from fedtext.secagg import StageLog, secagg_message_bytes
 from fedtext.validation import FIT_METRICS, Upload, check_metrics
 
 log = logging.getLogger("fedtext")
@@ -115,6 +116,20 @@ class RoundLog:
         down = [comm.payload_bytes(ins.parameters) for _, ins in instructions]
         self.record.bytes_down, self.record.bytes_down_per_client = sum(down), _mean(down)
         self.down_bytes = {proxy.cid: d for (proxy, _), d in zip(instructions, down, strict=True)}
+
+    def secagg_sent(self, stages: dict[str, StageLog]) -> None:
+        """``secagg=true``: the round's bytes are the SecAgg+ protocol's (:mod:`fedtext.secagg`).
+        ``stages`` maps each stage to its :class:`fedtext.secagg.StageLog`. Up: every reply's
+        SecAgg+ record (keys, encrypted shares, the masked vector, unmasking shares), per client
+        over those whose masked vector is in the sum (``trained``); down: the fit instructions'
+        arrays (:meth:`fit_sent`) plus every record sent, per client over those sent the setup."""
+        r = self.record
+        r.secagg_bytes = secagg_message_bytes(stages)
+        sent = len(self.down_bytes) or 1
+        r.bytes_up = sum(s["up"] for s in r.secagg_bytes.values())
+        r.bytes_down += sum(s["down"] for s in r.secagg_bytes.values())
+        r.bytes_up_per_client = r.bytes_up / len(r.trained) if r.trained else None
+        r.bytes_down_per_client = r.bytes_down / sent
 
     def evaluate_sent(self, instructions: list[tuple[ClientProxy, EvaluateIns]]) -> None:
         """The bytes of the evaluate instructions and how many clients were sent one."""

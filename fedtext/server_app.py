@@ -30,7 +30,7 @@ from flwr.common import Context
 from flwr.server import Grid, Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
 from flwr.server.history import History
 
-from fedtext import checkpoint, comm
+from fedtext import checkpoint, comm, secagg
 from fedtext.components import resolve
 from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.data import labelled, warn_about_texts
@@ -73,6 +73,19 @@ class RecordingServer(Server):
     def __init__(self, *, recorder: RunRecorder, **kwargs) -> None:
         super().__init__(**kwargs)
         self.recorder = recorder
+        self.grid: Grid | None = None  # the run's grid (FabAwareServerApp sets it): secagg=true's rounds use it
+
+    def fit_round(self, server_round: int, timeout: float | None):
+        """Flower's fit round, or with ``secagg=true`` the same round through Flower's SecAgg+
+        workflow on the run's grid (:func:`fedtext.secagg.fit_round`; each stage waits at most
+        ``round-timeout-s``). Everything around the fit round (round 0, the evaluations, resume,
+        the record's ``failed``/``finished``) is this server's in both cases."""
+        if not self.strategy.cfg.secagg:
+            return super().fit_round(server_round, timeout)
+        if self.grid is None:
+            raise ConfigError("secagg=true runs through Flower's grid (flwr run, python -m simulations.simulate); "
+                              "this runner has none")
+        return secagg.fit_round(self, self.grid, server_round)
 
     def fit(self, num_rounds: int, timeout: float | None):
         try:
@@ -293,13 +306,15 @@ class FabAwareServerApp(ServerApp):
     def __init__(self, server_fn: Callable[[Context], ServerAppComponents]) -> None:
         super().__init__(server_fn=server_fn)
         self.fab: dict[str, str | None] = {}
+        self.grid: Grid | None = None  # the run's grid, for secagg=true's rounds (RecordingServer.fit_round)
 
     def __call__(self, grid: Grid, context: Context) -> None:
         try:
             self.fab = fab_fields(grid.run)
         except Exception:  # noqa: BLE001 - a grid without a run (a test's) must not stop the run
             self.fab = {}
-        super().__call__(ReplyPollingGrid(grid), context)  # replies pulled as they come (fedtext.grid)
+        self.grid = ReplyPollingGrid(grid)  # replies pulled as they come (fedtext.grid)
+        super().__call__(self.grid, context)
 
 
 def make_server_app(overrides: Mapping[str, Any] | None = None,
@@ -324,6 +339,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
             cfg = RunConfig.from_run_config(run_config, METHODS)
             quiet_flower(cfg.verbose)
             server, config = build(cfg, launch)
+            server.grid = server_app.grid  # secagg=true's fit rounds run Flower's SecAgg+ workflow on it
         except ConfigError as exc:
             log.error("fedtext: configuration error: %s", exc)
             record_config_error(run_config, str(exc), launch)

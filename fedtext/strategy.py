@@ -50,7 +50,7 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
-from fedtext import checkpoint, comm, privacy, robust, server_opt
+from fedtext import checkpoint, comm, privacy, robust, secagg, server_opt
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import server_test
@@ -351,7 +351,15 @@ class FedTextStrategy(FedAvg):
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
         """Screen every reply (identity, declared metrics), validate the uploads, account
         bytes (of every result: a dropped one was still sent), then :meth:`aggregate` the
-        valid ones."""
+        valid ones, once.
+
+        ``secagg=true``: each result's parameters are the round's example-weighted mean
+        (:mod:`fedtext.secagg`, which says what validation can still check of it); it is cast
+        to the upload specs' dtypes, validated, and aggregated once, as one upload of the valid
+        results' examples (:func:`secagg_upload`). The round's bytes are the protocol's
+        (:meth:`fedtext.round_log.RoundLog.secagg_sent`, after this hook)."""
+        if self.cfg.secagg:  # every result carries SecAgg+'s unmasked mean, in float64 (fedtext.secagg)
+            results = secagg.cast_mean(results, self.model.upload_specs())
         uploads = self.validate(self.validator.replies(self.record, results, "fit"), failures)
         self.rounds.fit_results(results, uploads, self.is_upload, self.simulated_seconds)
         if not uploads:
@@ -359,6 +367,8 @@ class FedTextStrategy(FedAvg):
             self.note_privacy(None)  # nothing released centrally; local DP's clients still sent theirs
             return None, {}
         self.validator.valid_rounds += 1
+        if self.cfg.secagg:
+            uploads = secagg_upload(uploads)
         release = None
         if self.central_dp is not None:  # the method sees one upload: the noised mean of the clipped updates
             uploads, release = self.private_mean(server_round, uploads)
@@ -455,6 +465,15 @@ class FedTextStrategy(FedAvg):
 
     def _is_eval_round(self, server_round: int) -> bool:
         return server_round % self.cfg.eval_every == 0 or server_round == self.cfg.num_server_rounds
+
+
+def secagg_upload(uploads: list[Upload]) -> list[Upload]:
+    """SecAgg+'s valid results as the one upload they all carry: the weighted mean, weighing
+    all their examples (FedAvg's mean of it, or FedKSeed's ``accumulate``, is the mean itself;
+    aggregating n copies of it would add float rounding and FedKSeed's outlier screen nothing)."""
+    first = uploads[0]
+    merged = Upload(first.proxy, "secagg-mean", sum(u.num_examples for u in uploads), first.arrays, {})
+    return [merged]
 
 
 def weighted_accuracy(metrics: list[tuple[int, dict[str, Scalar]]]) -> dict[str, Scalar]:

@@ -122,6 +122,8 @@ class Tracked(ClientProxy):
     def __init__(self, inner: ClientProxy) -> None:
         super().__init__(inner.cid)
         self.inner = inner
+        # Flower's workflows (SecAgg+, fedtext.secagg) address a client by its node id
+        self.node_id = getattr(inner, "node_id", None)
 
     def _call(self, fn, *args):
         try:

@@ -36,6 +36,7 @@ ROUND_FIELDS = (
     "client_peak_gpu_mb",  # max over clients of the GPU memory torch allocated at peak (None on CPUs)
     "train_loss",  # mean of the clients' reported local training losses
     "method_metrics",  # scalars a method reports from aggregation (e.g. FedBPT's sigma')
+    "secagg_bytes",  # secagg=true: {stage: {"down", "up"}} bytes of the SecAgg+ records per protocol stage (fedtext.secagg); null without secagg
     "privacy",  # dp runs: {"mode", "epsilon" (spent so far at "delta"; null = no noise, no bound), "delta", "noise_multiplier", central: "sampling_rate", "clip", "noise_std", "clipped"}; null without dp
     "clients_evaluated",  # clients sent the global model for local testing (clients-per-eval)
     "client_fit_s",  # sum over clients of local training seconds (fit_time_s)
@@ -107,6 +108,7 @@ class RoundRecord:
     client_gpu_mb: list[float] = field(default_factory=list)  # only clients on a GPU report one
     train_loss: float | None = None
     method_metrics: dict[str, float] = field(default_factory=dict)
+    secagg_bytes: dict[str, dict[str, int]] | None = None  # secagg=true: per stage (fedtext.secagg)
     privacy: dict[str, Any] | None = None  # dp runs: what the round spent and released (fedtext.privacy)
     clients_evaluated: int = 0
     fit_s: list[float] = field(default_factory=list)
@@ -171,6 +173,7 @@ class RoundRecord:
             "client_peak_gpu_mb": max(self.client_gpu_mb) if self.client_gpu_mb else None,
             "train_loss": self.train_loss,
             "method_metrics": self.method_metrics,
+            "secagg_bytes": self.secagg_bytes,
             "privacy": self.privacy,
             "clients_evaluated": self.clients_evaluated,
             "client_fit_s": _round(sum(self.fit_s)) if self.fit_s else None,

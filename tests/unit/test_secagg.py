@@ -1,0 +1,98 @@
+"""Secure aggregation (issue 59, part 2; fedtext.secagg) without a Flower run: what the server
+does with the results SecAgg+ hands ``aggregate_fit`` (every one carrying the unmasked
+example-weighted mean, float64), the round's protocol bytes, and the client mod that lets
+plain messages pass. The protocol itself through Flower's simulation engine:
+tests/integration/test_secagg_flower.py."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app.message_type import MessageType
+from flwr.client.mod import secaggplus_mod
+from flwr.common import Code, Context, FitIns, FitRes, Status
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+from flwr.compat.common import recorddict_compat as compat
+from flwr.supercore.task_identity import TaskIdentity
+
+from fedtext import comm
+from fedtext.client_app import secagg_mod
+from fedtext.records import RunRecorder
+from fedtext.registry import make_config
+from fedtext.secagg import StageLog
+from fedtext.tasks import TASKS
+from strategies.fedprompt import FedPrompt
+
+
+@pytest.fixture()
+def fedprompt(backbone, tmp_path):
+    cfg = make_config("fedprompt", prompt_length=2, max_length=64, output_dir=str(tmp_path), num_server_rounds=3,
+                      secagg=True, clients_per_round=3)
+    strat = FedPrompt(cfg, TASKS["demo"], recorder=RunRecorder(tmp_path, cfg.to_run_config()))
+    strat.global_arrays = strat.initial_arrays()
+    strat.rounds.begin(1)
+    return strat
+
+
+def test_every_result_carrying_the_float64_mean_gives_that_mean_once_in_float32(fedprompt):
+    """Flower's unmask stage sets every surviving FitRes's parameters to the dequantised mean
+    (float64): before fedtext.secagg the upload specs (float32) dropped all three and the round
+    kept its model; now the mean is cast, validated and is the new global prompt."""
+    base = fedprompt.global_arrays[0]
+    mean = (base.astype(np.float64) + 0.1)
+    results = [(SimpleNamespace(cid=str(pid)),
+                FitRes(Status(Code.OK, ""), comm.encode([mean]), n, {"partition_id": pid, "train_loss": 0.5}))
+               for pid, n in ((0, 2), (1, 6), (2, 4))]
+    params, _ = fedprompt.aggregate_fit(1, results, [])
+    (got,) = comm.decode(params)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, mean.astype(np.float32), rtol=0, atol=1e-7)  # the mean itself, once
+    assert fedprompt.record.num_clients == 3 and fedprompt.record.trained == ["0", "1", "2"]
+    assert fedprompt.record.dropped == []
+
+
+def test_the_round_records_the_protocol_bytes_per_stage(fedprompt):
+    """bytes_up is the replies' SecAgg+ records (the masked vector replaces the upload), bytes_down
+    the fit instructions' arrays plus the records sent; secagg_bytes keeps each stage."""
+    rec = fedprompt.record
+    rec.trained, rec.bytes_down = ["0", "1", "2"], 300
+    fedprompt.rounds.down_bytes = {"a": 100, "b": 100, "c": 100}
+    stages = {"setup": StageLog(30, 60), "share_keys": StageLog(90, 120),
+              "collect_masked_vectors": StageLog(60, 3000), "unmask": StageLog(30, 90)}
+    fedprompt.rounds.secagg_sent(stages)
+    assert list(rec.secagg_bytes) == ["setup", "share_keys", "collect_masked_vectors", "unmask"]
+    assert rec.secagg_bytes["collect_masked_vectors"] == {"down": 60, "up": 3000}
+    assert (rec.bytes_up, rec.bytes_up_per_client) == (3270, 1090)
+    assert (rec.bytes_down, rec.bytes_down_per_client) == (510, 170)
+
+
+def _train(content: RecordDict) -> Message:
+    return Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN, group_id="1")
+
+
+def test_plain_fit_messages_pass_the_client_mod_and_protocol_ones_do_not(monkeypatch):
+    """Flower's own secaggplus_mod fails a plain fit instruction (KeyError on its record):
+    fedtext's secagg_mod hands it on untouched, and a SecAgg+ setup message to Flower's mod."""
+    for key in ("_task_id", "_run_id", "_node_id"):  # what a ClientApp process has set before a message
+        monkeypatch.setattr(TaskIdentity, key, 1)
+    plain = _train(compat.fitins_to_recorddict(FitIns(comm.encode([np.zeros(2, np.float32)]), {}), True))
+    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    seen = []
+
+    def call_next(msg, _ctx):
+        seen.append(msg)
+        return msg
+
+    with pytest.raises(KeyError, match="secaggplus_configs"):
+        secaggplus_mod(plain, ctx, call_next)
+    assert secagg_mod(plain, ctx, call_next) is plain and seen == [plain]
+    setup = _train(RecordDict({RECORD_KEY_CONFIGS: ConfigRecord({
+        "stage": "setup", "sample_num": 3, "share_num": 3, "threshold": 2, "clipping_range": 8.0,
+        "target_range": 4194304, "mod_range": 4294967296, "max_weight": 1000.0})}))
+    reply = secagg_mod(setup, ctx, call_next)
+    assert seen == [plain]  # answered by the protocol: the client never ran
+    keys = reply.content.config_records[RECORD_KEY_CONFIGS]
+    assert isinstance(keys["pk1"], bytes) and isinstance(keys["pk2"], bytes)
