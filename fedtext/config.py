@@ -101,6 +101,7 @@ ATTACKS: dict[str, tuple[str, ...]] = {"none": (), "weight-lie": (), "scale": ("
 # ``dp``'s choices and the dp-* keys each reads (set away from its default under another mode: refused,
 # as an aggregator's key is); ``dp-clipping``'s choices and the keys each reads (fedtext.privacy holds
 # the math: DP-FedAvg with fixed clipping, McMahan et al. 2018; adaptive clipping, Andrew et al. 2021).
+SECAGG_MODULUS = 2**32  # Flower 1.42's SecAggPlusWorkflow modulus_range: the masked vectors' arithmetic is mod this
 DP_MODES: dict[str, tuple[str, ...]] = {
     "none": (),
     "central": ("dp-clip", "dp-noise", "dp-delta", "dp-clipping"),
@@ -465,7 +466,10 @@ class RunConfig:
     secagg_threshold: int = 2  # SecAgg+: the shares that reconstruct a key (Flower's reconstruction_threshold; <= secagg-shares)
     secagg_clip_range: float = 8.0  # SecAgg+: every uploaded value is clipped to +-this before quantisation (Flower's clipping_range)
     secagg_quantization: int = 4194304  # SecAgg+: quantisation levels of [-clip, clip] (Flower's quantization_range, 2^22)
-    secagg_max_weight: float = 1000.0  # SecAgg+: a client's example count is capped at this weight (Flower's max_weight)
+    #: SecAgg+: the weight that scales every upload before quantisation (Flower's `max_weight`: a client's values are
+    #: multiplied by n_k / max-weight, so a weight far above every n_k wastes the quantisation levels: the mean's error
+    #: grows by max-weight / n_k); `0` = the most examples any connected client may claim (the rows the server assigned it)
+    secagg_max_weight: float = 0.0  # SecAgg+: weights are n_k / this before quantisation (Flower's max_weight); 0 = the largest claim a client may make
     # --- scale and memory (every method)
     #: client memory budget: population scoring (CMA-ES, FedDLS candidates) runs in chunks sized to fit it (0 = fixed
     #: 32,768-token chunks); see "Performance and scale"
@@ -720,11 +724,17 @@ class RunConfig:
             raise ConfigError(f"dp-target-quantile must be in (0, 1), got {self.dp_target_quantile}")
         check_range("dp-clip-lr", self.dp_clip_lr, 0, low_open=True)
         check_range("dp-count-noise", self.dp_count_noise, 0)
-        check_range("secagg-shares", self.secagg_shares, 2)
-        check_range("secagg-threshold", self.secagg_threshold, 2, self.secagg_shares)
+        # Flower 1.42's SecAggPlusWorkflow: shares > 2, 2 <= threshold < shares (1 would read as a fraction),
+        # levels below its modulus 2^32, which a sum of m quantised uploads must not overflow (m * levels <= 2^32)
+        check_range("secagg-shares", self.secagg_shares, 3)
+        check_range("secagg-threshold", self.secagg_threshold, 2, self.secagg_shares - 1)
         check_range("secagg-clip-range", self.secagg_clip_range, 0, low_open=True)
-        check_range("secagg-quantization", self.secagg_quantization, 2)
-        check_range("secagg-max-weight", self.secagg_max_weight, 0, low_open=True)
+        check_range("secagg-quantization", self.secagg_quantization, 2, SECAGG_MODULUS - 1)
+        check_range("secagg-max-weight", self.secagg_max_weight, 0)
+        if self.secagg and self.clients_per_round * self.secagg_quantization > SECAGG_MODULUS:
+            raise ConfigError(f"clients-per-round={self.clients_per_round} x secagg-quantization="
+                              f"{self.secagg_quantization} exceeds SecAgg+'s modulus 2^32: the masked sum would "
+                              "overflow; lower secagg-quantization")
         defaults = {kebab(f.name): f.default for f in fields(RunConfig)}
         reads = set(DP_MODES[self.dp]) | (set(DP_CLIPPINGS[self.dp_clipping]) if self.dp == "central" else set())
         every = {k for r in DP_MODES.values() for k in r} | {k for r in DP_CLIPPINGS.values() for k in r}
