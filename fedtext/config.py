@@ -462,7 +462,7 @@ class RunConfig:
     #: the example-weighted sum of the round's uploads, never one client's; refused by a method whose server
     #: reads single uploads (docs/privacy.md)
     secagg: bool = False  # secure aggregation with Flower's SecAgg+: the server sees only the weighted sum of the uploads
-    secagg_shares: int = 3  # SecAgg+: the secret shares of each client's keys (Flower's num_shares; <= clients per round)
+    secagg_shares: int = 3  # SecAgg+: each client's neighbours, itself included, that hold shares of its keys (Flower's num_shares: >= 3, or 1 = every client of the round)
     secagg_threshold: int = 2  # SecAgg+: the shares that reconstruct a key (Flower's reconstruction_threshold; <= secagg-shares)
     secagg_clip_range: float = 8.0  # SecAgg+: every uploaded value is clipped to +-this before quantisation (Flower's clipping_range)
     secagg_quantization: int = 4194304  # SecAgg+: quantisation levels of [-clip, clip] (Flower's quantization_range, 2^22)
@@ -724,10 +724,13 @@ class RunConfig:
             raise ConfigError(f"dp-target-quantile must be in (0, 1), got {self.dp_target_quantile}")
         check_range("dp-clip-lr", self.dp_clip_lr, 0, low_open=True)
         check_range("dp-count-noise", self.dp_count_noise, 0)
-        # Flower 1.42's SecAggPlusWorkflow: shares > 2, 2 <= threshold < shares (1 would read as a fraction),
-        # levels below its modulus 2^32, which a sum of m quantised uploads must not overflow (m * levels <= 2^32)
-        check_range("secagg-shares", self.secagg_shares, 3)
-        check_range("secagg-threshold", self.secagg_threshold, 2, self.secagg_shares - 1)
+        # Flower 1.42's SecAggPlusWorkflow: shares > 2 (1 it reads as the fraction 1.0: every client of the
+        # round), 2 <= threshold < shares (a threshold of 1 would read as a fraction too), levels below its
+        # modulus 2^32, which a sum of m quantised uploads must not overflow (m * levels <= 2^32)
+        if self.secagg_shares != 1:
+            check_range("secagg-shares", self.secagg_shares, 3)
+        check_range("secagg-threshold", self.secagg_threshold, 2,
+                    self.secagg_shares - 1 if self.secagg_shares != 1 else None)
         check_range("secagg-clip-range", self.secagg_clip_range, 0, low_open=True)
         check_range("secagg-quantization", self.secagg_quantization, 2, SECAGG_MODULUS - 1)
         check_range("secagg-max-weight", self.secagg_max_weight, 0)
@@ -778,9 +781,10 @@ class RunConfig:
             if 0 < self.clients_per_round < 2:
                 raise ConfigError("secagg=true needs at least 2 clients per round (a sum of one upload is that "
                                   "upload); set clients-per-round >= 2")
-            if 0 < self.clients_per_round < self.secagg_shares:
-                raise ConfigError(f"secagg-shares={self.secagg_shares} exceeds clients-per-round="
-                                  f"{self.clients_per_round}: each share goes to another client of the round")
+            if 0 < self.clients_per_round < max(self.secagg_shares, self.secagg_threshold):
+                raise ConfigError(f"secagg-shares={self.secagg_shares} and secagg-threshold={self.secagg_threshold} "
+                                  f"need as many clients a round, got clients-per-round={self.clients_per_round} "
+                                  "(secagg-shares=1: every client of the round holds shares)")
 
     def privacy_wanted(self) -> list[str]:
         """The mechanisms of :data:`PRIVACY` this run asks for, as their keys say it

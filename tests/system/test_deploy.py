@@ -145,8 +145,10 @@ def test_tls_and_node_auth_deployment_runs_two_methods(deployment):
     d = deployment
     access = d.proxy_dir / "access.log"
     seen = len(access.read_text().splitlines())  # earlier tests' strangers and attackers
+    # fedprompt's round runs through SecAgg+ (issue 59: the recipe, nginx, TLS and node auth, carries the
+    # protocol's four stages; with two clients each holds the other's shares: secagg-shares=1, all of the round)
     for method, extra in (("bbt-fed", "bbt-fed.popsize=4 bbt-fed.local-steps=2"),
-                          ("fedprompt", "fedprompt.local-steps=2")):
+                          ("fedprompt", "fedprompt.local-steps=2 secagg=true secagg-shares=1")):
         # one round each (a SuperNode starts a process per message: the lost-node and adversarial
         # tests run longer federations through SuperNodes)
         summary, rounds = run_method(d, method, extra, rounds=1)
@@ -155,6 +157,9 @@ def test_tls_and_node_auth_deployment_runs_two_methods(deployment):
         # the two registered SuperNodes trained; the unregistered one never joined
         assert rounds[1]["num_clients"] == 2 and rounds[1]["dropped"] == [] and rounds[1]["bytes_up"] > 0, rounds[1]
         assert sorted(rounds[1]["client_accuracy"]) == ["0", "1"] and rounds[1]["global_accuracy"] is not None
+        if "secagg=true" in extra:  # the masked vectors replaced the plain uploads, counted per stage
+            assert list(rounds[1]["secagg_bytes"]) == ["setup", "share_keys", "collect_masked_vectors", "unmask"]
+            assert rounds[1]["bytes_up"] == sum(s["up"] for s in rounds[1]["secagg_bytes"].values())
     refused = (d.tmp / "supernode-2.log").read_text()
     assert "Connection successful" not in refused, refused[-2000:]
     # it does not keep retrying: Flower reports exit code 305 and the SuperNode stops (docs/deployment.md says so)

@@ -286,7 +286,11 @@ def test_a_method_fits_only_in_its_averaging_setting(fields, words) -> None:
     (dict(secagg=True, aggregator="krum"), "only the sum of the uploads"),
     (dict(secagg=True, dp="central"), "use dp=local with secagg"),
     (dict(secagg=True, clients_per_round=1), "at least 2 clients per round"),
-    (dict(secagg=True, clients_per_round=2), "secagg-shares=3 exceeds clients-per-round=2"),
+    (dict(secagg=True, clients_per_round=2), "secagg-shares=3 and secagg-threshold=2 need as many clients"),
+    (dict(secagg=True, secagg_shares=2), "secagg-shares must be >= 3"),
+    (dict(secagg=True, secagg_threshold=3), "secagg-threshold must be <= 2"),
+    (dict(secagg=True, secagg_shares=1, secagg_threshold=3, clients_per_round=2), "need as many clients"),
+    (dict(secagg=True, clients_per_round=2000), "exceeds SecAgg\\+'s modulus 2\\^32"),
     (dict(secagg_shares=4), "read by secagg=true only"),
     (dict(dp_noise=2.0), "dp-noise=2.0 is read by dp=central, dp=local only; dp=none"),
     (dict(dp="local", dp_clipping="adaptive"), "dp-clipping=adaptive is read by dp=central only"),
@@ -299,6 +303,11 @@ def test_a_method_fits_only_in_its_averaging_setting(fields, words) -> None:
 def test_what_cannot_compose_is_refused_in_one_line(fields, words) -> None:
     with pytest.raises(ConfigError, match=words):
         make_config("fedprompt", **fields)
+
+
+def test_two_clients_a_round_take_secagg_with_every_client_holding_shares() -> None:
+    """Flower's SecAgg+ reads num_shares=1 as the fraction 1.0 (every client of the round)."""
+    assert make_config("fedprompt", secagg=True, secagg_shares=1, clients_per_round=2).secagg_shares == 1
 
 
 @pytest.mark.parametrize("dp", ["none", "central"])
