@@ -34,8 +34,9 @@ from flwr.app.message_type import MessageType
 from flwr.client import Client, ClientApp
 from flwr.client.mod import secaggplus_mod
 from flwr.clientapp.typing import ClientAppCallable
-from flwr.common import Context
-from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+from flwr.common import Context, parameters_to_ndarrays
+from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE
+from flwr.compat.common import recorddict_compat as compat
 
 from fedtext.node_service import node_service_mod
 from fedtext.quiet import quiet_ray_tip
@@ -52,8 +53,29 @@ def secagg_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> 
     fails a plain fit instruction (``KeyError: 'secaggplus_configs'``), so it cannot stand in the
     ClientApp's mods alone."""
     if msg.metadata.message_type == MessageType.TRAIN and RECORD_KEY_CONFIGS in msg.content.config_records:
-        return secaggplus_mod(msg, context, call_next)
+        return secaggplus_mod(msg, context, lambda m, c: within_clip_range(call_next(m, c), c))
     return call_next(msg, context)
+
+
+def within_clip_range(reply: Message, context: Context) -> Message:
+    """The fit reply SecAgg+ is about to mask, refused when masking would change it: Flower clips
+    every value of ``n_k / max_weight · x_k`` to ``±secagg-clip-range`` before quantising, silently
+    (a whole model's weights, or FedKSeed's gradient sums, can exceed the default 8). The client
+    fails the round instead, with a reason the server records as its drop; the operator raises
+    ``secagg-clip-range``. Nothing else leaves: the check runs before the reply is masked."""
+    import numpy as np  # Flower's own dependency; the arrays are NumPy already
+
+    state = context.state.config_records.get(RECORD_KEY_STATE)
+    if reply.has_error() or state is None or not reply.content.array_records:
+        return reply
+    fitres = compat.recorddict_to_fitres(reply.content, keep_input=True)
+    clip, weight = float(state["clipping_range"]), float(state["max_weight"])
+    scale = fitres.num_examples / weight if weight > 0 else 1.0
+    largest = max((float(np.max(np.abs(a))) for a in parameters_to_ndarrays(fitres.parameters) if a.size), default=0.0)
+    if largest * scale > clip:
+        raise ValueError(f"SecAgg+ would clip this upload: its largest |value| {largest:.4g} x weight "
+                         f"{scale:.3g} exceeds secagg-clip-range={clip:g}; raise secagg-clip-range")
+    return reply
 
 
 def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:

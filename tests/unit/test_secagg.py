@@ -96,3 +96,26 @@ def test_plain_fit_messages_pass_the_client_mod_and_protocol_ones_do_not(monkeyp
     assert seen == [plain]  # answered by the protocol: the client never ran
     keys = reply.content.config_records[RECORD_KEY_CONFIGS]
     assert isinstance(keys["pk1"], bytes) and isinstance(keys["pk2"], bytes)
+
+
+def test_an_upload_secagg_would_clip_fails_the_client_instead_of_being_clipped(monkeypatch):
+    """Flower clips n_k / max_weight · x_k to ±clip before quantising, silently: a value 9 of a client
+    with weight 1 against clip 8 would reach the sum as 8. fedtext's mod refuses the reply, naming
+    the key to raise; weight 0.5 (16 of 32 examples) keeps 9 · 0.5 = 4.5 within it."""
+    from fedtext.client_app import within_clip_range
+    from flwr.common import Code, FitRes, Status
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
+
+    for key in ("_task_id", "_run_id", "_node_id"):  # what a ClientApp process has set before a message
+        monkeypatch.setattr(TaskIdentity, key, 1)
+
+    def reply(n: int) -> Message:
+        res = FitRes(Status(Code.OK, ""), comm.encode([np.array([0.5, -9.0], np.float32)]), n, {})
+        return Message(compat.fitres_to_recorddict(res, True), reply_to=_train(RecordDict()))
+
+    ctx = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
+    ctx.state.config_records[RECORD_KEY_STATE] = ConfigRecord({"clipping_range": 8.0, "max_weight": 32.0})
+    with pytest.raises(ValueError, match=r"largest \|value\| 9 x weight 1 exceeds secagg-clip-range=8"):
+        within_clip_range(reply(32), ctx)
+    ok = reply(16)
+    assert within_clip_range(ok, ctx) is ok
