@@ -99,12 +99,12 @@ def _distance(a: list[Any], b: list[Any]) -> float:
                              for x, y in zip(a, b, strict=True))))
 
 
-def newest_runs() -> dict[tuple[str, int], dict[str, Any]]:
-    """The finished runs under :data:`OUT` by (label, seed), the newest of each."""
+def newest_runs(out: Path = OUT) -> dict[tuple[str, int], dict[str, Any]]:
+    """The finished runs under ``out`` (default :data:`OUT`) by (label, seed), the newest of each."""
     from fedtext.records import load_run
 
     newest: dict[tuple[str, int], dict[str, Any]] = {}
-    for folder in sorted((OUT / "runs").iterdir()):
+    for folder in sorted((out / "runs").iterdir()):
         run = load_run(folder)
         if run["status"] != "finished":
             continue
@@ -113,15 +113,16 @@ def newest_runs() -> dict[tuple[str, int], dict[str, Any]]:
     return newest
 
 
-def run_all(seeds: list[int] | None) -> None:
-    """Every planned run that has not finished under :data:`OUT`, one after another."""
+def run_all(seeds: list[int] | None, experiment: Path = EXPERIMENT, out: Path = OUT) -> None:
+    """Every planned run of ``experiment`` that has not finished under ``out``, one after another,
+    through the in-process round loop (simulations.privacy runs its sweep with it too)."""
     from fedtext.records import load_run
     from simulations.inprocess import run
 
-    exp = compare.load_experiment(EXPERIMENT)
-    runs_dir = OUT / "runs"
+    exp = compare.load_experiment(experiment)
+    runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
-    (OUT / "experiment.json").write_text(json.dumps({"name": EXPERIMENT.stem, "file": str(EXPERIMENT.relative_to(REPO)),
+    (out / "experiment.json").write_text(json.dumps({"name": experiment.stem, "file": str(experiment.relative_to(REPO)),
                                                      "methods": exp["methods"], "seeds": exp["seeds"]}, indent=1) + "\n")
     planned = compare.plan(exp, seeds)
     for i, ov in enumerate(planned, 1):

@@ -1,0 +1,210 @@
+"""Utility against privacy (issue 59): the T1 table and figure of final accuracy against ε.
+
+    python -m simulations.privacy                  # every planned run not yet finished, then table and figure
+    python -m simulations.privacy --seeds 0        # some seeds
+    python -m simulations.privacy --table-only     # table and figure from the committed records
+    python -m simulations.privacy --pilot fedlora  # the honest update norms a dp-clip is chosen from
+
+Runs ``simulations/experiments/privacy_ag_news.toml`` (its header says the setting: T1, central DP at
+noise multipliers 0, 0.5, 1 and 2 for fedprompt, fedlora, bbt-fed and fedkseed, 3 seeds; each label is
+``<method>-<noise>``) through the server's own round loop in this process, as
+:mod:`simulations.robust` does (:func:`simulations.robust.run_all`: the same round math and records,
+no Ray start-up per run). Records go to ``simulations/results/privacy_ag_news/runs/``.
+
+The table (``table.md`` beside the runs, and the ``privacy-table`` block of docs/privacy.md): per
+method and noise, the final server accuracy (mean ± std over the seeds), the ε spent at δ = 10⁻⁵
+after the last round (from the round records' ``privacy`` entry: the RDP accountant's), the updates
+clipped and the bytes per client-round. The figure (``accuracy_vs_epsilon.png`` / ``.svg``): accuracy
+against ε per method, the run without DP drawn as a dashed line at its accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from simulations import robust
+
+REPO = Path(__file__).resolve().parents[1]
+EXPERIMENT = REPO / "simulations" / "experiments" / "privacy_ag_news.toml"
+OUT = REPO / "simulations" / "results" / "privacy_ag_news"
+METHODS = ("fedprompt", "fedlora", "bbt-fed", "fedkseed")
+NOISES = {"none": "no DP", "z0": "clip only (z = 0)", "z05": "z = 0.5", "z1": "z = 1", "z2": "z = 2"}
+FIGURE = "accuracy_vs_epsilon"
+
+
+def split_label(label: str) -> tuple[str, str]:
+    """``"bbt-fed-z05"`` -> ``("bbt-fed", "z05")`` (the noise is the last dash's part)."""
+    method, noise = label.rsplit("-", 1)
+    return method, noise
+
+
+def collect() -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Finished runs by (method, noise): the newest per seed, with its final accuracy, final ε,
+    clipped updates over its rounds and bytes per client-round."""
+    table: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    if not (OUT / "runs").exists():
+        return table
+    for (label, seed), run in sorted(robust.newest_runs(OUT).items()):
+        rounds = [json.loads(x) for x in (Path(run["dir"]) / "rounds.jsonl").read_text().splitlines()]
+        spent = [r["privacy"] for r in rounds if r.get("privacy")]
+        trained = [r for r in rounds if r.get("bytes_up_per_client") is not None]
+        table.setdefault(split_label(label), []).append({
+            "seed": seed,
+            "accuracy": run["summary"]["final_accuracy"],
+            "epsilon": spent[-1]["epsilon"] if spent else None,
+            "clipped": sum(int(p.get("clipped", 0)) for p in spent),
+            "up": statistics.mean(r["bytes_up_per_client"] for r in trained) if trained else None,
+            "down": statistics.mean(r["bytes_down_per_client"] for r in trained) if trained else None,
+        })
+    return table
+
+
+def _acc(runs: list[dict[str, Any]]) -> str:
+    acc = [r["accuracy"] for r in runs]
+    spread = f" ± {statistics.stdev(acc):.3f}" if len(acc) > 1 else ""
+    return f"{statistics.mean(acc):.3f}{spread} ({len(acc)})"
+
+
+def _eps(runs: list[dict[str, Any]], noise: str) -> str:
+    if noise == "none":
+        return "—"
+    eps = {r["epsilon"] for r in runs}
+    if eps == {None}:
+        return "∞"
+    return ", ".join(f"{e:.2f}" for e in sorted(e for e in eps if e is not None))
+
+
+def render() -> str:
+    """The table (module docstring) from the records under :data:`OUT`."""
+    table = collect()
+    if not table:
+        return "No finished run under simulations/results/privacy_ag_news/runs yet (`python -m simulations.privacy`).\n"
+    lines = ["Final server accuracy, mean ± std over the seeds (runs), and ε at δ = 10⁻⁵ after the 4 rounds:", "",
+             "| method | " + " | ".join(NOISES.values()) + " |", "|---" * (len(NOISES) + 1) + "|"]
+    for method in METHODS:
+        lines.append(f"| `{method}` | " + " | ".join(_acc(table[(method, n)]) if (method, n) in table else "–"
+                                                     for n in NOISES) + " |")
+    eps_row = [_eps(runs, n) for n in NOISES if (runs := next((table[(m, n)] for m in METHODS if (m, n) in table), None))]
+    lines.append("| ε (every method) | " + " | ".join(eps_row) + " |")
+    lines += ["", "Updates clipped at dp-clip (of 12 a run: 3 clients × 4 rounds; summed over the seeds) and bytes "
+              "per client-round up / down (every noise alike: DP adds no byte):", "",
+              "| method | dp-clip | clipped: " + " | ".join(list(NOISES.values())[1:]) + " | bytes up / down |",
+              "|---" * (len(NOISES) + 2) + "|"]
+    clips = _clips()
+    for method in METHODS:
+        cells = [str(sum(r["clipped"] for r in table.get((method, n), []))) if (method, n) in table else "–"
+                 for n in list(NOISES)[1:]]
+        runs = [r for n in NOISES for r in table.get((method, n), []) if r["up"] is not None]
+        ups, downs = {round(r["up"]) for r in runs}, {round(r["down"]) for r in runs}
+        sent = f"{'/'.join(f'{u:,}' for u in sorted(ups))} / {'/'.join(f'{d:,}' for d in sorted(downs))}" if runs else "–"
+        lines.append(f"| `{method}` | {clips.get(method, '–')} | " + " | ".join(cells) + f" | {sent} |")
+    return "\n".join(lines) + "\n"
+
+
+def _clips() -> dict[str, float]:
+    """Each method's dp-clip as the experiment sets it."""
+    from simulations import compare
+
+    exp = compare.load_experiment(EXPERIMENT)
+    return {split_label(label)[0]: float(over["dp-clip"]) for label, over in exp.get("method", {}).items()
+            if "dp-clip" in over}
+
+
+def figure() -> list[Path]:
+    """Accuracy against ε per method (PNG and SVG beside the table); the no-DP accuracy as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = collect()
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for i, method in enumerate(METHODS):
+        colour = f"C{i}"
+        points = []
+        for noise in ("z05", "z1", "z2"):
+            runs = table.get((method, noise), [])
+            eps = [r["epsilon"] for r in runs if r["epsilon"] is not None]
+            if runs and eps:
+                acc = [r["accuracy"] for r in runs]
+                points.append((statistics.mean(eps), statistics.mean(acc), statistics.stdev(acc) if len(acc) > 1 else 0))
+        if points:
+            xs, ys, es = zip(*sorted(points), strict=True)
+            ax.errorbar(xs, ys, yerr=es, marker="o", color=colour, capsize=3, label=method)
+        plain = table.get((method, "none"), [])
+        if plain:
+            ax.axhline(statistics.mean(r["accuracy"] for r in plain), color=colour, linestyle="--", linewidth=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("ε at δ = 1e-5 after 4 rounds (central DP, q = 0.3)")
+    ax.set_ylabel("final server accuracy (AG News, 200 texts)")
+    ax.set_title("T1: accuracy against privacy (dashed: the same method without DP)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    out = [OUT / f"{FIGURE}.png", OUT / f"{FIGURE}.svg"]
+    for path in out:
+        fig.savefig(path, **({"metadata": {"Date": None}} if path.suffix == ".svg" else {"dpi": 120}))
+    plt.close(fig)
+    return out
+
+
+def pilot(method: str, extra: dict[str, Any]) -> list[float]:
+    """The L2 norms of the honest updates (:meth:`fedtext.model.Model.update`) of a 2-round T1 run of
+    ``method`` without DP: what each method's ``dp-clip`` in the experiment is the median of."""
+    import tempfile
+
+    import numpy as np
+
+    from simulations import compare
+    from simulations.inprocess import run
+
+    exp = compare.load_experiment(EXPERIMENT)
+    norms: list[float] = []
+
+    def hook(server: Any) -> None:
+        strategy = server.strategy
+        validate = strategy.validate
+
+        def measured(results: Any, failures: Any) -> Any:
+            uploads = validate(results, failures)
+            for u in uploads:
+                update = strategy.model.update(strategy.global_arrays, u.array_list())
+                norms.append(float(np.sqrt(sum(float((x ** 2).sum()) for x in update))))
+            return uploads
+
+        strategy.validate = measured
+
+    config = {k: v for k, v in exp["run-config"].items() if not (isinstance(k, str) and "." in k
+                                                                  and not k.startswith(method + "."))}
+    with tempfile.TemporaryDirectory() as tmp:
+        run({**config, "method": method, "num-server-rounds": 2, "eval-size": 50, "eval-every": 2, **extra},
+            Path(tmp), clients=int(exp["num-supernodes"]), server_hook=hook)
+    return norms
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs="+", help="override the experiment's seeds")
+    ap.add_argument("--table-only", action="store_true", help="render the table and figure from the records, run nothing")
+    ap.add_argument("--pilot", metavar="METHOD", help="print the honest update norms of METHOD (dp-clip's source)")
+    args = ap.parse_args(argv)
+    if args.pilot:
+        norms = pilot(args.pilot, {})
+        print(f"{args.pilot}: {len(norms)} updates, L2 norms {', '.join(f'{n:.3g}' for n in norms)}; "
+              f"median {statistics.median(norms):.3g}")
+        return 0
+    if not args.table_only:
+        robust.run_all(args.seeds, EXPERIMENT, OUT)
+    text = render()
+    (OUT / "table.md").write_text(text)
+    figure()
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
