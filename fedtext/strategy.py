@@ -406,8 +406,7 @@ class FedTextStrategy(FedAvg):
         if self.cfg.dp == "none":
             return
         participants = len(self.sampler.partitions()) or self.sampled_this_round
-        rounds = self.dp_releases if self.cfg.dp == "central" else max(self.dp_sampled.values(), default=0)
-        eps = privacy.spent(self.cfg, rounds, participants, rounds)
+        eps = privacy.spent(self.cfg, self.dp_releases, participants, max(self.dp_sampled.values(), default=0))
         eps = eps if np.isfinite(eps) else None  # dp-noise=0: no bound (JSON has no infinity)
         entry: dict[str, Any] = {"mode": self.cfg.dp, "epsilon": eps, "delta": self.cfg.dp_delta,
                                  "noise_multiplier": self.cfg.dp_noise}

@@ -186,6 +186,25 @@ def pilot(method: str, extra: dict[str, Any]) -> list[float]:
     return norms
 
 
+def render_support() -> str:
+    """docs/privacy.md's "which methods can run privately": each registered config's declared
+    support (``privacy``, at its defaults: ``effective_privacy``) and, where it lacks one, its
+    ``privacy_reason`` (what the one-line refusal quotes), and the method's own fit metrics (sent
+    in clear beside the shared telemetry)."""
+    from fedtext.registry import CONFIGS
+
+    marks = {"dp-central": "central DP", "dp-local": "local DP", "secagg": "SecAgg+"}
+    lines = ["| `method=` | " + " | ".join(marks.values()) + " | why not | its own fit metrics (in clear) |",
+             "|---" * (len(marks) + 3) + "|"]
+    for config in CONFIGS:
+        supported, reason = config().effective_privacy()
+        own = ", ".join(f"`{m.name}`" for m in config.fit_metrics) or "—"
+        why = reason.replace("|", "\\|") if len(supported) < len(marks) else ""
+        lines.append(f"| `{config.name}` | " + " | ".join("yes" if k in supported else "no" for k in marks)
+                     + f" | {why} | {own} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", help="override the experiment's seeds")

@@ -80,6 +80,9 @@ BLOCKS: dict[str, Block] = {
     "arm64-round": Block("docs/deployment.md", "simulations.arm64_round:render"),
     # issue 58: each aggregator's T1 accuracy with one attacker (simulations/results/robust_ag_news)
     "robust-table": Block("docs/reliability.md", "simulations.robust:render"),
+    # issue 59: accuracy against epsilon on T1 (simulations/results/privacy_ag_news), and who takes what
+    "privacy-table": Block("docs/privacy.md", "simulations.privacy:render"),
+    "privacy-support": Block("docs/privacy.md", "simulations.privacy:render_support"),
 }
 
 
