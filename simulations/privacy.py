@@ -209,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs="+", help="override the experiment's seeds")
     ap.add_argument("--table-only", action="store_true", help="render the table and figure from the records, run nothing")
+    ap.add_argument("--labels", nargs="+", help="run only these of the experiment's labels (e.g. without the -z0 ones)")
     ap.add_argument("--pilot", metavar="METHOD", help="print the honest update norms of METHOD (dp-clip's source)")
     args = ap.parse_args(argv)
     if args.pilot:
@@ -217,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
               f"median {statistics.median(norms):.3g}")
         return 0
     if not args.table_only:
-        robust.run_all(args.seeds, EXPERIMENT, OUT)
+        robust.run_all(args.seeds, EXPERIMENT, OUT, args.labels)
     text = render()
     (OUT / "table.md").write_text(text)
     figure()

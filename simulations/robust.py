@@ -113,9 +113,11 @@ def newest_runs(out: Path = OUT) -> dict[tuple[str, int], dict[str, Any]]:
     return newest
 
 
-def run_all(seeds: list[int] | None, experiment: Path = EXPERIMENT, out: Path = OUT) -> None:
+def run_all(seeds: list[int] | None, experiment: Path = EXPERIMENT, out: Path = OUT,
+            labels: list[str] | None = None) -> None:
     """Every planned run of ``experiment`` that has not finished under ``out``, one after another,
-    through the in-process round loop (simulations.privacy runs its sweep with it too)."""
+    through the in-process round loop (simulations.privacy runs its sweep with it too); ``labels``:
+    only those of the experiment's labels."""
     from fedtext.records import load_run
     from simulations.inprocess import run
 
@@ -124,7 +126,7 @@ def run_all(seeds: list[int] | None, experiment: Path = EXPERIMENT, out: Path = 
     runs_dir.mkdir(parents=True, exist_ok=True)
     (out / "experiment.json").write_text(json.dumps({"name": experiment.stem, "file": str(experiment.relative_to(REPO)),
                                                      "methods": exp["methods"], "seeds": exp["seeds"]}, indent=1) + "\n")
-    planned = compare.plan(exp, seeds)
+    planned = [ov for ov in compare.plan(exp, seeds) if labels is None or ov["run-name"] in labels]
     for i, ov in enumerate(planned, 1):
         done = [load_run(p) for p in sorted(runs_dir.iterdir()) if p.is_dir()]
         if compare.finished_run(compare.resolved({**ov, "output-dir": str(runs_dir)}), done):
