@@ -56,6 +56,7 @@ def collect() -> dict[tuple[str, str], list[dict[str, Any]]]:
         table.setdefault(split_label(label), []).append({
             "seed": seed,
             "accuracy": run["summary"]["final_accuracy"],
+            "start": rounds[0].get("global_accuracy"),  # round 0: the initial model, before any training
             "epsilon": spent[-1]["epsilon"] if spent else None,
             "clipped": sum(int(p.get("clipped", 0)) for p in spent),
             "up": statistics.mean(r["bytes_up_per_client"] for r in trained) if trained else None,
@@ -84,13 +85,16 @@ def render() -> str:
     table = collect()
     if not table:
         return "No finished run under simulations/results/privacy_ag_news/runs yet (`python -m simulations.privacy`).\n"
-    lines = ["Final server accuracy, mean ± std over the seeds (runs), and ε at δ = 10⁻⁵ after the 4 rounds:", "",
-             "| method | " + " | ".join(NOISES.values()) + " |", "|---" * (len(NOISES) + 1) + "|"]
+    lines = ["Final server accuracy, mean ± std over the seeds (runs), beside the initial model's (round 0, every run "
+             "of the method), and ε at δ = 10⁻⁵ after the 4 rounds:", "",
+             "| method | round 0 | " + " | ".join(NOISES.values()) + " |", "|---" * (len(NOISES) + 2) + "|"]
     for method in METHODS:
-        lines.append(f"| `{method}` | " + " | ".join(_acc(table[(method, n)]) if (method, n) in table else "–"
-                                                     for n in NOISES) + " |")
+        starts = [r["start"] for n in NOISES for r in table.get((method, n), []) if r["start"] is not None]
+        start = f"{statistics.mean(starts):.3f}" if starts else "–"
+        lines.append(f"| `{method}` | {start} | " + " | ".join(_acc(table[(method, n)]) if (method, n) in table else "–"
+                                                              for n in NOISES) + " |")
     eps_row = [_eps(runs, n) for n in NOISES if (runs := next((table[(m, n)] for m in METHODS if (m, n) in table), None))]
-    lines.append("| ε (every method) | " + " | ".join(eps_row) + " |")
+    lines.append("| ε (every method) | | " + " | ".join(eps_row) + " |")
     lines += ["", "Updates clipped at dp-clip (of 12 a run: 3 clients × 4 rounds; summed over the seeds) and bytes "
               "per client-round up / down (every noise alike: DP adds no byte):", "",
               "| method | dp-clip | clipped: " + " | ".join(list(NOISES.values())[1:]) + " | bytes up / down |",
