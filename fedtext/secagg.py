@@ -196,7 +196,7 @@ def max_weight(strategy: Any, client_manager: Any) -> float:
     rounding, from NumPy's global generator: a SecAgg+ run is not bit-reproducible), so the mean's
     error per value is below ``2 clip / levels × max_weight / mean n_k``: Flower's default 1,000
     against a few-shot n_k = 8 costs a factor 125 (2.6e-4 measured on a tiny prompt, where the
-    claim-sized weight gives 2.7e-6: tests/integration/test_secagg_flower.py)."""
+    claim-sized weight gives 2.7e-6: tests/integration/test_flower_engine.py)."""
     if strategy.cfg.secagg_max_weight > 0:
         return float(strategy.cfg.secagg_max_weight)
     # the clients whose partition the server knows (the round's, once configure_fit has sampled them)

@@ -12,7 +12,11 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+
+from fedtext import checkpoint
+from fedtext.records import load_run
 
 from ..conftest import REPO, _env, _only_run
 from .flower_launch import RAY_ADDRESS_VAR
@@ -22,24 +26,47 @@ TINY = ("num-server-rounds=2 shots-per-class=4 client-test-size=8 eval-size=40 p
 
 
 @pytest.mark.slow
-def test_compare_runner_writes_one_table(tmp_path, ray_head):
+def test_compare_runner_writes_one_table_and_secagg_gives_the_plain_mean_with_a_client_dropped(tmp_path, ray_head):
+    """The compare runner, a fresh process per run, writes one table; its two runs are issue 59's
+    SecAgg+ check: fedprompt on 4 SuperNodes, one round, plain and with ``secagg=true``, in both of
+    which the client of partition 0 fails its fit (``client-failure-rate``'s seeded draw: seed 0 at
+    0.3 fails partition 0's round-1 fit and only it); under SecAgg+ that is after the key stages,
+    in the masked-vector stage, and its masks are removed from the others' shares. The secure
+    run's global prompt equals the plain run's to one quantisation step, both record the drop,
+    and the table's bytes per client-round carry the protocol's overhead."""
     exp = tmp_path / "exp.toml"
     shared = {**{k: v if v.replace(".", "").isdigit() else f'"{v}"' for k, v in (kv.split("=") for kv in TINY.split())},
-              "num-server-rounds": "1"}
+              "num-server-rounds": "1", "client-test-size": "0", "clients-per-round": "4", "seed": "0",
+              "client-failure-rate": "0.3"}
     exp.write_text(
-        'methods = ["fedprompt", "bbt-fed"]\nseeds = [0]\nnum-supernodes = 2\n[run-config]\n'
+        'methods = ["fedprompt", "fedprompt-secagg"]\nseeds = [0]\nnum-supernodes = 4\n[run-config]\n'
         + "\n".join(f"{k} = {v}" for k, v in shared.items())
-        + "\nfedprompt.local-steps = 2\nbbt-fed.local-steps = 2"
-        + '\n[method.bbt-fed]\nbbt-fed.popsize = 4\nbbt-fed.intrinsic-dim = 20\n'
+        + "\nfedprompt.local-steps = 2"
+        + '\n[method.fedprompt-secagg]\nmethod = "fedprompt"\nsecagg = true\n'
     )
     proc = subprocess.run([sys.executable, "-m", "simulations.compare", str(exp), "--out", str(tmp_path / "out"),
                            "--ray-address", ray_head],
                           cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     table = (tmp_path / "out" / "table.md").read_text()
-    assert "| fedprompt | demo | iid | 1 |" in table and "| bbt-fed | demo | iid | 1 |" in table
+    assert "| fedprompt | demo | iid | 1 |" in table and "| fedprompt-secagg | demo | iid | 1 |" in table
     csv = (tmp_path / "out" / "table.csv").read_text().splitlines()
     assert len(csv) == 3 and "KB up / client-round" in csv[0]
+    runs = {json.loads((p / "config.json").read_text())["config"].get("secagg", False): p
+            for p in (tmp_path / "out" / "runs").iterdir() if p.is_dir()}
+    plain, secure = (load_run(runs[flag]) for flag in (False, True))
+    for record in (plain, secure):  # the same client failed in both, and only it
+        rnd = record["rounds"][1]
+        assert record["status"] == "finished" and sorted(rnd["trained"]) == ["1", "2", "3"], rnd
+        assert [d["client"] for d in rnd["dropped"]] == ["0"] and "injected fit failure" in rnd["dropped"][0]["reason"]
+    (a,), (b,) = (checkpoint.load(runs[flag]).global_arrays for flag in (False, True))
+    # SecAgg+ quantises n_k / W * x_k over ±clip to L levels by stochastic rounding (W = the largest claim:
+    # the clients' equal 8 examples): each value within one step 2 clip / L, the mean too, plus float32 rounding
+    np.testing.assert_allclose(b, a, rtol=1e-6, atol=2 * 8.0 / 4194304 + 1e-7)
+    rnd = secure["rounds"][1]
+    assert list(rnd["secagg_bytes"]) == ["setup", "share_keys", "collect_masked_vectors", "unmask"]
+    assert rnd["bytes_up"] == sum(s["up"] for s in rnd["secagg_bytes"].values())
+    assert rnd["bytes_up_per_client"] > 2 * plain["rounds"][1]["bytes_up_per_client"]  # masked int64 + keys + shares
 
 
 def test_compare_runner_rejects_a_bad_experiment(tmp_path):

@@ -93,7 +93,7 @@ def test_the_noise_is_seeded_by_run_round_and_client() -> None:
     """The same (seed, round, client) draws the same noise (a run repeats, a resumed round too);
     another round, client or seed draws other noise."""
     cfg = make_config("fedprompt", dp="local", dp_noise=1.0)
-    draw = lambda c, r, p: privacy.local_update(c, [np.zeros(8)], r, p)[0]  # noqa: E731
+    draw = lambda c, r, p: privacy.local_update(c, [np.zeros(8)], r, p)[0]
     assert np.array_equal(draw(cfg, 2, 1), draw(cfg, 2, 1))
     other = make_config("fedprompt", dp="local", dp_noise=1.0, seed=1)
     assert not np.array_equal(draw(cfg, 2, 1), draw(cfg, 3, 1))
@@ -184,7 +184,7 @@ def test_the_gaussian_mechanism_alone_composes_linearly() -> None:
 
 
 def test_epsilon_grows_with_rounds_and_rate_and_falls_with_noise() -> None:
-    e = lambda q, z, t: privacy.epsilon(q, z, t, 1e-5)  # noqa: E731
+    e = lambda q, z, t: privacy.epsilon(q, z, t, 1e-5)
     assert e(0.3, 1.0, 0) == 0.0 and e(0.3, 0.0, 4) == math.inf
     assert e(0.3, 1.0, 4) > e(0.3, 1.0, 3) > 0
     assert e(0.5, 1.0, 4) > e(0.3, 1.0, 4)
@@ -261,9 +261,10 @@ def test_an_unsupported_mechanism_is_refused_in_one_line_saying_why(method, fiel
 
 def test_every_method_declares_its_support_itself_and_says_why_not() -> None:
     """A method that takes fewer than all three mechanisms says why (the refusal quotes it)."""
+    privacy_keys = {"dp-central", "dp-local", "secagg"}
     for name, mc in METHODS.items():
-        assert mc.privacy <= set(privacy_keys := ("dp-central", "dp-local", "secagg")), name
-        if set(mc.privacy) != set(privacy_keys):
+        assert mc.privacy <= privacy_keys, name
+        if set(mc.privacy) != privacy_keys:
             assert mc.privacy_reason, name
     assert METHODS["fedkseed"].privacy == {"dp-central", "secagg"}
     assert METHODS["feddpg"].privacy == {"dp-central", "dp-local"}

@@ -2,7 +2,7 @@
 does with the results SecAgg+ hands ``aggregate_fit`` (every one carrying the unmasked
 example-weighted mean, float64), the round's protocol bytes, and the client mod that lets
 plain messages pass. The protocol itself through Flower's simulation engine:
-tests/integration/test_secagg_flower.py."""
+tests/integration/test_flower_engine.py."""
 
 from __future__ import annotations
 
