@@ -85,12 +85,13 @@ def render() -> str:
     table = collect()
     if not table:
         return "No finished run under simulations/results/privacy_ag_news/runs yet (`python -m simulations.privacy`).\n"
-    lines = ["Final server accuracy, mean ± std over the seeds (runs), beside the initial model's (round 0, every run "
-             "of the method), and ε at δ = 10⁻⁵ after the 4 rounds:", "",
+    lines = ["Final server accuracy, mean ± std over the seeds (runs), beside the initial model's (round 0: the mean "
+             "over the seeds), and ε at δ = 10⁻⁵ after the 4 rounds:", "",
              "| method | round 0 | " + " | ".join(NOISES.values()) + " |", "|---" * (len(NOISES) + 2) + "|"]
     for method in METHODS:
-        starts = [r["start"] for n in NOISES for r in table.get((method, n), []) if r["start"] is not None]
-        start = f"{statistics.mean(starts):.3f}" if starts else "–"
+        # round 0 is the same initial model in every run of a seed: one value per seed, then their mean
+        by_seed = {r["seed"]: r["start"] for n in NOISES for r in table.get((method, n), []) if r["start"] is not None}
+        start = f"{statistics.mean(by_seed.values()):.3f}" if by_seed else "–"
         lines.append(f"| `{method}` | {start} | " + " | ".join(_acc(table[(method, n)]) if (method, n) in table else "–"
                                                               for n in NOISES) + " |")
     eps_row = [_eps(runs, n) for n in NOISES if (runs := next((table[(m, n)] for m in METHODS if (m, n) in table), None))]
