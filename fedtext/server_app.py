@@ -35,6 +35,7 @@ from fedtext.components import resolve
 from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.data import labelled, warn_about_texts
 from fedtext.grid import ReplyPollingGrid
+from fedtext.backbone.architectures import max_tokens
 from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
 from fedtext.quiet import quiet_flower, quiet_ray_tip
@@ -207,18 +208,25 @@ def check_output_dir(output_dir: str) -> None:
 
 
 def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
-    """A soft prompt of ``prompt-length`` natural tokens must exist and fit the model's
-    positions beside ``max-length`` text tokens (else numpy/torch fail deep inside)."""
-    if not issubclass(cfg.method_config.model_class(), PromptModel):
-        return
-    natural = len(backbone.natural_token_ids())
-    if cfg.prompt_length > natural:
-        raise ConfigError(f"prompt-length={cfg.prompt_length} exceeds the {natural} natural vocabulary tokens "
-                          f"of {cfg.model} that initialise a prompt")
-    limit = int(getattr(backbone.encoder.config, "max_position_embeddings", 0) or 0)
-    if limit and cfg.prompt_length + cfg.max_length > limit:
-        raise ConfigError(f"prompt-length={cfg.prompt_length} + max-length={cfg.max_length} exceeds the "
-                          f"{limit} positions of {cfg.model}; lower one of them")
+    """A soft prompt of ``prompt-length`` natural tokens must exist, and every sequence must fit
+    the model's positions (else numpy/torch fail deep inside): ``[CLS]``, the prompt, the head's
+    template, ``max-length`` text tokens and ``[SEP]``, within the tokens the encoder's position
+    table holds (:func:`fedtext.backbone.architectures.max_tokens`: BERT's 512; RoBERTa's and
+    MPNet's 514 positions start after the padding index, 512 tokens)."""
+    prompted = issubclass(cfg.method_config.model_class(), PromptModel)
+    if prompted:
+        natural = len(backbone.natural_token_ids())
+        if cfg.prompt_length > natural:
+            raise ConfigError(f"prompt-length={cfg.prompt_length} exceeds the {natural} natural vocabulary tokens "
+                              f"of {cfg.model} that initialise a prompt")
+    limit = max_tokens(backbone.encoder)
+    head = backbone.head_impl
+    special = 2 + len(head.prefix_ids) + len(head.suffix_ids)  # [CLS], [SEP] and the template around the text
+    length = (cfg.prompt_length if prompted else 0) + cfg.max_length + special
+    if limit and length > limit:
+        what = f"prompt-length={cfg.prompt_length} + " if prompted else ""
+        raise ConfigError(f"{what}max-length={cfg.max_length} + {special} special and template tokens exceeds the "
+                          f"{limit} positions of {cfg.model}; lower {'one of them' if prompted else 'max-length'}")
 
 
 RESUMABLE_CHANGES = checkpoint.RESUMABLE_CHANGES  # keys a resumed run may change

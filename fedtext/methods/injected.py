@@ -26,7 +26,6 @@ the ``linear`` head, and for adapters the layers' LayerNorms) train and travel. 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 
 import numpy as np
@@ -35,8 +34,6 @@ import torch
 from fedtext.backbone import Backbone
 from fedtext.config import ConfigError
 from fedtext.model import NetworkModel
-
-LAYER = re.compile(r"(?:^|\.)layer\.(\d+)\.")  # a module inside transformer layer N (BERT/RoBERTa naming)
 
 
 class InjectedModel(NetworkModel):
@@ -117,10 +114,3 @@ class InjectedModel(NetworkModel):
     def layers(self) -> int:
         """Transformer layers of the encoder (6 for all-MiniLM-L6-v2)."""
         return int(self.backbone.encoder.config.num_hidden_layers)
-
-
-def layer_index(name: str) -> int | None:
-    """The transformer layer a module or weight name lies in (``encoder.layer.3.attention...``
-    -> 3), or ``None`` outside the layers (embeddings, pooler, MLM head)."""
-    m = LAYER.search(name)
-    return int(m.group(1)) if m else None

@@ -145,14 +145,6 @@ def test_the_server_takes_the_weighted_mean_of_every_array(backbone):
         np.testing.assert_allclose(mean, (3 * x1 + 1 * x2) / 4, rtol=1e-6, atol=1e-7)
 
 
-def test_an_encoder_without_bert_output_blocks_is_one_line(backbone, monkeypatch):
-    from fedtext.methods.fedadapter import model as adapter_model
-
-    monkeypatch.setattr(adapter_model, "PARENT", adapter_model.re.compile(r"^nothing$"))
-    with pytest.raises(ConfigError, match=r"^fedadapter needs a BERT-style encoder .*all-MiniLM-L6-v2 has none$"):
-        AdapterModel(adapter(head="similarity"), backbone)
-
-
 def test_adapters_in_an_mlm_checkpoints_base_model(tmp_path):
     """head=mlm: the adapters and LayerNorms are the base model's (named ``bert.encoder...``),
     the MLM head takes none, and round 0 gives the frozen MLM logits exactly. A tiny random

@@ -176,7 +176,8 @@ def test_an_unknown_target_module_is_one_line_naming_the_encoders(backbone):
     with pytest.raises(ConfigError) as err:
         LoRAModel(lora(head="similarity", target_modules="query,q_proj"), backbone)
     assert str(err.value) == ("fedlora.target-modules names 'q_proj', which is no linear layer of all-MiniLM-L6-v2's "
-                              "transformer layers; they have: dense, key, query, value")
+                              "transformer layers; they have: dense, key, query, value (or a role: query, key, value, "
+                              "attention-output, intermediate, output)")
 
 
 def fit_res(arrays, n, pid):

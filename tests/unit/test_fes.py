@@ -30,6 +30,7 @@ from fedtext.methods.fes.labels import (
     pseudo_target,
     split_pool,
 )
+from fedtext.backbone.architectures import ARCHITECTURES
 from fedtext.methods.fes.model import layer_capacity, plan_predicate
 from fedtext.methods.fes.pacing import Pace, Pacer, aug_e, parse_paces
 from fedtext.methods.fes.plan import search_depth
@@ -503,24 +504,27 @@ def test_search_depth_edges_every_depth_fine_none_fine_and_a_range_not_from_zero
 
 
 # ------------------------------------------------------------------ co-planning
+BERT = ARCHITECTURES["bert"]
+
+
 def test_layer_capacity_is_terraced_frozen_bias_full():
-    cap = lambda n: layer_capacity(n, 6, 3, 2)  # noqa: E731
+    cap = lambda n: layer_capacity(n, 6, 3, 2, BERT)  # noqa: E731
     assert cap("embeddings.word_embeddings.weight") == "frozen"
     assert cap("encoder.layer.2.output.dense.weight") == "frozen"
     assert cap("encoder.layer.3.attention.self.query.bias") == "bias"
     assert cap("encoder.layer.4.output.dense.weight") == "bias"
     assert cap("encoder.layer.5.output.dense.weight") == "full"
     assert cap("pooler.dense.weight") == "frozen" and cap("head.weight") == "full"
-    assert layer_capacity("pooler.dense.weight", 6, 0, 0) == "full"  # the plain full plan: every weight
+    assert layer_capacity("pooler.dense.weight", 6, 0, 0, BERT) == "full"  # the plain full plan: every weight
     # the pooler trains only when nothing is frozen *and* nothing is bias-only
-    assert layer_capacity("pooler.dense.weight", 6, 0, 2) == "frozen"
-    assert layer_capacity("pooler.dense.weight", 6, 3, 0) == "frozen"
+    assert layer_capacity("pooler.dense.weight", 6, 0, 2, BERT) == "frozen"
+    assert layer_capacity("pooler.dense.weight", 6, 3, 0, BERT) == "frozen"
     # embeddings follow layer 0: frozen once one layer is, bias-only or full with layer 0
-    assert layer_capacity("embeddings.word_embeddings.weight", 6, 1, 2) == "frozen"
-    assert layer_capacity("embeddings.LayerNorm.bias", 6, 0, 2) == "bias"
-    assert layer_capacity("embeddings.word_embeddings.weight", 6, 0, 0) == "full"
-    assert layer_capacity("head.weight", 6, 6, 0) == "full"  # a fresh head always trains
-    wants = plan_predicate(6, 3, 2)
+    assert layer_capacity("embeddings.word_embeddings.weight", 6, 1, 2, BERT) == "frozen"
+    assert layer_capacity("embeddings.LayerNorm.bias", 6, 0, 2, BERT) == "bias"
+    assert layer_capacity("embeddings.word_embeddings.weight", 6, 0, 0, BERT) == "full"
+    assert layer_capacity("head.weight", 6, 6, 0, BERT) == "full"  # a fresh head always trains
+    wants = plan_predicate(6, 3, 2, BERT)
     assert wants("encoder.layer.3.output.dense.bias") and not wants("encoder.layer.3.output.dense.weight")
     assert not wants("encoder.layer.0.output.dense.bias")  # a frozen layer's biases stay frozen too
     assert wants("encoder.layer.5.output.dense.weight") and wants("encoder.layer.5.output.dense.bias")
@@ -549,7 +553,10 @@ def test_co_planning_trains_and_uploads_exactly_the_planned_tensors(backbone):
     m = METHODS["fedfsl-bias"].model_class()(bias_only, backbone)
     assert all(s.name.endswith(".bias") for s in m.upload_specs())
     with pytest.raises(ConfigError, match="fes.frozen-layers=5 \\+ fes.bias-layers=2 exceeds the 6 layers"):
-        METHODS["fes"].model_class()(cfg_of("fes", frozen_layers=5), backbone)
+        METHODS["fes"].model_class()(cfg_of("fes", frozen_layers=5, bias_layers=2), backbone)
+    # the default plan is the paper's share of the depth: -1 freezes round(2/3 x 6) = 4
+    with pytest.raises(ConfigError, match="fes.frozen-layers=-1 \\(4\\) \\+ fes.bias-layers=3 exceeds the 6 layers"):
+        METHODS["fes"].model_class()(cfg_of("fes", bias_layers=3), backbone)
 
 
 # -------------------------------------------------------------- label placement

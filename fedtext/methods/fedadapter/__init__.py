@@ -6,10 +6,14 @@ the feed-forward output projection, each before the residual add and LayerNorm:
 
     adapter(h) = h + W_up sigma(W_down h + b_down) + b_up        (W_down [m, d], W_up [d, m])
 
-so a BERT layer's ``LayerNorm(dropout(dense(x)) + residual)`` becomes
-``LayerNorm(adapter(dropout(dense(x))) + residual)`` (:class:`fedtext.methods.fedadapter.model.
-HoulsbyOutput`, which takes the place of the layer's ``attention.output`` and ``output``
-modules in the model's own copy of the encoder). Houlsby also train the layers' LayerNorms
+so a layer's output block ``LayerNorm(dropout(proj(x)) + residual)`` becomes
+``LayerNorm(adapter(dropout(proj(x))) + residual)``: :class:`fedtext.methods.fedadapter.model.
+AdaptedDropout` takes the place of the block's dropout in the model's own copy of the encoder.
+Which modules are the two blocks is the encoder's architecture's
+(:mod:`fedtext.backbone.architectures`): BERT's and RoBERTa's ``attention.output`` and
+``output`` (projection ``dense``), MPNet's ``attention`` (projection ``attn.o``; its dropout
+and LayerNorm sit on the attention module) and ``output``; an encoder of another family is one
+line. Houlsby also train the layers' LayerNorms, the two that each layer's adapters feed
 (``fedadapter.train-layernorm``, default true as in the paper); the pretrained weights stay
 frozen.
 
@@ -33,7 +37,9 @@ the ``linear`` head. Bytes per client-round, each way (float32, 128 B per tensor
 
 MiniLM-L6 (d = 384, L = 6), m = 64: 12 adapters x 49,600 floats = 595,200 floats = 2,380,800 B
 + 48 headers (6,144 B); 24 LayerNorm tensors: 24 x (1,536 + 128) = 39,936 B; in all
-2,426,880 B, plus 3,336 B for a 2-class linear head (2,430,216 B). m = 8 (78,432 adapter
+2,426,880 B, plus 3,336 B for a 2-class linear head (2,430,216 B). MPNet-base (d = 768,
+L = 12), m = 64: 24 adapters x 99,136 floats = 9,517,056 B + 96 headers (12,288 B); 48
+LayerNorm tensors: 48 x (3,072 + 128) = 153,600 B; in all 9,682,944 B. m = 8 (78,432 adapter
 floats) costs about what LoRA r = 8 on query and value does (73,728).
 
 Aggregation: the example-weighted mean of every array (the base ``FedTextStrategy.aggregate``);

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -11,7 +10,7 @@ import torch
 from torch import Tensor
 
 from fedtext.backbone import Backbone
-from fedtext.config import ConfigError
+from fedtext.backbone.architectures import AdapterSite, architecture_of
 from fedtext.methods.injected import InjectedModel
 
 if TYPE_CHECKING:
@@ -24,7 +23,6 @@ ACTIVATION: dict[str, Callable[[Tensor], Tensor]] = {
     "tanh": torch.tanh,
     "silu": torch.nn.functional.silu,
 }
-PARENT = re.compile(r"(?:^|\.)layer\.\d+(?:\.attention)?$")  # what holds an output block: layer.N(.attention)
 INIT_STD = 1e-2  # W_down's std (Houlsby §3.6: zero-mean normal, std 1e-2, truncated at 2 std)
 
 
@@ -51,48 +49,42 @@ class Bottleneck(torch.nn.Module):
         return h + self.up(ACTIVATION[self.activation](self.down(h)))
 
 
-class HoulsbyOutput(torch.nn.Module):
-    """A BERT layer's output block (``BertSelfOutput`` / ``BertOutput``) with an adapter before
-    the residual add: ``LayerNorm(adapter(dropout(dense(x))) + residual)``.
+class AdaptedDropout(torch.nn.Module):
+    """An output block's dropout followed by its adapter: ``adapter(dropout(x))``. It takes the
+    place of the block's ``dropout``, so the block's own forward, ``LayerNorm(dropout(proj(x))
+    + residual)`` (BERT's ``BertSelfOutput``/``BertOutput``, MPNet's ``MPNetAttention``/
+    ``MPNetOutput``), becomes ``LayerNorm(adapter(dropout(proj(x))) + residual)``: the adapter
+    after the dropout, before the residual add, where Houlsby's code and AdapterHub put it.
 
-    Holds the block's own ``dense``, ``dropout`` and ``LayerNorm`` modules (their weights, the
-    pretrained ones, keep their names: ``...attention.output.dense.weight``), and the adapter as
-    ``adapter`` (``...attention.output.adapter.down.weight``). The adapter sits after the
-    dropout, where Houlsby's code and AdapterHub put it.
+    The adapter is registered on the block (``...attention.output.adapter.down.weight``), not
+    here: this module only holds a reference to it, so each weight has one name.
     """
 
-    def __init__(self, block: torch.nn.Module, adapter: Bottleneck) -> None:
+    def __init__(self, dropout: torch.nn.Module, adapter: Bottleneck) -> None:
         super().__init__()
-        self.dense, self.dropout, self.LayerNorm = block.dense, block.dropout, block.LayerNorm
-        self.adapter = adapter
+        self.dropout = dropout
+        self.__dict__["adapter"] = adapter  # a plain reference: the block owns the module
 
-    def forward(self, hidden_states: Tensor, input_tensor: Tensor) -> Tensor:
-        return self.LayerNorm(self.adapter(self.dropout(self.dense(hidden_states))) + input_tensor)
+    def forward(self, hidden_states: Tensor) -> Tensor:
+        return self.__dict__["adapter"](self.dropout(hidden_states))
 
 
-def output_blocks(encoder: torch.nn.Module, name: str) -> list[tuple[str, torch.nn.Module, str]]:
-    """``(parent name, parent module, attribute)`` of every layer's two output blocks, in layer
-    order: ``layer.N.attention`` / ``output`` and ``layer.N`` / ``output`` (BERT / RoBERTa).
-    ``name`` (the model's) is for the error: an encoder without them is one clear line."""
-    blocks = []
-    for parent_name, parent in encoder.named_modules():
-        if not PARENT.search(parent_name):
-            continue
-        block = getattr(parent, "output", None)
-        if all(isinstance(getattr(block, a, None), t) for a, t in
-               (("dense", torch.nn.Linear), ("dropout", torch.nn.Dropout), ("LayerNorm", torch.nn.LayerNorm))):
-            blocks.append((parent_name, parent, "output"))
-    if not blocks:
-        raise ConfigError(f"fedadapter needs a BERT-style encoder (layer.N.attention.output and layer.N.output, "
-                          f"each dense + dropout + LayerNorm); {name} has none")
-    return blocks
+def output_blocks(encoder: torch.nn.Module, name: str) -> list[tuple[str, torch.nn.Module, AdapterSite]]:
+    """``(block name, block module, site)`` of every layer's two output blocks, in layer order,
+    as the encoder's architecture names them (:mod:`fedtext.backbone.architectures`: BERT's
+    ``layer.N.attention.output`` and ``layer.N.output``; MPNet's ``layer.N.attention`` and
+    ``layer.N.output``). ``name`` (the model's) is for the one-line error of an encoder of
+    another family."""
+    arch = architecture_of(encoder, name, "fedadapter")
+    return [(f"{arch.layers}.{i}.{site.block}", layer.get_submodule(site.block), site)
+            for i, layer in enumerate(arch.layer_modules(encoder)) for site in arch.adapter_sites]
 
 
 class AdapterModel(InjectedModel):
     """Every adapter's ``down``/``up`` weights and biases (and, with
     ``fedadapter.train-layernorm``, the layers' LayerNorms) are the global arrays, then the
-    ``linear`` head. Raises ``ConfigError`` at model build for an encoder without BERT-style
-    output blocks."""
+    ``linear`` head. Raises ``ConfigError`` at model build for an encoder whose family
+    :mod:`fedtext.backbone.architectures` does not know."""
 
     def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
         super().__init__(cfg, backbone)
@@ -101,16 +93,21 @@ class AdapterModel(InjectedModel):
         # model's start with its base model's prefix, e.g. "bert.")
         root = backbone.mlm or backbone.encoder
         prefix = next((n + "." for n, m in root.named_modules() if m is backbone.encoder and n), "")
-        self.layernorms = frozenset(f"{prefix}{p}.output.LayerNorm.{w}" for p, _, _ in blocks for w in ("weight", "bias"))
+        self.layernorms = frozenset(f"{prefix}{b}.{site.layernorm}.{w}" for b, _, site in blocks
+                                    for w in ("weight", "bias"))
+        self.sites = len(blocks)  # 2 L adapters
 
     def inject(self, network: Backbone) -> None:
-        """A :class:`HoulsbyOutput` in place of each output block of ``network.encoder`` (the
-        copy's modules: the process's frozen backbone keeps its own), on the weights' device."""
+        """An adapter after the dropout of each output block of ``network.encoder`` (the copy's
+        modules: the process's frozen backbone keeps its own; :class:`AdaptedDropout`), on the
+        weights' device, registered on the block as ``adapter``."""
         mc = self.mcfg
-        for _, parent, attr in output_blocks(network.encoder, network.name):
-            block = getattr(parent, attr)
-            adapter = Bottleneck(block.dense.out_features, mc.bottleneck, mc.activation).to(block.dense.weight.device)
-            setattr(parent, attr, HoulsbyOutput(block, adapter))
+        dim = int(network.encoder.config.hidden_size)  # every output block maps back to d
+        for _, block, site in output_blocks(network.encoder, network.name):
+            layernorm = block.get_submodule(site.layernorm)
+            adapter = Bottleneck(dim, mc.bottleneck, mc.activation).to(layernorm.weight.device)
+            block.adapter = adapter
+            setattr(block, site.dropout, AdaptedDropout(block.get_submodule(site.dropout), adapter))
 
     def is_injected(self, name: str) -> bool:
         return ".adapter." in name

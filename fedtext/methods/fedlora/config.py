@@ -13,7 +13,9 @@ from typing import ClassVar
 from fedtext.config import ConfigError, GRADIENT, MEAN, MethodConfig, check_range
 from fedtext.metrics import MetricSpec
 
-MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # one module name of a PyTorch model (query, value, dense)
+# one item of target-modules: a role (fedtext.backbone.architectures.LINEAR_ROLES: query, value,
+# attention-output, ...) or a module's own name (dense, q)
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:-[A-Za-z0-9_]+)*")
 
 
 @dataclass(frozen=True)
@@ -34,7 +36,8 @@ class FedLoRAConfig(MethodConfig):
     results: ClassVar[str] = "feddpg_table1_ag_news"
     description: ClassVar[str] = (
         "LoRA (Hu et al. 2022) through Hugging Face PEFT: `W x + (α/r) B A x` on the linear layers "
-        "`fedlora.target-modules` names (default query and value) in every layer of the model's own copy of the "
+        "`fedlora.target-modules` names (default the query and value projections, found per architecture: BERT's "
+        "`attention.self.query`, MPNet's `attention.attn.q`) in every layer of the model's own copy of the "
         "frozen encoder; A seeded from the run seed (the same everywhere), B = 0 (round 0 is the frozen model); "
         "the client trains A, B (and the `linear` head) with AdamW; the server takes the example-weighted mean "
         "of A and of B separately (FederatedScope-LLM, FlowerTune), which is not the mean of the clients' B A. "
@@ -56,7 +59,7 @@ class FedLoRAConfig(MethodConfig):
     rank: int = 8  # r of every LoRA pair A [r, d_in], B [d_out, r] (LoRA's RoBERTa GLUE: 8)
     alpha: float = 8.0  # LoRA alpha: B A x is scaled by alpha / r (LoRA's RoBERTa GLUE: 8)
     dropout: float = 0.0  # dropout on the LoRA branch's input (PEFT's default)
-    target_modules: str = "query,value"  # linear layers LoRA wraps in every transformer layer, by last name (LoRA: W_q, W_v)
+    target_modules: str = "query,value"  # what LoRA wraps in every layer: roles (query, key, value, attention-output, intermediate, output) or module names
     freeze_a: bool = False  # FFA-LoRA: A frozen at its seeded value, only B trains and travels (exact mean)
     local_steps: int = 4  # AdamW steps per round
     lr: float = 5e-4  # AdamW learning rate of the LoRA factors (LoRA's RoBERTa-base GLUE: 4e-4 .. 5e-4)

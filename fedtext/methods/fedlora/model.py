@@ -8,8 +8,9 @@ import numpy as np
 import torch
 
 from fedtext.backbone import Backbone
+from fedtext.backbone.architectures import LINEAR_ROLES, architecture_of
 from fedtext.config import ConfigError
-from fedtext.methods.injected import InjectedModel, layer_index
+from fedtext.methods.injected import InjectedModel
 
 if TYPE_CHECKING:
     from fedtext.config import RunConfig
@@ -34,18 +35,32 @@ class LoRAModel(InjectedModel):
         self.targets = self.target_names(backbone)
 
     def target_names(self, backbone: Backbone) -> list[str]:
-        """Full names (in the encoder) of the linear layers LoRA wraps: those inside a
-        transformer layer whose last name is one of ``target-modules``."""
+        """Full names (in the encoder) of the linear layers LoRA wraps in every transformer
+        layer, in the encoder's module order. An item of ``target-modules`` that is a role of
+        :data:`fedtext.backbone.architectures.LINEAR_ROLES` names the layer's linear map of
+        that role in the encoder's architecture (``query``: BERT's ``attention.self.query``,
+        MPNet's ``attention.attn.q``); any other item a linear layer's own last name
+        (``dense``: all three of BERT's, ``q``: MPNet's query). An item that names nothing is
+        one ``ConfigError`` line listing what the layers have."""
         mc = self.mcfg
-        linear = [n for n, m in backbone.encoder.named_modules()
-                  if isinstance(m, torch.nn.Linear) and layer_index(n) is not None]
-        names = [n for n in linear if n.rsplit(".", 1)[-1] in mc.targets]
-        missing = [t for t in mc.targets if not any(n.rsplit(".", 1)[-1] == t for n in linear)]
+        arch = architecture_of(backbone.encoder, backbone.name, mc.key("target_modules"))
+        # (full name, path inside its layer) of every linear layer inside a transformer layer
+        linear = []
+        for n, m in backbone.encoder.named_modules():
+            i = arch.layer_index(n)
+            if isinstance(m, torch.nn.Linear) and i is not None:
+                linear.append((n, n.split(f"{arch.layers}.{i}.", 1)[1]))
+
+        def wanted(target: str, path: str) -> bool:
+            return path == arch.linear[target] if target in arch.linear else path.rsplit(".", 1)[-1] == target
+
+        missing = [t for t in mc.targets if not any(wanted(t, path) for _, path in linear)]
         if missing:
-            have = sorted({n.rsplit(".", 1)[-1] for n in linear})
+            have = sorted({path.rsplit(".", 1)[-1] for _, path in linear})
             raise ConfigError(f"{mc.key('target_modules')} names '{missing[0]}', which is no linear layer of "
-                              f"{backbone.name}'s transformer layers; they have: {', '.join(have)}")
-        return names
+                              f"{backbone.name}'s transformer layers; they have: {', '.join(have)} "
+                              f"(or a role: {', '.join(LINEAR_ROLES)})")
+        return [n for n, path in linear if any(wanted(t, path) for t in mc.targets)]
 
     def inject(self, network: Backbone) -> None:
         """PEFT's LoRA layers around :meth:`target_names` in ``network.encoder`` (the copy's;

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 
 from fedtext.backbone import Backbone, EncodedBatch
+from fedtext.backbone.architectures import architecture_of
 from fedtext.comm import ArraySpec
-from fedtext.config import ConfigError
 from fedtext.model import Model
 
 if TYPE_CHECKING:
@@ -19,13 +19,11 @@ if TYPE_CHECKING:
 
 
 def attention_projections(backbone: Backbone) -> list[tuple[torch.nn.Module, torch.nn.Module]]:
-    """The (key, value) projection modules of each self-attention, in layer order
-    (BERT-style encoders: ``...attention.self.key`` / ``.value``)."""
-    mods = dict(backbone.encoder.named_modules())
-    keys = [n for n in mods if n.endswith("attention.self.key")]
-    if not keys:
-        raise ConfigError(f"fedptuning-v2 needs a BERT-style encoder (attention.self.key/value); {backbone.name} has none")
-    return [(mods[n], mods[n[: -len("key")] + "value"]) for n in keys]
+    """The (key, value) projection modules of each self-attention, in layer order, as the
+    encoder's architecture names them (:mod:`fedtext.backbone.architectures`: BERT's and
+    RoBERTa's ``attention.self.key`` / ``.value``, MPNet's ``attention.attn.k`` / ``.v``); one
+    ``ConfigError`` line for an encoder of another family."""
+    return architecture_of(backbone.encoder, backbone.name, "fedptuning-v2").key_value(backbone.encoder)
 
 
 @contextlib.contextmanager

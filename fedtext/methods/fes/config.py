@@ -13,6 +13,13 @@ from fedtext.methods.fes.pacing import parse_paces
 from fedtext.metrics import MetricSpec
 
 PACINGS = ("curriculum", "static", "none")
+# FeS's AG News depth plan as a share of the encoder's layers: §4.4, "most of bottom layers (up to
+# 66.7% on AGNEWS) are skipped ... some middle layers (up to 33.3%) are tuned with reduced capacity";
+# §3.3's plan for RoBERTa-large freezes layers 0-15 of 24 and tunes the biases of 16-23. The paper
+# plans by depth share (its 12-layer RoBERTa-base runs are not given a plan of their own), so
+# ``frozen-layers = -1`` freezes round(2/3 L) of any encoder's L layers: 4 of MiniLM-L6's 6, 8 of
+# MPNet-base's 12, 16 of RoBERTa-large's 24; ``bias-layers = -1`` tunes the biases of the rest.
+PAPER_FROZEN_SHARE = 2 / 3
 # ``pseudo-pick`` values; fedtext.methods.fes.labels.PSEUDO_PICKS holds their functions
 # (tests/unit/test_fes.py checks the two agree)
 PSEUDO_PICK_NAMES = ("top-k", "class-quota")
@@ -83,8 +90,9 @@ class FewShotConfig(MethodConfig):
     lr: float = 5e-5  # AdamW learning rate of fully tuned weights
     bias_lr: float = 1e-3  # AdamW learning rate of bias-only layers (BitFit; FeS code: 1e-3)
     #: co-planning: bottom encoder layers frozen, the next `bias-layers` layers bias-only, the rest full
-    #: (`frozen-layers` = `bias-layers` = 0: every weight tunes, as `fedfsl` and `fedcls` by default)
-    frozen_layers: int = 0  # bottom encoder layers frozen
+    #: (`frozen-layers` = `bias-layers` = 0: every weight tunes, as `fedfsl` and `fedcls` by default;
+    #: −1 = FeS's share, the bottom 2/3 of the encoder's layers, rounded)
+    frozen_layers: int = 0  # bottom encoder layers frozen (-1 = the bottom 2/3 of the encoder's layers, rounded)
     #: co-planning: the layers above the frozen ones that tune only biases (−1 = all above the frozen), the rest full
     bias_layers: int = 0  # middle layers tuning only biases (-1 = all above the frozen ones)
 
@@ -97,7 +105,7 @@ class FewShotConfig(MethodConfig):
         check_range(self.key("max_local_steps"), self.max_local_steps, 0)
         check_range(self.key("lr"), self.lr, 0, low_open=True)
         check_range(self.key("bias_lr"), self.bias_lr, 0, low_open=True)
-        check_range(self.key("frozen_layers"), self.frozen_layers, 0)
+        check_range(self.key("frozen_layers"), self.frozen_layers, -1)
         check_range(self.key("bias_layers"), self.bias_layers, -1)
 
     @property
@@ -280,10 +288,11 @@ class FeSConfig(PseudoLabelConfig):
     #: `votek` = the authors' `fast_votek` (a chosen text stops voting, texts nobody votes for are never chosen, ties
     #: by vote count, then first vote)
     vote: str = "eq2"  # eq2 (FeS eq. (2)) | votek (FeS code's fast_votek: chosen texts stop voting, ties by vote count)
-    #: §3.3 co-planning, the paper's AG News plan: bottom 2/3 frozen (MiniLM-L6: 0-3)
-    frozen_layers: int = 4  # §3.3 co-planning, the paper's AG News plan: bottom 2/3 frozen (MiniLM-L6: 0-3)
-    #: the paper's AG News plan: the next 1/3 tuning only biases (4-5); the rest (none) fully
-    bias_layers: int = 2  # the next layers tuning only biases (4-5); the rest (none) fully
+    #: §3.3 co-planning, the paper's AG News plan by depth share: the bottom 2/3 of the encoder's layers frozen
+    #: (−1: round(2/3 L), MiniLM-L6 0-3, MPNet-base 0-7), or that many layers
+    frozen_layers: int = -1  # §3.3 co-planning: bottom layers frozen; -1 = the paper's AG News plan, 2/3 of them (MiniLM-L6: 4, MPNet-base: 8)
+    #: the paper's AG News plan: the layers above tune only their biases (−1: all of them, the top 1/3)
+    bias_layers: int = -1  # layers above the frozen ones tuning only biases; -1 = all of them (the paper's top 1/3)
 
     def __post_init__(self) -> None:
         super().__post_init__()
