@@ -4,6 +4,7 @@
     python -m simulations.bench --skip-simulation  # without the two Flower/Ray runs
     python -m simulations.bench --precisions       # only part 4: fp32 against bf16 (about 8 minutes)
     python -m simulations.bench --model roberta-large  # only part 1, at the papers' backbone's shape
+    python -m simulations.bench --model all-mpnet-base-v2  # only part 1, on the base-size checkpoint
 
 Prints markdown tables headed by the machine and date:
 
@@ -13,8 +14,10 @@ Prints markdown tables headed by the machine and date:
    the GEMM-derived peak = GEMM FLOP/s / FLOPs per token. Useful (non-pad) tokens/s of a
    plain forward over SST-2 dev sentences (batch 32, length-sorted dynamic padding) and of
    batched prompt scoring (P = 20 prompts x B = 32 texts, T = 8 prompt vectors, which
-   count as useful tokens), each as a share of that peak; scoring again at 2k-32k tokens
-   per encoder call (the chunk a memory budget picks).
+   count as useful tokens), each as a share of that peak; forward+backward of a local step
+   on 16 texts, a soft prompt through the frozen encoder (2x the forward's FLOPs: activation
+   gradients) and every weight trained (3x: weight gradients too); scoring again at 2k-32k
+   tokens per encoder call (the chunk a memory budget picks).
 2. **Clients.** Per method, in a fresh process each (so that peak RSS is the client's
    own): seconds of one local round (``fit`` at the method's defaults on SST-2, 8 shots
    per class, after one warm-up round); resident memory as the round starts and its peak
@@ -127,6 +130,28 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, pre
     score_useful = p * (int(batch.attention_mask.sum()) + b * t)
     score_rate = score_useful / best_seconds(lambda: bb.score(prompts, batch))
     mean_len = useful / len(texts)
+    # Forward + backward on 16 texts (a local step): a soft prompt trains through the frozen encoder
+    # (fedprompt: the backward computes activation gradients only, about one more forward's FLOPs), and
+    # every weight trains (fedavg: weight gradients too, about two more)
+    step = bb.encode(texts[:16], [0] * 16)
+    step_useful = int(step.attention_mask.sum())
+
+    # the encoder's own work: its last hidden states into a scalar (no head, no label vectors)
+    def prompt_step() -> None:
+        prompt = torch.as_tensor(bb.initial_prompt(t, 0)).requires_grad_(True)
+        bb.hidden_states(prompt[None], step)[0].square().mean().backward()
+        synchronize(device)
+
+    full = bb.trainable_copy("all")
+
+    def full_step() -> None:
+        full.net.encoder.zero_grad(set_to_none=True)
+        full.hidden_states(None, step)[0].square().mean().backward()
+        synchronize(device)
+
+    prompt_rate = (step_useful + 16 * t) / best_seconds(prompt_step)
+    full_rate = step_useful / best_seconds(full_step)
+    del full
     sweep = {}
     # Tokens per encoder call (what max-client-memory-mb sets), through MAX_TOKENS_PER_CHUNK:
     # the chunk of a score() without a budget.
@@ -136,9 +161,13 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, pre
             sweep[tokens] = score_useful / best_seconds(lambda: bb.score(prompts, batch), repeats=2)
         finally:
             scoring.MAX_TOKENS_PER_CHUNK = saved
+    step_len = step_useful / 16
     return {"plain_tps": plain_rate, "score_tps": score_rate, "mean_len": mean_len, "sweep": sweep,
+            "prompt_step_tps": prompt_rate, "full_step_tps": full_rate,
             "flops_per_token": flops_per_token(bb.encoder, mean_len),
-            "flops_per_token_scored": flops_per_token(bb.encoder, mean_len + t)}
+            "flops_per_token_scored": flops_per_token(bb.encoder, mean_len + t),
+            "flops_per_token_prompt_step": 2 * flops_per_token(bb.encoder, step_len + t),
+            "flops_per_token_full_step": 3 * flops_per_token(bb.encoder, step_len)}
 
 
 # ------------------------------------------------------------------- 2. clients
@@ -335,6 +364,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| batched scoring, P=20 x B=32, T=8 | {r['score_tps']:,.0f} useful tokens/s | "
           f"{r['score_tps'] / peak_scored:.0%} |")
     print(f"| scoring / plain forward | {r['score_tps'] / r['plain_tps']:.2f}x | |")
+    for name, key, times in (("forward+backward, soft prompt through the frozen encoder, batch 16", "prompt_step", 2),
+                             ("forward+backward, every weight trains, batch 16", "full_step", 3)):
+        step_peak = gflops * 1e9 / r[f"flops_per_token_{key}"]
+        print(f"| {name} ({times}x the forward's FLOPs) | {r[f'{key}_tps']:,.0f} useful tokens/s | "
+              f"{r[f'{key}_tps'] / step_peak:.0%} |")
     for tokens, tps in r["sweep"].items():
         print(f"| scoring at {tokens:,} tokens per encoder call | {tps:,.0f} useful tokens/s | {tps / peak_scored:.0%} |")
     print(flush=True)

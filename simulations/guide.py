@@ -64,6 +64,29 @@ HARNESS_SETTING = {
     "FeS": "FeS's few-shot setting, 64 gold labels on 2 of 10 clients plus unlabelled texts",
 }
 NO_RECORD = "no committed record yet"
+# Each harness's run on the base-size backbone (issue 66: the same experiment file with
+# ``--profile base``, model=all-mpnet-base-v2): README's table shows its final accuracy beside
+# MiniLM-L6's, and docs/backbones.md the whole row of both (:func:`base_block`).
+BASE_SCALE = {"feddpg_table1_ag_news": "feddpg_table1_ag_news-base",
+              "feddrs_ag_news_alpha005": "feddrs_ag_news_alpha005-base", "fes_ag_news": "fes_ag_news-base"}
+BASE_TITLE = "MPNet acc"
+# The columns docs/backbones.md sets side by side, MiniLM-L6 then MPNet-base, with their headings.
+BASE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("final acc", "final acc"),
+    ("KB up / client-round", "KB up"),
+    ("KB down / client-round", "KB down"),
+    ("model queries", "queries"),
+    ("peak client MB", "client MB"),
+    ("wall s", "wall s"),
+)
+
+
+def cell(cells: dict[str, str] | None, column: str) -> str:
+    """A table.md cell as the guide shows it ("—" where the row is missing); a spread of zero
+    (every seed sent the same bytes) says nothing: the value alone."""
+    if cells is None:
+        return "—"
+    return cells[column].removesuffix(" ± 0.00").removesuffix(" ± 0")
 
 
 def rows(configs: Iterable[type[MethodConfig]] | None = None) -> tuple[Row, ...]:
@@ -92,26 +115,52 @@ def read_table(experiment: str) -> dict[str, dict[str, str]]:
     return {cells[0]: dict(zip(header, cells, strict=True)) for cells in rows}
 
 
+def tables_of(experiments: Iterable[str]) -> dict[str, dict[str, dict[str, str]]]:
+    """The committed table.md of each experiment (an empty one where it has none yet)."""
+    out = {}
+    for experiment in experiments:
+        path = RESULTS / experiment / "table.md"
+        out[experiment] = read_table(experiment) if experiment and path.is_file() else {}
+    return out
+
+
 def render(configs: Iterable[type[MethodConfig]] | None = None) -> str:
     """The markdown table README shows (one line per registered method). A method whose
     config names no results folder, or whose folder has no committed ``table.md`` row of its
-    name, gets a line saying so (a new method before its benchmark)."""
-    head = ["`method=`", "what it tunes", *(title for _, title in COLUMNS), "harness", "details"]
+    name, gets a line saying so (a new method before its benchmark). ``MPNet acc`` is the
+    final accuracy of the same harness on all-mpnet-base-v2 (:data:`BASE_SCALE`), "—" where
+    that run is not committed."""
+    head = ["`method=`", "what it tunes", *(title for _, title in COLUMNS), BASE_TITLE, "harness", "details"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    tables: dict[str, dict[str, dict[str, str]]] = {}
-    for row in rows(configs):
-        if row.experiment and row.experiment not in tables:
-            path = RESULTS / row.experiment / "table.md"
-            tables[row.experiment] = read_table(row.experiment) if path.is_file() else {}
+    listed = rows(configs)
+    tables = tables_of({row.experiment for row in listed} | set(BASE_SCALE.values()))
+    for row in listed:
         cells = tables.get(row.experiment, {}).get(row.label)
         link = f"[{row.page}](docs/papers/{row.page}.md)" if row.page else "—"
         if cells is None:
             figures, harness = ["—"] * len(COLUMNS), NO_RECORD
         else:
-            # a spread of zero (every seed sent the same bytes) says nothing: show the value alone
-            figures = [cells[column].removesuffix(" ± 0.00").removesuffix(" ± 0") for column, _ in COLUMNS]
+            figures = [cell(cells, column) for column, _ in COLUMNS]
             harness = HARNESS.get(row.experiment, row.experiment)
-        out.append("| " + " | ".join([f"`{row.method}`", row.what, *figures, harness, link]) + " |")
+        base = tables.get(BASE_SCALE.get(row.experiment, ""), {}).get(row.label)
+        out.append("| " + " | ".join([f"`{row.method}`", row.what, *figures, cell(base, "final acc"), harness, link])
+                   + " |")
+    return "\n".join(out) + "\n"
+
+
+def render_base(configs: Iterable[type[MethodConfig]] | None = None) -> str:
+    """docs/backbones.md's table: per method of a harness with a base-scale run
+    (:data:`BASE_SCALE`), each column of :data:`BASE_COLUMNS` as ``MiniLM → MPNet``: the
+    harness on all-MiniLM-L6-v2, then the same harness and seeds on all-mpnet-base-v2."""
+    listed = [row for row in rows(configs) if row.experiment in BASE_SCALE]
+    tables = tables_of({row.experiment for row in listed} | {BASE_SCALE[row.experiment] for row in listed})
+    head = ["`method=`", *(title for _, title in BASE_COLUMNS)]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in listed:
+        small = tables[row.experiment].get(row.label)
+        base = tables[BASE_SCALE[row.experiment]].get(row.label)
+        figures = [f"{cell(small, column)} → {cell(base, column)}" for column, _ in BASE_COLUMNS]
+        out.append("| " + " | ".join([f"`{row.method}`", *figures]) + " |")
     return "\n".join(out) + "\n"
 
 
@@ -121,13 +170,19 @@ def legend() -> str:
     text = ("KB sent per client-round up and down, model queries per run (sequences the clients pushed "
             "through the backbone), peak client memory (MB of RSS) and final global accuracy, mean ± std over "
             "seeds, each cell from a committed `simulations/results/<harness>/table.md` (all-MiniLM-L6-v2 "
-            f"backbone, 2-core CPU). Harnesses, AG News each (compare within one only): {harnesses}.")
+            "backbone, 2-core CPU); MPNet acc: the same harness on all-mpnet-base-v2 (110 M weights; "
+            f"[docs/backbones.md](docs/backbones.md)). Harnesses, AG News each (compare within one only): {harnesses}.")
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False) + "\n"
 
 
 def block() -> str:
     """README's generated ``method-table`` block: the table, then its legend."""
     return render() + "\n" + legend()
+
+
+def base_block() -> str:
+    """docs/backbones.md's generated ``base-scale`` block: :func:`render_base`."""
+    return render_base()
 
 
 def main() -> None:

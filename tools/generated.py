@@ -54,6 +54,8 @@ class Block:
 BLOCKS: dict[str, Block] = {
     # README's "Which method, when": one line per registered method from committed records
     "method-table": Block("README.md", "simulations.guide:block"),
+    # docs/backbones.md: T1 on all-MiniLM-L6-v2 beside all-mpnet-base-v2, from the two committed tables
+    "base-scale": Block("docs/backbones.md", "simulations.guide:base_block"),
     # README's two commands: how long each took on a fresh clone (docs/timings.json)
     "readme-timings": Block("README.md", "tools.timings:render_readme"),
     # docs/testing.md: each tier's time, its budget and its slowest tests (docs/timings.json)

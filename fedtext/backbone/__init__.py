@@ -23,6 +23,10 @@ The package, by responsibility (:class:`Backbone` is a thin facade over the part
   :func:`length_buckets`, the token cache, special and natural token ids);
 * :mod:`~fedtext.backbone.loading` and :mod:`~fedtext.backbone.shapes`: the tokenizer and
   encoder of a model name, pretrained or seeded random weights, shipped architectures;
+* :mod:`~fedtext.backbone.checkpoints`: checkpoints installed in parts from the package
+  registry (``all-mpnet-base-v2``), assembled once and verified against pinned hashes;
+* :mod:`~fedtext.backbone.architectures`: what methods need of an encoder (its layers, key and
+  value projections, linear maps by role, adapter sites, position limit), per family;
 * :mod:`~fedtext.backbone.encoder`: the encoder network, its trainable sets and copies,
   its forward with the prompt inserted, and the label vectors;
 * :mod:`~fedtext.backbone.injections`: where per-prompt values enter the encoder besides

@@ -70,6 +70,11 @@ class Architecture:
     shared
         Weights outside the layers that every layer reads (MPNet's relative-position bias),
         by path below the base encoder: they follow the embeddings in a layer plan.
+    attention_maps
+        ``[B, H, L, L]`` tensors a forward holds per layer: the attention scores (1), and
+        MPNet's relative-position bias, materialised once per forward and added to every
+        layer's scores (2): the scoring memory bound counts them
+        (:func:`fedtext.backbone.scoring.activation_bytes_per_token`).
     depth
         The number of layers of the encoder it was read from (:func:`architecture_of`).
     """
@@ -80,6 +85,7 @@ class Architecture:
     adapter_sites: tuple[AdapterSite, ...]
     positions_offset: bool
     shared: tuple[str, ...] = ()
+    attention_maps: int = 1
     depth: int = 0  # layers of the encoder it was read from (:func:`architecture_of`); 0 in the registry
 
     def __post_init__(self) -> None:
@@ -129,7 +135,7 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType({
                           "output": "output.dense"}),
         # MPNetAttention: LayerNorm(dropout(attn.o(c)) + h); MPNetOutput as BERT's
         (AdapterSite("attention"), AdapterSite("output")),
-        positions_offset=True, shared=("encoder.relative_attention_bias.weight",)),
+        positions_offset=True, shared=("encoder.relative_attention_bias.weight",), attention_maps=2),
 })
 
 

@@ -234,3 +234,12 @@ def test_every_method_runs_a_round_on_mpnet(method, tmp_path):
     rounds = one_round(method, tmp_path, model="tiny-mpnet", weights="random")
     assert rounds[1]["dropped"] == [] and rounds[1]["num_clients"] >= 1
     assert rounds[1]["bytes_up_per_client"] > 0 and rounds[1]["client_failures"] == 0
+
+
+@pytest.mark.parametrize("shape, maps", [("tiny-bert", 1), ("tiny-roberta", 1), ("tiny-mpnet", 2)])
+def test_the_scoring_memory_bound_counts_mpnets_position_bias(shape, maps):
+    """MPNet holds its relative-position bias [B, H, L, L] beside each layer's attention scores."""
+    from fedtext.backbone.scoring import ACTIVATION_FACTOR, activation_bytes_per_token
+
+    cfg = backbone_for(config("fedavg", shape), TASKS["demo"]).encoder.config
+    assert activation_bytes_per_token(cfg, 40) == ACTIVATION_FACTOR * 4 * (D + F + maps * 2 * 40)

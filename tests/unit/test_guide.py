@@ -14,13 +14,20 @@ from fedtext.registry import CONFIGS
 from simulations import guide
 
 
-def _tables(folder: Path, rows: tuple[guide.Row, ...]) -> None:
-    """A hand-made ``table.md`` per harness holding ``rows``' labels."""
+def _tables(folder: Path, rows: tuple[guide.Row, ...], base: bool = False) -> None:
+    """A hand-made ``table.md`` per harness holding ``rows``' labels (``base``: and per
+    base-scale run of a harness, accuracies 0.5 + the harness's own)."""
     for experiment in guide.HARNESS:
         (folder / experiment).mkdir()
-        header = ["method", *(column for column, _ in guide.COLUMNS)]
-        cells = [[row.label, "1.00 ± 0.00", "2", "3 ± 0", "4", f"0.{len(row.label)}"] for row in rows
+        header = ["method", *(column for column, _ in guide.COLUMNS), "wall s"]
+        cells = [[row.label, "1.00 ± 0.00", "2", "3 ± 0", "4", f"0.{len(row.label)}", "5 ± 1"] for row in rows
                  if row.experiment == experiment]
+        if base and experiment in guide.BASE_SCALE:
+            (folder / guide.BASE_SCALE[experiment]).mkdir()
+            big = [[r[0], "6.00 ± 0.00", "7", "8 ± 0", "9", f"0.5{len(r[0])}", "10 ± 2"] for r in cells[:-1]]
+            lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+                     *("| " + " | ".join(r) + " |" for r in big)]
+            (folder / guide.BASE_SCALE[experiment] / "table.md").write_text("\n".join(lines) + "\n")
         lines = ["<!-- made by hand -->", "| " + " | ".join(header) + " |", "|" + "---|" * len(header),
                  *("| " + " | ".join(r) + " |" for r in cells)]
         (folder / experiment / "table.md").write_text("\n".join(lines) + "\n")
@@ -39,11 +46,32 @@ def test_the_guide_reads_the_cells_it_names_from_table_md(tmp_path, monkeypatch)
     _tables(tmp_path, guide.rows())
     monkeypatch.setattr(guide, "RESULTS", tmp_path)
     out = guide.render().splitlines()
-    assert out[0].startswith("| `method=` | what it tunes | KB up | KB down | queries | client MB | final acc |")
+    assert out[0].startswith("| `method=` | what it tunes | KB up | KB down | queries | client MB | final acc | "
+                             "MPNet acc |")
     assert len(out) == 2 + len(CONFIGS)
     fedbpt = next(line for line in out if line.startswith("| `fedbpt` |"))
-    # zero spreads dropped, others kept, accuracy from fedbpt's own row, page link
-    assert "| 1.00 | 2 | 3 | 4 | 0.6 | T1 | [fedbpt](docs/papers/fedbpt.md) |" in fedbpt
+    # zero spreads dropped, others kept, accuracy from fedbpt's own row, no base-scale record yet, page link
+    assert "| 1.00 | 2 | 3 | 4 | 0.6 | — | T1 | [fedbpt](docs/papers/fedbpt.md) |" in fedbpt
+
+
+def test_the_base_scale_column_is_the_same_harness_on_mpnet(tmp_path, monkeypatch):
+    """MPNet acc is the row of the method's label in its harness's base-scale table (T1 only);
+    a method whose base-scale run is missing, or whose harness has none, shows a dash.
+    docs/backbones.md's table sets every column MiniLM → MPNet."""
+    _tables(tmp_path, guide.rows(), base=True)
+    monkeypatch.setattr(guide, "RESULTS", tmp_path)
+    t1 = [row.label for row in guide.rows() if row.experiment == "feddpg_table1_ag_news"]
+    out = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in guide.render().splitlines()[2:]}
+    for label in t1[:-1]:
+        assert out[label][7] == f"0.5{len(label)}" and out[label][6] == f"0.{len(label)}"
+    assert out[t1[-1]][7] == "—"  # the base table lacks the harness's last row
+    assert out["fes"][7] == "—"  # a harness without a base-scale run
+    base = guide.render_base().splitlines()
+    assert base[0] == "| `method=` | final acc | KB up | KB down | queries | client MB | wall s |"
+    assert len(base) == 2 + len(t1)
+    first = base[2].split(" | ")
+    assert first[1:] == [f"0.{len(t1[0])} → 0.5{len(t1[0])}", "1.00 → 6.00", "2 → 7", "3 → 8", "4 → 9",
+                         "5 ± 1 → 10 ± 2 |"]
 
 
 @dataclass(frozen=True)
@@ -74,7 +102,8 @@ def test_a_method_without_a_committed_record_gets_a_line_saying_so(tmp_path, mon
     _tables(tmp_path, guide.rows([_Benchmarked]))
     monkeypatch.setattr(guide, "RESULTS", tmp_path)
     out = guide.render([_Benchmarked, _New, _NotYetRun]).splitlines()[2:]
-    assert out[0] == "| `fedprompt` | soft prompt | 1.00 | 2 | 3 | 4 | 0.9 | T1 | [baselines](docs/papers/baselines.md) |"
-    assert out[1] == "| `fednew` | something new | — | — | — | — | — | no committed record yet | — |"
-    assert out[2] == ("| `fedlater` | run later | — | — | — | — | — | no committed record yet | "
+    assert out[0] == ("| `fedprompt` | soft prompt | 1.00 | 2 | 3 | 4 | 0.9 | — | T1 | "
+                      "[baselines](docs/papers/baselines.md) |")
+    assert out[1] == "| `fednew` | something new | — | — | — | — | — | — | no committed record yet | — |"
+    assert out[2] == ("| `fedlater` | run later | — | — | — | — | — | — | no committed record yet | "
                       "[baselines](docs/papers/baselines.md) |")
