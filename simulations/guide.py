@@ -167,11 +167,11 @@ def render_base(configs: Iterable[type[MethodConfig]] | None = None) -> str:
 def legend() -> str:
     """The lines under README's table: what the columns and the harnesses are."""
     harnesses = "; ".join(f"**{short}** {HARNESS_SETTING[short]}" for short in HARNESS.values())
-    text = ("KB sent per client-round up and down, model queries per run (sequences the clients pushed "
-            "through the backbone), peak client memory (MB of RSS) and final global accuracy, mean ± std over "
-            "seeds, each cell from a committed `simulations/results/<harness>/table.md` (all-MiniLM-L6-v2 "
-            "backbone, 2-core CPU); MPNet acc: the same harness on all-mpnet-base-v2 (110 M weights; "
-            f"[docs/backbones.md](docs/backbones.md)). Harnesses, AG News each (compare within one only): {harnesses}.")
+    text = ("KB sent per client-round up and down, model queries per run, peak client memory (MB) and "
+            "final global accuracy, mean ± std over seeds, each cell from a committed "
+            "`simulations/results/<harness>/table.md` (all-MiniLM-L6-v2 backbone, 2-core CPU); MPNet acc: the "
+            "same on all-mpnet-base-v2 (110 M weights). Harnesses, AG News each (compare within one only): "
+            f"{harnesses}.")
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False) + "\n"
 
 

@@ -223,6 +223,37 @@ def test_server_and_client_models_replay_a_to_identical_weights(kseed):
     torch.testing.assert_close(params[i], expected, atol=1e-6, rtol=0)
 
 
+def test_clients_of_one_process_replay_a_once_and_hold_its_weights_bit_for_bit(kseed, monkeypatch):
+    """The second client (and a client after local training) copies the process's last replay of
+    the same A; another A, or another run seed, replays again. The copies equal a fresh replay."""
+    from fedtext.methods.fedkseed import model as kseed_model
+
+    kseed_model.REPLAYED.clear()
+    calls = []
+    real = kseed_model.replay
+    monkeypatch.setattr(kseed_model, "replay", lambda *a, **k: calls.append(1) or real(*a, **k))
+    a = np.array([0.5, 0.0, -1.0, 3.0], np.float32)
+    first, second = FedKSeedModel(kseed.cfg, kseed.backbone), FedKSeedModel(kseed.cfg, kseed.backbone)
+    first.load([a])
+    second.load([a])
+    assert len(calls) == 1
+    with torch.no_grad():  # a client trains in place, then loads the round's A again
+        for _, p in second.network.named_trainable():
+            p.add_(1.0)
+    second.forget()
+    net = second.load([a])
+    assert len(calls) == 1
+    kseed_model.REPLAYED.clear()
+    fresh = FedKSeedModel(kseed.cfg, kseed.backbone).load([a])
+    assert len(calls) == 2
+    for (name, p), (_, q), (_, r) in zip(net.named_trainable(), fresh.named_trainable(),
+                                         first.network.named_trainable(), strict=True):
+        assert torch.equal(p, q) and torch.equal(r, q), name
+    FedKSeedModel(kseed.cfg, kseed.backbone).load([a * 2])  # another A
+    FedKSeedModel(make_config("fedkseed", seeds=4, max_length=64, seed=1), kseed.backbone).load([a])
+    assert len(calls) == 4 and len(kseed_model.REPLAYED) == 1
+
+
 def test_another_run_seed_gives_other_seeds_and_other_weights(kseed):
     cfg = make_config("fedkseed", seeds=4, max_length=64, seed=1)
     other = FedKSeedModel(cfg, kseed.backbone)

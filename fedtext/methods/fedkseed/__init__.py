@@ -49,7 +49,11 @@ S = 32: 512 B against 384 B) the per-seed sums are smaller, and they are also wh
 paper's server keeps.
 
 Cost of a replay: one draw of d normals per seed in use (MiniLM-L6: d = 22.7 M, about
-0.15 s per seed on one CPU core), at most K draws whatever the number of rounds. That
-bounds K on a CPU: K = 64 replays in about 10 s; the paper's K = 4096 would take ten
-minutes per replay here (see docs/papers/fedkseed.md).
+0.1 s per seed on one CPU core; MPNet-base: d = 109.5 M, 0.46 s), at most K draws whatever the
+number of rounds. That bounds K on a CPU: K = 64 replays in 6 s (MPNet-base: 30 s); the
+paper's K = 4096 would take ten minutes per replay here (see docs/papers/fedkseed.md). The
+clients a process hosts one after another (a Ray actor's, a SuperNode's) download the same A
+within a round and the next round's fits download the A its evaluation did, so a process
+keeps its last replay (:data:`fedtext.methods.fedkseed.model.REPLAYED`, one network's
+weights) and copies it instead of replaying: one replay where a T1 round made six.
 """
