@@ -58,6 +58,7 @@ def test_the_base_scale_column_is_the_same_harness_on_mpnet(tmp_path, monkeypatc
     """MPNet acc is the row of the method's label in its harness's base-scale table (T1 only);
     a method whose base-scale run is missing, or whose harness has none, shows a dash.
     docs/backbones.md's table sets every column MiniLM → MPNet."""
+    monkeypatch.setattr(guide, "BASE_SCALE", {"feddpg_table1_ag_news": "feddpg_table1_ag_news-base"})
     _tables(tmp_path, guide.rows(), base=True)
     monkeypatch.setattr(guide, "RESULTS", tmp_path)
     t1 = [row.label for row in guide.rows() if row.experiment == "feddpg_table1_ag_news"]
