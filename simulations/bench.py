@@ -151,7 +151,6 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, pre
 
     prompt_rate = (step_useful + 16 * t) / best_seconds(prompt_step)
     full_rate = step_useful / best_seconds(full_step)
-    del full
     sweep = {}
     # Tokens per encoder call (what max-client-memory-mb sets), through MAX_TOKENS_PER_CHUNK:
     # the chunk of a score() without a budget.

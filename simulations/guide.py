@@ -164,6 +164,52 @@ def render_base(configs: Iterable[type[MethodConfig]] | None = None) -> str:
     return "\n".join(out) + "\n"
 
 
+# Where a run's time goes, from its rounds (docs/records.md): each a sum over the run's rounds.
+TIME_PARTS: tuple[tuple[str, str], ...] = (
+    ("client_fit_s", "clients train"),
+    ("client_eval_s", "clients evaluate"),
+    ("server_eval_s", "server evaluates"),
+    ("client_load_s", "clients build (model load)"),
+    ("overhead_s", "Flower/Ray overhead"),
+)
+
+
+def render_base_time(configs: Iterable[type[MethodConfig]] | None = None) -> str:
+    """docs/backbones.md's ``base-time`` block: per method with committed base-scale runs, the
+    mean wall seconds of a run and the share of its rounds' time (``round_time_s``) in each of
+    :data:`TIME_PARTS`, summed over its rounds, mean over the runs a table counts (one per seed,
+    :func:`simulations.tables.one_run_per_seed`)."""
+    from fedtext.records.reader import runs_under
+    from simulations.tables import one_run_per_seed, run_rows
+
+    head = ["`method=`", "harness", "runs", "wall s", *(title for _, title in TIME_PARTS)]
+    out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for small, base in BASE_SCALE.items():
+        folder = RESULTS / base / "runs"
+        runs = list(runs_under(folder)) if folder.is_dir() else []
+        counted = one_run_per_seed(run_rows(runs))
+        by_id = {Path(r["dir"]).name: r for r in runs}
+        for row in rows(configs):
+            if row.experiment != small:
+                continue
+            ids = counted[counted["variant"] == row.label]["run_id"] if not counted.empty else []
+            picked = [by_id[i] for i in ids if i in by_id]
+            if not picked:
+                continue
+            shares = {key: [] for key, _ in TIME_PARTS}
+            walls = []
+            for run in picked:
+                rounds = [r for r in run["rounds"] if isinstance(r, dict)]
+                total = sum(r.get("round_time_s") or 0 for r in rounds)
+                walls.append(total)
+                for key, _ in TIME_PARTS:
+                    shares[key].append(sum(r.get(key) or 0 for r in rounds) / total if total else 0.0)
+            cells = [f"{100 * sum(v) / len(v):.0f} %" for v in shares.values()]
+            out.append("| " + " | ".join([f"`{row.method}`", HARNESS.get(small, small), str(len(picked)),
+                                          f"{sum(walls) / len(walls):,.0f}", *cells]) + " |")
+    return "\n".join(out) + "\n"
+
+
 def legend() -> str:
     """The lines under README's table: what the columns and the harnesses are."""
     harnesses = "; ".join(f"**{short}** {HARNESS_SETTING[short]}" for short in HARNESS.values())
@@ -183,6 +229,11 @@ def block() -> str:
 def base_block() -> str:
     """docs/backbones.md's generated ``base-scale`` block: :func:`render_base`."""
     return render_base()
+
+
+def base_time_block() -> str:
+    """docs/backbones.md's generated ``base-time`` block: :func:`render_base_time`."""
+    return render_base_time()
 
 
 def main() -> None:

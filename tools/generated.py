@@ -56,6 +56,10 @@ BLOCKS: dict[str, Block] = {
     "method-table": Block("README.md", "simulations.guide:block"),
     # docs/backbones.md: T1 on all-MiniLM-L6-v2 beside all-mpnet-base-v2, from the two committed tables
     "base-scale": Block("docs/backbones.md", "simulations.guide:base_block"),
+    # docs/backbones.md: the design card's command (fedbpt on the demo) on both backbones (simulations/results/card)
+    "card": Block("docs/backbones.md", "simulations.card:render"),
+    # docs/backbones.md: where a base-scale run's time goes, from its rounds
+    "base-time": Block("docs/backbones.md", "simulations.guide:base_time_block"),
     # README's two commands: how long each took on a fresh clone (docs/timings.json)
     "readme-timings": Block("README.md", "tools.timings:render_readme"),
     # docs/testing.md: each tier's time, its budget and its slowest tests (docs/timings.json)

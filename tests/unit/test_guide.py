@@ -108,3 +108,24 @@ def test_a_method_without_a_committed_record_gets_a_line_saying_so(tmp_path, mon
     assert out[1] == "| `fednew` | something new | — | — | — | — | — | — | no committed record yet | — |"
     assert out[2] == ("| `fedlater` | run later | — | — | — | — | — | — | no committed record yet | "
                       "[baselines](docs/papers/baselines.md) |")
+
+
+def test_where_a_base_scale_runs_time_goes_is_summed_from_its_rounds(tmp_path, monkeypatch):
+    """A real run (in this process, tiny-bert, 2 rounds) filed as T1's base-scale record: its row
+    holds its rounds' seconds, each part's share of their round time."""
+    import json
+
+    from tests.inprocess import TINY, run
+
+    folder, rounds = run({"method": "fedprompt", **TINY, "num-server-rounds": 2, "model": "tiny-bert",
+                          "weights": "random"}, tmp_path / "feddpg_table1_ag_news-base" / "runs")
+    monkeypatch.setattr(guide, "RESULTS", tmp_path)
+    monkeypatch.setattr(guide, "BASE_SCALE", {"feddpg_table1_ag_news": "feddpg_table1_ag_news-base"})
+    out = guide.render_base_time().splitlines()
+    assert out[0].startswith("| `method=` | harness | runs | wall s | clients train |") and len(out) == 3
+    cells = out[2].strip("| ").split(" | ")
+    total = sum(r["round_time_s"] for r in rounds)
+    assert cells[:4] == ["`fedprompt`", "T1", "1", f"{total:,.0f}"]
+    for (key, _), cell in zip(guide.TIME_PARTS, cells[4:], strict=True):
+        assert cell == f"{100 * sum(r.get(key) or 0 for r in rounds) / total:.0f} %", key
+    assert json.loads((folder / "summary.json").read_text())["status"] == "finished"

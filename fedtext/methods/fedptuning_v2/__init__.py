@@ -14,7 +14,11 @@ prefix key ``K_l [T, D]`` and value ``V_l [T, D]``. So what text tokens attend t
 layer l is exactly ``[K_l; W_k h]`` / ``[V_l; W_v h]``, as with HF ``past_key_values``
 (the text's positions shift by T, as they do there). The placeholders' own outputs
 are left out of the pooled heads (``pool_prompt=False``): a prefix is keys and values,
-not an output position.
+not an output position. Which modules are the key and value projections is
+the encoder's architecture's (:mod:`fedtext.backbone.architectures`: BERT's and RoBERTa's
+``attention.self.key``/``value``, MPNet's ``attention.attn.k``/``v``). On MPNet the
+relative-position bias between a text token and a prefix position applies as between any
+two tokens that far apart: the prefixes sit at positions 1..T there too.
 
 Global arrays = upload = ``prefix.key`` and ``prefix.value``, float32 ``[L, T, D]`` each:
 ``2 · 4·L·T·D + 2·128`` B each way (MiniLM: L = 6, D = 384, T = 8: 147,712 B).

@@ -290,7 +290,7 @@ class FeSConfig(PseudoLabelConfig):
     vote: str = "eq2"  # eq2 (FeS eq. (2)) | votek (FeS code's fast_votek: chosen texts stop voting, ties by vote count)
     #: §3.3 co-planning, the paper's AG News plan by depth share: the bottom 2/3 of the encoder's layers frozen
     #: (−1: round(2/3 L), MiniLM-L6 0-3, MPNet-base 0-7), or that many layers
-    frozen_layers: int = -1  # §3.3 co-planning: bottom layers frozen; -1 = the paper's AG News plan, 2/3 of them (MiniLM-L6: 4, MPNet-base: 8)
+    frozen_layers: int = -1  # bottom layers frozen; -1 = 2/3 of them, the paper's AG News plan (MiniLM-L6: 4, MPNet: 8)
     #: the paper's AG News plan: the layers above tune only their biases (−1: all of them, the top 1/3)
     bias_layers: int = -1  # layers above the frozen ones tuning only biases; -1 = all of them (the paper's top 1/3)
 
