@@ -1,7 +1,7 @@
 """The design card's command at base scale (issue 66): does ``fedbpt`` learn on the demo with
 all-mpnet-base-v2, and in how many rounds, against all-MiniLM-L6-v2?
 
-    python -m simulations.card          # about 15 minutes on 2 cores
+    python tools/card.py          # about 15 minutes on 2 cores
 
 Runs the card's command as a user types it, ``flwr run . --stream --run-config "method='fedbpt'
 model='<model>'"`` (Flower's default local simulation: 2 SuperNodes, the embedded demo data, 3
@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `python tools/card.py` from anywhere
+    sys.path.insert(0, str(ROOT))
 OUT = ROOT / "simulations" / "results" / "card" / "card.json"
 MODELS = ("all-MiniLM-L6-v2", "all-mpnet-base-v2")
 LONG = 8  # rounds of the longer all-mpnet-base-v2 run: where does it level off?
@@ -76,12 +78,12 @@ def measure() -> dict[str, Any]:
 def render() -> str:
     """docs/backbones.md's ``card`` block: per run its command, seconds and accuracy by round."""
     if not OUT.is_file():
-        return "Not measured yet: `python -m simulations.card`.\n"
+        return "Not measured yet: `python tools/card.py`.\n"
     rec = json.loads(OUT.read_text())
     m = rec["machine"]
     out = [f"Measured {rec['date']} on {m.get('cores', '?')} cores ({m.get('cpu', 'CPU')}; 1-minute load "
            f"{rec['load_before'][0]:.1f} before, {rec['load_after'][0]:.1f} after: above 0 the seconds include other "
-           "jobs' share of the cores), `python -m simulations.card`:",
+           "jobs' share of the cores), `python tools/card.py`:",
            "", "| command | global accuracy, round 0 → last | seconds |", "| --- | --- | --- |"]
     for run in rec["runs"]:
         acc = " → ".join(f"{a:.3f}" for a in run["accuracy"])
@@ -90,5 +92,4 @@ def render() -> str:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(ROOT))
     measure()

@@ -57,7 +57,7 @@ BLOCKS: dict[str, Block] = {
     # docs/backbones.md: T1 on all-MiniLM-L6-v2 beside all-mpnet-base-v2, from the two committed tables
     "base-scale": Block("docs/backbones.md", "simulations.guide:base_block"),
     # docs/backbones.md: the design card's command (fedbpt on the demo) on both backbones (simulations/results/card)
-    "card": Block("docs/backbones.md", "simulations.card:render"),
+    "card": Block("docs/backbones.md", "tools.card:render"),
     # docs/backbones.md: where a base-scale run's time goes, from its rounds
     "base-time": Block("docs/backbones.md", "simulations.guide:base_time_block"),
     # README's two commands: how long each took on a fresh clone (docs/timings.json)
