@@ -72,6 +72,7 @@ BASE_SCALE = {"feddpg_table1_ag_news": "feddpg_table1_ag_news-base",
 BASE_TITLE = "MPNet acc"
 # The columns docs/backbones.md sets side by side, MiniLM-L6 then MPNet-base, with their headings.
 BASE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("runs", "seeds"),
     ("final acc", "final acc"),
     ("KB up / client-round", "KB up"),
     ("KB down / client-round", "KB down"),
@@ -129,7 +130,7 @@ def render(configs: Iterable[type[MethodConfig]] | None = None) -> str:
     config names no results folder, or whose folder has no committed ``table.md`` row of its
     name, gets a line saying so (a new method before its benchmark). ``MPNet acc`` is the
     final accuracy of the same harness on all-mpnet-base-v2 (:data:`BASE_SCALE`), "—" where
-    that run is not committed."""
+    those runs are not committed for as many seeds as the MiniLM cell's."""
     head = ["`method=`", "what it tunes", *(title for _, title in COLUMNS), BASE_TITLE, "harness", "details"]
     out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     listed = rows(configs)
@@ -143,6 +144,8 @@ def render(configs: Iterable[type[MethodConfig]] | None = None) -> str:
             figures = [cell(cells, column) for column, _ in COLUMNS]
             harness = HARNESS.get(row.experiment, row.experiment)
         base = tables.get(BASE_SCALE.get(row.experiment, ""), {}).get(row.label)
+        if base is not None and (cells is None or base.get("runs") != cells.get("runs")):
+            base = None  # fewer seeds than the MiniLM cell beside it: not yet comparable
         out.append("| " + " | ".join([f"`{row.method}`", row.what, *figures, cell(base, "final acc"), harness, link])
                    + " |")
     return "\n".join(out) + "\n"

@@ -19,12 +19,13 @@ def _tables(folder: Path, rows: tuple[guide.Row, ...], base: bool = False) -> No
     base-scale run of a harness, accuracies 0.5 + the harness's own)."""
     for experiment in guide.HARNESS:
         (folder / experiment).mkdir()
-        header = ["method", *(column for column, _ in guide.COLUMNS), "wall s"]
-        cells = [[row.label, "1.00 ± 0.00", "2", "3 ± 0", "4", f"0.{len(row.label)}", "5 ± 1"] for row in rows
+        header = ["method", "runs", *(column for column, _ in guide.COLUMNS), "wall s"]
+        cells = [[row.label, "3", "1.00 ± 0.00", "2", "3 ± 0", "4", f"0.{len(row.label)}", "5 ± 1"] for row in rows
                  if row.experiment == experiment]
         if base and experiment in guide.BASE_SCALE:
             (folder / guide.BASE_SCALE[experiment]).mkdir()
-            big = [[r[0], "6.00 ± 0.00", "7", "8 ± 0", "9", f"0.5{len(r[0])}", "10 ± 2"] for r in cells[:-1]]
+            big = [[r[0], "3", "6.00 ± 0.00", "7", "8 ± 0", "9", f"0.5{len(r[0])}", "10 ± 2"] for r in cells[:-2]]
+            big.append([cells[-2][0], "2", "6.00 ± 0.00", "7", "8 ± 0", "9", "0.99", "10 ± 2"])  # a seed short
             lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
                      *("| " + " | ".join(r) + " |" for r in big)]
             (folder / guide.BASE_SCALE[experiment] / "table.md").write_text("\n".join(lines) + "\n")
@@ -63,16 +64,19 @@ def test_the_base_scale_column_is_the_same_harness_on_mpnet(tmp_path, monkeypatc
     monkeypatch.setattr(guide, "RESULTS", tmp_path)
     t1 = [row.label for row in guide.rows() if row.experiment == "feddpg_table1_ag_news"]
     out = {line.split(" | ")[0].strip("| `"): line.split(" | ") for line in guide.render().splitlines()[2:]}
-    for label in t1[:-1]:
+    for label in t1[:-2]:
         assert out[label][7] == f"0.5{len(label)}" and out[label][6] == f"0.{len(label)}"
+    assert out[t1[-2]][7] == "—"  # two seeds of three: not beside the MiniLM cell yet
     assert out[t1[-1]][7] == "—"  # the base table lacks the harness's last row
     assert out["fes"][7] == "—"  # a harness without a base-scale run
     base = guide.render_base().splitlines()
-    assert base[0] == "| `method=` | final acc | KB up | KB down | queries | client MB | wall s |"
+    assert base[0] == "| `method=` | seeds | final acc | KB up | KB down | queries | client MB | wall s |"
     assert len(base) == 2 + len(t1)
     first = base[2].split(" | ")
-    assert first[1:] == [f"0.{len(t1[0])} → 0.5{len(t1[0])}", "1.00 → 6.00", "2 → 7", "3 → 8", "4 → 9",
+    assert first[1:] == ["3 → 3", f"0.{len(t1[0])} → 0.5{len(t1[0])}", "1.00 → 6.00", "2 → 7", "3 → 8", "4 → 9",
                          "5 ± 1 → 10 ± 2 |"]
+    assert base[-2].split(" | ")[1:3] == ["3 → 2", f"0.{len(t1[-2])} → 0.99"]  # docs show the seeds there are
+    assert base[-1].split(" | ")[1:3] == ["3 → —", f"0.{len(t1[-1])} → —"]
 
 
 @dataclass(frozen=True)
