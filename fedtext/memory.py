@@ -130,7 +130,8 @@ def options_for(cfg: Any) -> str:
     mcfg = cfg.method_config
     out = []
     if hasattr(mcfg, "frozen_layers"):
-        out.append(f"more {mcfg.key('frozen_layers')} (FeS's depth plan; now {mcfg.frozen_layers})")
+        now = "-1, 2/3 of the layers" if mcfg.frozen_layers == -1 else mcfg.frozen_layers
+        out.append(f"more {mcfg.key('frozen_layers')} (FeS's depth plan; now {now})")
     out.append("a method that trains fewer weights (fedprompt, fedlora, fedadapter) or none (bbt-fed, fedbpt)")
     if "bf16" in getattr(mcfg, "precisions", ()) and cfg.precision != "bf16":
         out.append("precision=bf16 (the encoder's activations at half the bytes)")

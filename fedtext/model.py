@@ -26,7 +26,7 @@ Three shapes cover the methods so far:
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -49,10 +49,21 @@ class Model:
         The process's frozen backbone.
     """
 
+    # Whether the inserted positions start as the embeddings of natural vocabulary tokens (so
+    # ``prompt-length`` must not exceed them: fedtext.server_app.check_prompt_fits)
+    natural_prompt: ClassVar[bool] = False
+
     def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
         self.cfg = cfg
         self.mcfg: "MethodConfig" = cfg.method_config
         self.backbone = backbone
+
+    @classmethod
+    def inserted_positions(cls, cfg: "RunConfig") -> tuple[str, int]:
+        """The positions this method's model inserts after ``[CLS]`` in every sequence, and the
+        run-config key that sets their number (none: ``("", 0)``); the config check counts them
+        against the encoder's positions before anything is built."""
+        return "", 0
 
     def global_specs(self) -> list[ArraySpec]:
         """Named specs of the global arrays (what a plain download carries)."""
@@ -120,6 +131,12 @@ class Model:
 
 class PromptModel(Model):
     """One soft prompt ``[T, D]`` in front of the frozen PLM; arrays -> :meth:`prompt`."""
+
+    natural_prompt: ClassVar[bool] = True
+
+    @classmethod
+    def inserted_positions(cls, cfg: "RunConfig") -> tuple[str, int]:
+        return "prompt-length", cfg.prompt_length
 
     def prompt(self, arrays: Sequence[np.ndarray]) -> np.ndarray:
         """The ``[T, D]`` prompt the global arrays stand for; default: the first array."""

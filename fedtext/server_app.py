@@ -209,12 +209,14 @@ def check_output_dir(output_dir: str) -> None:
 
 def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
     """A soft prompt of ``prompt-length`` natural tokens must exist, and every sequence must fit
-    the model's positions (else numpy/torch fail deep inside): ``[CLS]``, the prompt, the head's
-    template, ``max-length`` text tokens and ``[SEP]``, within the tokens the encoder's position
-    table holds (:func:`fedtext.backbone.architectures.max_tokens`: BERT's 512; RoBERTa's and
-    MPNet's 514 positions start after the padding index, 512 tokens)."""
-    prompted = issubclass(cfg.method_config.model_class(), PromptModel)
-    if prompted:
+    the model's positions (else numpy/torch fail deep inside): ``[CLS]``, the positions the
+    method inserts after it (:meth:`fedtext.model.Model.inserted_positions`: a prompt, P-tuning
+    v2's placeholders, FedDPG's generated vectors), the head's template, ``max-length`` text tokens
+    and ``[SEP]``, within the tokens the encoder's position table holds
+    (:func:`fedtext.backbone.architectures.max_tokens`: BERT's 512; RoBERTa's and MPNet's 514
+    positions start after the padding index, 512 tokens)."""
+    model = cfg.method_config.model_class()
+    if model.natural_prompt:
         natural = len(backbone.natural_token_ids())
         if cfg.prompt_length > natural:
             raise ConfigError(f"prompt-length={cfg.prompt_length} exceeds the {natural} natural vocabulary tokens "
@@ -222,11 +224,11 @@ def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
     limit = max_tokens(backbone.encoder)
     head = backbone.head_impl
     special = 2 + len(head.prefix_ids) + len(head.suffix_ids)  # [CLS], [SEP] and the template around the text
-    length = (cfg.prompt_length if prompted else 0) + cfg.max_length + special
-    if limit and length > limit:
-        what = f"prompt-length={cfg.prompt_length} + " if prompted else ""
+    key, inserted = model.inserted_positions(cfg)
+    if limit and inserted + cfg.max_length + special > limit:
+        what = f"{key}={inserted} + " if inserted else ""
         raise ConfigError(f"{what}max-length={cfg.max_length} + {special} special and template tokens exceeds the "
-                          f"{limit} positions of {cfg.model}; lower {'one of them' if prompted else 'max-length'}")
+                          f"{limit} positions of {cfg.model}; lower {'one of them' if inserted else 'max-length'}")
 
 
 RESUMABLE_CHANGES = checkpoint.RESUMABLE_CHANGES  # keys a resumed run may change

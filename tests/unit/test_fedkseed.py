@@ -249,9 +249,17 @@ def test_clients_of_one_process_replay_a_once_and_hold_its_weights_bit_for_bit(k
     for (name, p), (_, q), (_, r) in zip(net.named_trainable(), fresh.named_trainable(),
                                          first.network.named_trainable(), strict=True):
         assert torch.equal(p, q) and torch.equal(r, q), name
+    with torch.no_grad():  # the client that replayed trains in place: the process's copy stays the replay's
+        for _, p in fresh.named_trainable():
+            p.add_(1.0)
+    third = FedKSeedModel(kseed.cfg, kseed.backbone).load([a])
+    assert len(calls) == 2
+    for (name, p), (_, r) in zip(third.named_trainable(), first.network.named_trainable(), strict=True):
+        assert torch.equal(p, r), name
     FedKSeedModel(kseed.cfg, kseed.backbone).load([a * 2])  # another A
-    FedKSeedModel(make_config("fedkseed", seeds=4, max_length=64, seed=1), kseed.backbone).load([a])
-    assert len(calls) == 4 and len(kseed_model.REPLAYED) == 1
+    FedKSeedModel(make_config("fedkseed", seeds=4, max_length=64, seed=1), kseed.backbone).load([a])  # other seeds
+    FedKSeedModel(make_config("fedkseed", seeds=4, max_length=64, lr=2e-4), kseed.backbone).load([a])  # another lr
+    assert len(calls) == 5 and len(kseed_model.REPLAYED) == 1
 
 
 def test_another_run_seed_gives_other_seeds_and_other_weights(kseed):

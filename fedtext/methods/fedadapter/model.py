@@ -88,14 +88,12 @@ class AdapterModel(InjectedModel):
 
     def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
         super().__init__(cfg, backbone)
-        blocks = output_blocks(backbone.encoder, backbone.name)
+        arch = architecture_of(backbone.encoder, backbone.name, "fedadapter")
         # the LayerNorms the adapters feed, by their names in Backbone.named_parameters (an MLM
         # model's start with its base model's prefix, e.g. "bert.")
         root = backbone.mlm or backbone.encoder
         prefix = next((n + "." for n, m in root.named_modules() if m is backbone.encoder and n), "")
-        self.layernorms = frozenset(f"{prefix}{b}.{site.layernorm}.{w}" for b, _, site in blocks
-                                    for w in ("weight", "bias"))
-        self.sites = len(blocks)  # 2 L adapters
+        self.layernorms = arch.layernorm_names(prefix)
 
     def inject(self, network: Backbone) -> None:
         """An adapter after the dropout of each output block of ``network.encoder`` (the copy's

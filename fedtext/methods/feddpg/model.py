@@ -39,6 +39,10 @@ def mean_embedding(backbone: Backbone, batch: EncodedBatch, pad_to: int = 0) -> 
 class FedDPGModel(Model):
     """G's weights are the global arrays; a text's prompt is ``G(ē)`` reshaped to ``[|P|, D]``."""
 
+    @classmethod
+    def inserted_positions(cls, cfg: "RunConfig") -> tuple[str, int]:
+        return cfg.method_config.key("prompts"), cfg.method_config.prompts  # |P| generated vectors after [CLS]
+
     def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
         super().__init__(cfg, backbone)
         self.generator = make_generator(backbone.dim, self.mcfg.hidden, self.mcfg.prompts)

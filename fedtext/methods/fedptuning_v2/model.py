@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -53,6 +53,12 @@ def deep_prompts(backbone: Backbone, keys: torch.Tensor, values: torch.Tensor) -
 
 class DeepPromptModel(Model):
     """Prefix keys and values ``[L, T, D]`` are the global arrays."""
+
+    natural_prompt: ClassVar[bool] = True  # T natural tokens' keys and values start every layer's prefix
+
+    @classmethod
+    def inserted_positions(cls, cfg: "RunConfig") -> tuple[str, int]:
+        return "prompt-length", cfg.prompt_length  # T placeholders after [CLS], overwritten in every layer
 
     def __init__(self, cfg: "RunConfig", backbone: Backbone) -> None:
         super().__init__(cfg, backbone)

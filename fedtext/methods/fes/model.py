@@ -28,10 +28,13 @@ class FewShotModel(NetworkModel):
     def __init__(self, cfg: "RunConfig", backbone: "Backbone") -> None:
         super().__init__(cfg, backbone)
         mc = self.mcfg
-        self.arch = architecture_of(backbone.encoder, backbone.name, f"{mc.name}'s layer plan")
-        self.layers = self.arch.depth
+        self.layers = num_layers(backbone)
         self.frozen = planned_frozen(mc.frozen_layers, self.layers)
         self.bias = self.layers - self.frozen if mc.bias_layers == -1 else mc.bias_layers
+        # A plan that treats every layer alike (fedfsl, fedcls: all full; fedfsl-bias: all bias-only) needs no
+        # layer told apart, so it runs on any encoder; a terraced one asks the encoder's architecture.
+        uniform = self.frozen == 0 and self.bias in (0, self.layers)
+        self.arch = None if uniform else architecture_of(backbone.encoder, backbone.name, f"{mc.name}'s layer plan")
         if self.frozen + max(self.bias, 0) > self.layers:
             frozen = f"{mc.frozen_layers} ({self.frozen})" if mc.frozen_layers == -1 else f"{mc.frozen_layers}"
             raise ConfigError(
@@ -57,14 +60,15 @@ def planned_frozen(frozen_layers: int, layers: int) -> int:
 
 def num_layers(backbone: "Backbone") -> int:
     """Transformer layers of the encoder (6 for all-MiniLM-L6-v2, 12 for all-mpnet-base-v2)."""
-    return architecture_of(backbone.encoder, backbone.name, "a layer plan").depth
+    return int(backbone.encoder.config.num_hidden_layers)
 
 
-def layer_capacity(name: str, layers: int, frozen: int, bias: int, arch: Architecture) -> str:
+def layer_capacity(name: str, layers: int, frozen: int, bias: int, arch: Architecture | None) -> str:
     """``frozen`` | ``bias`` | ``full`` for a weight name under the plan (§3.3, Fig. 7).
 
-    Layer ``i`` (as ``arch`` finds it in the name) is frozen below ``frozen``, bias-only below
-    ``frozen + bias``, full above. Embeddings follow layer 0, and so do the tables every layer
+    Layer ``i`` (as ``arch`` finds it in the name; ``None`` for a plan that treats every layer
+    alike, ``frozen = 0`` and ``bias`` 0 or all, where any layer's capacity is layer 0's) is
+    frozen below ``frozen``, bias-only below ``frozen + bias``, full above. Embeddings follow layer 0, and so do the tables every layer
     reads (MPNet's relative-position bias, ``arch.shared``: the bottom layers read it too, so it
     trains only where layer 0 does); a ``head.*`` always trains. The pooler feeds only the
     ``cls`` head (fedcls, which trains every weight); the prompt heads read mean-pooled
@@ -73,7 +77,7 @@ def layer_capacity(name: str, layers: int, frozen: int, bias: int, arch: Archite
     """
     if name.startswith("head."):
         return "full"
-    i = arch.layer_index(name)
+    i = arch.layer_index(name) if arch is not None else None
     if i is None:
         if "pooler" in name:
             return "full" if frozen == 0 and bias == 0 else "frozen"
@@ -81,7 +85,7 @@ def layer_capacity(name: str, layers: int, frozen: int, bias: int, arch: Archite
     return "frozen" if i < frozen else "bias" if i < frozen + bias else "full"
 
 
-def plan_predicate(layers: int, frozen: int, bias: int, arch: Architecture) -> Callable[[str], bool]:
+def plan_predicate(layers: int, frozen: int, bias: int, arch: Architecture | None) -> Callable[[str], bool]:
     """The co-planned trainable weights as a name predicate (bias-only layers: ``*.bias``)."""
 
     def wants(name: str) -> bool:
