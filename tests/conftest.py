@@ -37,6 +37,17 @@ TIERS = ("unit", "integration", "system", "docs")
 SHARED_DATA = Path(os.environ.get("FEDTEXT_DATA", REPO.parent / "shared" / "data"))
 
 
+def skip_without_recorded_data(record: Path) -> None:
+    """Skip, saying why, a test that replays a committed record whose dataset (a path relative
+    to the checkout, ``../shared/data/<name>``) is not beside this checkout, as in a user's
+    clone: the benchmark data travels with the project's machines, not with the repository."""
+    import json
+
+    dataset = json.loads((record / "config.json").read_text())["config"]["dataset"]
+    if not (REPO / dataset).is_dir():
+        pytest.skip(f"the record's dataset {dataset} is not beside this checkout (a clone without ../shared/data)")
+
+
 def _env() -> dict[str, str]:
     """The environment of a subprocess that runs fedtext: offline, no runtime installs, this
     interpreter's scripts (``flwr``, ``ray``) first on PATH."""

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ..conftest import REPO, _env, processes_with_token
+from ..conftest import REPO, _env, processes_with_token, skip_without_recorded_data
 from .fab import flwr_build
 
 BIN = Path(sys.executable).parent
@@ -37,6 +37,7 @@ def test_the_launcher_runs_a_built_fab_and_a_recorded_config_on_two_supernodes_a
     env = {**_env(), "FEDTEXT_TEST_TOKEN": token}
     fab, _ = flwr_build(tmp_path / "build")
     record = next((REPO / "simulations/results/fedbpt_reference_sst2_pilot/runs").glob("*-fedbpt-reference-dir05"))
+    skip_without_recorded_data(record)
     out = tmp_path / "runs"
     tiny = ("num-server-rounds=1 clients-per-round=2 eval-size=24 client-test-size=8 eval-every=1 "
             "fedbpt.intrinsic-dim=20 fedbpt.local-steps=1 fedbpt.popsize=4 prompt-length=5 device=cpu run-name=replay "

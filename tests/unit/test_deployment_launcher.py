@@ -13,6 +13,8 @@ from fedtext.registry import METHODS
 from simulations.deployment import flwr_run_config, install_fab, record_overrides
 from simulations.simulate import parse_pairs
 
+from ..conftest import skip_without_recorded_data
+
 REPO = Path(__file__).resolve().parents[2]
 PILOT = REPO / "simulations" / "results" / "fedbpt_reference_sst2_pilot" / "runs"
 
@@ -43,6 +45,7 @@ def test_record_overrides_replay_a_record_without_derived_keys_or_its_output_dir
 
 def test_a_committed_record_replays_key_for_key_on_another_device():
     record = next(PILOT.glob("*-fedbpt-paper-dir05"))
+    skip_without_recorded_data(record)
     base = record_overrides(record)
     cfg = RunConfig.from_run_config({**base, **parse_pairs("device=cpu run-name=replay")}, METHODS)
     recorded = json.loads((record / "config.json").read_text())["config"]

@@ -37,18 +37,40 @@ def test_fp32_computes_without_autocast_and_bf16_with_it() -> None:
     assert Precision(torch.device("cpu"), "bf16").dtype is torch.bfloat16
 
 
-def test_the_run_config_reaches_the_backbone(monkeypatch) -> None:
+def test_the_run_config_reaches_the_backbone(monkeypatch, request) -> None:
     """backbone_for passes the run's device and precision to the process's cached backbone
-    (a bf16 run must not be given the fp32 one, nor the reverse)."""
+    (a bf16 run must not be given the fp32 one, nor the reverse). The plumbing, not the
+    CPU: a CPU without bf16 (a Raspberry Pi, most laptops) says the same as one with it."""
     import fedtext.backbone.facade as fb
+    import fedtext.devices
     from fedtext.tasks import TASKS
 
+    monkeypatch.setattr(fedtext.devices, "cpu_has_bf16", lambda: True)
+    _fresh_precisions(request)
     seen = []
     monkeypatch.setattr(fb, "_get_backbone", lambda *args: seen.append(args) or args)
     fb.backbone_for(make_config("fedprompt", precision="bf16", device="cpu"), TASKS["demo"])
     fb.backbone_for(make_config("fedprompt"), TASKS["demo"])
     assert seen[0][-1] == Precision(torch.device("cpu"), "bf16")
     assert seen[1][-1].name == "fp32" and seen[0][:-1] == seen[1][:-1]
+
+
+def _fresh_precisions(request) -> None:
+    """Forget the process's checked (device, precision) pairs now and after the test: a pair
+    checked under a pretended CPU must not answer for the real one in a later test."""
+    Precision.of.__func__.cache_clear()
+    request.addfinalizer(Precision.of.__func__.cache_clear)
+
+
+def test_a_cpu_without_bf16_refuses_it_in_one_line_when_the_backbone_loads(monkeypatch, request) -> None:
+    """The refusal a board's CPU gives (no AVX-512 BF16, no AMX), whatever this CPU has."""
+    import fedtext.devices
+
+    monkeypatch.setattr(fedtext.devices, "cpu_has_bf16", lambda: False)
+    _fresh_precisions(request)
+    with pytest.raises(ConfigError, match=r"^precision=bf16: this CPU has no bf16 instructions .*; use fp32$"):
+        Precision.of("cpu", "bf16")
+    assert Precision.of("cpu", "fp32") == Precision(torch.device("cpu"), "fp32")
 
 
 def test_gpus_per_client_reach_rays_client_resources() -> None:
