@@ -535,8 +535,7 @@ COMPARE_BYTES = {
     "mb_up": (2**20, "bytes up (total)", "total_bytes_up"),
     "mb_down": (2**20, "bytes down (total)", "total_bytes_down"),
 }
-COMPARE_KEY = ["variant", "dataset", "partition"]  # what one row of compare_table is a mean over
-COMPARE_GROUPS = ("variant", "dataset", "partition", "runs")  # the comparison's columns that are no mean
+COMPARE_GROUPS = ("variant", "backbone", "dataset", "partition", "runs")  # the comparison's columns that are no mean
 
 
 # One definition per column: a column that appears in several tables (the run list's
@@ -593,6 +592,8 @@ COLUMN_HELP: dict[str, str] = {
     # the comparison table (simulations.tables.compare_table; the byte columns: COMPARE_BYTES)
     "variant": "The variant: the run-config run-name (the compare runner's label, e.g. feddls-phi3), else the "
                "method. One row per variant, dataset and partition.",
+    "backbone": "The backbone the row's runs used (run-config model, without its hub owner); shown where the "
+                "selected runs used several: the same comparison on each backbone, a row each.",
     "runs": "How many runs the row's mean ± std is over (seeds, and held-out groups for P/NP experiments).",
     "trainable_parameters": "Parameters the method's model trains (config.json trainable-parameters, recorded "
                             "by the server at the start).",
@@ -755,14 +756,16 @@ def comparison(root: str | Path | RunStore, run_ids: list[str] | None = None) ->
     """The papers' kind of table (mean ± std over seeds) for the selected runs
     (:func:`simulations.tables.compare_table`), its byte columns in units that keep small
     and large values readable (:data:`COMPARE_BYTES`, :func:`byte_text`)."""
-    from simulations.tables import COLUMNS, compare_table, run_rows
+    from simulations.tables import COLUMNS, compare_keys, compare_table, run_rows
 
     runs = run_rows(r for r in store(root).loaded(run_ids) if r["status"] != "malformed")
     if runs.empty:
         return pd.DataFrame()
     table = compare_table(runs)
-    groups = {key: g for key, g in runs.groupby(COMPARE_KEY, sort=False)}
-    keys = list(zip(table["method"], table["dataset"], table["partition"], strict=True))
+    by = compare_keys(runs)  # a row per backbone where the selection has several
+    groups = {key: g for key, g in runs.groupby(by, sort=False, dropna=False)}
+    shown = {"variant": "method", "model": "backbone"}
+    keys = list(zip(*(table[shown.get(k, k)] for k in by), strict=True))
     for column, (scale, name, _) in COMPARE_BYTES.items():
         shown = COLUMNS.get(column)
         if shown in table.columns and column in runs.columns:

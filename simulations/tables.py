@@ -39,8 +39,9 @@ COLUMNS = {
 
 
 # The columns that tell one run of a table row from another: a variant's runs differ in
-# seed and, for P/NP experiments, in the held-out clients.
-SEED_KEY = ["variant", "dataset", "partition", "seed", "holdout"]
+# seed and, for P/NP experiments, in the held-out clients; the same seed on another backbone
+# (model) is another run, not a rerun.
+SEED_KEY = ["variant", "model", "dataset", "partition", "seed", "holdout"]
 
 
 def run_key(cfg: dict[str, Any]) -> tuple[Any, Any, str]:
@@ -76,6 +77,8 @@ def run_rows(runs: Iterable[dict[str, Any]]) -> pd.DataFrame:
                 "started": finite_number(run["config"].get("started_epoch")),
                 "method": cfg.get("method"),
                 "variant": variant,
+                # the backbone as the run-config named it, without a hub owner ("all-mpnet-base-v2")
+                "model": str(cfg.get("model") or "").rsplit("/", 1)[-1] or None,
                 "holdout": holdout,
                 "dataset": Path(str(cfg.get("dataset"))).name,
                 "partition": (f"dirichlet α={cfg.get('alpha')}" if cfg.get("partition") == "dirichlet"
@@ -138,18 +141,31 @@ def one_run_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
     return done[done.index.isin(newest.index)]
 
 
+def compare_keys(runs: pd.DataFrame) -> list[str]:
+    """What one row of :func:`compare_table` is a mean over: (variant, dataset, partition),
+    and the backbone as well where the runs used more than one (the same comparison on
+    all-MiniLM-L6-v2 and on all-mpnet-base-v2 stays two rows, never one mean)."""
+    models = runs["model"].dropna().unique() if "model" in runs.columns else []
+    return ["variant", "model", "dataset", "partition"] if len(models) > 1 else ["variant", "dataset", "partition"]
+
+
 def compare_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean ± std over runs per (variant, dataset, partition), formatted as strings.
 
     ``variant`` is the run's ``run-name`` (the compare runner sets it to the experiment's
     label, e.g. ``feddls-phi3``) or else its method; runs of one variant differ in seed
-    and, for P/NP experiments, in the held-out clients. Columns without any value in
-    the table (e.g. NP accuracy when nothing was held out) are left out.
+    and, for P/NP experiments, in the held-out clients. Runs on several backbones give a
+    row per backbone and a ``backbone`` column (:func:`compare_keys`); one backbone, none.
+    Columns without any value in the table (e.g. NP accuracy when nothing was held out)
+    are left out.
     """
-    groups = runs.groupby(["variant", "dataset", "partition"], sort=False)
+    keys = compare_keys(runs)
+    groups = runs.groupby(keys, sort=False, dropna=False)
     out = []
-    for (variant, dataset, partition), g in groups:
-        row = {"method": variant, "dataset": dataset, "partition": partition, "runs": len(g)}
+    for key, g in groups:
+        at = dict(zip(keys, key, strict=True))
+        row = {"method": at["variant"], **({"backbone": at["model"]} if "model" in at else {}),
+               "dataset": at["dataset"], "partition": at["partition"], "runs": len(g)}
         for col, name in COLUMNS.items():
             if col == "epsilon":
                 row[name] = epsilon_cell(g)

@@ -39,16 +39,17 @@ COMMAND = "python tools/generated.py"
 class Block:
     """One generated block: the page it is on (relative to the repository) and the
     ``"module:function"`` that renders its lines (imported when asked, so that reading the
-    table of blocks imports nothing)."""
+    table of blocks imports nothing); ``"module:function:argument"`` calls it with that one
+    string (one function for a block on every paper page)."""
 
     page: str
     render: str
 
     def text(self) -> str:
         """What the block holds now: the function's markdown, ending in one newline."""
-        module, function = self.render.split(":")
-        out: Callable[[], str] = getattr(importlib.import_module(module), function)
-        return out().rstrip("\n") + "\n"
+        module, function, *argument = self.render.split(":")
+        out: Callable[..., str] = getattr(importlib.import_module(module), function)
+        return out(*argument).rstrip("\n") + "\n"
 
 
 BLOCKS: dict[str, Block] = {
@@ -89,6 +90,9 @@ BLOCKS: dict[str, Block] = {
     # issue 59: accuracy against epsilon on T1 (simulations/results/privacy_ag_news), and who takes what
     "privacy-table": Block("docs/privacy.md", "simulations.privacy:render"),
     "privacy-support": Block("docs/privacy.md", "simulations.privacy:render_support"),
+    # issue 67: each paper's headline comparison on MiniLM-L6 and MPNet-base beside the paper's figure
+    **{f"base-scale-{key}": Block(f"docs/papers/{key}.md", f"simulations.papers.claims:block:{key}")
+       for key in ("fedbpt", "fes", "feddrs", "feddls", "feddpg")},
 }
 
 

@@ -981,3 +981,27 @@ def test_the_run_list_page_shows_epsilon_sorted_by_its_number_and_the_comparison
     write_run(only_plain, "p", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)])
     code, reply = dash_callback(make_app(only_plain), "..runs.data", inputs)
     assert not {"epsilon", "dp_delta"} & {c["id"] for c in reply["response"]["runs"]["columns"]}
+
+
+# ------------------------------------------------------------------- issue 67: one comparison, two backbones
+def test_the_same_method_and_seed_on_two_backbones_is_two_rows_never_one_mean_or_a_rerun(tmp_path):
+    """Runs of one variant and seed on all-MiniLM-L6-v2 and all-mpnet-base-v2 are two rows
+    (with a ``backbone`` column) in the dashboard's comparison and the compare runner's table,
+    both counted: neither the newer replaces the older as a rerun of its seed, nor are the two
+    averaged. One backbone: no such column, the table as before."""
+    from simulations.tables import compare_table, load_runs, one_run_per_seed
+
+    root = tmp_path / "runs"
+    write_run(root, "small", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)], model="all-MiniLM-L6-v2")
+    write_run(root, "base", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.9, 4000, 2000)],
+              model="sentence-transformers/all-mpnet-base-v2")
+    write_run(root, "base1", "fedprompt", 1, [_round(0, 0.5), _round(1, 0.8, 4000, 2000)],
+              model="all-mpnet-base-v2")
+    table = comparison(root).set_index("backbone")
+    assert table.loc["all-MiniLM-L6-v2", "final acc"] == "0.600" and table.loc["all-MiniLM-L6-v2", "runs"] == 1
+    assert table.loc["all-mpnet-base-v2", "final acc"] == "0.850 ± 0.071"  # 0.9 and 0.8, owner dropped
+    assert table.loc["all-mpnet-base-v2", "runs"] == 2
+    assert table.loc["all-mpnet-base-v2", "bytes up / client-round"] == "1.95 KB ± 0 B"  # its runs: 4,000 B / 2 clients
+    assert list(comparison(root).columns[:2]) == ["method", "backbone"]
+    assert len(compare_table(one_run_per_seed(load_runs(root)))) == 2
+    assert "backbone" not in comparison(root, ["base", "base1"]).columns
