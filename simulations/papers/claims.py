@@ -219,13 +219,12 @@ def _number(v: Any) -> float | None:
 
 def load(folder: Path) -> dict[str, Runs]:
     """The runs each variant's table row counts under ``folder/runs`` (none: ``{}``)."""
-    from fedtext.records.reader import runs_under
-    from simulations.tables import one_run_per_seed, run_rows
+    from simulations.tables import load_runs, one_run_per_seed
 
     runs_dir = folder / "runs"
     if not runs_dir.is_dir():
         return {}
-    counted = one_run_per_seed(run_rows(runs_under(runs_dir)))
+    counted = one_run_per_seed(load_runs(runs_dir))
     out: dict[str, dict[tuple[Any, str], dict[str, Any]]] = {}
     for row in counted.to_dict("records") if not counted.empty else []:
         out.setdefault(str(row["variant"]), {})[(row["seed"], str(row["holdout"] or ""))] = row
@@ -409,16 +408,20 @@ def draw(claim: Claim, out: Path | None = None, results: Path = RESULTS) -> Path
     out.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(1.6 + 1.3 * len(claim.arms), 3.6), dpi=110, layout="constrained")
     offsets, colours, markers = (-0.15, 0.15), ("#8da0cb", "#e78a3c"), ("o", "s")
+    labelled: set[str] = set()  # each legend entry once: at the first method that has it
+
+    def label(name: str) -> str | None:
+        first = name not in labelled
+        labelled.add(name)
+        return name if first else None
+
     for i, arm in enumerate(data["arms"]):
         for j, point in enumerate(arm["scales"]):
-            if point is None:
-                continue
-            ax.errorbar(i + offsets[j], point[0], yerr=point[1], fmt=markers[j], color=colours[j], capsize=3,
-                        label=SCALES[j][1] if i == next(k for k, a in enumerate(data["arms"]) if a["scales"][j])
-                        else None)
+            if point is not None:
+                ax.errorbar(i + offsets[j], point[0], yerr=point[1], fmt=markers[j], color=colours[j], capsize=3,
+                            label=label(SCALES[j][1]))
         if arm["paper"] is not None:
-            ax.hlines(arm["paper"][0], i - 0.3, i + 0.3, colors="black", linewidth=2,
-                      label="paper" if i == next(k for k, a in enumerate(data["arms"]) if a["paper"]) else None)
+            ax.hlines(arm["paper"][0], i - 0.3, i + 0.3, colors="black", linewidth=2, label=label("paper"))
             ax.annotate(arm["paper"][1], (i + 0.3, arm["paper"][0]), fontsize=6, va="center")
     ax.set_xticks(range(len(claim.arms)), [a.label for a in claim.arms])
     ax.set_xlim(-0.6, len(claim.arms) - 0.1)
