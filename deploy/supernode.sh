@@ -9,6 +9,8 @@
 #                 to it (default 9094 + I, so several SuperNodes fit on one machine)
 #   --threads T   torch threads of the node (default 0: all cores; give each SuperNode that
 #                 shares a machine its share)
+#   --warm-clientapps N   ClientApp processes kept started ahead of need, each handed one task
+#                 (default: the node service's; 0: Flower's cold flwr-clientapp per message; fedtext.warm_exec)
 #   --no-node-service   Flower's plain SuperNode: each message's ClientApp process loads
 #                 torch, the data and the backbone anew (docs/performance.md compares)
 # By default the SuperNode runs behind fedtext's node service (python -m fedtext.node_service:
@@ -18,7 +20,7 @@
 # To keep it running across SuperLink restarts and crashes, run it under deploy/supervise.sh
 # or systemd (deploy/systemd/fedtext-supernode@.service).
 set -euo pipefail
-pid=""; num=""; superlink=""; certs=""; insecure=0; port=""; threads=0; service=1
+pid=""; num=""; superlink=""; certs=""; insecure=0; port=""; threads=0; service=1; warm=()
 while [ $# -gt 0 ]; do
   case $1 in
     --partition) pid=$2; shift 2 ;;
@@ -28,6 +30,7 @@ while [ $# -gt 0 ]; do
     --insecure) insecure=1; shift ;;
     --port) port=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
+    --warm-clientapps) warm=(--warm-clientapps "$2"); shift 2 ;;
     --no-node-service) service=0; shift ;;
     *) echo "unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac
@@ -47,6 +50,7 @@ else
   args+=(--insecure)
 fi
 if [ "$service" = 1 ]; then
-  exec "${PYTHON:-python3}" -m fedtext.node_service --threads "$threads" -- flower-supernode "${args[@]}"
+  exec "${PYTHON:-python3}" -m fedtext.node_service --threads "$threads" "${warm[@]}" \
+    -- flower-supernode "${args[@]}"
 fi
 exec flower-supernode "${args[@]}"

@@ -21,7 +21,7 @@ build the method's client, and report when they started and ended (``busy_start`
 ``busy_end``, epoch seconds) and how long building took (``load_s``), from which the
 server's round record separates client compute from Flower/Ray overhead. The first
 message a process answers also carries its start-up (``startup_start``: when the process
-started, :func:`fedtext.records.probes.process_start_time`; ``startup_end``: when this module's
+started, or its task reached a warm process: :func:`fedtext.records.probes.task_start_time`; ``startup_end``: when this module's
 imports ended): a new Ray actor spends ~4 s on 2 cores importing torch and transformers, a
 deployment's ClientApp process ~1 s more starting Python and Flower, which is start-up, not
 per-round overhead.
@@ -60,7 +60,7 @@ from fedtext.memory import MemoryGuard, node_limit_mb, options_for
 from fedtext.node_state import Journal
 from fedtext.progress import muted, setup_logging
 from fedtext.quiet import quiet_flower, quiet_ray_tip
-from fedtext.records.probes import process_start_time
+from fedtext.records.probes import task_start_time
 from fedtext.registry import METHODS
 
 # Flower's simulation process imports this module before it starts Ray: Ray's FutureWarning
@@ -69,7 +69,7 @@ quiet_ray_tip()
 
 NODE_PLATFORM = platform.machine() or "unknown"  # the node's CPU architecture (x86_64, aarch64), in its properties
 log = logging.getLogger("fedtext")
-_STARTUP = {"startup_start": process_start_time(), "startup_end": time.time()}  # reported once per process
+_STARTUP = {"startup_start": task_start_time(), "startup_end": time.time()}  # reported once per process
 
 
 def client_class(method: str) -> type[FedTextClient]:

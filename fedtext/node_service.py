@@ -69,13 +69,14 @@ from typing import Any
 from flwr.app import Message
 from flwr.common import Context
 
-from fedtext.records.probes import process_start_time
+from fedtext.records.probes import task_start_time
 
 log = logging.getLogger("fedtext.node_service")
 
 NODE_SERVICE_KEY = "node-service"  # the node-config key naming the service's socket
 MAGIC = b"fedtext-node-service/1"
 SOCKET_NAME = "node.sock"
+WARM_CLIENTAPPS = 1  # ClientApp processes a node keeps started ahead of need (fit and evaluate come seconds apart)
 PID_NAME = "service.pid"
 _LEN = struct.Struct(">Q")
 _MAX_FRAME = 1 << 36  # 64 GiB: a length beyond any message is a broken stream, not a message
@@ -181,7 +182,7 @@ def node_service_mod(message: Message, context: Context, call_next: Callable[[Me
         log.warning("fedtext: the node service at %s did not answer (%s): this message is answered in the "
                     "ClientApp's own process", path, exc)
         return call_next(message, context)
-    stamp_startup(reply, process_start_time(), asked)
+    stamp_startup(reply, task_start_time(), asked)
     return reply
 
 
@@ -290,14 +291,16 @@ def serve(path: Path, threads: int = 0, ready: Callable[[], None] | None = None,
 
 
 # ------------------------------------------------------------------------------ the supervisor
-def with_service(node_args: list[str], sock: Path, idle_poll_s: float | None = None) -> list[str]:
+def with_service(node_args: list[str], sock: Path, idle_poll_s: float | None = None, warm: int = 0) -> list[str]:
     """The SuperNode's command with ``node-service='<sock>'`` added to ``--node-config``
     (``--node-config`` added when absent); ``flower-supernode`` itself run through
-    :mod:`fedtext.supernode` when ``idle_poll_s`` is given (its idle poll capped)."""
+    :mod:`fedtext.supernode` when ``idle_poll_s`` is given (its idle poll capped), with ``warm``
+    ClientApp processes kept ready when ``warm`` >= 1 (:mod:`fedtext.warm_exec`)."""
     entry = f"{NODE_SERVICE_KEY}='{sock}'"
     out = list(node_args)
     if idle_poll_s is not None and out and Path(out[0]).name == "flower-supernode":
-        out = [sys.executable, "-m", "fedtext.supernode", "--idle-poll-s", str(idle_poll_s), *out[1:]]
+        warm_args = ["--warm-clientapps", str(warm)] if warm else []
+        out = [sys.executable, "-m", "fedtext.supernode", "--idle-poll-s", str(idle_poll_s), *warm_args, *out[1:]]
     for i, arg in enumerate(out):
         if arg == "--node-config" and i + 1 < len(out):
             out[i + 1] = f"{out[i + 1]} {entry}".strip()
@@ -346,7 +349,7 @@ def _raise_exit(signum: int, frame: object) -> None:
 
 
 def supervise(node_args: list[str], threads: int = 0, folder: Path | None = None,
-              idle_poll_s: float | None = None) -> int:
+              idle_poll_s: float | None = None, warm: int = 0) -> int:
     """Start the service and ``node_args`` (``flower-supernode ...``) beside it; restart the
     service when it dies; stop it when the SuperNode exits. Returns the SuperNode's status."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -359,7 +362,7 @@ def supervise(node_args: list[str], threads: int = 0, folder: Path | None = None
     try:
         service = _start_service(folder, threads)
         print(f"fedtext: node service {service.pid} on {folder / SOCKET_NAME}", file=sys.stderr, flush=True)
-        node = subprocess.Popen(with_service(node_args, folder / SOCKET_NAME, idle_poll_s))
+        node = subprocess.Popen(with_service(node_args, folder / SOCKET_NAME, idle_poll_s, warm))
         restarts = 0
         while node.poll() is None:
             if service.poll() is not None:
@@ -386,12 +389,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-poll-s", type=float, default=None,
                     help="seconds between the SuperNode's polls while idle (default 0.5, fedtext.supernode; "
                          "3 is Flower's own)")
+    ap.add_argument("--warm-clientapps", type=int, default=WARM_CLIENTAPPS,
+                    help=f"ClientApp processes the SuperNode keeps started ahead of need, each handed one task "
+                         f"(default {WARM_CLIENTAPPS}; 0: Flower's cold flwr-clientapp per message; fedtext.warm_exec)")
     ap.add_argument("--folder", default="", help="the service's private folder (default: a new one, removed at exit)")
     ap.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the service itself, on this socket
     ap.add_argument("supernode", nargs=argparse.REMAINDER, help="-- flower-supernode and its arguments")
     args = ap.parse_args(argv)
     if args.threads < 0:
         ap.error("--threads must be >= 0")
+    if args.warm_clientapps < 0:
+        ap.error("--warm-clientapps must be >= 0")
     if args.serve:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
         for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -406,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
     idle = IDLE_POLL_S if args.idle_poll_s is None else args.idle_poll_s
     if not idle > 0:
         ap.error("--idle-poll-s must be > 0")
-    return supervise(node, args.threads, Path(args.folder) if args.folder else None, idle)
+    return supervise(node, args.threads, Path(args.folder) if args.folder else None, idle, args.warm_clientapps)
 
 
 if __name__ == "__main__":

@@ -19,12 +19,20 @@ module sets it to :data:`TASK_POLL_S` where it is not set (the SuperExec asks it
 SuperNode on this device, not the SuperLink). ``python -m fedtext.node_service``
 starts the SuperNode through here (docs/deployment.md; tests/unit/test_node_service.py
 checks that Flower's loop still sleeps 3 s where this caps it).
+
+With ``--warm-clientapps N`` (N >= 1; the node service passes its own default,
+:data:`fedtext.node_service.WARM_CLIENTAPPS`) the SuperExec the SuperNode starts keeps N ClientApp
+processes ready, each handed one task token over its standard input (:mod:`fedtext.warm_exec`):
+the SuperNode's own ``flower-superexec`` command, built by Flower, is run as ``python -m
+fedtext.warm_exec superexec --warm N -- <its arguments>`` (:func:`start_warm_superexec`).
+``--warm-clientapps 0`` keeps Flower's cold ``flwr-clientapp`` per message.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import subprocess
 import sys
 import time
 from typing import Any
@@ -58,14 +66,61 @@ def cap_idle_poll(cap: float) -> None:
     loop.time = CappedSleep(cap)  # the module's own name for `time`; nothing else changes
 
 
+def warm_superexec_command(command: list[str], warm: int) -> list[str]:
+    """Flower's SuperExec command as the warm one: ``[flower-superexec, *args]`` becomes ``[python,
+    -m, fedtext.warm_exec, superexec, --warm, N, --, *args]``; any other command is unchanged."""
+    from fedtext.warm_exec import SUPEREXEC
+
+    if not command or os.path.basename(str(command[0])) != SUPEREXEC:
+        return list(command)
+    return [sys.executable, "-m", "fedtext.warm_exec", "superexec", "--warm", str(warm), "--", *command[1:]]
+
+
+class WarmSuperExecLauncher:
+    """The ``subprocess`` module as Flower's SuperNode loop sees it: its one ``Popen`` of
+    ``flower-superexec`` starts :mod:`fedtext.warm_exec`'s SuperExec with the same arguments."""
+
+    def __init__(self, warm: int) -> None:
+        self.warm = warm
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    def Popen(self, args: Any, *rest: Any, **kwargs: Any) -> subprocess.Popen:  # noqa: N802 - Flower's name
+        return subprocess.Popen(warm_superexec_command(list(args), self.warm), *rest, **kwargs)
+
+
+def start_warm_superexec(warm: int) -> bool:
+    """Make the SuperNode in this process start the warm SuperExec (``warm`` ready ClientApps);
+    False, with one line on stderr, where this Flower changed a part it relies on
+    (:func:`fedtext.warm_exec.flower_contract_problems`): the node then runs Flower's cold ClientApps."""
+    from fedtext.warm_exec import flower_contract_problems
+
+    problems = flower_contract_problems()
+    if problems:
+        print(f"fedtext: warm ClientApp processes off, this Flower changed {'; '.join(problems)}: every message "
+              "starts Flower's cold flwr-clientapp", file=sys.stderr, flush=True)
+        return False
+    import flwr.supernode.start_client_internal as loop
+
+    loop.subprocess = WarmSuperExecLauncher(warm)  # the module's own name for `subprocess`
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fedtext.supernode", add_help=False)
     ap.add_argument("--idle-poll-s", type=float, default=IDLE_POLL_S)
+    ap.add_argument("--warm-clientapps", type=int, default=0)
     args, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
     if not args.idle_poll_s > 0:
         print(f"fedtext: --idle-poll-s must be > 0, got {args.idle_poll_s}", file=sys.stderr)
         return 2
+    if args.warm_clientapps < 0:
+        print(f"fedtext: --warm-clientapps must be >= 0, got {args.warm_clientapps}", file=sys.stderr)
+        return 2
     cap_idle_poll(args.idle_poll_s)
+    if args.warm_clientapps:
+        start_warm_superexec(args.warm_clientapps)
     os.environ.setdefault(TASK_POLL_ENV, str(TASK_POLL_S))  # inherited by the SuperExec the SuperNode starts
     from flwr.supernode.cli import flower_supernode
 

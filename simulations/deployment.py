@@ -237,26 +237,30 @@ def supernode_threads(num_supernodes: int, cores: int | None = None) -> int:
 
 
 def supernode_command(i: int, num_supernodes: int, superlink_port: int, node_service: bool,
-                      threads: int) -> list[str]:
+                      threads: int, warm: int | None = None) -> list[str]:
     """SuperNode ``i``'s command: ``flower-supernode`` holding partition i of N, behind fedtext's
     node service (``python -m fedtext.node_service --threads T -- flower-supernode ...``,
-    docs/deployment.md) unless ``node_service`` is false."""
+    docs/deployment.md) unless ``node_service`` is false; ``warm``: the service's
+    ``--warm-clientapps`` (None: its default, :data:`fedtext.node_service.WARM_CLIENTAPPS`)."""
     node = [cli("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{superlink_port}",
             "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions={num_supernodes}"]
     if not node_service:
         return node
-    return [sys.executable, "-m", "fedtext.node_service", "--threads", str(threads), "--", *node]
+    warm_args = [] if warm is None else ["--warm-clientapps", str(warm)]
+    return [sys.executable, "-m", "fedtext.node_service", "--threads", str(threads), *warm_args, "--", *node]
 
 
 def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, logs: Path,
-           timeout_s: float = 3600.0, app: Path = REPO, node_service: bool = True) -> Path | None:
+           timeout_s: float = 3600.0, app: Path = REPO, node_service: bool = True,
+           warm: int | None = None) -> Path | None:
     """Run ``overrides`` on a loopback SuperLink with ``num_supernodes`` SuperNodes; return
     the run's record folder (None when none was written). Logs of every process go to
     ``logs``. ``app``: the app folder ``flwr run`` submits (default this checkout), or a
     ``.fab`` file ``flwr build`` made (:func:`install_fab`). ``node_service``: each SuperNode
     runs behind fedtext's node service (:mod:`fedtext.node_service`); without it every message
     starts a ClientApp process that loads everything anew. Either way each SuperNode's torch
-    threads are its share of the cores (:func:`supernode_threads`)."""
+    threads are its share of the cores (:func:`supernode_threads`). ``warm``: ClientApp processes
+    each SuperNode keeps ready (:mod:`fedtext.warm_exec`; None: the node service's default, 0: none)."""
     from fedtext.registry import METHODS
 
     output_dir = output_dir.resolve()
@@ -277,7 +281,7 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
         start_superlink(procs, port, logs)
         threads = supernode_threads(num_supernodes)
         for i in range(num_supernodes):  # OMP_NUM_THREADS: torch's threads in a ClientApp process
-            procs.start(f"supernode-{i}", supernode_command(i, num_supernodes, port, node_service, threads),
+            procs.start(f"supernode-{i}", supernode_command(i, num_supernodes, port, node_service, threads, warm),
                         env={"OMP_NUM_THREADS": str(threads)})
         run = procs.start("flwr-run", [cli("flwr"), "run", str(app_dir), "local", "--stream",
                                        "--run-config", flwr_run_config(pairs)])
@@ -317,6 +321,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-node-service", action="store_true",
                     help="SuperNodes without fedtext's node service: every message starts a ClientApp that loads "
                          "everything anew (Flower's default; docs/performance.md compares)")
+    ap.add_argument("--warm-clientapps", type=int, default=None,
+                    help="ClientApp processes each SuperNode keeps started ahead of need (default: the node "
+                         "service's, 1; 0: Flower's cold flwr-clientapp per message; fedtext.warm_exec)")
     ap.add_argument("--app", default=str(REPO),
                     help="the app to run: a folder (default this checkout) or a .fab file that `flwr build` made")
     args = ap.parse_args(argv)
@@ -327,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         base = record_overrides(Path(args.from_record)) if args.from_record else {}
         record = deploy({**base, **parse_pairs(args.run_config)}, args.num_supernodes, out,
                         Path(args.logs) if args.logs else out / "deployment-logs", args.timeout_s, Path(args.app),
-                        node_service=not args.no_node_service)
+                        node_service=not args.no_node_service, warm=args.warm_clientapps)
     except ConfigError as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -37,6 +37,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from fedtext.node_service import WARM_CLIENTAPPS
 from simulations.compare import flatten
 
 REPO = Path(__file__).resolve().parents[1]
@@ -116,6 +117,12 @@ def process_costs(repeats: int = 3) -> dict[str, float]:
             "shim_process_s": best("import fedtext.client_app"), "client_process_s": best("import fedtext.node")}
 
 
+# the deployment engines besides Ray: "service" (the node service and its warm ClientApp processes, as
+# deploy/supernode.sh starts a node), "cold" (the service, Flower's cold flwr-clientapp per message), "before"
+# (no service: each message's ClientApp loads everything)
+ENGINE_FLAGS: dict[str, list[str]] = {"service": [], "cold": ["--warm-clientapps", "0"], "before": ["--no-node-service"]}
+
+
 def one(engine: str, method: str, pairs: dict[str, Any], nodes: int, work: Path) -> dict[str, Any]:
     out = work / engine / method
     config = pairs_text({**for_method(pairs, method), "method": method, "run-name": f"bench-{engine}"})
@@ -124,7 +131,7 @@ def one(engine: str, method: str, pairs: dict[str, Any], nodes: int, work: Path)
                "--run-config", f"{config} output-dir={out}"]
     else:
         cmd = [sys.executable, "-m", "simulations.deployment", "--num-supernodes", str(nodes), "--run-config", config,
-               "--output-dir", str(out), "--timeout-s", "1800"] + (["--no-node-service"] if engine == "before" else [])
+               "--output-dir", str(out), "--timeout-s", "1800"] + ENGINE_FLAGS.get(engine, [])
     load = os.getloadavg()[0]
     t0 = time.time()
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=2400, check=False,
@@ -140,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--harness", nargs="+", default=["demo", "t1"], choices=["demo", "t1"])
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--before", action="store_true", help="also the deployment without the node service")
+    ap.add_argument("--cold", action="store_true",
+                    help="also the deployment with the node service but no warm ClientApp processes (fedtext.warm_exec)")
     ap.add_argument("--out", default=str(RESULTS), help="folder of the <harness>.json records")
     args = ap.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
@@ -150,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         path = Path(args.out) / f"{name}.json"
         record = json.loads(path.read_text()) if path.exists() else {}
         record.update({"harness": name, "supernodes": nodes, "run_config": pairs, "target": TARGET,
-                       "process_costs": process_costs(),
+                       "process_costs": process_costs(), "warm_clientapps": WARM_CLIENTAPPS,
                        "machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
                        "commit": commit})
         rows = record.setdefault("methods", {})
@@ -158,20 +167,22 @@ def main(argv: list[str] | None = None) -> int:
             work = Path(tempfile.mkdtemp(prefix="fedtext-bench-"))
             try:
                 row = {engine: one(engine, method, pairs, nodes, work)
-                       for engine in ("ray", "service", *(("before",) if args.before else ()))}
+                       for engine in ("ray", "service", *(("cold",) if args.cold else ()),
+                                      *(("before",) if args.before else ()))}
             finally:
                 shutil.rmtree(work, ignore_errors=True)
             row["commit"] = commit  # the code each row ran (rows of one record may come from several runs)
             row["ratio"] = round(row["service"]["round_s"] / row["ray"]["round_s"], 2)
-            if "before" in row:
-                row["ratio_before"] = round(row["before"]["round_s"] / row["ray"]["round_s"], 2)
-            elif "before" in rows.get(method, {}):  # kept from an earlier --before run, with its own ratio
-                row["before"], row["ratio_before"] = rows[method]["before"], rows[method]["ratio_before"]
+            for extra in ("cold", "before"):
+                if extra in row:
+                    row[f"ratio_{extra}"] = round(row[extra]["round_s"] / row["ray"]["round_s"], 2)
+                elif extra in rows.get(method, {}):  # kept from an earlier --cold/--before run, with its own ratio
+                    row[extra], row[f"ratio_{extra}"] = rows[method][extra], rows[method][f"ratio_{extra}"]
             rows[method] = row
             path.write_text(json.dumps(record, indent=1) + "\n")
             print(f"{name} {method}: ray {row['ray']['round_s']} s, service {row['service']['round_s']} s "
-                  f"(x{row['ratio']})" + (f", before {row['before']['round_s']} s (x{row['ratio_before']})"
-                                          if "before" in row else ""), flush=True)
+                  f"(x{row['ratio']})" + "".join(f", {e} {row[e]['round_s']} s (x{row[f'ratio_{e}']})"
+                                                 for e in ("cold", "before") if e in row), flush=True)
     return 0
 
 
@@ -189,22 +200,27 @@ def render() -> str:
         rec = json.loads(path.read_text())
         steady = ", ".join(str(r) for r in next(iter(rec["methods"].values()))["ray"]["steady_rounds"])
         commits = sorted({r.get("commit", rec["commit"]) for r in rec["methods"].values()})
+        cold = any("cold" in r for r in rec["methods"].values())
+        warm = rec.get("warm_clientapps")  # absent: recorded before warm ClientApp processes (cold ones)
+        service = f"node service, {warm} warm ClientApp" if warm else "node service"
         lines += [f"**{name}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
                   f"{', '.join(commits)} (each row's in the record); mean of rounds {steady}; `python -m "
-                  f"simulations.deployment_bench --harness {name}"
+                  f"simulations.deployment_bench --harness {name}{' --cold' if cold else ''}"
                   f"{' --before' if any('before' in r for r in rec['methods'].values()) else ''}`)", "",
-                  "| method | Ray round | deployment round (node service) | ratio | slowest fit | start-ups | "
-                  "client builds | overhead | without the service | load |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
+                  f"| method | Ray round | deployment round ({service}) | ratio | slowest fit | start-ups | "
+                  f"client builds | overhead |{' cold ClientApps |' if cold else ''} without the service | load |",
+                  f"|---|---|---|---|---|---|---|---|{'---|' if cold else ''}---|---|"]
         for method, row in rec["methods"].items():
             ray, svc = row["ray"], row["service"]
             before = (f"{row['before']['round_s']:.1f} s (x{row['ratio_before']:.2f}; start-ups "
                       f"{row['before']['startup_s'] or 0:.1f} s, builds {row['before']['load_s'] or 0:.1f} s)"
                       if "before" in row else "-")
+            colds = ((f" {row['cold']['round_s']:.1f} s (x{row['ratio_cold']:.2f}; start-ups "
+                      f"{row['cold']['startup_s'] or 0:.1f} s) |" if "cold" in row else " - |") if cold else "")
             ok = "" if row["ratio"] <= rec["target"] else " (over)"
             lines.append(f"| {method} | {ray['round_s']:.1f} s | {svc['round_s']:.1f} s | x{row['ratio']:.2f}{ok} | "
                          f"{svc['fit_max_s'] or 0:.1f} s | {svc['startup_s'] or 0:.1f} s | {svc['load_s'] or 0:.2f} s | "
-                         f"{svc['overhead_s'] or 0:.1f} s | {before} | {ray['load_before']:.1f} / "
+                         f"{svc['overhead_s'] or 0:.1f} s |{colds} {before} | {ray['load_before']:.1f} / "
                          f"{svc['load_before']:.1f} |")
         within = [m for m, r in rec["methods"].items() if r["ratio"] <= rec["target"]]
         over = [m for m, r in rec["methods"].items() if r["ratio"] > rec["target"]]

@@ -38,6 +38,20 @@ def process_start_time(pid: int | str = "self") -> float:
         return time.time()
 
 
+TASK_START_ENV = "FEDTEXT_TASK_START"  # set by a warm ClientApp process (fedtext.warm_exec) when its task arrives
+
+
+def task_start_time() -> float:
+    """When this process's task began, in epoch seconds: for a process started ahead of its task
+    (:mod:`fedtext.warm_exec`) the moment its task token arrived (``$FEDTEXT_TASK_START``), else
+    :func:`process_start_time`. A start-up interval that begins here counts what the task waited
+    for, not how long a warm process sat ready."""
+    try:
+        return float(os.environ[TASK_START_ENV])
+    except (KeyError, ValueError):
+        return process_start_time()
+
+
 def current_rss_mb() -> float:
     """Resident memory of this process now, in MiB (``/proc/self/statm``; 0 elsewhere)."""
     try:

@@ -185,3 +185,72 @@ def _services(token: str) -> list[int]:
         if b"fedtext.node_service" in cmd and b"--serve" in cmd:
             found.append(pid)
     return found
+
+
+def _launch(config: str, out: Path, logs: Path, env: dict[str, str], *flags: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "simulations.deployment", "--num-supernodes", "2", *flags,
+                             "--run-config", config, "--output-dir", str(out), "--logs", str(logs),
+                             "--timeout-s", "400"], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _handed(log: Path) -> list[tuple[str, int]]:
+    """(task id, process) of every task a SuperNode's warm pool handed out, in order."""
+    import re
+
+    text = log.read_text() if log.exists() else ""
+    return [(t, int(p)) for t, p in re.findall(r"fedtext: task (\d+) to warm ClientApp process (\d+)", text)]
+
+
+def test_warm_clientapps_change_no_record_and_a_process_killed_with_its_task_costs_only_a_retry(
+        tmp_path, own_processes):
+    """The same run cold (``--warm-clientapps 0``: Flower's flwr-clientapp per message) and warm
+    (the default, fedtext.warm_exec), the warm one with the ClientApp process that took a round-2
+    task SIGKILLed at once: Flower hands that task again, to the next warm process, and both runs'
+    records equal the in-process round loop's but for the machine's fields."""
+    from simulations.simulate import parse_pairs
+    from tests.inprocess import run as inprocess_run
+    from tests.unit.test_node_service import learning_fields
+
+    _, token = own_processes
+    env = {**_env(), "FEDTEXT_TEST_TOKEN": token}
+    config = ("method=bbt-fed num-server-rounds=3 eval-size=24 client-test-size=8 shots-per-class=4 "
+              "bbt-fed.local-steps=20 bbt-fed.popsize=20 bbt-fed.intrinsic-dim=20 prompt-length=5 max-length=32 "
+              "model=tiny-bert weights=random seed=0")
+    cold = _launch(config, tmp_path / "cold", tmp_path / "cold-logs", env, "--warm-clientapps", "0")
+    output = cold.communicate(timeout=450)[0]
+    assert cold.returncode == 0, output[-3000:]
+    assert not any(_handed(p) for p in (tmp_path / "cold-logs").glob("supernode-*.log"))  # no warm process
+
+    out, logs = tmp_path / "warm", tmp_path / "warm-logs"
+    warm, killed = _launch(config, out, logs, env), None
+    try:
+        deadline = time.time() + 300
+        while killed is None and time.time() < deadline and warm.poll() is None:
+            rounds = list(out.glob("*/rounds.jsonl"))
+            if rounds and rounds[0].read_text().count("\n") >= 2:  # rounds 0 and 1 recorded: round 2 is next
+                seen = len(_handed(logs / "supernode-0.log"))
+                while killed is None and time.time() < deadline and warm.poll() is None:
+                    handed = _handed(logs / "supernode-0.log")
+                    if len(handed) > seen:
+                        os.kill(handed[-1][1], signal.SIGKILL)  # it has its token: the task is underway
+                        killed = handed[-1]
+                    time.sleep(0.01)
+            time.sleep(0.05)
+        output = warm.communicate(timeout=400)[0]
+    finally:
+        if warm.poll() is None:
+            warm.kill()
+    assert killed is not None, "no warm ClientApp process was seen taking a task"
+    assert warm.returncode == 0, output[-3000:]
+    handed = _handed(logs / "supernode-0.log")
+    again = [pid for task, pid in handed if task == killed[0] and pid != killed[1]]
+    assert again, handed  # the same task, handed to another warm process
+    assert "to a cold" not in (logs / "supernode-0.log").read_text()
+    _, alone = inprocess_run(parse_pairs(config), tmp_path / "inprocess", 2)
+    for folder in (tmp_path / "cold", out):
+        (run,) = [p.parent for p in folder.glob("*/config.json")]
+        served = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
+        assert [r["round"] for r in served] == [0, 1, 2, 3] and all(r["dropped"] == [] for r in served[1:])
+        assert learning_fields(served) == learning_fields(alone), folder.name
+    assert processes_with_token(token) == []

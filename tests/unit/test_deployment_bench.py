@@ -37,3 +37,29 @@ def test_the_memory_table_words_each_outcome():
     assert memory_limits._cell({"outcome": "refused", "line": "x would start with 1,200 MB"}) == \
         "refused at once (one line)"
     assert memory_limits._cell({"outcome": "oom-killed"}) == "oom-killed" and memory_limits._cell(None) == "-"
+
+
+def test_the_table_shows_the_warm_processes_and_the_cold_column_when_measured(tmp_path, monkeypatch):
+    import json
+
+    part = {"round_s": 4.0, "fit_max_s": 1.0, "startup_s": 0.5, "load_s": 0.0, "overhead_s": 0.4, "load_before": 1.0,
+            "steady_rounds": [2, 3]}
+    row = {"ray": {**part, "round_s": 3.2}, "service": part, "ratio": 1.25, "commit": "abc",
+           "cold": {**part, "round_s": 8.0, "startup_s": 3.5}, "ratio_cold": 2.5}
+    rec = {"supernodes": 2, "machine": "x86_64, 2 cores", "date": "2026-11-29", "commit": "abc", "target": 1.2,
+           "warm_clientapps": 1, "methods": {"fedprompt": row, "bbt-fed": {**row, "ratio": 1.1}}}
+    rec["methods"]["bbt-fed"].pop("cold"), rec["methods"]["bbt-fed"].pop("ratio_cold")
+    (tmp_path / "demo.json").write_text(json.dumps(rec))
+    monkeypatch.setattr(bench, "RESULTS", tmp_path)
+    table = bench.render()
+    assert "--harness demo --cold`" in table and "deployment round (node service, 1 warm ClientApp)" in table
+    assert "| fedprompt | 3.2 s | 4.0 s | x1.25 (over) | 1.0 s | 0.5 s | 0.00 s | 0.4 s | 8.0 s (x2.50; start-ups 3.5 s) |" \
+        in table
+    assert "| bbt-fed | 3.2 s | 4.0 s | x1.10 | 1.0 s | 0.5 s | 0.00 s | 0.4 s | - | - |" in table
+    assert "Within x1.2: bbt-fed; over: fedprompt." in table
+    del rec["warm_clientapps"]  # a record from before the warm processes: the table as it was
+    for r in rec["methods"].values():
+        r.pop("cold", None), r.pop("ratio_cold", None)
+    (tmp_path / "demo.json").write_text(json.dumps(rec))
+    old = bench.render()
+    assert "deployment round (node service) | ratio |" in old and "cold" not in old

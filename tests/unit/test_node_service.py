@@ -17,6 +17,7 @@ import os
 import platform
 import shutil
 import socket
+import sys
 import tempfile
 import threading
 import time
@@ -133,8 +134,15 @@ def test_a_service_that_does_not_answer_costs_no_message(tmp_path, monkeypatch, 
     config = {"method": method, **TINY, **smoke(method), **tiny_bert(method)}
     _, plain = run(config, tmp_path / "plain", proxy=MessageProxy)
     monkeypatch.setattr(ServiceProxy, "SOCKET", str(tmp_path / "gone" / "node.sock"))
-    with caplog.at_level(logging.WARNING, logger="fedtext.node_service"):
-        _, alone = run(config, tmp_path / "alone", proxy=ServiceProxy)
+    # the first run routed the fedtext logger to Flower's handlers and stopped its propagation
+    # (fedtext.progress.setup_logging, once per process): caplog's handler goes on it directly
+    fedtext_log = logging.getLogger("fedtext")
+    fedtext_log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="fedtext.node_service"):
+            _, alone = run(config, tmp_path / "alone", proxy=ServiceProxy)
+    finally:
+        fedtext_log.removeHandler(caplog.handler)
     assert learning_fields(alone) == learning_fields(plain)
     assert "did not answer" in caplog.text and "answered in the ClientApp's own process" in caplog.text
 
@@ -248,6 +256,16 @@ def test_the_service_is_added_to_the_supernodes_node_config():
         "--node-config=partition-id=1 node-service='/run/x/node.sock'"]
     assert node_service.with_service(["--insecure"], sock) == [
         "--insecure", "--node-config", "node-service='/run/x/node.sock'"]
+
+
+def test_the_supernode_runs_through_fedtext_supernode_with_its_warm_clientapps():
+    sock = Path("/run/x/node.sock")
+    node = ["/venv/bin/flower-supernode", "--insecure"]
+    assert node_service.with_service(node, sock, 0.5, 2) == [
+        sys.executable, "-m", "fedtext.supernode", "--idle-poll-s", "0.5", "--warm-clientapps", "2", "--insecure",
+        "--node-config", "node-service='/run/x/node.sock'"]
+    assert "--warm-clientapps" not in node_service.with_service(node, sock, 0.5, 0)  # 0: Flower's cold start
+    assert node_service.with_service(node, sock, None, 2)[0] == "/venv/bin/flower-supernode"  # as given
 
 
 def test_process_start_time_is_this_processs_start():

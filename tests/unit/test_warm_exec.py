@@ -1,0 +1,280 @@
+"""Warm ClientApp processes (fedtext.warm_exec): a task goes to a process started ahead of need,
+its token over standard input only; anything that does not fit starts Flower's cold ClientApp;
+and the Flower contracts the module stands on, pinned so that an upgrade fails here loudly."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from flwr.supercore.constant import TaskType
+from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExecutor
+from flwr.supercore.superexec.executor.types import ExecutionSpec, LaunchResult
+
+from fedtext import warm_exec
+from fedtext.records import probes
+from fedtext.supernode import warm_superexec_command
+from fedtext.warm_exec import WarmClientAppExecutor, WorkerKey
+
+TOKEN = "0123456789abcdef" * 4  # Flower's task tokens: 64 hex digits
+KEY = WorkerKey("127.0.0.1:9094", True, None, False, os.getpid())
+
+
+def spec(task_type: TaskType = TaskType.CLIENT_APP, address: str = "127.0.0.1:9094", task_id: int = 7) -> ExecutionSpec:
+    return ExecutionSpec(task_type=task_type, runtime_api_address=address, token=TOKEN, insecure=True,
+                         root_certificates_path=None, runtime_dependency_install=False, parent_pid=os.getpid(),
+                         suppress_output=False, task_id=task_id)
+
+
+def stand_in(out: Path) -> list[str]:
+    """A worker stand-in: writes what it reads on stdin to out/<pid>."""
+    code = ("import os, sys; data = sys.stdin.buffer.read(); "
+            "open(os.path.join(sys.argv[1], str(os.getpid())), 'wb').write(data)")
+    return [sys.executable, "-c", code, str(out)]
+
+
+@pytest.fixture
+def cold(monkeypatch):
+    """Flower's cold launch, recorded instead of run."""
+    calls: list[ExecutionSpec] = []
+    monkeypatch.setattr(SubprocessExecutor, "launch", lambda self, s: calls.append(s) or LaunchResult.accepted())
+    return calls
+
+
+def _wait_for(path: Path, timeout: float = 30.0) -> None:
+    deadline = time.time() + timeout
+    while not path.exists() and time.time() < deadline:
+        time.sleep(0.02)
+
+
+def test_a_task_goes_to_a_ready_process_over_its_stdin_never_its_command_line(tmp_path, cold):
+    pool = WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))
+    try:
+        (first,) = pool._ready
+        assert TOKEN not in Path(f"/proc/{first.pid}/cmdline").read_bytes().decode()
+        assert pool.launch(spec()) == LaunchResult.accepted()
+        first.wait(timeout=30)
+        assert (tmp_path / str(first.pid)).read_bytes() == f"{TOKEN}\n".encode()  # exactly one line
+        assert (pool.warm, pool.cold, cold) == (1, 0, [])
+        (second,) = pool._ready  # replaced at once, and not handed anything yet
+        assert second.pid != first.pid and second.poll() is None
+        assert TOKEN not in Path(f"/proc/{second.pid}/cmdline").read_bytes().decode()
+    finally:
+        pool.close()
+    assert second.poll() is not None and pool._ready == type(pool._ready)()  # close() stops the idle one
+
+
+def test_other_task_types_and_other_flags_start_cold_and_leave_the_ready_process(tmp_path, cold):
+    pool = WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))
+    try:
+        (ready,) = pool._ready
+        pool.launch(spec(TaskType.SERVER_APP))
+        pool.launch(spec(address="127.0.0.1:9095"))  # not the address the process was started for
+        assert [s.task_type for s in cold] == [TaskType.SERVER_APP, TaskType.CLIENT_APP]
+        assert (pool.warm, pool.cold) == (0, 2) and list(pool._ready) == [ready] and ready.poll() is None
+    finally:
+        pool.close()
+
+
+def test_ready_processes_that_died_are_skipped_and_a_broken_pool_switches_off(tmp_path, cold):
+    pool = WarmClientAppExecutor(1, KEY, command=[sys.executable, "-c", "pass"])  # exits before any token
+    try:
+        for i in range(warm_exec.MAX_EARLY_EXITS + 2):
+            for proc in list(pool._ready):
+                proc.wait(timeout=30)
+            pool.launch(spec(task_id=i + 1))
+        assert pool.warm == 0 and len(cold) == warm_exec.MAX_EARLY_EXITS + 2  # every task still ran, cold
+        assert not pool.enabled and not pool._ready  # and no more processes are started
+        pool.reconcile()
+        assert not pool._ready
+    finally:
+        pool.close()
+
+
+def test_a_process_that_dies_while_ready_is_replaced_between_polls(tmp_path, cold):
+    pool = WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))
+    try:
+        (ready,) = pool._ready
+        ready.kill()
+        ready.wait(timeout=30)
+        pool.reconcile()
+        (new,) = pool._ready
+        assert new.pid != ready.pid and pool.early_exits == 1 and pool.enabled
+        pool.launch(spec())
+        _wait_for(tmp_path / str(new.pid))
+        assert (pool.warm, pool.early_exits) == (1, 0)  # a task handed resets the count
+    finally:
+        pool.close()
+
+
+def test_a_pool_needs_at_least_one_process():
+    with pytest.raises(ValueError, match="size >= 1"):
+        WarmClientAppExecutor(0, KEY, command=["true"])
+
+
+@pytest.mark.parametrize(("key", "flags"), [
+    (WorkerKey("a:1", True, None, False, None), ["--insecure"]),
+    (WorkerKey("a:1", False, "/c/ca.crt", True, 42),
+     ["--root-certificates", "/c/ca.crt", "--parent-pid", "42", "--allow-runtime-dependency-installation"]),
+    (WorkerKey("a:1", False, None, False, 7), ["--parent-pid", "7"]),
+])
+def test_the_worker_takes_flwr_clientapps_flags_with_the_token_on_stdin(key, flags):
+    from flwr.common.args import add_args_flwr_app_common
+
+    command = key.command()
+    assert command[:4] == [sys.executable, "-m", "fedtext.warm_exec", "worker"]
+    assert command[4:] == ["--runtime-api-address", "a:1", "--token-stdin", *flags]
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runtime-api-address")
+    add_args_flwr_app_common(parser, include_token_stdin=True)  # Flower's own parser takes every flag
+    args = parser.parse_args(command[4:])
+    assert args.token_stdin and args.token is None
+    assert (args.insecure, args.root_certificates, args.parent_pid, args.runtime_dependency_install) == (
+        key.insecure, key.root_certificates_path, key.parent_pid, key.runtime_dependency_install)
+
+
+def test_the_key_is_read_from_flowers_execution_spec():
+    assert WorkerKey.of(spec()) == KEY
+    assert WorkerKey.of(dataclasses.replace(spec(), insecure=False, root_certificates_path="/ca")) != KEY
+
+
+def test_the_supernodes_superexec_command_becomes_the_warm_one():
+    flower = ["flower-superexec", "--insecure", "--runtime-api-address", "127.0.0.1:9094", "--parent-pid", "12"]
+    assert warm_superexec_command(flower, 2) == [sys.executable, "-m", "fedtext.warm_exec", "superexec",
+                                                 "--warm", "2", "--", *flower[1:]]
+    assert warm_superexec_command(["/venv/bin/flower-superexec", "--insecure"], 1)[-2:] == ["--", "--insecure"]
+    assert warm_superexec_command(["flwr-clientapp", "--token", "x"], 1) == ["flwr-clientapp", "--token", "x"]
+
+
+def test_the_superexec_reads_the_flags_its_processes_copy():
+    args = warm_exec.superexec_args(["--insecure", "--appio-api-address", "h:1", "--health-server-address", "x",
+                                     "--allow-runtime-dependency-installation", "--parent-pid", "3"])
+    assert (args.runtime_api_address, args.insecure, args.runtime_dependency_install) == ("h:1", True, True)
+    assert warm_exec.superexec_args(["--root-certificates", "/ca", "--runtime-api-address", "h:2"]).root_certificates == "/ca"
+
+
+def test_the_factory_answers_the_subprocess_type_only(monkeypatch):
+    from flwr.supercore.constant import ExecutorType
+    from flwr.supercore.superexec.executor import factory
+
+    monkeypatch.setattr(WarmClientAppExecutor, "_fill", lambda self: None)  # no processes here
+    get = warm_exec.executor_factory(3, KEY)
+    pool = get(ExecutorType.SUBPROCESS, None, insecure=True, root_certificates_path=None)
+    assert isinstance(pool, WarmClientAppExecutor) and (pool.size, pool.key) == (3, KEY)
+    seen = []
+    monkeypatch.setattr(factory, "get_executor", lambda *a, **k: seen.append((a, k)) or "flower's")
+    assert get(ExecutorType.KUBERNETES, {"x": 1}, insecure=False) == "flower's"
+    assert seen == [((ExecutorType.KUBERNETES, {"x": 1}), {"insecure": False})]
+
+
+def test_an_installed_fab_is_found_by_its_hash_and_not_unpacked_again(tmp_path):
+    import hashlib
+
+    from flwr.common.constant import APP_DIR, FAB_HASH_TRUNCATION
+
+    fab = b"a fab's bytes"
+    digest = hashlib.sha256(fab).hexdigest()[:FAB_HASH_TRUNCATION]
+    apps = tmp_path / APP_DIR
+    assert warm_exec.installed_fab(fab, tmp_path) is None  # nothing installed yet
+    (apps / f"pub.app.1.0.{digest}").mkdir(parents=True)
+    assert warm_exec.installed_fab(fab, tmp_path) is None  # a folder without its pyproject.toml is not an install
+    (apps / f"pub.app.1.0.{digest}" / "pyproject.toml").write_text("")
+    (apps / f"pub.app.1.0.{'0' * FAB_HASH_TRUNCATION}").mkdir()
+    assert warm_exec.installed_fab(fab, tmp_path) == apps / f"pub.app.1.0.{digest}"
+    (apps / f"pub.other.2.0.{digest}").mkdir()
+    (apps / f"pub.other.2.0.{digest}" / "pyproject.toml").write_text("")
+    assert warm_exec.installed_fab(fab, tmp_path) is None  # two candidates: Flower decides
+
+
+def test_install_once_calls_flower_unless_the_fab_is_installed(tmp_path, monkeypatch):
+    calls = []
+    install = warm_exec.install_once(lambda *a: calls.append(a) or Path("/flower"))
+    monkeypatch.setattr(warm_exec, "installed_fab", lambda fab: None)
+    assert install(b"x", None, True) == Path("/flower") and calls == [(b"x", None, True)]
+    monkeypatch.setattr(warm_exec, "installed_fab", lambda fab: tmp_path)
+    assert install(b"x", None, True) == tmp_path and len(calls) == 1
+    assert install(b"x", None, False) == Path("/flower") and len(calls) == 2  # a prompt: Flower's
+    assert install(b"x", tmp_path, True) == Path("/flower") and len(calls) == 3  # another folder: Flower's
+
+
+def test_a_warm_process_has_imported_everything_the_shim_imports_from_outside_fedtext():
+    shim = ("import sys; before = set(sys.modules); import fedtext.client_app; "
+            "print(' '.join(m for m in sys.modules if m not in before and m.split('.')[0] != 'fedtext'))")
+    warm = ("import importlib, sys; from fedtext import warm_exec; before = set(sys.modules); "
+            "[importlib.import_module(m) for m in warm_exec.SHIM_IMPORTS]; print(' '.join(sys.modules))")
+    loaded = {c: set(subprocess.run([sys.executable, "-c", c], capture_output=True, text=True, check=True,
+                                    timeout=120).stdout.split()) for c in (shim, warm)}
+    assert len(loaded[shim]) > 100 and not loaded[shim] - loaded[warm]
+
+
+def test_fedtext_is_forgotten_so_the_task_imports_the_fabs_own():
+    modules = {"fedtext": 1, "fedtext.client_app": 2, "fedtextual": 3, "flwr": 4, "flwr.client": 5}
+    assert sorted(warm_exec.forget_fedtext(modules)) == ["fedtext", "fedtext.client_app"]
+    assert modules == {"fedtextual": 3, "flwr": 4, "flwr.client": 5}
+
+
+def test_a_warm_task_starts_when_its_token_arrived(monkeypatch):
+    monkeypatch.setenv(probes.TASK_START_ENV, "1700000000.5")
+    assert probes.task_start_time() == 1700000000.5
+    monkeypatch.setenv(probes.TASK_START_ENV, "not a time")
+    assert abs(probes.task_start_time() - probes.process_start_time()) < 1e-6
+    monkeypatch.delenv(probes.TASK_START_ENV)
+    assert abs(probes.task_start_time() - probes.process_start_time()) < 1e-6
+
+
+def _worker(*flags: str, stdin: bytes) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fedtext.warm_exec", "worker", "--runtime-api-address",
+                           "127.0.0.1:1", *flags], input=stdin, capture_output=True, timeout=120)
+
+
+def test_the_worker_exits_quietly_when_stopped_idle_and_refuses_a_bad_token():
+    idle = _worker("--insecure", "--token-stdin", stdin=b"")  # stdin closed with no token: the pool stopped it
+    assert idle.returncode == 0 and idle.stderr == b""
+    bad = _worker("--insecure", "--token-stdin", stdin=b"not-a-token\n")
+    assert bad.returncode != 0 and b"does not contain exactly one valid task token" in bad.stderr
+    refused = _worker("--insecure", "--token", TOKEN, stdin=b"")
+    assert refused.returncode == 2 and b"standard input only" in refused.stderr
+
+
+# ------------------------------------------------------------------ Flower's contracts (1.42)
+def test_every_part_of_flower_the_warm_processes_rely_on_is_as_pinned():
+    assert warm_exec.flower_contract_problems() == []
+
+
+def test_a_flower_that_moved_a_part_runs_cold_with_one_line(monkeypatch, capsys):
+    import flwr.supernode.start_client_internal as loop
+    from flwr.supernode.runtime import run_clientapp as runtime
+
+    from fedtext import supernode
+
+    monkeypatch.setattr(runtime, "run_clientapp", lambda runtime_api_address, token: None)  # a new signature
+    problems = warm_exec.flower_contract_problems()
+    assert len(problems) == 1 and "run_clientapp" in problems[0]
+    assert supernode.start_warm_superexec(1) is False
+    assert loop.subprocess is subprocess  # nothing patched: Flower's own cold start
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "warm ClientApp processes off" in err and "run_clientapp" in err
+    monkeypatch.setattr(loop, "subprocess", object())  # the SuperNode no longer starts it through `subprocess`
+    assert len(warm_exec.flower_contract_problems()) == 2
+
+
+def test_a_supernode_with_the_pinned_flower_starts_the_warm_superexec(monkeypatch):
+    import flwr.supernode.start_client_internal as loop
+
+    from fedtext import supernode
+
+    monkeypatch.setattr(loop, "subprocess", subprocess)  # restored after the test
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda args, *a, **k: started.append(args))
+    assert supernode.start_warm_superexec(2) is True
+    loop.subprocess.Popen(["flower-superexec", "--insecure", "--runtime-api-address", "a:1"])
+    loop.subprocess.Popen(["something-else"])
+    assert started == [[sys.executable, "-m", "fedtext.warm_exec", "superexec", "--warm", "2", "--", "--insecure",
+                        "--runtime-api-address", "a:1"], ["something-else"]]
+    assert loop.subprocess.DEVNULL == subprocess.DEVNULL  # the rest of the module as it was
