@@ -174,9 +174,13 @@ class WarmClientAppExecutor(SubprocessExecutor):
             self.close()
 
     def _fill(self) -> None:
+        """Top the pool up to ``size`` while no handed task runs; while one runs, only to one ready
+        process (a node's tasks come one after another, and the next must not start cold). A process's
+        start-up beside a task's compute takes its CPU: on the demo (2 SuperNodes, 2 cores) replacing
+        each handed process at once made fedprompt's fit 1.0 -> 1.6 s and its evaluate 0.6 -> 0.8 s."""
         if not self.enabled:
             return
-        while len(self._ready) < self.size:
+        while len(self._ready) < (1 if self._busy else self.size):
             self._ready.append(self._start())
 
     def _hand(self, proc: subprocess.Popen, token: str) -> bool:
@@ -205,7 +209,7 @@ class WarmClientAppExecutor(SubprocessExecutor):
                     self._busy.append(proc)
                     self.warm += 1
                     log(INFO, "fedtext: task %d to warm ClientApp process %d", spec.task_id, proc.pid)
-                    self._fill()  # the next one imports while this task runs
+                    self._fill()  # a new one only if none is left ready (the rest once this task is done)
                     return LaunchResult.accepted()
         self.cold += 1
         log(INFO, "fedtext: task %d to a cold %s (no warm process fits it)", spec.task_id, spec.task_type)
@@ -214,7 +218,8 @@ class WarmClientAppExecutor(SubprocessExecutor):
         return result
 
     def reconcile(self) -> None:
-        """Between Flower's task polls: reap, and replace ready processes that died."""
+        """Between Flower's task polls: reap, replace ready processes that died, and top the pool up
+        once the tasks handed out are done."""
         self._prune()
         self._fill()
 

@@ -194,6 +194,13 @@ def _launch(config: str, out: Path, logs: Path, env: dict[str, str], *flags: str
                             stderr=subprocess.STDOUT, text=True)
 
 
+def _cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
 def _handed(log: Path) -> list[tuple[str, int]]:
     """(task id, process) of every task a SuperNode's warm pool handed out, in order."""
     import re
@@ -223,10 +230,11 @@ def test_warm_clientapps_change_no_record_and_a_process_killed_with_its_task_cos
     assert not any(_handed(p) for p in (tmp_path / "cold-logs").glob("supernode-*.log"))  # no warm process
 
     out, logs = tmp_path / "warm", tmp_path / "warm-logs"
-    warm, killed = _launch(config, out, logs, env), None
+    warm, killed, commands = _launch(config, out, logs, env), None, set()
     try:
         deadline = time.time() + 300
         while killed is None and time.time() < deadline and warm.poll() is None:
+            commands |= {tuple(_cmdline(pid)) for pid in processes_with_token(token)}
             rounds = list(out.glob("*/rounds.jsonl"))
             if rounds and rounds[0].read_text().count("\n") >= 2:  # rounds 0 and 1 recorded: round 2 is next
                 seen = len(_handed(logs / "supernode-0.log"))
@@ -242,6 +250,10 @@ def test_warm_clientapps_change_no_record_and_a_process_killed_with_its_task_cos
         if warm.poll() is None:
             warm.kill()
     assert killed is not None, "no warm ClientApp process was seen taking a task"
+    # a node's task token is never on a command line: the warm processes take it on stdin (Flower's cold
+    # flwr-clientapp has --token T; the SuperLink's flwr-serverapp, not a node's process, still does)
+    node_side = [c for c in commands if any(a.endswith(("flwr-clientapp", "fedtext.warm_exec")) for a in c)]
+    assert any("--token-stdin" in c for c in node_side) and not any("--token" in c for c in node_side), commands
     assert warm.returncode == 0, output[-3000:]
     handed = _handed(logs / "supernode-0.log")
     again = [pid for task, pid in handed if task == killed[0] and pid != killed[1]]

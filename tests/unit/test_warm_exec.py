@@ -70,6 +70,27 @@ def test_a_task_goes_to_a_ready_process_over_its_stdin_never_its_command_line(tm
     assert second.poll() is not None and pool._ready == type(pool._ready)()  # close() stops the idle one
 
 
+def test_a_pool_is_topped_up_only_once_its_tasks_are_done(tmp_path, cold):
+    code = ("import os, sys, time; data = sys.stdin.buffer.read(); "
+            "open(os.path.join(sys.argv[1], str(os.getpid())), 'wb').write(data); time.sleep(1.5)")
+    pool = WarmClientAppExecutor(2, KEY, command=[sys.executable, "-c", code, str(tmp_path)])
+    try:
+        first, second = pool._ready
+        pool.launch(spec())
+        assert list(pool._ready) == [second]  # one left ready: no start-up beside the running task
+        _wait_for(tmp_path / str(first.pid))
+        pool.reconcile()
+        assert list(pool._ready) == [second] and pool._busy == [first]
+        pool.launch(spec(task_id=8))  # the next task takes the second; the last one is replaced at once
+        (third,) = pool._ready
+        assert third.pid not in (first.pid, second.pid) and pool.warm == 2
+        first.wait(timeout=30), second.wait(timeout=30)
+        pool.reconcile()  # both tasks done: back to two
+        assert len(pool._ready) == 2 and pool._ready[0] is third and not pool._busy
+    finally:
+        pool.close()
+
+
 def test_other_task_types_and_other_flags_start_cold_and_leave_the_ready_process(tmp_path, cold):
     pool = WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))
     try:
