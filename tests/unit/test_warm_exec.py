@@ -5,6 +5,7 @@ and the Flower contracts the module stands on, pinned so that an upgrade fails h
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import subprocess
@@ -54,8 +55,7 @@ def _wait_for(path: Path, timeout: float = 30.0) -> None:
 
 
 def test_a_task_goes_to_a_ready_process_over_its_stdin_never_its_command_line(tmp_path, cold):
-    pool = WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))
-    try:
+    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))) as pool:
         (first,) = pool._ready
         assert TOKEN not in Path(f"/proc/{first.pid}/cmdline").read_bytes().decode()
         assert pool.launch(spec()) == LaunchResult.accepted()
@@ -65,16 +65,13 @@ def test_a_task_goes_to_a_ready_process_over_its_stdin_never_its_command_line(tm
         (second,) = pool._ready  # replaced at once, and not handed anything yet
         assert second.pid != first.pid and second.poll() is None
         assert TOKEN not in Path(f"/proc/{second.pid}/cmdline").read_bytes().decode()
-    finally:
-        pool.close()
     assert second.poll() is not None and pool._ready == type(pool._ready)()  # close() stops the idle one
 
 
 def test_a_pool_is_topped_up_only_once_its_tasks_are_done(tmp_path, cold):
     code = ("import os, sys, time; data = sys.stdin.buffer.read(); "
             "open(os.path.join(sys.argv[1], str(os.getpid())), 'wb').write(data); time.sleep(1.5)")
-    pool = WarmClientAppExecutor(2, KEY, command=[sys.executable, "-c", code, str(tmp_path)])
-    try:
+    with contextlib.closing(WarmClientAppExecutor(2, KEY, command=[sys.executable, "-c", code, str(tmp_path)])) as pool:
         first, second = pool._ready
         pool.launch(spec())
         assert list(pool._ready) == [second]  # one left ready: no start-up beside the running task
@@ -87,25 +84,20 @@ def test_a_pool_is_topped_up_only_once_its_tasks_are_done(tmp_path, cold):
         first.wait(timeout=30), second.wait(timeout=30)
         pool.reconcile()  # both tasks done: back to two
         assert len(pool._ready) == 2 and pool._ready[0] is third and not pool._busy
-    finally:
-        pool.close()
 
 
 def test_other_task_types_and_other_flags_start_cold_and_leave_the_ready_process(tmp_path, cold):
-    pool = WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))
-    try:
+    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))) as pool:
         (ready,) = pool._ready
         pool.launch(spec(TaskType.SERVER_APP))
         pool.launch(spec(address="127.0.0.1:9095"))  # not the address the process was started for
         assert [s.task_type for s in cold] == [TaskType.SERVER_APP, TaskType.CLIENT_APP]
         assert (pool.warm, pool.cold) == (0, 2) and list(pool._ready) == [ready] and ready.poll() is None
-    finally:
-        pool.close()
 
 
 def test_ready_processes_that_died_are_skipped_and_a_broken_pool_switches_off(tmp_path, cold):
-    pool = WarmClientAppExecutor(1, KEY, command=[sys.executable, "-c", "pass"])  # exits before any token
-    try:
+    exits_at_once = [sys.executable, "-c", "pass"]  # before any token
+    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=exits_at_once)) as pool:
         for i in range(warm_exec.MAX_EARLY_EXITS + 2):
             for proc in list(pool._ready):
                 proc.wait(timeout=30)
@@ -114,13 +106,10 @@ def test_ready_processes_that_died_are_skipped_and_a_broken_pool_switches_off(tm
         assert not pool.enabled and not pool._ready  # and no more processes are started
         pool.reconcile()
         assert not pool._ready
-    finally:
-        pool.close()
 
 
 def test_a_process_that_dies_while_ready_is_replaced_between_polls(tmp_path, cold):
-    pool = WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))
-    try:
+    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))) as pool:
         (ready,) = pool._ready
         ready.kill()
         ready.wait(timeout=30)
@@ -130,8 +119,6 @@ def test_a_process_that_dies_while_ready_is_replaced_between_polls(tmp_path, col
         pool.launch(spec())
         _wait_for(tmp_path / str(new.pid))
         assert (pool.warm, pool.early_exits) == (1, 0)  # a task handed resets the count
-    finally:
-        pool.close()
 
 
 def test_a_pool_needs_at_least_one_process():
