@@ -35,6 +35,7 @@ import difflib
 import math
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -104,13 +105,32 @@ ATTACKS: dict[str, tuple[str, ...]] = {"none": (), "weight-lie": (), "scale": ("
 SECAGG_MODULUS = 2**32  # Flower 1.42's SecAggPlusWorkflow modulus_range: the masked vectors' arithmetic is mod this
 DP_MODES: dict[str, tuple[str, ...]] = {
     "none": (),
-    "central": ("dp-clip", "dp-noise", "dp-delta", "dp-clipping"),
-    "local": ("dp-clip", "dp-noise", "dp-delta"),
+    "central": ("dp-clip", "dp-noise", "dp-delta", "dp-clipping", "dp-accountant"),
+    "local": ("dp-clip", "dp-noise", "dp-delta", "dp-accountant"),
 }
+# ``dp-accountant``'s choices, both dp-accounting's (fedtext.privacy.ACCOUNTANTS builds them; a test keeps them
+# equal): Renyi DP of the sampled Gaussian (Mironov et al. 2019) and privacy loss distributions (tighter)
+DP_ACCOUNTANTS = ("rdp", "pld")
+# The smallest dp-noise the pld accountant takes: its loss distribution, discretised at 1e-4, grows as the
+# loss's range does (~ 1/z²). Measured here (2 cores, q = 0.3 x 4 rounds, q = 0.04 x 50, q = 1 x 50): 9 s at
+# z = 0.5, 19 s at 0.3, 35 s at 0.2, 200 s at 0.02 and a MemoryError at 1e-5; rdp computes any z in milliseconds
+PLD_MIN_NOISE = 0.5
+# ``client-sampling``'s choices (fedtext.sampling.ClientSampler.sample_train draws them)
+CLIENT_SAMPLINGS = ("fixed", "poisson")
 DP_CLIPPINGS: dict[str, tuple[str, ...]] = {
     "fixed": (),
     "adaptive": ("dp-target-quantile", "dp-clip-lr", "dp-count-noise"),
 }
+# Bounds on the DP floats that keep their arithmetic in floating point (issue 69; a finite value past them
+# passed the config and raised OverflowError or ZeroDivisionError in round 1, or noised every value to inf):
+# * dp-noise z > 0 within [1e-100, 1e100]: the accountant works with z² and 1/z² (the Gaussian mechanism's RDP is
+#   α / (2 z²), Mironov 2017, at orders α up to 1024, summed over the rounds), which leave float64 (1.8e308) past
+#   z ~ 1e154 or below ~1e-154 (dp_accounting raised there); 1e±100 leaves 1e100 of room for the orders and rounds.
+# * z × dp-clip C, the noise std (local DP; central divides it by the m clients), at most float32's largest / 10:
+#   the noise lands in float32 arrays, and a draw beyond 10 σ has probability below 1e-23, so every noised value
+#   stays finite.
+DP_NOISE_RANGE = (1e-100, 1e100)
+NOISE_STD_MAX = 3.4028234663852886e38 / 10  # float32's largest finite value / 10
 # The privacy mechanisms a method's config may declare (MethodConfig.privacy) and, for the one-line
 # refusal of one it does not, what the mechanism needs of a method's server ("fedbpt: secagg=true needs
 # a server that only sums uploads; fedbpt's server ...").
@@ -213,6 +233,9 @@ class MethodConfig:
     default_head: ClassVar[str] = "similarity"
     heads: ClassVar[tuple[str, ...]] = PROMPT_HEADS
     min_clients_per_round: ClassVar[int] = 1  # fewer is a ConfigError (FedBPT: 2, a population)
+    # why the method's strategy draws its own clients (client-sampling=poisson refused in one line); "" = it
+    # trains the cohort fedtext.sampling.ClientSampler.sample_train draws
+    own_sampling: ClassVar[str] = ""
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the method's own fit-reply metrics
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()  # the method's own evaluate-reply metrics
     # MEAN: the server's step is a mean of the uploaded arrays (server-optimizer, proximal-mu
@@ -318,6 +341,11 @@ class RunConfig:
     method: str = "fedprompt"  # one of: {methods} (see README "Methods")
     num_server_rounds: int = 3  # federated rounds (>= 1)
     clients_per_round: int = 0  # clients sampled per round; 0 = every connected client
+    #: how a round's training clients are drawn: `fixed` = exactly `clients-per-round` participants, without
+    #: replacement; `poisson` = each participant joins on its own with probability q = `clients-per-round` /
+    #: participants, so the cohort varies around `clients-per-round` (central DP then divides by that expected
+    #: cohort, and the accountant's Poisson ε is the ε of the sampling that ran; docs/privacy.md)
+    client_sampling: str = "fixed"  # fixed = exactly clients-per-round participants a round; poisson = each participant joins with probability clients-per-round / participants
     #: clients that test the global model locally per eval round; -1 = `clients-per-round`, 0 = all connected clients
     #: (participants and non-participants drawn in proportion, at least one of each)
     clients_per_eval: int = -1  # clients that test the global model per eval round; -1 = clients-per-round, 0 = all
@@ -446,7 +474,7 @@ class RunConfig:
     #: client-level differential privacy (DP-FedAvg, McMahan et al. 2018): `none`; `central` (the server clips each
     #: update x_k − x_t to `dp-clip` in L2, averages the clipped updates uniformly over the m clients sampled and adds
     #: Gaussian noise of std `dp-noise` × `dp-clip` / m); `local` (each client clips its own update and adds noise of
-    #: std `dp-noise` × `dp-clip` before uploading). ε at `dp-delta` (RDP accountant, sampling rate m / partitions)
+    #: std `dp-noise` × `dp-clip` before uploading). ε at `dp-delta` (`dp-accountant`, sampling rate m / partitions)
     #: after every round in the record and the round line; refused by a method that cannot take it (docs/privacy.md)
     dp: str = "none"  # client-level differential privacy: none | central (server clips, averages, adds noise) | local (each client clips and adds noise)
     dp_clip: float = 1.0  # C: the L2 bound on each client's update x_k - x_t (adaptive clipping: its first value)
@@ -458,6 +486,7 @@ class RunConfig:
     dp_clip_lr: float = 0.2  # adaptive clipping: eta_C, the geometric learning rate of C
     dp_count_noise: float = 0.0  # adaptive clipping: sigma_b, std of the noise on the unclipped count (0 = m / 20, Flower's default)
     dp_delta: float = 1e-5  # delta at which epsilon is reported (the accountant's (epsilon, delta)-DP)
+    dp_accountant: str = "rdp"  # how epsilon is computed (dp-accounting): rdp (Renyi DP, the papers' practice) | pld (privacy loss distributions, tighter)
     #: run fit through Flower's SecAgg+ workflow (`SecAggPlusWorkflow` + `secaggplus_mod`): the server learns only
     #: the example-weighted sum of the round's uploads, never one client's; refused by a method whose server
     #: reads single uploads (docs/privacy.md)
@@ -614,6 +643,7 @@ class RunConfig:
         self.check_aggregation()
         self.check_privacy()
         mc = self.method_config
+        self.check_sampling(mc)
         if mc is not None:
             self.check_composition(mc)
             self.check_privacy_support(mc)
@@ -706,6 +736,49 @@ class RunConfig:
         if 0 < self.clients_per_round < self.krum_keep:
             raise ConfigError(f"krum-keep={self.krum_keep} exceeds clients-per-round={self.clients_per_round}: "
                               "multi-Krum cannot keep more uploads than a round has")
+        if self.clients_per_round:  # 0 (every participant): the server checks the first round's draw (sample_train)
+            self.check_krum(self.clients_per_round, f"clients-per-round={self.clients_per_round}")
+
+    def check_krum(self, n: int, what: str) -> None:
+        """One line when ``aggregator=krum`` cannot hold its guarantee with ``n`` clients a round.
+
+        Krum's resilience (Blanchard et al. 2017, "Machine Learning with Adversaries: Byzantine
+        Tolerant Gradient Descent", Proposition 1; their multi-Krum ranks by the same scores)
+        needs n > 2f + 2, i.e. n >= 2f + 3 with f = ``krum-malicious``: each score sums an
+        upload's n - f - 2 nearest, and with fewer clients f attackers can be all of an honest
+        upload's neighbours. Flower's ``aggregate_krum`` runs anyway (it scores by at least one
+        neighbour), which ran a round of 3 with f = 5 as if robust. ``what``: where n came from,
+        for the message (``clients-per-round=3``)."""
+        need = 2 * self.krum_malicious + 3
+        if self.aggregator == "krum" and n < need:
+            kind = "multi-Krum" if self.krum_keep else "Krum"
+            raise ConfigError(f"aggregator=krum with krum-malicious={self.krum_malicious} needs at least {need} clients "
+                              f"a round ({kind}'s n >= 2f + 3, Blanchard et al. 2017), got {what}: lower "
+                              "krum-malicious or sample more clients")
+
+    def check_sampling(self, mc: MethodConfig | None) -> None:
+        """``client-sampling`` in its choices; ``poisson`` needs an expected cohort (``clients-per-round``
+        > 0: q = clients-per-round / participants), a method whose rounds take a cohort of any size (not
+        one that needs a population, nor one that draws its own), and no SecAgg+ (its shares and
+        threshold are fixed before the round, and a Poisson cohort may be smaller)."""
+        check_choice("client-sampling", self.client_sampling, CLIENT_SAMPLINGS)
+        if self.client_sampling != "poisson":
+            return
+        if not self.clients_per_round:
+            raise ConfigError("client-sampling=poisson draws each participant with probability clients-per-round / "
+                              "participants: set clients-per-round > 0 (the expected cohort)")
+        if self.secagg:
+            raise ConfigError("client-sampling=poisson draws a cohort of any size, and secagg=true fixes its shares "
+                              "and threshold before the round: use client-sampling=fixed with secagg")
+        if self.aggregator == "krum":  # check_krum's n >= 2f + 3 holds for clients-per-round, not for every draw
+            raise ConfigError(f"aggregator=krum needs at least {2 * self.krum_malicious + 3} clients every round "
+                              "(n >= 2f + 3) and client-sampling=poisson may draw fewer: use client-sampling=fixed")
+        if mc is not None and mc.min_clients_per_round > 1:
+            raise ConfigError(f"{self.method} needs at least {mc.min_clients_per_round} clients every round; "
+                              "client-sampling=poisson may draw fewer (use client-sampling=fixed)")
+        if mc is not None and mc.own_sampling:
+            raise ConfigError(f"{self.method} draws its own clients ({mc.own_sampling}): client-sampling=poisson "
+                              "would be ignored (use client-sampling=fixed)")
 
     def check_privacy(self) -> None:
         """The dp-* and secagg-* keys in range and read; what cannot compose refused in one line:
@@ -716,6 +789,11 @@ class RunConfig:
         server-side clipping is one of those."""
         check_choice("dp", self.dp, tuple(DP_MODES))
         check_choice("dp-clipping", self.dp_clipping, tuple(DP_CLIPPINGS))
+        check_choice("dp-accountant", self.dp_accountant, DP_ACCOUNTANTS)
+        if self.dp_accountant == "pld" and 0 < self.dp_noise < PLD_MIN_NOISE:
+            raise ConfigError(f"dp-accountant=pld takes dp-noise >= {PLD_MIN_NOISE} (its loss distribution grows as "
+                              f"1/z^2: minutes per epsilon below, out of memory near 0), got {self.dp_noise}: use "
+                              "dp-accountant=rdp")
         check_range("dp-clip", self.dp_clip, 0, low_open=True)
         check_range("dp-noise", self.dp_noise, 0)
         if not 0 < self.dp_delta < 1:
@@ -724,6 +802,19 @@ class RunConfig:
             raise ConfigError(f"dp-target-quantile must be in (0, 1), got {self.dp_target_quantile}")
         check_range("dp-clip-lr", self.dp_clip_lr, 0, low_open=True)
         check_range("dp-count-noise", self.dp_count_noise, 0)
+        if self.dp_noise and not DP_NOISE_RANGE[0] <= self.dp_noise <= DP_NOISE_RANGE[1]:
+            raise ConfigError(f"dp-noise must be 0 or in [{DP_NOISE_RANGE[0]:g}, {DP_NOISE_RANGE[1]:g}] (the privacy "
+                              f"accountant squares it and its inverse in float64), got {self.dp_noise:g}")
+        if self.dp_noise * self.dp_clip > NOISE_STD_MAX:
+            raise ConfigError(f"dp-noise x dp-clip = {self.dp_noise * self.dp_clip:g} is the noise std, above "
+                              f"{NOISE_STD_MAX:.3g} (float32's largest / 10): every noised value would be inf; "
+                              "lower dp-noise or dp-clip")
+        # adaptive clipping's C <- C exp(-eta (b - gamma)) with |b - gamma| < 1 without count noise: one such step
+        # must keep C a finite float64 (math.exp raised OverflowError past eta ~ 709.8)
+        if self.dp == "central" and self.dp_clipping == "adaptive" and \
+                self.dp_clip_lr > math.log(sys.float_info.max / self.dp_clip):
+            raise ConfigError(f"dp-clip-lr={self.dp_clip_lr:g} with dp-clip={self.dp_clip:g}: one step of adaptive "
+                              "clipping, C exp(dp-clip-lr), would overflow float64; lower dp-clip-lr")
         # Flower 1.42's SecAggPlusWorkflow: shares > 2 (1 it reads as the fraction 1.0: every client of the
         # round), 2 <= threshold < shares (a threshold of 1 would read as a fraction too), levels below its
         # modulus 2^32, which a sum of m quantised uploads must not overflow (m * levels <= 2^32)
@@ -858,6 +949,22 @@ class RunConfig:
         if (self.clients_per_round or num_clients) < need:
             raise ConfigError(f"{self.method} needs at least {need} clients per round; {num_clients} connected "
                               "(set num-supernodes)")
+
+    def check_num_partitions(self, num_partitions: int) -> None:
+        """Raise ``ConfigError`` when ``attack-partitions`` names a partition outside
+        ``0..num_partitions-1``: no client holds it, so it would never attack and the run would
+        measure no attack at all. ``num_partitions``: the nodes' ``num-partitions`` (in a
+        simulation ``num-supernodes``), known to the server before any client trains
+        (:meth:`fedtext.sampling.ClientSampler.check_partitions`; ``simulations.simulate`` before
+        the engine starts)."""
+        if self.attack == "none":
+            return
+        outside = sorted(i for i in self.attack_partition_set if i >= num_partitions)
+        if outside:
+            raise ConfigError(f"attack-partitions='{self.attack_partitions}' names partition "
+                              f"{', '.join(map(str, outside))}, outside 0..{num_partitions - 1} "
+                              f"(num-partitions={num_partitions}; a simulation's num-supernodes): no client holds it, "
+                              f"so attack={self.attack} would not happen")
 
     @property
     def clients_asked(self) -> int:

@@ -391,7 +391,9 @@ def warn_about_texts(cfg: RunConfig) -> None:
       (``text-column`` naming a column of ids, scores or a copy of the labels). The model
       would train on digits or read its answer. A text column that *is* the label column
       is refused at config time (:class:`fedtext.config.RunConfig`); another column holding
-      the same values can be deliberate (a toy task), so it is a warning.
+      the same values can be deliberate (a toy task), so it is a warning. A column of the
+      label *names* is refused before this runs, when the data is labelled
+      (:func:`check_texts_are_not_label_names`).
 
     Called once per run, by the server (:func:`fedtext.server_app.build`), on the data as
     read (labels as the file has them). The ``demo`` set is generated here and skipped:
@@ -456,8 +458,34 @@ def _labelled(dataset: str, task: str, text_column: str, label_column: str, labe
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     default_name = path.name if path is not None else dataset
-    return label_data(splits, task, cfg.label_name_list, cfg.label_description_list, task_file,
-                      dataset=dataset, default_name=default_name)
+    out = label_data(splits, task, cfg.label_name_list, cfg.label_description_list, task_file,
+                     dataset=dataset, default_name=default_name)
+    check_texts_are_not_label_names(splits, out.label_names, dataset, text_column, label_column)
+    return out
+
+
+LABEL_NAME_SAMPLE = 1000  # texts compared with the label names: a seeded sample, cheap on a 120,000-row split
+# the share of them equal to a label name that refuses the data: real texts are almost never exactly a label
+# name (the shared sst2: 2 of its 68,221 texts; ag_news, amazon: none), a column of label names nearly always is
+LABEL_NAME_SHARE = 0.9
+
+
+def check_texts_are_not_label_names(splits: Splits, names: tuple[str, ...], dataset: str, text_column: str,
+                                    label_column: str) -> None:
+    """Refuse, in one line, a text column that holds the label *names* (``pos``, ``neg``) while
+    the label column holds the labels: the model would read its answer, and the labels being
+    integers hid it from :func:`warn_about_texts`'s check of label values. Texts are compared
+    stripped and case-folded; at least :data:`LABEL_NAME_SHARE` of a seeded sample of
+    :data:`LABEL_NAME_SAMPLE` texts (train and test) being names refuses the data."""
+    texts = pd.concat([splits.train["text"], splits.test["text"]], ignore_index=True)
+    if len(texts) > LABEL_NAME_SAMPLE:
+        texts = texts.sample(LABEL_NAME_SAMPLE, random_state=0)
+    folded = {str(n).strip().casefold() for n in names}
+    hits = int(texts.astype(str).str.strip().str.casefold().isin(folded).sum())
+    if hits >= LABEL_NAME_SHARE * len(texts):
+        raise ConfigError(f"dataset '{dataset}': {hits} of {len(texts)} texts (sampled) of text-column '{text_column}' "
+                          f"are label names ({_short(names)}), the classes label-column '{label_column}' holds: the "
+                          "model would read its answer; set text-column to the column that holds the texts")
 
 
 def label_data(splits: Splits, task: str, label_names: tuple[str, ...] = (), descriptions: tuple[str, ...] = (),

@@ -118,7 +118,8 @@ def node_limit_mb(node_config: Mapping[str, Any] | None = None) -> float | None:
             raise ValueError(f"node config {MEMORY_LIMIT_KEY}={raw!r} is not a number of MB") from None
         if value < 0:
             raise ValueError(f"node config {MEMORY_LIMIT_KEY}={raw!r} must be >= 0")
-        limits.append(value)
+        if value > 0:  # 0, typed or quoted ("0" from a node-config string): no limit of its own, the cgroup's
+            limits.append(value)
     return min(limits) if limits else None
 
 

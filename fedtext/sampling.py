@@ -136,6 +136,8 @@ class ClientSampler:
         self.holder: dict[str, str] = {}  # partition id -> the node id bound to it
         self.refused: dict[str, str] = {}  # node id -> the partition it claimed while another node held it
         self.connected: set[str] | None = None  # node ids connected at the last draw (None: no draw yet)
+        # the participants the last training draw was over (population): the n of central DP's q = m / n
+        self.population = 0
 
     # ------------------------------------------------------------ identification
     def info(self, proxy: ClientProxy) -> dict[str, Any]:
@@ -329,6 +331,7 @@ class ClientSampler:
         if len(counts) > 1:
             raise ConfigError(f"the nodes disagree on num-partitions: {sorted(counts)} (node configs)")
         for parts in counts:
+            self.cfg.check_num_partitions(parts)  # attack-partitions within 0..parts-1
             if (0, parts) in self._partition_rows:
                 continue
             sizes = partition_sizes(self.cfg, parts)
@@ -412,8 +415,13 @@ class ClientSampler:
         shortfall as a drop."""
         client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=CONNECT_TIMEOUT_S)
         participants = self.clients(client_manager, participants_only=True)
+        self.population = max(len(self.partitions()), len(participants), self.population)
         n = self.cfg.clients_per_round or len(participants)
+        if first_round and not self.cfg.clients_per_round and participants:  # every participant: n known only now
+            self.cfg.check_krum(n, f"clients-per-round=0 with {n} participant clients")
         if n <= len(participants) and participants:
+            if self.cfg.client_sampling == "poisson":
+                return self.poisson_draw(participants, self.poisson_rate(), server_round)
             return self.draw(participants, n, server_round, TRAIN_SALT)
         connected = len(client_manager.all())
         if first_round:
@@ -426,7 +434,27 @@ class ClientSampler:
         reason = f"node lost: {len(participants)} of {n} participants connected ({connected} nodes)"
         log.warning("round %d: %s; the round goes on with them", server_round, reason)
         record.drop("missing", reason)
+        if self.cfg.client_sampling == "poisson":  # the absent ones were drawn at the same q and sent nothing
+            return self.poisson_draw(participants, self.poisson_rate(), server_round)
         return self.draw(participants, len(participants), server_round, TRAIN_SALT)
+
+    def poisson_rate(self) -> float:
+        """q of ``client-sampling=poisson``: ``clients-per-round`` over :attr:`population`, the most
+        participants the server has known (:meth:`partitions`, or with ``client-ids=lazy`` the connected
+        participants: lazy's partitions are only those heard of), at most 1. A participant that has left
+        keeps its q: it is drawn as often and sends nothing, so the rate the accountant composes
+        (:func:`fedtext.privacy.sampling_rate` of the same population) stays the one that ran."""
+        return min(1.0, self.cfg.clients_per_round / self.population) if self.population else 1.0
+
+    def poisson_draw(self, pool: list[ClientProxy], q: float, server_round: int) -> list[ClientProxy]:
+        """``client-sampling=poisson``: each client of ``pool`` joins on its own with probability ``q``
+        (one uniform draw per client, in pool order, from ``default_rng([seed, round, TRAIN_SALT])``:
+        a rerun of a seed draws the same cohort). The cohort's size is Binomial(len(pool), q), possibly 0;
+        the sampled Gaussian mechanism that the accountant composes is exactly this draw (Mironov, Talwar
+        and Zhang 2019, §3: each record included independently with probability q)."""
+        rng = np.random.default_rng([self.cfg.seed, server_round, TRAIN_SALT])
+        joins = rng.random(len(pool)) < q
+        return [p for p, j in zip(pool, joins, strict=True) if j]
 
     def draw(self, pool: list[ClientProxy], n: int, server_round: int, salt: int) -> list[ClientProxy]:
         """``n`` clients of ``pool`` without replacement, kept in pool order, drawn with

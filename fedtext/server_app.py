@@ -40,6 +40,7 @@ from fedtext.model import PromptModel
 from fedtext.progress import setup_logging
 from fedtext.quiet import quiet_flower, quiet_ray_tip
 from fedtext.records.probes import fab_fields
+from fedtext.records.reader import read_config
 from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name
 from fedtext.registry import METHODS
@@ -82,7 +83,13 @@ class RecordingServer(Server):
         ``round-timeout-s``). Everything around the fit round (round 0, the evaluations, resume,
         the record's ``failed``/``finished``) is this server's in both cases."""
         if not self.strategy.cfg.secagg:
-            return super().fit_round(server_round, timeout)
+            result = super().fit_round(server_round, timeout)
+            if result is None and self.strategy.poisson_release() and not self.strategy.sampled_this_round:
+                # Flower cancels a round that sampled nobody ("configure_fit: no clients selected"); a
+                # Poisson round under central DP still releases its noise (FedTextStrategy.poisson_release)
+                parameters, metrics = self.strategy.aggregate_fit(server_round, [], [])
+                return parameters, metrics, ([], [])
+            return result
         if self.grid is None:
             raise ConfigError("secagg=true runs through Flower's grid (flwr run, python -m simulations.simulate); "
                               "this runner has none")
@@ -248,13 +255,15 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any], limits: checkpoint
     if not run_dir.resolve().is_relative_to(out) or run_dir.resolve() == out:
         raise ConfigError(f"resume='{cfg.resume}' resolves to {run_dir.resolve()}, not a run folder inside "
                           f"output-dir {out}: refused")
-    try:
-        stored = json.loads((run_dir / "config.json").read_text())["config"]
-    except (OSError, ValueError, KeyError, TypeError):
+    # the records reader's checks (bounded in size, JSON, a run-config object of single values): a garbled or huge
+    # config.json is one line saying why, not read whole, not "no run record"
+    meta, problem = read_config(run_dir / "config.json", out)
+    if problem:
+        raise ConfigError(f"resume='{cfg.resume}': {run_dir / 'config.json'} is not a run's config record ({problem})")
+    if meta is None:
         raise ConfigError(f"resume='{cfg.resume}': no run record at {run_dir} (run ids are folder names "
-                          f"under output-dir)") from None
-    if not isinstance(stored, dict):
-        raise ConfigError(f"resume='{cfg.resume}': {run_dir / 'config.json'} holds no run-config")
+                          f"under output-dir)")
+    stored = meta["config"]
     # a run recorded before a key existed ran with its default; a derived key it lacks is not compared
     before = {**RunConfig().to_run_config(), **{k: config.get(k) for k in DERIVED_KEYS}}
     changed = sorted(k for k in set(stored) | set(config)

@@ -362,6 +362,10 @@ class FedTextStrategy(FedAvg):
             results = secagg.cast_mean(results, self.model.upload_specs())
         uploads = self.validate(self.validator.replies(self.record, results, "fit"), failures)
         self.rounds.fit_results(results, uploads, self.is_upload, self.simulated_seconds)
+        if not uploads and self.poisson_release():  # the Poisson mechanism releases its noise whatever arrived
+            uploads, release = self.private_mean(server_round, [])
+            arrays, metrics = self.aggregate(server_round, uploads)
+            return self.finish_fit(arrays, metrics, release)
         if not uploads:
             log.warning("round %d: no valid client result; global model unchanged", server_round)
             self.note_privacy(None)  # nothing released centrally; local DP's clients still sent theirs
@@ -373,6 +377,12 @@ class FedTextStrategy(FedAvg):
         if self.central_dp is not None:  # the method sees one upload: the noised mean of the clipped updates
             uploads, release = self.private_mean(server_round, uploads)
         arrays, metrics = self.aggregate(server_round, uploads)
+        return self.finish_fit(arrays, metrics, release)
+
+    def finish_fit(self, arrays: list[np.ndarray] | None, metrics: dict[str, Scalar],
+                   release: privacy.Release | None) -> tuple[Parameters | None, dict[str, Scalar]]:
+        """The end of :meth:`aggregate_fit`: the method's metrics and the privacy spent into the round
+        record, and the new global arrays (``None``: unchanged)."""
         self.record.method_metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         self.note_privacy(release)
         if arrays is None:
@@ -388,12 +398,24 @@ class FedTextStrategy(FedAvg):
         aggregation of it is post-processing."""
         sent = self.global_arrays
         updates = [self.model.update(sent, u.array_list()) for u in uploads]
-        release = self.central_dp.release(updates, max(self.sampled_this_round, len(uploads)), server_round)
-        names = list(uploads[0].arrays)
+        if self.cfg.client_sampling == "poisson":  # the fixed denominator qN: the cohort's size is not released
+            m = self.cfg.clients_per_round
+        else:
+            m = max(self.sampled_this_round, len(uploads))
+        # no upload (a Poisson round): the noise alone, shaped as an update of the arrays sent
+        zeros = [np.zeros_like(a, dtype=np.float64) for a in self.model.update(sent, sent)]
+        release = self.central_dp.release(updates, m, server_round, zeros)
+        names = list(uploads[0].arrays) if uploads else [spec.name for spec in self.model.upload_specs()]
         arrays = self.model.apply_update(sent, release.update)
         self.dp_releases += 1
-        merged = Upload(uploads[0].proxy, "dp-mean", 1, dict(zip(names, arrays, strict=True)), {})
+        merged = Upload(uploads[0].proxy if uploads else None, "dp-mean", 1, dict(zip(names, arrays, strict=True)), {})
         return [merged], release
+
+    def poisson_release(self) -> bool:
+        """Whether this round releases under central DP whatever arrives: ``client-sampling=poisson``,
+        whose accountant composes one sampled Gaussian every round (a round that drew nobody, or whose
+        uploads were all dropped, still adds N(0, (z C / qN)²) to the global update)."""
+        return self.central_dp is not None and self.cfg.client_sampling == "poisson"
 
     def privacy_state(self) -> dict[str, Any]:
         """The accountant's counts and adaptive clipping's C, for the checkpoint."""
@@ -405,11 +427,14 @@ class FedTextStrategy(FedAvg):
         and, central, this round's C, noise std and clipped count; nothing when ``dp=none``."""
         if self.cfg.dp == "none":
             return
-        participants = len(self.sampler.partitions()) or self.sampled_this_round
+        # n of q = m / n: the participants the round was drawn from (client-ids=lazy: the connected ones, where
+        # partitions() knows only those heard of, 124 of 3,000 after a round of 120: q was 0.97 instead of 0.04)
+        participants = self.sampler.population or len(self.sampler.partitions()) or self.sampled_this_round
         eps = privacy.spent(self.cfg, self.dp_releases, participants, max(self.dp_sampled.values(), default=0))
         eps = eps if np.isfinite(eps) else None  # dp-noise=0: no bound (JSON has no infinity)
         entry: dict[str, Any] = {"mode": self.cfg.dp, "epsilon": eps, "delta": self.cfg.dp_delta,
-                                 "noise_multiplier": self.cfg.dp_noise}
+                                 "noise_multiplier": self.cfg.dp_noise, "accountant": self.cfg.dp_accountant,
+                                 "accounting": privacy.accounting(self.cfg)}
         if self.cfg.dp == "central":
             entry["sampling_rate"] = privacy.sampling_rate(self.cfg, participants)
         if release is not None:

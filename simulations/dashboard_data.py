@@ -16,7 +16,8 @@ What a researcher compares, and how it is computed here (one place for the dashb
   a ``run-name``, the method's own options that differ from their defaults; seeds of one label
   are aggregated (:func:`aggregate`: per round the mean x, mean y and the sample std of y).
 * **X axes** (:data:`X_AXES`): round, wall time, simulated device time (rounds that record
-  ``sim_time_s``), cumulative bytes up, down or both, cumulative model queries.
+  ``sim_time_s``), cumulative bytes up, down or both, cumulative model queries, and (DP runs)
+  the privacy spent ε.
 * **Colours** (:func:`color_of`): one per method or variant, the same on every chart.
 """
 
@@ -69,6 +70,8 @@ X_AXES: dict[str, XAxis] = {
     "queries": XAxis("cum_model_queries", "Cumulative model queries (client forwards)", log=True),
     "wall": XAxis("wall_time_s", "Wall time (s)"),
     "sim-time": XAxis("cum_sim_time_s", "Simulated device time (s)", log=True),
+    # DP runs only: the ε spent by the end of the round (0 at round 0), at the run's dp-delta
+    "epsilon": XAxis("epsilon", "Privacy spent ε (client-level, at the run's δ)"),
 }
 
 
@@ -688,14 +691,15 @@ def header_tooltips(columns: Iterable[str], table: str = "runs") -> dict[str, st
 SERIES_COLUMNS = [
     "run_id", "experiment", "label", "run_label", "seed", "round", "global_accuracy", "global_loss",
     "cum_bytes_up", "cum_bytes_down", "cum_bytes_total", "cum_model_queries", "cum_sim_time_s",
-    "client_acc_min", "client_acc_mean", "client_acc_max", "client_peak_rss_mb", "wall_time_s",
+    "client_acc_min", "client_acc_mean", "client_acc_max", "client_peak_rss_mb", "wall_time_s", "epsilon",
 ]
 
 
 def round_series(root: str | Path | RunStore, run_ids: list[str] | None = None) -> pd.DataFrame:
     """One row per (run, round) for the charts: accuracy and loss, cumulative bytes up, down
     and both, cumulative model queries and simulated device time, per-client accuracy
-    spread, client peak memory, wall time. Malformed runs are left out."""
+    spread, client peak memory, wall time, and (DP runs) the ε spent so far. Malformed runs
+    are left out."""
     rows = []
     for run in store(root).loaded(run_ids):
         if run["status"] != "malformed":
@@ -714,6 +718,7 @@ def _series_rows(run: dict[str, Any]) -> list[tuple]:
     rows = []
     up = down = queries = 0.0
     sim: float | None = None
+    private = any(isinstance(r.get("privacy"), dict) for r in run["rounds"])
     for r in sorted(run["rounds"], key=lambda r: r["round"]):
         up += _num(r.get("bytes_up"))
         down += _num(r.get("bytes_down"))
@@ -729,8 +734,18 @@ def _series_rows(run: dict[str, Any]) -> list[tuple]:
             up, down, up + down, queries, sim,
             min(accs) if accs else None, sum(accs) / len(accs) if accs else None, max(accs) if accs else None,
             record_number(r.get("client_peak_rss_mb")), record_number(r.get("wall_time_s")),
+            _epsilon(r, private),
         ))
     return rows
+
+
+def _epsilon(record: dict[str, Any], private: bool) -> float | None:
+    """The ε a DP run had spent by the end of this round (its ``privacy`` entry's, cumulative); 0 for
+    a DP run's round 0 (nothing released yet); None without DP, or where no noise gave no bound."""
+    entry = record.get("privacy")
+    if isinstance(entry, dict):
+        return record_number(entry.get("epsilon"))
+    return 0.0 if private and record.get("round") == 0 else None
 
 
 def aggregate(series: pd.DataFrame, x: str, y: str) -> pd.DataFrame:

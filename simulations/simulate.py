@@ -81,6 +81,7 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
     # CPU client (num_gpus=0) wants anyway; the variable is the one the warning names.
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     cfg.check_num_clients(num_supernodes)
+    cfg.check_num_partitions(num_supernodes)  # Flower's simulation gives each node num-partitions=num_supernodes
     check_installed(cfg.trackers)  # tracker=wandb without wandb: exit 2 now, not a failed run
     started = time.time()
     _record_before_ray_sigterm()

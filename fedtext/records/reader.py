@@ -32,6 +32,11 @@ DEFAULT_STALE_AFTER_S = 300.0  # the run-config default of stale-after-s
 # with a one-line reason (``problem``) instead of reaching code that would raise on it.
 
 MAX_JSON_DEPTH = 32  # records nest 5 deep at most (config.json: resumed[].provenance.versions)
+# The longest config.json or summary.json read (issue 69: both were read whole, whatever their size). A writer's
+# stays far under it: config.json is ~4 KB plus ~2 KB a resume (its resumed[] entries), summary.json ~1 KB plus
+# about 40 B a client (partitions_never_trained), under the 920 B a client of a round line; the bound is a
+# round line's (ROUND_LINE_MAX, 16 MiB), what a reader already holds at once.
+RECORD_FILE_MAX = ROUND_LINE_MAX
 _SCALARS = (str, int, float, bool, type(None))
 # config.json's own fields (absent or null: unknown, as in records from before they existed)
 CONFIG_FIELDS: dict[str, tuple[type, ...]] = {
@@ -223,15 +228,29 @@ def open_checked(path: Path, root: Path | None = None) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def read_text(path: Path, errors: str = "strict", root: Path | None = None) -> tuple[str | None, str | None]:
+def read_text(path: Path, errors: str = "strict", root: Path | None = None,
+              limit: int | None = None) -> tuple[str | None, str | None]:
     """``(text, None)`` of a record file, ``(None, None)`` when it does not exist, else
-    ``(None, reason)`` (:func:`file_problem` with ``root``, not UTF-8 with ``errors="strict"``)."""
+    ``(None, reason)`` (:func:`file_problem` with ``root``, not UTF-8 with ``errors="strict"``,
+    longer than ``limit`` bytes: never more than ``limit + 1`` bytes are read to tell)."""
     problem = file_problem(path, root)
     if problem:
         return None, problem
+    too_long = f"{path.name}: longer than {limit} bytes, more than a writer writes: not read"
     try:
         with open_checked(path, root) as fh:
-            return fh.read().decode("utf-8", errors=errors), None
+            if limit is None:
+                data = fh.read()
+            else:  # by its size first: read(n) allocates n bytes up front, whatever the file holds
+                size = os.fstat(fh.fileno()).st_size
+                if size > limit:
+                    return None, too_long
+                data = fh.read(size + 1)
+                if len(data) > size:  # it grew since the fstat: the rest, still bounded
+                    data += fh.read(limit + 1 - len(data))
+                if len(data) > limit:
+                    return None, too_long
+            return data.decode("utf-8", errors=errors), None
     except FileNotFoundError:  # removed between the stat and the read
         return None, None
     except _Moved as exc:
@@ -300,9 +319,10 @@ def check_summary(summary: Any) -> str | None:
 def _read_record(path: Path, check: Callable[[Any], str | None], root: Path | None = None
                  ) -> tuple[dict[str, Any] | None, str | None]:
     """``(object, None)`` of a JSON record file that passes ``check``; ``(None, None)`` when
-    absent; ``(None, reason)`` when outside ``root``, unreadable, not JSON (a number that is
-    not finite included), too deep or failing ``check``."""
-    text, problem = read_text(path, root=root)
+    absent; ``(None, reason)`` when outside ``root``, unreadable, longer than
+    :data:`RECORD_FILE_MAX` (never read whole), not JSON (a number that is not finite
+    included), too deep or failing ``check``."""
+    text, problem = read_text(path, root=root, limit=RECORD_FILE_MAX)
     if text is None:
         return None, problem
     try:

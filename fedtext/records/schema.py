@@ -37,7 +37,7 @@ ROUND_FIELDS = (
     "train_loss",  # mean of the clients' reported local training losses
     "method_metrics",  # scalars a method reports from aggregation (e.g. FedBPT's sigma')
     "secagg_bytes",  # secagg=true: {stage: {"down", "up"}} bytes of the SecAgg+ records per protocol stage (fedtext.secagg); null without secagg
-    "privacy",  # dp runs: {"mode", "epsilon" (spent so far at "delta"; null = no noise, no bound), "delta", "noise_multiplier", central: "sampling_rate", "clip", "noise_std", "clipped"}; null without dp
+    "privacy",  # dp runs: {"mode", "epsilon" (spent so far at "delta"; null = no noise, no bound), "delta", "noise_multiplier", "accountant" (rdp | pld), "accounting" (poisson | poisson-approximation | no-amplification: fedtext.privacy.accounting), central: "sampling_rate", "clip", "noise_std", "clipped"}; null without dp
     "clients_evaluated",  # clients sent the global model for local testing (clients-per-eval)
     "client_fit_s",  # sum over clients of local training seconds (fit_time_s)
     "client_fit_s_max",  # the slowest client's training seconds

@@ -939,6 +939,23 @@ def test_the_compare_table_and_the_run_list_show_the_privacy_spent(tmp_path):
     assert runs_table(plain)["epsilon"].isna().all()  # the run list leaves out a column without values
 
 
+def test_the_privacy_spent_is_an_x_axis_of_dp_runs_only(tmp_path):
+    """Issue 69: accuracy against ε. A DP run's rounds give x = 0 at round 0 (nothing released) and
+    each round's cumulative ε after; a run without DP and a DP round without noise (no bound) give
+    no point, so the chart leaves them out rather than drawing them at ε = 0."""
+    write_run(tmp_path, "dp", "fedprompt", 0, [_round(0, 0.5), _dp_round(1, 0.6, 1.25), _dp_round(2, 0.7, 2.5)],
+              **{"run-name": "dp"})
+    write_run(tmp_path, "plain", "fedprompt", 0, [_round(0, 0.5), _round(1, 0.6)])
+    write_run(tmp_path, "nonoise", "fedprompt", 1, [_round(0, 0.5), _dp_round(1, 0.6, None, "local")],
+              **{"run-name": "nonoise"})
+    series = round_series(tmp_path).set_index("run_id")
+    assert series.loc["dp", "epsilon"].tolist() == [0.0, 1.25, 2.5]
+    assert series.loc["plain", "epsilon"].isna().all()
+    assert series.loc["nonoise", "epsilon"].tolist()[0] == 0.0 and math.isnan(series.loc["nonoise", "epsilon"].tolist()[1])
+    (line,) = chart_lines(round_series(tmp_path, ["dp", "plain"]), CHARTS["accuracy"], "epsilon", "runs", log_x=False)
+    assert list(line.x) == [0.0, 1.25, 2.5] and list(line.y) == [0.5, 0.6, 0.7]
+
+
 def test_a_summary_written_before_it_had_the_privacy_reads_it_from_the_rounds(tmp_path):
     """A DP run finished before summary.json had ``epsilon`` (main at 4e97d5a): the tables
     read its ε from the last round's privacy entry instead of showing no DP."""

@@ -53,6 +53,8 @@ def test_the_limit_is_the_smaller_of_the_cgroups_and_the_node_configs(tmp_path, 
     assert memory.cgroup_limit_mb() == 2048 and memory.working_set_mb() == 600
     assert memory.node_limit_mb({}) == 2048 and memory.node_limit_mb({"memory-limit-mb": 1024}) == 1024
     assert memory.node_limit_mb({"memory-limit-mb": 4096}) == 2048
+    # 0 is "the cgroup's", typed or as a node-config string ("0" was a 0 MB limit that refused every message)
+    assert memory.node_limit_mb({"memory-limit-mb": "0"}) == memory.node_limit_mb({"memory-limit-mb": 0.0}) == 2048
     with pytest.raises(ValueError, match="memory-limit-mb='lots' is not a number"):
         memory.node_limit_mb({"memory-limit-mb": "lots"})
     (tmp_path / "memory.limit_in_bytes").write_text(str(2**63 - 4096))  # v1's "no limit"
@@ -87,3 +89,23 @@ def test_a_node_passes_its_limit_to_the_guard(monkeypatch):
 
     with pytest.raises(ConfigError, match="memory-limit-mb=-5"):
         node.make_client({"method": "fedprompt"}, {"partition-id": 0, "num-partitions": 2, "memory-limit-mb": -5})
+
+
+def test_exactly_the_limit_less_the_reserve_fits_and_a_hair_past_it_does_not():
+    """Limit 1,000 MB, reserve 8 %: 920 MB exactly is not past the line, at the start or while the
+    work runs (five reads of 920 leave it untouched); 920.001 MB at the start refuses at once."""
+    assert 1000.0 * (1 - memory.RESERVE_FRACTION) == 920.0
+    reads = [0]
+
+    def usage() -> float:
+        reads[0] += 1
+        return 920.0
+
+    with memory.MemoryGuard(1000.0, "w", "x", usage=usage) as guard:
+        deadline = time.monotonic() + 5.0
+        while reads[0] < 6 and time.monotonic() < deadline:  # the start's read and five of the watcher's
+            time.sleep(0.001)
+    assert reads[0] >= 6 and guard.tripped is None and guard.peak_mb == 920.0
+    with pytest.raises(memory.NodeMemoryError, match="would start with 920 MB"):
+        with memory.MemoryGuard(1000.0, "w", "x", usage=lambda: 920.001):
+            pass

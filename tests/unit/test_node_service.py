@@ -17,6 +17,7 @@ import os
 import platform
 import shutil
 import socket
+import struct
 import sys
 import tempfile
 import threading
@@ -246,6 +247,68 @@ def test_peer_uid_and_frames_over_a_socket_pair():
         a.close()
         with pytest.raises(node_service.ServiceUnavailable, match="after 2 of 5 bytes"):
             node_service.recv_frames(b, 1)
+
+
+class _PeerCreds:
+    """A socket whose SO_PEERCRED answer is ``struct ucred`` {pid, uid, gid} as given."""
+
+    def __init__(self, pid: int, uid: int, gid: int) -> None:
+        self.creds = struct.pack("3i", pid, uid, gid)
+
+    def getsockopt(self, level: int, option: int, size: int) -> bytes:
+        assert (level, option, size) == (socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return self.creds
+
+
+def test_peer_uid_is_the_peers_user_not_its_group_or_pid():
+    """struct ucred is {pid, uid, gid}: the user id is the second field (as root, uid = gid = 0
+    and a real socket pair cannot tell the user from the group)."""
+    assert node_service.peer_uid(_PeerCreds(4321, 1000, 2000)) == 1000
+    assert node_service.peer_uid(_PeerCreds(7, 0, 65534)) == 0
+
+
+def test_the_service_compares_the_peers_user_with_its_own_user_not_groups(tmp_path, monkeypatch):
+    """The service's own user id U, its group id (here made U + 4242 = G so that the two differ
+    even as root) and a peer's credentials faked on the accepted connection: a peer of user U in
+    another group is answered; a peer of user G (= the service's group id) whose group is U is
+    closed unanswered. A check of the peer's group, or against the service's group, flips both."""
+    me = os.getuid()
+    group = me + 4242
+    peer = {"uid": me, "gid": me + 99}
+    real = socket.socket.getsockopt
+
+    def getsockopt(self, level, option, *args):
+        if level == socket.SOL_SOCKET and option == socket.SO_PEERCRED:
+            return struct.pack("3i", 1, peer["uid"], peer["gid"])
+        return real(self, level, option, *args)
+
+    monkeypatch.setattr(os, "getgid", lambda: group)
+    monkeypatch.setattr(socket.socket, "getsockopt", getsockopt)
+
+    def ask(sock: Path) -> list[bytes] | None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(sock))
+            try:
+                node_service.send_frames(s, node_service.MAGIC, b"x", b"y")
+                return node_service.recv_frames(s, 2)
+            except OSError:  # closed unanswered (ServiceUnavailable, or reset)
+                return None
+
+    with service_thread(tmp_path / "svc") as sock:
+        assert sock.stat().st_mode & 0o777 == 0o600  # created under umask 0177, whoever runs the test
+        status, reason = ask(sock)  # own user, another group: answered (the request is malformed)
+        assert status == b"error" and b"malformed request" in reason
+        peer.update(uid=group, gid=me)  # another user whose group id is the service's user id
+        assert ask(sock) is None
+        peer.update(uid=me, gid=group)  # and the service, still up, answers its own user again
+        assert ask(sock)[0] == b"error"
+
+
+def test_a_request_without_the_magic_is_refused_before_the_clientapp_runs():
+    """Another protocol's (or version's) first frame: refused in words, the ClientApp never called."""
+    reply, context = node_service.answer([b"fedtext-node-service/0", b"", b""],
+                                         lambda m, c: pytest.fail("the ClientApp ran"))
+    assert reply == [b"error", b"not a fedtext node-service request"] and context is None
 
 
 def test_the_service_is_added_to_the_supernodes_node_config():

@@ -255,3 +255,27 @@ def test_a_node_without_a_valid_partition_id_is_bounded_by_the_whole_split_not_r
     odd = Node(cid="4558285214187179596", pid="x", parts=2)
     fedprompt.sampler.identify([odd])
     assert fedprompt.sampler.max_examples(odd) == len(labelled(fedprompt.cfg).splits.train)
+
+
+def test_a_partition_id_equal_to_num_partitions_is_refused_and_the_last_one_bound(fedprompt, caplog):
+    """Issue 69, the top of the range: partition ``num-partitions`` (one past the last) is refused
+    with its reason as any other id outside the federation, by the server's claim check and by the
+    node's own config; ``num-partitions - 1`` is bound. (Pinned: the checks were already right.)"""
+    from fedtext.config import ConfigError
+    from fedtext.node import make_node
+
+    a, b = Node(cid="a", pid=0, parts=3), Node(cid="b", pid=1, parts=3)
+    fedprompt.sampler.identify([a, b])  # the federation's count: 3
+    with caplog.at_level(logging.WARNING, logger="fedtext"):
+        assert fedprompt.sampler.claim("top", 3) == "node top claims partition 3, outside 0..2 (num-partitions=3): refused"
+    assert "node top claims partition 3, outside 0..2 (num-partitions=3): refused; its results are dropped" in caplog.text
+    assert fedprompt.sampler.refused == {"top": "3"} and "top" not in fedprompt.sampler.bound
+    assert fedprompt.sampler.claim("last", 2) is None and fedprompt.sampler.bound["last"] == "2"
+    # an unbound node's own count, as in its properties (before the federation's is known)
+    fresh = FedPrompt(make_config("fedprompt", prompt_length=2, max_length=64), TASKS["demo"]).sampler
+    assert fresh.claim("x", 2, num_partitions=2) == "node x claims partition 2, outside 0..1 (num-partitions=2): refused"
+    assert fresh.claim("y", 1, num_partitions=2) is None
+    # the node refuses its own node config the same way
+    with pytest.raises(ConfigError, match=r"^partition-id 3 outside 0\.\.2$"):
+        make_node({}, {"partition-id": 3, "num-partitions": 3})
+    assert make_node({}, {"partition-id": 2, "num-partitions": 3}).partition_id == 2

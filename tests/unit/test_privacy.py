@@ -326,3 +326,153 @@ def test_a_round_is_aggregated_once(tmp_path, dp: str) -> None:
     run({"method": "fedprompt", **TINY, **TINY_BERT, **smoke("fedprompt"), "num-server-rounds": 2, "dp": dp},
         tmp_path, clients=2, server_hook=hook)
     assert calls == [1, 2]
+
+
+# ---------------------------------------------------------------- wrong versions told apart (issue 69)
+def _stream(seed: int, stream: int, server_round: int, partition_id: int = -1) -> np.random.Generator:
+    """The generator of one noise draw built by hand: SeedSequence([seed, stream, round, partition + 1])."""
+    return np.random.default_rng(np.random.SeedSequence([seed, stream, server_round, partition_id + 1]))
+
+
+def test_each_noise_draws_from_its_own_stream_and_the_count_noise_std_is_sigma_b() -> None:
+    """Adaptive clipping at C = 1, z = 1, σ_b = 2, m = 3, seed 7, round 4; norms 0.5, 2, 3 along
+    e0, e1, e2: clipped 0.5 e0, e1, −e2, one unclipped. The update's noise is the central stream's
+    N(0, (z_Δ C / m)²) with z_Δ = (1 − 1/16)^(−1/2); the count's is the count stream's own draw
+    N(0, σ_b²) with σ_b = 2 (not 2 / m), so C' = exp(−0.2 ((1 + g) / 3 − 0.5)). The count drawn
+    from the update's stream, or the update's from the count's, gives other numbers."""
+    assert len({privacy.CENTRAL_STREAM, privacy.COUNT_STREAM, privacy.LOCAL_STREAM}) == 3
+    cfg = make_config("fedprompt", dp="central", dp_clipping="adaptive", dp_clip=1.0, dp_noise=1.0,
+                      dp_count_noise=2.0, seed=7)
+    dp = privacy.CentralDP(cfg)
+    release = dp.release([[_unit((4,), 0, 0.5)], [_unit((4,), 1, 2.0)], [_unit((4,), 2, -3.0)]], 3, server_round=4)
+    z_delta = (1 - 1 / 16) ** -0.5
+    std = z_delta * 1.0 / 3
+    assert release.noise_std == pytest.approx(std) and release.clipped == 2
+    want = np.array([0.5, 1.0, -1.0, 0.0]) / 3 + _stream(7, privacy.CENTRAL_STREAM, 4).normal(0.0, std, (4,))
+    np.testing.assert_allclose(release.update[0], want, rtol=0, atol=1e-12)
+    g = _stream(7, privacy.COUNT_STREAM, 4).normal(0.0, 2.0)
+    assert g != pytest.approx(_stream(7, privacy.CENTRAL_STREAM, 4).normal(0.0, 2.0))  # two streams, two draws
+    assert dp.clip == release.next_clip == pytest.approx(math.exp(-0.2 * ((1 + g) / 3 - 0.5)), rel=1e-12)
+    # σ_b = 2 against σ_b / m = 2 / 3: the clip each would give differs by more than the tolerance
+    assert math.exp(-0.2 * ((1 + g / 3) / 3 - 0.5)) != pytest.approx(dp.clip, rel=1e-6)
+
+
+def test_the_default_count_noise_is_m_over_20() -> None:
+    """dp-count-noise=0: σ_b = m / 20 (Flower's default): m = 40 -> σ_b = 2, z_Δ = (1 − 1/16)^(−1/2)."""
+    cfg = make_config("fedprompt", dp="central", dp_clipping="adaptive", dp_noise=1.0)
+    z_delta, sigma_b = privacy.CentralDP(cfg).noise_params(40)
+    assert sigma_b == 2.0 and z_delta == pytest.approx((1 - 1 / 16) ** -0.5)
+
+
+def test_local_noise_draws_from_the_local_stream_of_the_client() -> None:
+    """dp=local, C = 1, z = 0.5, seed 3, round 2, partition 5: clip_C([3, 4], [0]) = [0.6, 0.8], [0],
+    plus the local stream's draws for partition 5, array by array (not the central stream's)."""
+    cfg = make_config("fedprompt", dp="local", dp_clip=1.0, dp_noise=0.5, seed=3)
+    got = privacy.local_update(cfg, [np.array([3.0, 4.0]), np.array([0.0])], server_round=2, partition_id=5)
+    rng = _stream(3, privacy.LOCAL_STREAM, 2, 5)
+    want = [np.array([0.6, 0.8]) + rng.normal(0.0, 0.5, (2,)), rng.normal(0.0, 0.5, (1,))]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e-12)
+    central = _stream(3, privacy.CENTRAL_STREAM, 2, 5).normal(0.0, 0.5, (2,))
+    assert not np.allclose(got[0] - [0.6, 0.8], central)
+
+
+def test_the_unclipped_fraction_is_over_the_clients_sampled_not_those_that_arrived() -> None:
+    """m = 4 sampled, 2 arrived (norms 0.5 and 2 at C = 1, σ_b = 0 with z = 0): b̄ = 1/4, so
+    C' = exp(−0.2 (1/4 − 1/2)) = exp(0.05) = 1.051271; over the 2 that arrived b̄ = 1/2 = γ and C
+    would stay 1."""
+    cfg = make_config("fedprompt", dp="central", dp_clipping="adaptive", dp_clip=1.0, dp_noise=0.0)
+    dp = privacy.CentralDP(cfg)
+    release = dp.release([[np.array([0.5])], [np.array([2.0])]], 4, server_round=1)
+    assert release.update[0][0] == pytest.approx((0.5 + 1.0) / 4)
+    assert dp.clip == pytest.approx(math.exp(0.05)) == pytest.approx(1.051271, abs=1e-6)
+
+
+def test_the_strategy_steps_the_clip_over_the_clients_it_sampled(backbone) -> None:
+    """The same through the server: 4 sampled, 2 uploads (norms 0.5 and 2): C' = exp(0.05)."""
+    strat = _strategy(backbone, dp="central", dp_clipping="adaptive", dp_clip=1.0, dp_noise=0.0)
+    strat.sampled_this_round = 4
+    shape = strat.global_arrays[0].shape
+    strat.private_mean(1, [_upload(0, 4, _unit(shape, 0, 0.5)), _upload(1, 4, _unit(shape, 1, 2.0))])
+    assert strat.central_dp.clip == pytest.approx(math.exp(0.05))
+
+
+def test_an_update_of_norm_exactly_c_is_unclipped() -> None:
+    """b_k = 1[‖Δ_k‖ ≤ C]: [3, 4] at C = 5 is kept as it is and counts as unclipped (C' = 5 exp(−0.1)
+    with one update, m = 1, σ_b = 0); one ulp below 5 it is clipped."""
+    out, unclipped = privacy.clip([np.array([3.0, 4.0])], 5.0)
+    assert unclipped and np.array_equal(out[0], [3.0, 4.0])
+    assert not privacy.clip([np.array([3.0, 4.0])], float(np.nextafter(5.0, 0.0)))[1]
+    cfg = make_config("fedprompt", dp="central", dp_clipping="adaptive", dp_clip=5.0, dp_noise=0.0)
+    dp = privacy.CentralDP(cfg)
+    assert dp.release([[np.array([3.0, 4.0])]], 1, server_round=1).clipped == 0
+    assert dp.clip == pytest.approx(5 * math.exp(-0.1))
+
+
+def test_more_updates_than_clients_sampled_is_refused() -> None:
+    """m below the updates would shrink the sensitivity's denominator: refused (m = 2 with 2 is fine)."""
+    cfg = make_config("fedprompt", dp="central", dp_clip=10.0, dp_noise=0.0)
+    with pytest.raises(ValueError, match="m=1 sampled clients, but 2 updates"):
+        privacy.CentralDP(cfg).release([[np.array([1.0])], [np.array([1.0])]], 1, server_round=1)
+    assert privacy.CentralDP(cfg).release([[np.array([1.0])], [np.array([3.0])]], 2, server_round=1).update[0][0] == 2.0
+
+
+def test_the_sampling_rate_is_at_most_1_and_1_without_participants() -> None:
+    """clients-per-round above the participants (a short fleet) samples everyone: q = 1, not 2;
+    no participant known yet: q = 1 (no division by 0)."""
+    assert privacy.sampling_rate(make_config("fedprompt", clients_per_round=20), 10) == 1.0
+    assert privacy.sampling_rate(make_config("fedprompt", clients_per_round=3), 0) == 1.0
+
+
+# ---------------------------------------------------------------- issue 69: floats that left floating point
+@pytest.mark.parametrize("fields, words", [
+    (dict(dp="local", dp_noise=1e308), "dp-noise must be 0 or in [1e-100, 1e+100] (the privacy accountant squares it "
+                                       "and its inverse in float64), got 1e+308"),
+    (dict(dp="central", dp_noise=1e-200), "dp-noise must be 0 or in [1e-100, 1e+100]"),
+    (dict(dp="local", dp_noise=1e30, dp_clip=1e10), "dp-noise x dp-clip = 1e+40 is the noise std, above 3.4e+37 "
+                                                    "(float32's largest / 10): every noised value would be inf"),
+    (dict(dp="central", dp_clipping="adaptive", dp_noise=0.0, dp_clip_lr=800.0),
+     "dp-clip-lr=800 with dp-clip=1: one step of adaptive clipping, C exp(dp-clip-lr), would overflow float64"),
+    (dict(dp="central", dp_clipping="adaptive", dp_noise=0.0, dp_clip=1e300, dp_clip_lr=100.0), "dp-clip-lr=100"),
+])
+def test_dp_floats_beyond_floating_point_are_one_line_at_config_time(fields, words) -> None:
+    """Issue 69: ``dp=local dp-noise=1e308`` passed the config and raised OverflowError in round 1
+    (the accountant squares z); a noise std past float32 noised every value to inf; adaptive
+    clipping's exp(dp-clip-lr) overflowed. Each is one line now."""
+    with pytest.raises(ConfigError) as err:
+        make_config("fedprompt", **fields)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_dp_noise_bounds_are_ones_the_accountant_computes_at() -> None:
+    """The bounds' reason: at z = 1e±100 (and 3 or 10^6 rounds) the RDP accountant returns a number;
+    at 1e308 it raised OverflowError, which the config now refuses. The bounds themselves are accepted."""
+    from fedtext.config import DP_NOISE_RANGE, NOISE_STD_MAX
+
+    low, high = DP_NOISE_RANGE
+    for steps in (3, 10**6):
+        assert privacy.epsilon(1.0, high, steps, 1e-5) == 0.0
+        assert 1e199 < privacy.epsilon(0.3, low, steps, 1e-5) < math.inf
+    with pytest.raises(OverflowError):
+        privacy.epsilon(1.0, 1e308, 3, 1e-5)
+    assert make_config("fedprompt", dp="local", dp_noise=low).dp_noise == low
+    assert make_config("fedprompt", dp="local", dp_noise=NOISE_STD_MAX).dp_noise == NOISE_STD_MAX  # C = 1
+    assert make_config("fedprompt", dp="central", dp_noise=0.0, dp_clip=1e300).dp_clip == 1e300  # 0 x C: no noise
+    noise = privacy.gaussian([np.zeros(10**5, np.float32)], NOISE_STD_MAX, np.random.default_rng(0))[0]
+    assert noise.dtype == np.float32 and np.isfinite(noise).all()
+
+
+def test_adaptive_clipping_whose_count_noise_takes_c_out_of_float64_is_one_line() -> None:
+    """Past the config's noiseless bound: C = 1, dp-clip-lr = 700 (accepted: e^700 is finite) with
+    sigma_b = 10^6 on a count of 3: exp(-700 (b - gamma)) overflowed (OverflowError) or sent C to 0
+    for good. It is one line naming the keys, and C is left as it was."""
+    cfg = make_config("fedprompt", dp="central", dp_clipping="adaptive", dp_clip=1.0, dp_noise=1.0,
+                      dp_count_noise=1e6, dp_clip_lr=700.0)
+    for server_round in (1, 2):  # a draw of either sign: overflow, and underflow to 0
+        dp = privacy.CentralDP(cfg)
+        with pytest.raises(ConfigError) as err:
+            dp.release([[np.array([0.5])], [np.array([2.0])], [np.array([-3.0])]], 3, server_round=server_round)
+        assert str(err.value).startswith("adaptive clipping's C = 1 x exp(") and "\n" not in str(err.value)
+        assert str(err.value).endswith("(dp-clip-lr=700, count noise sigma_b=1e+06): lower dp-clip-lr or "
+                                       "dp-count-noise")
+        assert dp.clip == 1.0

@@ -171,6 +171,21 @@ def _long_line(root: Path) -> Path:
     return d
 
 
+def _over_the_bound(name: str) -> Callable[[Path], Path]:
+    """Issue 69: ``name`` (config.json or summary.json) a valid record padded one byte past
+    RECORD_FILE_MAX: both were read whole, whatever their size."""
+    def write(root: Path) -> Path:
+        from fedtext.records.reader import RECORD_FILE_MAX
+
+        d = write_record(root, "bad")
+        record = json.loads((d / name).read_text())
+        head = json.dumps({**record, "pad": ""})[:-3]  # '{..., "pad": '
+        (d / name).write_text(head + '"' + "x" * (RECORD_FILE_MAX - len(head) - 2) + '"}')
+        assert (d / name).stat().st_size == RECORD_FILE_MAX + 1
+        return d
+    return write
+
+
 def _round_beyond(root: Path) -> Path:
     """Issue 58: round 3 of a run of num-server-rounds=2 (read as "rounds 3/2"), the only line."""
     return write_record(root, "bad", rounds=[{"round": 3, "global_accuracy": 0.9}], summary=False)
@@ -196,6 +211,10 @@ MALFORMED: dict[str, tuple[Callable[[Path], Path], str]] = {
                                            "the longest round record a writer writes: not read)")),
     "a round beyond num-server-rounds": (_round_beyond, ("rounds.jsonl has no readable round (line 1: round 3 is "
                                                          "outside 0..2 (num-server-rounds))")),
+    "config.json over the bound": (_over_the_bound("config.json"),
+                                   "config.json: longer than 16777216 bytes, more than a writer writes: not read"),
+    "summary.json over the bound": (_over_the_bound("summary.json"),
+                                    "summary.json: longer than 16777216 bytes, more than a writer writes: not read"),
 }
 
 
@@ -405,3 +424,30 @@ def test_simulations_status_shows_the_privacy_spent(tmp_path, capsys):
     assert capsys.readouterr().out.rstrip().endswith("acc 0.700  ε 2.50 (δ 1e-05, central)")
     status.main([str(tmp_path), "--run", "plain"])
     assert capsys.readouterr().out.rstrip().endswith("acc 0.700")
+
+
+def test_a_config_or_summary_over_the_bound_is_never_held_whole_and_one_at_the_bound_is_read(tmp_path):
+    """Issue 69: config.json and summary.json were read whole. A 48 MiB summary.json is refused
+    after reading at most RECORD_FILE_MAX + 1 bytes; a record of exactly the bound is read."""
+    import tracemalloc
+
+    from fedtext.records.reader import RECORD_FILE_MAX, read_config, read_summary
+
+    d = write_record(tmp_path, "r")
+    summary = json.loads((d / "summary.json").read_text())
+    head = json.dumps({**summary, "pad": ""})[:-3]
+    (d / "summary.json").write_text(head + '"' + "x" * (3 * RECORD_FILE_MAX) + '"}')
+    tracemalloc.start()
+    try:
+        got = read_summary(d / "summary.json")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got == (None, f"summary.json: longer than {RECORD_FILE_MAX} bytes, more than a writer writes: not read")
+    assert peak < 1.5 * RECORD_FILE_MAX
+    meta = json.loads((d / "config.json").read_text())
+    head = json.dumps({**meta, "pad": ""})[:-3]
+    (d / "config.json").write_text(head + '"' + "x" * (RECORD_FILE_MAX - len(head) - 3) + '"}')
+    assert (d / "config.json").stat().st_size == RECORD_FILE_MAX
+    config, problem = read_config(d / "config.json")
+    assert problem is None and config["config"] == CONFIG

@@ -590,3 +590,30 @@ def test_prompt_length_beyond_the_vocabulary_or_positions_is_a_config_error(back
     with pytest.raises(ConfigError, match=message):
         check_prompt_fits(make_config("bbt-fed", prompt_length=prompt_length, max_length=max_length), backbone)
     check_prompt_fits(make_config("bbt-fed", prompt_length=8, max_length=128), backbone)  # the defaults fit
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{not json", "config.json: not JSON (Expecting property name enclosed in double quotes"),
+    ('{"run_id": "run"}', "config.json has no run-config ('config')"),
+    ('{"config": [1, 2]}', "config.json: 'config' is a list, not an object"),
+    ('{"config": {"seed": NaN}}', "config.json: NaN is not a finite number"),
+])
+def test_resume_of_a_garbled_config_json_is_one_line_saying_why(tmp_path, text, words):
+    """Issue 69: resume= read the run's config.json whole with json.loads, and a garbled one read
+    as "no run record"; it now goes through the records reader (bounded, checked): one line
+    naming the file and what is wrong with it. A folder without one is still "no run record"."""
+    from fedtext.config import ConfigError
+    from fedtext.registry import make_config
+    from fedtext.server_app import resume_checkpoint
+
+    out = tmp_path / "out"
+    cfg = make_config("fedbpt", output_dir=str(out), resume="run", num_server_rounds=3)
+    (out / "run").mkdir(parents=True)
+    with pytest.raises(ConfigError, match=r"^resume='run': no run record at "):
+        resume_checkpoint(cfg, cfg.to_run_config(), checkpoint.UNBOUNDED)
+    (out / "run" / "config.json").write_text(text)
+    with pytest.raises(ConfigError) as err:
+        resume_checkpoint(cfg, cfg.to_run_config(), checkpoint.UNBOUNDED)
+    assert str(err.value).startswith(f"resume='run': {out / 'run' / 'config.json'} is not a run's config record "
+                                     f"({words}")
+    assert "\n" not in str(err.value)

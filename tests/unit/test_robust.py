@@ -109,6 +109,17 @@ def test_krum_picks_the_upload_closest_to_its_neighbours_and_multi_krum_weights_
     np.testing.assert_allclose(got, (3 * prompts[1] + prompts[2]) / 4, rtol=1e-6)
 
 
+@pytest.mark.parametrize("keep", [3, 4, 5])
+def test_multi_krum_keeping_more_than_the_round_uploaded_averages_every_upload(backbone, keep):
+    """A short round (3 uploads) under krum-keep >= 3: the example-weighted mean of all three,
+    (p0 + 2 p1 + p2) / 4. Flower slices the best scores from index n - keep: uncapped, keep 4 would
+    keep the best one only (start -1) and keep 5 the best two (start -2)."""
+    strat = strategy(backbone, aggregator="krum", krum_malicious=0, krum_keep=keep)
+    prompts = uploads(strat.global_arrays[0].shape, [1.0, 1.1, 5.0])
+    got, _ = aggregated(strat, prompts, [1, 2, 1])
+    np.testing.assert_allclose(got, (prompts[0] + 2 * prompts[1] + prompts[2]) / 4, rtol=1e-6)
+
+
 def test_feddpg_keeps_its_uniform_weights_under_multi_krum(backbone):
     cfg = make_config("feddpg", max_length=64, aggregator="krum", krum_keep=2)
     strat = FedDPG(cfg, TASKS["demo"])
@@ -208,3 +219,70 @@ def test_each_attack_by_hand_and_only_on_its_partitions():
     lied = lie(sent, honest, 480)
     assert lied.num_examples == 480 and lied.arrays is honest.arrays
     assert attacks.for_client(make_config("fedprompt"), 0) is None  # attack=none: nobody
+
+
+# ------------------------------------------------------------- issue 69: inputs that ran as if they worked
+class _Node(SimpleNamespace):
+    """A connected SuperNode answering its node config (``partition-id`` ``pid`` of ``parts``)."""
+
+    __hash__ = object.__hash__
+
+    def get_properties(self, ins, timeout, group_id):
+        return SimpleNamespace(properties={"partition_id": self.pid, "num_partitions": self.parts})
+
+
+def _manager(parts):
+    from flwr.server import SimpleClientManager
+
+    manager = SimpleClientManager()
+    for pid in range(parts):
+        manager.register(_Node(cid=f"n{pid}", pid=pid, parts=parts))
+    return manager
+
+
+@pytest.mark.parametrize(("keys", "words"), [
+    ({"krum_malicious": 5, "clients_per_round": 3},
+     "aggregator=krum with krum-malicious=5 needs at least 13 clients a round (Krum's n >= 2f + 3, Blanchard et al. "
+     "2017), got clients-per-round=3: lower krum-malicious or sample more clients"),
+    ({"krum_malicious": 1, "clients_per_round": 4}, "needs at least 5 clients a round (Krum's"),
+    ({"krum_malicious": 1, "krum_keep": 2, "clients_per_round": 4}, "needs at least 5 clients a round (multi-Krum's"),
+    ({"clients_per_round": 2}, "krum-malicious=0 needs at least 3 clients a round"),
+])
+def test_krum_with_too_few_clients_a_round_for_its_guarantee_is_one_line_at_config_time(keys, words):
+    """Issue 69: krum-malicious=5 with 3 clients a round ran as if robust (Flower scores by at least
+    one neighbour); Blanchard et al. 2017 need n >= 2f + 3. The bound itself is accepted."""
+    with pytest.raises(ConfigError) as err:
+        make_config("fedprompt", aggregator="krum", **keys)
+    assert words in str(err.value) and "\n" not in str(err.value)
+    assert make_config("fedprompt", aggregator="krum", krum_malicious=5, clients_per_round=13).krum_malicious == 5
+    assert make_config("fedprompt", aggregator="krum", krum_malicious=1, krum_keep=2, clients_per_round=5).krum_keep == 2
+
+
+def test_krum_over_every_participant_is_checked_when_the_server_first_draws(backbone):
+    """clients-per-round=0 (every participant): n is known only at the first draw; 3 participants
+    with f = 1 are refused there in one line, 5 are drawn."""
+    strat = strategy(backbone, aggregator="krum", krum_malicious=1)
+    with pytest.raises(ConfigError, match=r"^aggregator=krum with krum-malicious=1 needs at least 5 clients a round "
+                                          r"\(Krum's n >= 2f \+ 3, Blanchard et al\. 2017\), got clients-per-round=0 "
+                                          r"with 3 participant clients"):
+        strat.sample_clients(1, _manager(3))
+    ok = strategy(backbone, aggregator="krum", krum_malicious=1)
+    assert len(ok.sample_clients(1, _manager(5))) == 5
+
+
+def test_attack_partitions_outside_the_federation_are_refused_before_training(backbone):
+    """Issue 69: attack-partitions=99 with 3 partitions ran with no attack at all. The server
+    refuses it once the nodes report num-partitions (before any client trains); partition
+    num-partitions - 1 attacks; attack=none reads no attack-partitions."""
+    cfg = make_config("fedprompt", attack="scale", attack_partitions="1,99")
+    with pytest.raises(ConfigError) as err:
+        cfg.check_num_partitions(3)
+    assert str(err.value) == ("attack-partitions='1,99' names partition 99, outside 0..2 (num-partitions=3; a "
+                              "simulation's num-supernodes): no client holds it, so attack=scale would not happen")
+    with pytest.raises(ConfigError, match="names partition 3, outside 0..2"):  # the top of the range
+        make_config("fedprompt", attack="sign-flip", attack_partitions="3").check_num_partitions(3)
+    make_config("fedprompt", attack="sign-flip", attack_partitions="2").check_num_partitions(3)
+    make_config("fedprompt", attack_partitions="99").check_num_partitions(3)  # attack=none: nobody attacks anyway
+    strat = strategy(backbone, attack="scale", attack_partitions="99")
+    with pytest.raises(ConfigError, match="^attack-partitions='99' names partition 99, outside 0..2"):
+        strat.sample_clients(1, _manager(3))

@@ -69,6 +69,32 @@ def test_the_round_records_the_protocol_bytes_per_stage(fedprompt):
     assert (rec.bytes_down, rec.bytes_down_per_client) == (510, 170)
 
 
+# the most examples each node may claim: an unknown node's is the whole train split, larger than any
+_CLAIMS = {"p8": 8, "p32": 32, "p16": 16, "stranger": 1000}
+
+
+def _weight_strategy(max_weight: float, known: set[str]) -> SimpleNamespace:
+    """What max_weight reads of a strategy: ``secagg-max-weight``, whether the sampler knows a node's
+    partition (``known``) and each node's claim limit (:data:`_CLAIMS`)."""
+    return SimpleNamespace(cfg=SimpleNamespace(secagg_max_weight=max_weight),
+                           sampler=SimpleNamespace(known_partition=lambda p: p if p in known else None),
+                           validator=SimpleNamespace(claim_limit=lambda p: (_CLAIMS[p], "assigned rows")))
+
+
+def test_the_secagg_weight_bound_is_the_largest_claim_of_a_known_client():
+    """Every client's n_k / max_weight must stay <= 1, so the bound is the *largest* claim any known
+    client may make (claims 8, 32, 16 -> 32, not the smallest, 8, which would scale a 32-example
+    client by 4); a node whose partition is unknown (its limit, the whole split, 1000) is left out;
+    no known client: 1; ``secagg-max-weight`` > 0 is taken as it is."""
+    from fedtext.secagg import max_weight
+
+    nodes = SimpleNamespace(all=lambda: {"a": "p8", "b": "p32", "c": "p16", "d": "stranger"})
+    assert max_weight(_weight_strategy(0.0, {"p8", "p32", "p16"}), nodes) == 32.0
+    assert max_weight(_weight_strategy(0.0, set()), nodes) == 1.0
+    assert max_weight(_weight_strategy(50.0, {"p8", "p32", "p16"}), nodes) == 50.0
+    assert max_weight(_weight_strategy(0.0, set(_CLAIMS)), nodes) == 1000.0  # once known, it counts
+
+
 def _train(content: RecordDict) -> Message:
     return Message(content=content, dst_node_id=1, message_type=MessageType.TRAIN, group_id="1")
 

@@ -139,3 +139,15 @@ def test_an_evaluate_reply_out_of_range_is_dropped_with_its_reason(fedprompt):
                    "3": "evaluate reply: metric eval_time_s=1e+30 is not a number in [0, 86400]",
                    "4": "evaluate reply: metric queries=1000000000000000 is not a whole number in [0, 8.64e+10]"}
     assert fedprompt.record.eval_queries == 3
+
+
+def test_an_evaluate_loss_of_exactly_0_is_kept_and_one_step_below_dropped(fedprompt):
+    """The loss's range is closed at 0: a mean cross-entropy of 0.0 (every test text at probability
+    1 in float) is a valid reply; the next float below 0 is not."""
+    below = float(np.nextafter(0.0, -1.0))
+    replies = [(SimpleNamespace(cid=str(pid)),
+                EvaluateRes(Status(Code.OK, ""), loss, 8, {"partition_id": pid, "accuracy": 1.0}))
+               for pid, loss in ((0, 0.0), (1, below))]
+    fedprompt.aggregate_evaluate(1, replies, [])
+    assert fedprompt.record.client_accuracy == {"0": 1.0}
+    assert [d["client"] for d in fedprompt.record.dropped] == ["1"]

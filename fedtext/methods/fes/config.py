@@ -73,6 +73,8 @@ class FewShotConfig(MethodConfig):
                                          "as the paper ran it)")
     privacy_reason: ClassVar[str] = ("FeS's server reads each client's pseudo-label counts and splits its clients into "
                                      "training and labelling groups")
+    # strategies.fes.FewShotStrategy.sample_clients: G_train among the labelled clients and G_label, two fixed-size draws
+    own_sampling: ClassVar[str] = "FeS's training and labelling groups, drawn among the labelled clients and all clients"
     local_training: ClassVar[str] = GRADIENT
     page: ClassVar[str] = "fes"  # FeS and its baselines: one page, one harness
     results: ClassVar[str] = "fes_ag_news"
