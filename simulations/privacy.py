@@ -32,6 +32,9 @@ from simulations import robust
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "simulations" / "experiments" / "privacy_ag_news.toml"
 OUT = REPO / "simulations" / "results" / "privacy_ag_news"
+# issue 69's cross-device harness (its header says the setting and what a run costs here)
+CROSS_DEVICE = REPO / "simulations" / "experiments" / "privacy_cross_device.toml"
+CROSS_DEVICE_OUT = REPO / "simulations" / "results" / "privacy_cross_device"
 METHODS = ("fedprompt", "fedlora", "bbt-fed", "fedkseed")
 NOISES = {"none": "no DP", "z0": "clip only (z = 0)", "z05": "z = 0.5", "z1": "z = 1", "z2": "z = 2"}
 FIGURE = "accuracy_vs_epsilon"
@@ -216,7 +219,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table-only", action="store_true", help="render the table and figure from the records, run nothing")
     ap.add_argument("--labels", nargs="+", help="run only these of the experiment's labels (e.g. without the -z0 ones)")
     ap.add_argument("--pilot", metavar="METHOD", help="print the honest update norms of METHOD (dp-clip's source)")
+    ap.add_argument("--cross-device", action="store_true", help="run issue 69's cross-device harness "
+                    "(simulations/experiments/privacy_cross_device.toml) and list its runs' accuracy and epsilon")
     args = ap.parse_args(argv)
+    if args.cross_device:
+        if not args.table_only:
+            robust.run_all(args.seeds, CROSS_DEVICE, CROSS_DEVICE_OUT, args.labels)
+        if not (CROSS_DEVICE_OUT / "runs").exists():
+            print(f"no run under {CROSS_DEVICE_OUT.relative_to(REPO)} yet (python -m simulations.privacy --cross-device)")
+            return 0
+        for (label, seed), run in sorted(robust.newest_runs(CROSS_DEVICE_OUT).items()):
+            summary = run["summary"]
+            print(f"{label} s{seed}: final accuracy {summary.get('final_accuracy')}, "
+                  f"epsilon {summary.get('epsilon')} (delta {summary.get('dp_delta')})")
+        return 0
     if args.pilot:
         norms = pilot(args.pilot, {})
         print(f"{args.pilot}: {len(norms)} updates, L2 norms {', '.join(f'{n:.3g}' for n in norms)}; "
