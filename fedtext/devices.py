@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -142,3 +142,20 @@ def backward_step(loss: torch.Tensor, opt: torch.optim.Optimizer, scaler: torch.
     scaler.scale(loss).backward()
     scaler.step(opt)
     scaler.update()
+
+
+def accumulated_step(losses: Sequence[Callable[[], torch.Tensor]], opt: torch.optim.Optimizer,
+                     scaler: torch.amp.GradScaler) -> float:
+    """One optimizer step on the sum of ``losses``, each built and back-propagated on its own
+    (gradients accumulate: the gradient of a sum is the sum of the gradients), so that one
+    term's graph is in memory at a time; as :func:`backward_step` otherwise (the same scale on
+    every term, one step through ``scaler``). Returns the summed loss."""
+    opt.zero_grad()
+    total = 0.0
+    for loss in losses:
+        value = loss()
+        scaler.scale(value).backward()
+        total += float(value.detach())
+    scaler.step(opt)
+    scaler.update()
+    return total

@@ -240,6 +240,42 @@ def test_distill_steps_take_plain_adamw_steps_on_eq_8_and_report_the_first_and_l
     assert after > 1e-3  # Adam's second step overshoots p: w_2 is not w_1
 
 
+def test_distillation_back_propagates_one_teacher_at_a_time_and_takes_the_summed_losss_step() -> None:
+    """Eq. (8)'s step on Σ_k KL(teacher_k || student), three teachers on a 3-class linear student
+    (logits = W x): two AdamW steps equal those of one backward over the whole sum (the reference
+    written here, what distill_steps did before), and each teacher's term is back-propagated before
+    the next one's forward runs (one teacher's graph held at a time: the forward/backward order)."""
+    gen = torch.Generator().manual_seed(0)
+    teachings = [Teaching(torch.randn(4, 5, generator=gen), torch.softmax(torch.randn(4, 3, generator=gen), -1))
+                 for _ in range(3)]
+    w0 = torch.randn(3, 5, generator=gen)
+    order: list[str] = []
+
+    def logits(net: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        order.append("forward")
+        out = x @ net.T
+        if out.requires_grad:  # not in the final, no-grad loss
+            out.register_hook(lambda g: order.append("backward"))
+        return out
+
+    w = torch.nn.Parameter(w0.clone())
+    before, after = distill_steps(w, [w], teachings, logits, steps=2, lr=0.05, precision=CPU_FP32)
+    ref = torch.nn.Parameter(w0.clone())
+    opt = torch.optim.AdamW([ref], lr=0.05, weight_decay=0.0)
+    losses = []
+    for _ in range(2):
+        opt.zero_grad()
+        loss = sum(kl_to_student(t.inputs @ ref.T, t.probs) for t in teachings)
+        losses.append(float(loss))
+        loss.backward()
+        opt.step()
+    torch.testing.assert_close(w.detach(), ref.detach(), rtol=1e-6, atol=1e-7)
+    assert before == pytest.approx(losses[0], rel=1e-6)
+    with torch.no_grad():
+        assert after == pytest.approx(float(sum(kl_to_student(t.inputs @ ref.T, t.probs) for t in teachings)), rel=1e-6)
+    assert order[:6] == ["forward", "backward"] * 3
+
+
 def test_kl_matches_its_definition_on_hand_values():
     p = torch.tensor([[0.5, 0.5], [0.9, 0.1]])
     logits = torch.log(torch.tensor([[0.25, 0.75], [0.5, 0.5]]))
