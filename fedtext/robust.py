@@ -114,7 +114,8 @@ def combine(arrays: list[Arrays], weights: list[int], cfg: RunConfig, like: Arra
 
 def update_norms(arrays: list[Arrays], reference: Arrays) -> np.ndarray:
     """‖x_k − x_t‖₂ of each upload (all its arrays as one vector), in float64."""
-    return np.asarray([np.sqrt(sum(float(np.sum((np.asarray(x, np.float64) - np.asarray(r, np.float64)) ** 2))
+    # one float64 cast per difference: a float32 update's squares overflow float32 past |Δ| ~ 1.8e19
+    return np.asarray([np.sqrt(sum(float(np.sum(np.subtract(x, r, dtype=np.float64) ** 2))
                                    for x, r in zip(upload, reference, strict=True)))
                        for upload in arrays])
 
@@ -122,8 +123,9 @@ def update_norms(arrays: list[Arrays], reference: Arrays) -> np.ndarray:
 def along(reference: Arrays, upload: Arrays, factor: float) -> Arrays:
     """``x_t + factor · (x_k − x_t)`` per array, computed in float64 and cast back to the
     upload's dtypes: an update scaled along its own direction (a clip, an attack)."""
-    return [(np.asarray(r, np.float64) + factor * (np.asarray(x, np.float64) - np.asarray(r, np.float64))
-             ).astype(np.asarray(x).dtype) for x, r in zip(upload, reference, strict=True)]
+    # the difference cast once, to float64 (the sum with a float32 x_t is float64 by numpy's promotion)
+    return [(r + factor * np.subtract(x, r, dtype=np.float64)).astype(np.asarray(x).dtype)
+            for x, r in zip(upload, reference, strict=True)]
 
 
 def clip_updates(arrays: list[Arrays], reference: Arrays, factor: float) -> tuple[list[Arrays], int, float]:

@@ -403,9 +403,9 @@ class FedTextStrategy(FedAvg):
         else:
             m = max(self.sampled_this_round, len(uploads))
         # no upload (a Poisson round): the noise alone, shaped as an update of the arrays sent
-        zeros = [np.zeros_like(a, dtype=np.float64) for a in self.model.update(sent, sent)]
+        zeros = [np.zeros(np.shape(a)) for a in self.model.update(sent, sent)]
         release = self.central_dp.release(updates, m, server_round, zeros)
-        names = list(uploads[0].arrays) if uploads else [spec.name for spec in self.model.upload_specs()]
+        names = [spec.name for spec in self.model.upload_specs()]  # an Upload's arrays are keyed by them, in order
         arrays = self.model.apply_update(sent, release.update)
         self.dp_releases += 1
         merged = Upload(uploads[0].proxy if uploads else None, "dp-mean", 1, dict(zip(names, arrays, strict=True)), {})

@@ -298,6 +298,8 @@ def test_an_uploads_scale_is_the_median_of_its_drawn_seeds_and_the_round_the_low
     assert upload_scale(np.array([0.0, 2.0, 0.0, -4.0], np.float32)) == 3.0  # median of |2|, |-4|: undrawn 0s left out
     assert upload_scale(np.array([1.0, 0.0, -1.0, 3.0], np.float32)) == 1.0
     assert upload_scale(np.zeros(4, np.float32)) is None  # no seed drawn
+    # the median in float64: float32's midpoint of 1 and 1 + 2^-23 rounds to 1 (ties to even)
+    assert upload_scale(np.array([1.0, 1.0 + 2**-23], np.float32)) == 1.0 + 2**-24
     a = np.array([0.0, 2.0, 0.0, -4.0], np.float32)  # scale 3
     b = np.array([1.0, 0.0, -1.0, 3.0], np.float32)  # scale 1
     every = np.full(4, -30_000.0, np.float32)  # a large value on every seed: scale 30,000

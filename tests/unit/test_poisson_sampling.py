@@ -178,6 +178,9 @@ def test_the_record_says_what_its_epsilon_is_the_epsilon_of() -> None:
     assert privacy.accounting(make_config("fedprompt", dp="local")) == "no-amplification"
     pld = make_config("fedprompt", dp="central", clients_per_round=3, dp_accountant="pld")
     assert privacy.spent(pld, 4, 10, 0) == pytest.approx(privacy.epsilon(0.3, 1.0, 4, 1e-5, "pld"))
+    local = make_config("fedprompt", dp="local", clients_per_round=3, dp_accountant="pld")  # q = 1, 2 rounds
+    assert privacy.spent(local, 4, 10, 2) == pytest.approx(privacy.epsilon(1.0, 1.0, 2, 1e-5, "pld"))
+    assert privacy.spent(local, 4, 10, 2) < privacy.epsilon(1.0, 1.0, 2, 1e-5, "rdp")
 
 
 # ---------------------------------------------------------------- refusals

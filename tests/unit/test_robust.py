@@ -286,3 +286,25 @@ def test_attack_partitions_outside_the_federation_are_refused_before_training(ba
     strat = strategy(backbone, attack="scale", attack_partitions="99")
     with pytest.raises(ConfigError, match="^attack-partitions='99' names partition 99, outside 0..2"):
         strat.sample_clients(1, _manager(3))
+
+
+def test_flames_bound_counts_every_update_it_clips() -> None:
+    """Three updates of norms 1, 2 and 3 (along e0 from x_t = 0), factor 0.5: bound = 0.5 x the median
+    2 = 1, so the updates of norm 2 and 3 are scaled to norm 1 and counted (2, not 1), the first kept."""
+    reference = [np.zeros(3, np.float32)]
+    arrays = [[np.array([n, 0.0, 0.0], np.float32)] for n in (1.0, 2.0, 3.0)]
+    out, clipped, bound = robust.clip_updates(arrays, reference, 0.5)
+    assert (clipped, bound) == (2, 1.0)
+    assert [float(u[0][0]) for u in out] == [1.0, 1.0, 1.0] and out[0] is arrays[0]
+
+
+def test_norms_and_scaled_updates_are_computed_in_float64() -> None:
+    """A float32 update of 1e20 (x_t = 0): its square overflows float32 (max ~3.4e38), so the norm
+    must be taken in float64 (1e20, not inf). And x_t + 1 · (x_k - x_t) must give x_k back: with
+    x_t = -1 and x_k = 3e-8 in float32, float32's difference 1.00000003 rounds to 1 and the sum to 0;
+    float64's keeps x_k."""
+    x_t = [np.zeros(2, np.float32)]
+    norm = float(robust.update_norms([[np.array([1e20, 0.0], np.float32)]], x_t)[0])
+    assert np.isfinite(norm) and norm == pytest.approx(float(np.float32(1e20)), rel=1e-12)
+    (d,) = robust.along([np.array([-1.0], np.float32)], [np.array([3e-8], np.float32)], 1.0)
+    assert d.dtype == np.float32 and d[0] == np.float32(3e-8)

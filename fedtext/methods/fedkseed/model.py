@@ -144,7 +144,7 @@ def round_outliers(uploads: Sequence[np.ndarray], factor: float) -> list[str | N
     limit = factor * reference
     reasons: list[str | None] = []
     for g in uploads:
-        largest = float(np.abs(g).max()) if np.size(g) else 0.0
+        largest = float(np.abs(g).max())  # g has the upload spec's K >= 1 entries (validated before)
         reasons.append(None if largest <= limit else (
             f"{UPLOAD}: |scalar gradient sum| {largest:.3g} exceeds fedkseed.round-factor x the round's median "
             f"upload scale = {factor:g} x {reference:.3g} = {limit:.3g}"))
