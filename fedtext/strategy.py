@@ -408,7 +408,8 @@ class FedTextStrategy(FedAvg):
         names = [spec.name for spec in self.model.upload_specs()]  # an Upload's arrays are keyed by them, in order
         arrays = self.model.apply_update(sent, release.update)
         self.dp_releases += 1
-        merged = Upload(uploads[0].proxy if uploads else None, "dp-mean", 1, dict(zip(names, arrays, strict=True)), {})
+        # the release stands for no one client: no proxy, weight 1, no metrics
+        merged = Upload(None, "dp-mean", 1, dict(zip(names, arrays, strict=True)), {})
         return [merged], release
 
     def poisson_release(self) -> bool:

@@ -94,6 +94,7 @@ def test_the_private_mean_divides_by_the_expected_cohort_not_the_one_drawn(backb
     (merged,), release = strat.private_mean(1, uploads)
     got = merged.arrays["prompt"].ravel()
     assert got[:5] == pytest.approx([0.25] * 5) and np.count_nonzero(got) == 5 and release.clipped == 0
+    assert (merged.proxy, merged.partition_id, merged.num_examples, merged.metrics) == (None, "dp-mean", 1, {})
 
 
 def test_a_round_that_drew_nobody_releases_the_noise_alone(backbone) -> None:
@@ -200,3 +201,38 @@ def test_what_poisson_sampling_cannot_take_is_refused_in_one_line(method: str, f
     with pytest.raises(ConfigError, match=words) as err:
         make_config(method, **fields)
     assert "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------- hand values the mutation run asked for
+def test_one_release_of_the_plain_gaussian_has_its_own_epsilon() -> None:
+    """A single step counts (0 steps: 0): z = 1, q = 1, δ = 1e-5, one release: RDP 4.7285, PLD 4.3772
+    (dp-accounting, 2026-11-29)."""
+    assert privacy.epsilon(1.0, 1.0, 1, 1e-5) == pytest.approx(4.7285, abs=1e-4)
+    assert privacy.epsilon(1.0, 1.0, 1, 1e-5, "pld") == pytest.approx(4.3772, abs=1e-4)
+
+
+def test_a_float32_update_is_clipped_in_float64() -> None:
+    """An update of norm 1e20 in float32: its squares overflow float32, so clipping there would
+    scale it by C / inf = 0; in float64 it comes back at norm C = 1, along its direction."""
+    (out,), unclipped = privacy.clip([np.array([1e20, 0.0], np.float32)], 1.0)
+    assert not unclipped and out.dtype == np.float64 and out.tolist() == pytest.approx([1.0, 0.0])
+
+
+def test_adaptive_clippings_default_count_noise_is_m_over_20_of_the_m_released_over() -> None:
+    """dp-count-noise = 0: σ_b = m / 20 of the m the release divides by; z = 1, m = 40: σ_b = 2 and the
+    update's noise multiplier z_Δ = (1 - (2 σ_b)^-2)^-1/2 = (15/16)^-1/2; std = z_Δ C / m."""
+    dp = privacy.CentralDP(make_config("fedprompt", dp="central", dp_clipping="adaptive", dp_clip=2.0))
+    release = dp.release([[np.zeros(3)]], 40, 1)
+    assert release.noise_std == pytest.approx((15 / 16) ** -0.5 * 2.0 / 40)
+
+
+def test_local_dp_accounts_the_most_rounds_one_client_trained_in(backbone) -> None:
+    """Local DP: no amplification, composed over the most rounds any client was asked (3 for "0");
+    before any client was asked, nothing is spent."""
+    strat = _prompt_strategy(backbone, dp="local", clients_per_round=2)
+    strat.sampler.partitions = lambda: list(range(4))
+    strat.note_privacy(None)
+    assert strat.record.privacy["epsilon"] == 0.0 and strat.record.privacy["accounting"] == "no-amplification"
+    strat.dp_sampled = {"0": 3, "1": 1}
+    strat.note_privacy(None)
+    assert strat.record.privacy["epsilon"] == pytest.approx(privacy.epsilon(1.0, 1.0, 3, 1e-5))
