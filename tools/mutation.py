@@ -190,6 +190,13 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.privacy.x_spent",
         "fedtext.strategy.xǁFedTextStrategyǁprivate_mean",
         "fedtext.strategy.xǁFedTextStrategyǁnote_privacy",
+        # issue 69: Poisson cohorts (the draw, its rate, the release every round) and the PLD accountant
+        "fedtext.privacy.x_pld_accountant",
+        "fedtext.privacy.x_sampled_gaussian",
+        "fedtext.privacy.x_accounting",
+        "fedtext.sampling.xǁClientSamplerǁpoisson_draw",
+        "fedtext.sampling.xǁClientSamplerǁpoisson_rate",
+        "fedtext.strategy.xǁFedTextStrategyǁpoisson_release",
     ),
     "shared": (  # the weighted means and the byte accounting every method's figures rest on; BBT's prompt
         "fedtext.robust.x_weighted_mean",
