@@ -236,3 +236,12 @@ def test_local_dp_accounts_the_most_rounds_one_client_trained_in(backbone) -> No
     strat.dp_sampled = {"0": 3, "1": 1}
     strat.note_privacy(None)
     assert strat.record.privacy["epsilon"] == pytest.approx(privacy.epsilon(1.0, 1.0, 3, 1e-5))
+
+
+def test_no_noise_records_no_bound_rather_than_infinity(backbone) -> None:
+    """dp-noise = 0 (clipping alone): ε is unbounded, recorded as null (JSON has no infinity)."""
+    strat = _prompt_strategy(backbone, dp="central", dp_noise=0.0, clients_per_round=2)
+    strat.sampler.partitions = lambda: list(range(4))
+    strat.dp_releases = 1
+    strat.note_privacy(None)
+    assert strat.record.privacy["epsilon"] is None and strat.record.privacy["noise_multiplier"] == 0.0

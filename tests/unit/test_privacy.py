@@ -208,6 +208,7 @@ def test_the_round_record_carries_epsilon_and_the_release(backbone) -> None:
     entry = strat.record.privacy
     assert entry["epsilon"] == pytest.approx(privacy.epsilon(0.3, 2.0, 1, 1e-5))
     assert entry["noise_std"] == pytest.approx(2.0 * 0.5 / 3) and entry["clipped"] == 1
+    assert entry["clip"] == 0.5 and entry["noise_multiplier"] == 2.0
     assert entry["sampling_rate"] == 0.3 and entry["mode"] == "central" and entry["delta"] == 1e-5
     _strategy_without = _strategy(backbone)
     _strategy_without.note_privacy(None)
