@@ -164,11 +164,13 @@ def test_the_accountants_warn_nobody(caplog) -> None:
     """RDP's fractional orders that do not converge at q = 0.3 are left out by dp-accounting with an absl
     warning per order: none reaches the log or Python's warnings."""
     caplog.set_level(logging.DEBUG)
+    root = logging.getLogger().level  # only absl's logger is quietened, not everyone's
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         for accountant in DP_ACCOUNTANTS:
             privacy.epsilon(0.3, 0.7, 4, 1e-5, accountant)
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert logging.getLogger().level == root and logging.getLogger("absl").level == logging.ERROR
 
 
 def test_the_record_says_what_its_epsilon_is_the_epsilon_of() -> None:
