@@ -169,8 +169,8 @@ class CentralDP:
         z_delta, sigma_b = self.noise_params(m)
         bound = self.clip
         clipped = [clip(u, bound) for u in updates]
-        template = [np.zeros(np.shape(a)) for a in (updates[0] if updates else zeros)]
-        total = [np.sum([c[0][i] for c in clipped] + [template[i]], axis=0) for i in range(len(template))]
+        parts = [c[0] for c in clipped] or [[np.zeros(np.shape(a)) for a in zeros]]
+        total = [np.sum([p[i] for p in parts], axis=0) for i in range(len(parts[0]))]
         std = compute_stdv(z_delta, bound, m)
         mean = gaussian([t / m for t in total], std, noise_rng(self.cfg, CENTRAL_STREAM, server_round))
         unclipped = sum(c[1] for c in clipped)

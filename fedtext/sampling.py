@@ -57,6 +57,7 @@ from flwr.server.client_proxy import ClientProxy
 from fedtext.config import ConfigError, RunConfig
 from fedtext.data import client_data, labelled, partition_sizes, partition_train
 from fedtext.metrics import MetricSpec
+from fedtext.privacy import sampling_rate
 from fedtext.records.schema import RoundRecord
 
 log = logging.getLogger("fedtext")
@@ -443,8 +444,8 @@ class ClientSampler:
         participants the server has known (:meth:`partitions`, or with ``client-ids=lazy`` the connected
         participants: lazy's partitions are only those heard of), at most 1. A participant that has left
         keeps its q: it is drawn as often and sends nothing, so the rate the accountant composes
-        (:func:`fedtext.privacy.sampling_rate` of the same population) stays the one that ran."""
-        return min(1.0, self.cfg.clients_per_round / self.population) if self.population else 1.0
+        (:func:`fedtext.privacy.sampling_rate`, the one definition of the ratio) stays the one that ran."""
+        return sampling_rate(self.cfg, self.population)
 
     def poisson_draw(self, pool: list[ClientProxy], q: float, server_round: int) -> list[ClientProxy]:
         """``client-sampling=poisson``: each client of ``pool`` joins on its own with probability ``q``

@@ -362,27 +362,19 @@ class FedTextStrategy(FedAvg):
             results = secagg.cast_mean(results, self.model.upload_specs())
         uploads = self.validate(self.validator.replies(self.record, results, "fit"), failures)
         self.rounds.fit_results(results, uploads, self.is_upload, self.simulated_seconds)
-        if not uploads and self.poisson_release():  # the Poisson mechanism releases its noise whatever arrived
-            uploads, release = self.private_mean(server_round, [])
-            arrays, metrics = self.aggregate(server_round, uploads)
-            return self.finish_fit(arrays, metrics, release)
-        if not uploads:
+        # no valid upload: nothing to aggregate, but the Poisson mechanism releases its noise whatever arrived
+        if not uploads and not self.poisson_release():
             log.warning("round %d: no valid client result; global model unchanged", server_round)
             self.note_privacy(None)  # nothing released centrally; local DP's clients still sent theirs
             return None, {}
-        self.validator.valid_rounds += 1
-        if self.cfg.secagg:
+        if uploads:
+            self.validator.valid_rounds += 1
+        if self.cfg.secagg:  # never with Poisson cohorts (refused at config): uploads are there
             uploads = secagg_upload(uploads)
         release = None
         if self.central_dp is not None:  # the method sees one upload: the noised mean of the clipped updates
             uploads, release = self.private_mean(server_round, uploads)
         arrays, metrics = self.aggregate(server_round, uploads)
-        return self.finish_fit(arrays, metrics, release)
-
-    def finish_fit(self, arrays: list[np.ndarray] | None, metrics: dict[str, Scalar],
-                   release: privacy.Release | None) -> tuple[Parameters | None, dict[str, Scalar]]:
-        """The end of :meth:`aggregate_fit`: the method's metrics and the privacy spent into the round
-        record, and the new global arrays (``None``: unchanged)."""
         self.record.method_metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
         self.note_privacy(release)
         if arrays is None:
@@ -403,7 +395,7 @@ class FedTextStrategy(FedAvg):
         else:
             m = max(self.sampled_this_round, len(uploads))
         # no upload (a Poisson round): the noise alone, shaped as an update of the arrays sent
-        zeros = [np.zeros(np.shape(a)) for a in self.model.update(sent, sent)]
+        zeros = None if updates else [np.zeros(np.shape(a)) for a in self.model.update(sent, sent)]
         release = self.central_dp.release(updates, m, server_round, zeros)
         names = [spec.name for spec in self.model.upload_specs()]  # an Upload's arrays are keyed by them, in order
         arrays = self.model.apply_update(sent, release.update)
