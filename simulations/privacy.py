@@ -40,6 +40,12 @@ NOISES = {"none": "no DP", "z0": "clip only (z = 0)", "z05": "z = 0.5", "z1": "z
 FIGURE = "accuracy_vs_epsilon"
 
 
+def cross_device_out(profile: str | None) -> Path:
+    """Where the cross-device harness's runs go: :data:`CROSS_DEVICE_OUT`, ``-<profile>`` added
+    for a profile's (as :mod:`simulations.compare` names a profile's folder)."""
+    return CROSS_DEVICE_OUT if profile is None else CROSS_DEVICE_OUT.with_name(f"{CROSS_DEVICE_OUT.name}-{profile}")
+
+
 def split_label(label: str) -> tuple[str, str]:
     """``"bbt-fed-z05"`` -> ``("bbt-fed", "z05")`` (the noise is the last dash's part)."""
     method, noise = label.rsplit("-", 1)
@@ -194,6 +200,101 @@ def pilot(method: str, extra: dict[str, Any]) -> list[float]:
     return norms
 
 
+CROSS_DEVICE_FIGURE = "accuracy_by_round"
+
+
+def cross_device_runs(out: Path) -> list[dict[str, Any]]:
+    """The finished cross-device runs under ``out``, one per (label, seed) (the newest): the
+    accuracy at each evaluated round, the cohorts drawn, the adaptive clip's path and ε by both
+    accountants, computed from the run's own recorded q, z and rounds (:func:`fedtext.privacy.epsilon`;
+    the accountant the run used is the one its records carry)."""
+    from fedtext.privacy import epsilon
+
+    rows = []
+    if not (out / "runs").exists():
+        return rows
+    for (label, seed), run in sorted(robust.newest_runs(out).items()):
+        rounds = [json.loads(x) for x in (Path(run["dir"]) / "rounds.jsonl").read_text().splitlines()]
+        trained = [r for r in rounds if r["round"] > 0]
+        spent = [r["privacy"] for r in trained if r.get("privacy")]
+        row: dict[str, Any] = {
+            "label": label, "seed": seed, "rounds": len(trained),
+            "curve": {r["round"]: r["global_accuracy"] for r in rounds if r.get("global_accuracy") is not None},
+            "cohort": [int(r["num_clients"]) for r in trained],
+            "minutes": sum(float(r.get("wall_time_s") or 0.0) for r in rounds) / 60,
+            "up": statistics.mean(r["bytes_up_per_client"] for r in trained if r.get("bytes_up_per_client")),
+        }
+        row["accuracy"] = row["curve"][max(row["curve"])]
+        if spent:
+            last = spent[-1]
+            q, z, delta = float(last["sampling_rate"]), float(last["noise_multiplier"]), float(last["delta"])
+            row.update(recorded=(last["accountant"], last.get("epsilon")), accounting=last["accounting"], q=q, z=z,
+                       clip=(float(spent[0]["clip"]), float(last["clip"])),
+                       clipped=sum(int(p["clipped"]) for p in spent) / sum(row["cohort"]))
+            row["epsilon"] = {a: (epsilon(q, z, len(spent), delta, a) if z > 0 else None) for a in ("rdp", "pld")}
+        rows.append(row)
+    return rows
+
+
+def render_cross_device() -> str:
+    """docs/privacy.md's cross-device table: per run, the final accuracy and its curve, the gap to the
+    same seed's run without DP, ε by RDP and PLD, the cohorts drawn and the adaptive clip; for each
+    folder of :func:`cross_device_out` (the experiment's 50 rounds, then each profile's) that has runs."""
+    folders = [CROSS_DEVICE_OUT, *sorted(CROSS_DEVICE_OUT.parent.glob(f"{CROSS_DEVICE_OUT.name}-*"))]
+    lines: list[str] = []
+    for out in folders:
+        rows = cross_device_runs(out)
+        if not rows:
+            continue
+        plain = {r["seed"]: r["accuracy"] for r in rows if r["label"].endswith("-none")}
+        evals = sorted({k for r in rows for k in r["curve"]})
+        lines += [f"`{out.relative_to(REPO)}` ({rows[0]['rounds']} rounds; accuracy on SST-2's 872 dev sentences):",
+                  "", "| run | seed | accuracy | vs no DP | accuracy at rounds " + ", ".join(map(str, evals))
+                  + " | ε RDP | ε PLD | clients a round | C first → last | clipped | bytes up | minutes |",
+                  "|---" * 12 + "|"]
+        for r in rows:
+            gap = f"{100 * (r['accuracy'] - plain[r['seed']]):+.1f} pt" if r["seed"] in plain else "–"
+            eps = r.get("epsilon") or {}
+            cells = [f"{eps[a]:.2f}" if eps.get(a) is not None else ("∞" if eps else "—") for a in ("rdp", "pld")]
+            clip = f"{r['clip'][0]:.2f} → {r['clip'][1]:.2f}" if "clip" in r else "—"
+            clipped = f"{100 * r['clipped']:.0f} %" if "clipped" in r else "—"
+            cohort = r["cohort"]
+            lines.append(f"| `{r['label']}` | {r['seed']} | {r['accuracy']:.3f} | {gap} | "
+                         + ", ".join(f"{r['curve'].get(k, float('nan')):.3f}" for k in evals)
+                         + f" | {cells[0]} | {cells[1]} | {statistics.mean(cohort):.1f} ({min(cohort)}–{max(cohort)}) "
+                         f"| {clip} | {clipped} | {r['up']:,.0f} | {r['minutes']:.0f} |")
+        lines.append("")
+    if not lines:
+        return "No finished cross-device run yet (`python -m simulations.privacy --cross-device`).\n"
+    return "\n".join(lines)
+
+
+def cross_device_figure(out: Path) -> list[Path]:
+    """Accuracy by round of each cross-device run under ``out`` (PNG and SVG beside the runs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = cross_device_runs(out)
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for r in rows:
+        eps = (r.get("epsilon") or {}).get("rdp")
+        name = f"{r['label']} s{r['seed']}" + (f" (ε {eps:.2f} RDP)" if eps is not None else "")
+        xs = sorted(r["curve"])
+        ax.plot(xs, [r["curve"][x] for x in xs], marker="o", label=name)
+    ax.set_xlabel("round")
+    ax.set_ylabel("server accuracy (SST-2 dev, 872 sentences)")
+    ax.set_title("3,000 clients, Poisson q = 0.04: fedprompt with and without central DP", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    paths = [out / f"{CROSS_DEVICE_FIGURE}.png", out / f"{CROSS_DEVICE_FIGURE}.svg"]
+    for path in paths:
+        fig.savefig(path, **({"metadata": {"Date": None}} if path.suffix == ".svg" else {"dpi": 120}))
+    plt.close(fig)
+    return paths
+
+
 def render_support() -> str:
     """docs/privacy.md's "which methods can run privately": each registered config's declared
     support (``privacy``, at its defaults: ``effective_privacy``) and, where it lacks one, its
@@ -221,17 +322,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pilot", metavar="METHOD", help="print the honest update norms of METHOD (dp-clip's source)")
     ap.add_argument("--cross-device", action="store_true", help="run issue 69's cross-device harness "
                     "(simulations/experiments/privacy_cross_device.toml) and list its runs' accuracy and epsilon")
+    ap.add_argument("--profile", help="with --cross-device: its [profile.<name>] setting (cpu: 30 rounds, what a "
+                    "2-core sitting holds; paper: a GPU and a hub), results under <out>-<name>")
     args = ap.parse_args(argv)
     if args.cross_device:
+        out = cross_device_out(args.profile)
         if not args.table_only:
-            robust.run_all(args.seeds, CROSS_DEVICE, CROSS_DEVICE_OUT, args.labels)
-        if not (CROSS_DEVICE_OUT / "runs").exists():
-            print(f"no run under {CROSS_DEVICE_OUT.relative_to(REPO)} yet (python -m simulations.privacy --cross-device)")
+            robust.run_all(args.seeds, CROSS_DEVICE, out, args.labels, args.profile)
+        if not (out / "runs").exists():
+            print(f"no run under {out.relative_to(REPO)} yet (python -m simulations.privacy --cross-device)")
             return 0
-        for (label, seed), run in sorted(robust.newest_runs(CROSS_DEVICE_OUT).items()):
-            summary = run["summary"]
-            print(f"{label} s{seed}: final accuracy {summary.get('final_accuracy')}, "
-                  f"epsilon {summary.get('epsilon')} (delta {summary.get('dp_delta')})")
+        print(render_cross_device())
+        if cross_device_runs(out):
+            cross_device_figure(out)
         return 0
     if args.pilot:
         norms = pilot(args.pilot, {})

@@ -114,19 +114,22 @@ def newest_runs(out: Path = OUT) -> dict[tuple[str, int], dict[str, Any]]:
 
 
 def run_all(seeds: list[int] | None, experiment: Path = EXPERIMENT, out: Path = OUT,
-            labels: list[str] | None = None) -> None:
+            labels: list[str] | None = None, profile: str | None = None) -> None:
     """Every planned run of ``experiment`` that has not finished under ``out``, one after another,
     through the in-process round loop (simulations.privacy runs its sweep with it too); ``labels``:
-    only those of the experiment's labels."""
+    only those of the experiment's labels; ``profile``: its ``[profile.<name>]`` setting
+    (:func:`simulations.compare.with_profile`, checked by :func:`simulations.compare.preflight`)."""
     from fedtext.records import load_run
     from simulations.inprocess import run
 
-    exp = compare.load_experiment(experiment)
+    exp = compare.with_profile(compare.load_experiment(experiment), profile)
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     (out / "experiment.json").write_text(json.dumps({"name": experiment.stem, "file": str(experiment.relative_to(REPO)),
                                                      "methods": exp["methods"], "seeds": exp["seeds"]}, indent=1) + "\n")
     planned = [ov for ov in compare.plan(exp, seeds) if labels is None or ov["run-name"] in labels]
+    if profile is not None:
+        compare.preflight(planned, exp["requires"])
     for i, ov in enumerate(planned, 1):
         done = [load_run(p) for p in sorted(runs_dir.iterdir()) if p.is_dir()]
         if compare.finished_run(compare.resolved({**ov, "output-dir": str(runs_dir)}), done):

@@ -90,6 +90,8 @@ BLOCKS: dict[str, Block] = {
     # issue 59: accuracy against epsilon on T1 (simulations/results/privacy_ag_news), and who takes what
     "privacy-table": Block("docs/privacy.md", "simulations.privacy:render"),
     "privacy-support": Block("docs/privacy.md", "simulations.privacy:render_support"),
+    # issue 69: the cross-device harness (simulations/results/privacy_cross_device*)
+    "privacy-cross-device": Block("docs/privacy.md", "simulations.privacy:render_cross_device"),
     # issue 67: each paper's headline comparison on MiniLM-L6 and MPNet-base beside the paper's figure
     **{f"base-scale-{key}": Block(f"docs/papers/{key}.md", f"simulations.papers.claims:block:{key}")
        for key in ("fedbpt", "fes", "feddrs", "feddls", "feddpg")},

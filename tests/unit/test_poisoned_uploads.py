@@ -482,3 +482,17 @@ def test_fes_gold_labels_beyond_the_clients_texts_is_one_line(backbone):
         FewShotStrategy(too_many, TASKS["demo"]).sample_clients(1, _nodes(4))
     oracle = make_config("fes", gold_labels=100000, oracle=True, max_length=64)
     assert FewShotStrategy(oracle, TASKS["demo"]).sample_clients(1, _nodes(4)) is not None
+
+
+def test_the_claim_limit_is_the_assigned_rows_except_where_the_labelled_set_grows_on_the_client() -> None:
+    """``UploadValidator.claim_limit``: a fedprompt reply may claim the rows the server assigned it
+    (the sampler's bound and words as they are); a FeS-family reply (``claims_assigned_rows = False``:
+    its pseudo labels grow the labelled set on the client) its partition's rows, so named."""
+    from fedtext.validation import UploadValidator
+
+    sampler = SimpleNamespace(assigned_examples=lambda p: (16, "the assigned rows"), max_examples=lambda p: 480)
+    proxy = SimpleNamespace(cid="n0")
+    limits = {m: UploadValidator(make_config(m), None, sampler, lambda *a: None).claim_limit(proxy)
+              for m in ("fedprompt", "fes", "fedfsl")}
+    assert limits == {"fedprompt": (16, "the assigned rows"), "fes": (480, "the client's partition rows"),
+                      "fedfsl": (480, "the client's partition rows")}

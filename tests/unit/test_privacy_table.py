@@ -47,3 +47,40 @@ def test_table_puts_the_start_beside_each_noise_and_the_last_rounds_epsilon(reco
 
 def test_table_writes_one_byte_count_when_every_noise_sent_the_same(records: None) -> None:
     assert any(x.startswith("| `fedprompt` | ") and x.endswith("| 400 / 400 |") for x in privacy.render().splitlines())
+
+
+def _cross_device_run(tmp: Path, label: str, curve: dict[int, float], z: float | None) -> dict[str, Any]:
+    """4 rounds of 10, 12, 8 and 10 clients; under DP, q = 0.3 at noise multiplier ``z``, the
+    adaptive clip going 1.0, 1.1, 1.2, 1.3 and 2 updates clipped a round; accuracy at ``curve``'s rounds."""
+    folder = tmp / label
+    folder.mkdir()
+    rounds = [{"round": 0, "global_accuracy": curve[0], "num_clients": 0, "wall_time_s": 6.0}]
+    for r, n in zip((1, 2, 3, 4), (10, 12, 8, 10), strict=True):
+        spent = {"epsilon": 1.0, "accountant": "rdp", "accounting": "poisson", "sampling_rate": 0.3,
+                 "noise_multiplier": z, "delta": 1e-5, "clip": 1.0 + (r - 1) / 10, "clipped": 2} if z is not None else None
+        rounds.append({"round": r, "global_accuracy": curve.get(r), "num_clients": n, "wall_time_s": 60.0,
+                       "bytes_up_per_client": 12416.0, "privacy": spent})
+    (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
+    return {"dir": str(folder)}
+
+
+def test_the_cross_device_table_gives_the_gap_to_no_dp_and_both_accountants_epsilon(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per run: the last evaluated accuracy, its gap to the same seed's run without DP (in points, signed),
+    ε after the rounds the run released (4) by RDP and PLD from its recorded q = 0.3 and z = 1: the
+    dp-accounting figures 5.46 and 4.76 (tests/unit/test_poisson_sampling.py), ∞ at z = 0; the cohorts'
+    mean and range, the clip's path and the share of updates clipped (8 of 40)."""
+    runs = {("fedprompt-none", 0): _cross_device_run(tmp_path, "none", {0: 0.55, 2: 0.70, 4: 0.80}, None),
+            ("fedprompt-z0", 0): _cross_device_run(tmp_path, "z0", {0: 0.55, 2: 0.72, 4: 0.81}, 0.0),
+            ("fedprompt-z1", 0): _cross_device_run(tmp_path, "z1", {0: 0.55, 2: 0.66, 4: 0.785}, 1.0)}
+    (tmp_path / "out" / "runs").mkdir(parents=True)
+    monkeypatch.setattr(privacy, "REPO", tmp_path)
+    monkeypatch.setattr(privacy, "CROSS_DEVICE_OUT", tmp_path / "out")
+    monkeypatch.setattr(robust, "newest_runs", lambda out: runs)
+    lines = privacy.render_cross_device().splitlines()
+    assert lines[0].startswith("`out` (4 rounds;") and "accuracy at rounds 0, 2, 4 |" in lines[2]
+    assert "| `fedprompt-none` | 0 | 0.800 | +0.0 pt | 0.550, 0.700, 0.800 | — | — | 10.0 (8–12) | — | — | 12,416 | 4 |" in lines
+    assert "| `fedprompt-z0` | 0 | 0.810 | +1.0 pt | 0.550, 0.720, 0.810 | ∞ | ∞ | 10.0 (8–12) | 1.00 → 1.30 | 20 % |" \
+        in "\n".join(lines)
+    assert "| `fedprompt-z1` | 0 | 0.785 | -1.5 pt | 0.550, 0.660, 0.785 | 5.46 | 4.76 | 10.0 (8–12) | 1.00 → 1.30 | 20 % |" \
+        in "\n".join(lines)

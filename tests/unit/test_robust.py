@@ -308,3 +308,35 @@ def test_norms_and_scaled_updates_are_computed_in_float64() -> None:
     assert np.isfinite(norm) and norm == pytest.approx(float(np.float32(1e20)), rel=1e-12)
     (d,) = robust.along([np.array([-1.0], np.float32)], [np.array([3e-8], np.float32)], 1.0)
     assert d.dtype == np.float32 and d[0] == np.float32(3e-8)
+
+
+def test_a_robust_aggregate_takes_the_global_arrays_dtypes_and_the_mean_stays_flowers() -> None:
+    """``robust.combine`` casts a robust aggregator's arrays to the dtypes of ``like`` (the global
+    arrays; the uploads' own where ``like`` is empty) and leaves the mean as Flower returns it.
+    The dtypes show which ran: the median of the int64 uploads 1, 2, 4, 5 is 3.0 in float64, cast to
+    the int64 global 3; the median of float64 uploads 1, 2, 4 under float16 global arrays comes back
+    float16, their mean (Flower's, in the uploads' own dtype) float64 7/3; one int32 upload with no
+    ``like`` comes back int32 (the first upload's dtypes: there is no second)."""
+    median, mean = make_config("fedprompt", aggregator="median"), make_config("fedprompt")
+    ints = [[np.array([v], np.int64)] for v in (1, 2, 4, 5)]
+    (got,) = robust.combine(ints, [1] * 4, median, [np.zeros(1, np.int64)])
+    assert got.dtype == np.int64 and got[0] == 3
+    wide = [[np.array([v], np.float64)] for v in (1.0, 2.0, 4.0)]
+    (got,) = robust.combine(wide, [1] * 3, median, [np.zeros(1, np.float16)])
+    assert got.dtype == np.float16 and got[0] == 2.0
+    (got,) = robust.combine(wide, [1] * 3, mean, [np.zeros(1, np.float16)])
+    assert got.dtype == np.float64 and got[0] == pytest.approx(7 / 3, rel=1e-15)
+    (got,) = robust.combine([[np.array([7], np.int32)]], [1], median, [])
+    assert got.dtype == np.int32 and got[0] == 7
+
+
+def test_the_strategy_casts_a_robust_aggregate_to_its_global_arrays_not_to_the_uploads(backbone) -> None:
+    """``FedTextStrategy.combine`` hands ``robust.combine`` the global arrays as ``like``: with float64
+    global arrays (a server optimizer's arithmetic may leave them so) and float32 uploads, the median
+    comes back float64, the global arrays' dtype."""
+    strat = strategy(backbone, aggregator="median")
+    strat.global_arrays = [a.astype(np.float64) for a in strat.global_arrays]
+    shape = strat.global_arrays[0].shape
+    ups = [SimpleNamespace(array_list=lambda p=p: [p]) for p in uploads(shape, [1.0, 2.0, 9.0])]
+    (got,), _ = strat.combine(ups, [1, 1, 1])
+    assert got.dtype == np.float64 and got[0, 1] == 2.0
