@@ -50,7 +50,8 @@ def test_table_writes_one_byte_count_when_every_noise_sent_the_same(records: Non
 
 
 def _cross_device_run(tmp: Path, label: str, curve: dict[int, float], z: float | None) -> dict[str, Any]:
-    """4 rounds of 10, 12, 8 and 10 clients; under DP, q = 0.3 at noise multiplier ``z``, the
+    """4 rounds of 10, 12, 8 and 10 clients, a minute each after 6 s of start (``wall_time_s``: since the run
+    began); under DP, q = 0.3 at noise multiplier ``z``, the
     adaptive clip going 1.0, 1.1, 1.2, 1.3 and 2 updates clipped a round; accuracy at ``curve``'s rounds."""
     folder = tmp / label
     folder.mkdir()
@@ -58,7 +59,7 @@ def _cross_device_run(tmp: Path, label: str, curve: dict[int, float], z: float |
     for r, n in zip((1, 2, 3, 4), (10, 12, 8, 10), strict=True):
         spent = {"epsilon": 1.0, "accountant": "rdp", "accounting": "poisson", "sampling_rate": 0.3,
                  "noise_multiplier": z, "delta": 1e-5, "clip": 1.0 + (r - 1) / 10, "clipped": 2} if z is not None else None
-        rounds.append({"round": r, "global_accuracy": curve.get(r), "num_clients": n, "wall_time_s": 60.0,
+        rounds.append({"round": r, "global_accuracy": curve.get(r), "num_clients": n, "wall_time_s": 6.0 + 60 * r,
                        "bytes_up_per_client": 12416.0, "privacy": spent})
     (folder / "rounds.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
     return {"dir": str(folder)}
@@ -78,7 +79,7 @@ def test_the_cross_device_table_gives_the_gap_to_no_dp_and_both_accountants_epsi
     monkeypatch.setattr(privacy, "CROSS_DEVICE_OUT", tmp_path / "out")
     monkeypatch.setattr(robust, "newest_runs", lambda out: runs)
     lines = privacy.render_cross_device().splitlines()
-    assert lines[0].startswith("`out` (4 rounds;") and "accuracy at rounds 0, 2, 4 |" in lines[2]
+    assert lines[0].startswith("`out` (4 rounds; server accuracy") and "accuracy at rounds 0, 2, 4 |" in lines[2]
     assert "| `fedprompt-none` | 0 | 0.800 | +0.0 pt | 0.550, 0.700, 0.800 | — | — | 10.0 (8–12) | — | — | 12,416 | 4 |" in lines
     assert "| `fedprompt-z0` | 0 | 0.810 | +1.0 pt | 0.550, 0.720, 0.810 | ∞ | ∞ | 10.0 (8–12) | 1.00 → 1.30 | 20 % |" \
         in "\n".join(lines)
