@@ -158,12 +158,20 @@ def figure() -> list[Path]:
     ax.set_ylabel("final server accuracy (AG News, 200 texts)")
     ax.set_title("T1: accuracy against privacy (dashed: the same method without DP)", fontsize=9)
     ax.legend(fontsize=8)
+    return save_figure(fig, OUT, FIGURE)
+
+
+def save_figure(fig: Any, folder: Path, name: str) -> list[Path]:
+    """``fig`` laid out and written as ``<name>.png`` (120 dpi) and ``<name>.svg`` (no date in it: the
+    same records give the same bytes) in ``folder``, then closed."""
+    import matplotlib.pyplot as plt
+
     fig.tight_layout()
-    out = [OUT / f"{FIGURE}.png", OUT / f"{FIGURE}.svg"]
-    for path in out:
+    paths = [folder / f"{name}.png", folder / f"{name}.svg"]
+    for path in paths:
         fig.savefig(path, **({"metadata": {"Date": None}} if path.suffix == ".svg" else {"dpi": 120}))
     plt.close(fig)
-    return out
+    return paths
 
 
 def pilot(method: str, extra: dict[str, Any]) -> list[float]:
@@ -287,12 +295,7 @@ def cross_device_figure(out: Path) -> list[Path]:
     ax.set_ylabel("server accuracy (the whole test split)")
     ax.set_title(f"{out.name}: 3,000 clients, Poisson q = 0.04, with and without central DP", fontsize=9)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    paths = [out / f"{CROSS_DEVICE_FIGURE}.png", out / f"{CROSS_DEVICE_FIGURE}.svg"]
-    for path in paths:
-        fig.savefig(path, **({"metadata": {"Date": None}} if path.suffix == ".svg" else {"dpi": 120}))
-    plt.close(fig)
-    return paths
+    return save_figure(fig, out, CROSS_DEVICE_FIGURE)
 
 
 def render_support() -> str:
