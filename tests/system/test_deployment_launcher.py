@@ -276,14 +276,14 @@ def test_warm_clientapps_change_no_record_and_keep_the_token_off_every_command_l
 def test_a_warm_process_killed_with_its_task_costs_only_a_retry(tmp_path, own_processes):
     """The warm run with the ClientApp process that took a round-2 task SIGKILLed at once: Flower
     hands that task again, to the next warm process, and the records still equal the in-process
-    round loop's. The run's own limit is 200 s (a healthy one takes under a minute; the retry waits
+    round loop's. The run's own limit is 120 s (a healthy one takes under a minute; the retry waits
     for the dead task's 30 s claim to expire)."""
     _, token = own_processes
     env = {**_env(), "FEDTEXT_TEST_TOKEN": token}
     out, logs = tmp_path / "warm", tmp_path / "warm-logs"
-    warm, killed = _launch(WARM_CONFIG, out, logs, env, timeout_s=200), None
+    warm, killed = _launch(WARM_CONFIG, out, logs, env, timeout_s=120), None
     try:
-        deadline = time.time() + 200
+        deadline = time.time() + 120
         while killed is None and time.time() < deadline and warm.poll() is None:
             rounds = list(out.glob("*/rounds.jsonl"))
             if rounds and rounds[0].read_text().count("\n") >= 2:  # rounds 0 and 1 recorded: round 2 is next
