@@ -55,8 +55,8 @@ A worker killed after it took its token fails that one task, as a killed cold Cl
 Flower's task expiry reports it and the round goes on. Known gap (2026-11-29, issue 68): a
 worker SIGKILLed the moment it took a round's task has been seen to leave that task neither
 handed again nor answered with an error, so the run waited until its timeout
-(tests/system/test_deployment_launcher.py, the killed-process test, marked xfail until found). Workers that exit before any token
-:data:`MAX_EARLY_EXITS` times in a row (a broken install) switch the pool off with one
+(tests/system/test_deployment_launcher.py, the killed-process test, marked xfail until found).
+Workers that exit before any token :data:`MAX_EARLY_EXITS` times in a row (a broken install) switch the pool off with one
 warning; every task then starts cold. Idle workers are stopped when the SuperExec stops, and
 each watches its SuperExec (``--parent-pid``) and exits when it is gone.
 """

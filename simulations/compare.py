@@ -220,13 +220,14 @@ def preflight(runs: list[dict[str, Any]], requires: list[str]) -> None:
             check_model(cfg.model, cfg.weights)
 
 
-def default_out(experiment: Path) -> Path:
+def default_out(experiment: Path, profile: str | None = None) -> Path:
     """The output folder of an experiment file when ``--out`` is not given:
     ``<checkout>/simulations/results/<stem>`` for a file inside this checkout, else
-    ``<the file's folder>/results/<stem>`` (a file elsewhere never writes into the checkout)."""
+    ``<the file's folder>/results/<stem>`` (a file elsewhere never writes into the checkout);
+    ``<stem>-<profile>`` for a ``[profile.<name>]``'s runs."""
     path = experiment.resolve()
     base = REPO / "simulations" / "results" if path.is_relative_to(REPO) else path.parent / "results"
-    return base / experiment.stem
+    return base / (experiment.stem + (f"-{profile}" if profile else ""))
 
 
 def resolved(overrides: dict[str, Any]) -> dict[str, Any]:
@@ -322,8 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, tomllib.TOMLDecodeError, FileNotFoundError) as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2
-    name = args.experiment.stem + (f"-{args.profile}" if args.profile else "")
-    out = args.out or default_out(args.experiment).with_name(name)
+    out = args.out or default_out(args.experiment, args.profile)
+    name = default_out(args.experiment, args.profile).name
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     n = int(exp.get("num-supernodes", 4))

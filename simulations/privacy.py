@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from simulations import robust
+from simulations import compare, robust
 
 REPO = Path(__file__).resolve().parents[1]
 EXPERIMENT = REPO / "simulations" / "experiments" / "privacy_ag_news.toml"
@@ -41,9 +41,9 @@ FIGURE = "accuracy_vs_epsilon"
 
 
 def cross_device_out(profile: str | None) -> Path:
-    """Where the cross-device harness's runs go: :data:`CROSS_DEVICE_OUT`, ``-<profile>`` added
-    for a profile's (as :mod:`simulations.compare` names a profile's folder)."""
-    return CROSS_DEVICE_OUT if profile is None else CROSS_DEVICE_OUT.with_name(f"{CROSS_DEVICE_OUT.name}-{profile}")
+    """Where the cross-device harness's runs go: :data:`CROSS_DEVICE_OUT`, or a profile's folder
+    beside it, named as :func:`simulations.compare.default_out` names every profile's."""
+    return CROSS_DEVICE_OUT if profile is None else compare.default_out(CROSS_DEVICE, profile)
 
 
 def split_label(label: str) -> tuple[str, str]:
@@ -122,8 +122,6 @@ def render() -> str:
 
 def _clips() -> dict[str, float]:
     """Each method's dp-clip as the experiment sets it."""
-    from simulations import compare
-
     exp = compare.load_experiment(EXPERIMENT)
     return {split_label(label)[0]: float(over["dp-clip"]) for label, over in exp.get("method", {}).items()
             if "dp-clip" in over}
@@ -181,7 +179,6 @@ def pilot(method: str, extra: dict[str, Any]) -> list[float]:
 
     import numpy as np
 
-    from simulations import compare
     from simulations.inprocess import run
 
     exp = compare.load_experiment(EXPERIMENT)
