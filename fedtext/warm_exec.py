@@ -51,11 +51,19 @@ own module is ``__main__``) before it waits: the task imports the FAB's fedtext 
 
 Failures. A task whose worker died before it took the token, or with none ready, starts
 Flower's cold ``flwr-clientapp`` as today (counted in :attr:`WarmClientAppExecutor.cold`).
-A worker killed after it took its token fails that one task, as a killed cold ClientApp does:
-Flower's task expiry reports it and the round goes on. Known gap (2026-11-29, issue 68): a
-worker SIGKILLed the moment it took a round's task has been seen to leave that task neither
-handed again nor answered with an error, so the run waited until its timeout
-(tests/system/test_deployment_launcher.py, the killed-process test, marked xfail until found).
+A worker killed after it took its token (a signal: no exit handler of Flower's ran) fails that one
+task, and the round goes on. Flower answers a dead task only when it is RUNNING with its message
+already pulled: 2 x 30 s after its last heartbeat its claim expires and the SuperNode's state stores
+Flower's own ``CLIENT_APP_CRASHED`` error reply for every *retrieved*, unanswered message of the run
+(``_on_task_tokens_expired``). But ``run_clientapp`` starts its task in two calls, ``PullTaskInput``
+(STARTING -> RUNNING) and then ``PullMessages`` (the message marked retrieved): a process killed
+between them leaves a RUNNING task whose message nobody pulled, which expires with no reply while the
+message waits for a task that will never come, and the run hangs until its timeout (seen 3 times in 3
+on 2026-11-29, issue 68). So the pool, between Flower's polls, finishes what the dead process started
+with its token (:func:`fail_killed_task`): ``PullTaskInput`` (a task still STARTING becomes RUNNING;
+one already RUNNING refuses, harmlessly) and ``PullMessages`` (the message, if still waiting, is
+marked retrieved). Every case is then Flower's own: the claim expires and the error reply reaches
+the ServerApp, which counts one failure (``client_failures``) and goes on.
 Workers that exit before any token :data:`MAX_EARLY_EXITS` times in a row (a broken install) switch the pool off with one
 warning; every task then starts cold. Idle workers are stopped when the SuperExec stops, and
 each watches its SuperExec (``--parent-pid``) and exits when it is gone.
@@ -139,15 +147,22 @@ class WarmClientAppExecutor(SubprocessExecutor):
         What they are started with; tasks whose spec has another key run cold.
     command : list[str] or None
         The worker's command (default ``key.command()``); tests give a stand-in.
+    fail_task : callable or None
+        What is done with the token of a task whose process a signal killed (default
+        :func:`fail_killed_task` on ``key``'s Runtime API); tests give a recorder.
     """
 
-    def __init__(self, size: int, key: WorkerKey, command: list[str] | None = None) -> None:
+    def __init__(self, size: int, key: WorkerKey, command: list[str] | None = None,
+                 fail_task: Callable[[str], None] | None = None) -> None:
         if size < 1:
             raise ValueError(f"a warm pool needs size >= 1, got {size}")
         self.size, self.key = size, key
         self._command = command or key.command()
         self._ready: collections.deque[subprocess.Popen] = collections.deque()
         self._busy: list[subprocess.Popen] = []  # handed a token; kept to reap them
+        self._tokens: dict[int, tuple[int, str]] = {}  # pid of a busy process -> (task id, its token)
+        self._fail_task = fail_task or (lambda token: fail_killed_task(key, token))
+        self.killed = 0  # handed processes a signal ended before their task was answered
         self.warm = 0  # tasks handed to a ready process
         self.cold = 0  # tasks started cold (none ready, another key, another task type)
         self.early_exits = 0  # ready processes that exited before any token, in a row
@@ -159,8 +174,24 @@ class WarmClientAppExecutor(SubprocessExecutor):
         return subprocess.Popen(self._command, stdin=subprocess.PIPE, close_fds=True)
 
     def _prune(self) -> None:
-        """Reap finished tasks; count ready processes that died without a task."""
-        self._busy = [p for p in self._busy if p.poll() is None]
+        """Reap finished tasks (failing the task of one a signal killed: :func:`fail_killed_task`);
+        count ready processes that died without a task."""
+        running = []
+        for proc in self._busy:
+            if proc.poll() is None:
+                running.append(proc)
+                continue
+            task_id, token = self._tokens.pop(proc.pid, (-1, ""))
+            if proc.returncode < 0 and token:  # a signal: Flower's exit handler did not run
+                self.killed += 1
+                log(WARNING, "fedtext: warm ClientApp process %d was killed (signal %d) with task %d: the task "
+                    "fails (Flower's error reply when its claim expires) and the round goes on", proc.pid,
+                    -proc.returncode, task_id)
+                try:
+                    self._fail_task(token)
+                except Exception as err:  # noqa: BLE001 - the SuperExec's loop must go on; Flower's expiry still runs
+                    log(WARNING, "fedtext: could not finish task %d's start for Flower's expiry: %r", task_id, err)
+        self._busy = running
         alive = collections.deque()
         for proc in self._ready:
             if proc.poll() is None:
@@ -210,6 +241,7 @@ class WarmClientAppExecutor(SubprocessExecutor):
                 if self._hand(proc, spec.token):
                     self.early_exits = 0
                     self._busy.append(proc)
+                    self._tokens[proc.pid] = (spec.task_id, spec.token)
                     self.warm += 1
                     log(INFO, "fedtext: task %d to warm ClientApp process %d", spec.task_id, proc.pid)
                     self._fill()  # a new one only if none is left ready (the rest once this task is done)
@@ -240,6 +272,40 @@ class WarmClientAppExecutor(SubprocessExecutor):
                 proc.wait()
             if proc.stdin is not None:
                 proc.stdin.close()
+
+
+def fail_killed_task(key: WorkerKey, token: str) -> None:
+    """Finish the start of a task whose ClientApp process was killed, so that Flower's expiry answers it.
+
+    Does, with the dead process's ``token``, the two calls ``run_clientapp``'s ``pull_task_input``
+    begins a task with (Flower's own client, interceptors and requests), each allowed to fail:
+    ``PullTaskInput`` moves a task still STARTING to RUNNING (one already RUNNING is refused) and
+    ``PullMessages`` marks its message retrieved (none left: the process had pulled it). The claim
+    then expires 2 x 30 s after the last heartbeat and Flower stores its ``CLIENT_APP_CRASHED``
+    error reply for the retrieved message (the module docstring says why this is needed).
+    """
+    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+    from flwr.supercore.runtime import RuntimeHttpClient
+
+    retry = make_simple_http_retry_invoker()
+    retry.max_tries = 1  # as run_clientapp's exit handler: one try each, the SuperExec's loop waits on it
+    certificates = None if key.insecure or key.root_certificates_path is None else Path(
+        key.root_certificates_path).read_bytes()
+    client = RuntimeHttpClient.from_server_address(
+        server_address=key.runtime_api_address, insecure=key.insecure, root_certificates=certificates,
+        interceptors=[RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+                      RuntimeTokenHttpInterceptor(token)], retry_invoker=retry)
+    try:
+        for call, request in ((client.PullTaskInput, PullTaskInputRequest()),
+                              (client.PullMessages, PullAppMessagesRequest())):
+            try:
+                call(request)
+            except Exception:  # noqa: BLE001, S112 - refused (already RUNNING, token expired): the next call decides
+                continue
+    finally:
+        client.close()
 
 
 # ------------------------------------------------------------------------------ Flower's contracts
@@ -308,12 +374,24 @@ def flower_contract_problems() -> list[str]:
         return ("if install_path.exists():" in source and "fab_hash[:FAB_HASH_TRUNCATION]" in source
                 and "if skip_prompt:\n            return install_path" in source)
 
+    def expiry() -> bool:
+        from flwr.supernode.nodestate import in_memory_nodestate as nodestate
+        from flwr.supernode.runtime import run_clientapp as runtime
+
+        pull = inspect.getsource(runtime.pull_task_input)
+        replies = inspect.getsource(nodestate.InMemoryNodeState._store_error_replies)
+        return (pull.index("client.PullTaskInput(") < pull.index("client.PullMessages(")
+                and "entry.is_retrieved" in replies and "_store_error_replies" in inspect.getsource(
+                    nodestate.InMemoryNodeState._on_task_tokens_expired))
+
     check("the SuperNode's Popen of flower-superexec (flwr/supernode/start_client_internal.py)", supernode)
     check("the SuperExec's get_executor (flwr/supercore/superexec/run_superexec.py)", superexec)
     check("the executor's ExecutionSpec and its parent_pid (flwr/supercore/superexec/executor/types.py)", spec)
     check("--token-stdin of Flower's app arguments (flwr/common/args.py)", token_stdin)
     check("run_clientapp's arguments and its one task (flwr/supernode/runtime/run_clientapp.py)", clientapp)
     check("install_from_fab's installed-folder return (flwr/cli/install.py)", installer)
+    check("a task's two starting calls and the expiry's error replies for retrieved messages "
+          "(flwr/supernode/runtime/run_clientapp.py, flwr/supernode/nodestate/in_memory_nodestate.py)", expiry)
     return problems
 
 

@@ -121,6 +121,81 @@ def test_a_process_that_dies_while_ready_is_replaced_between_polls(tmp_path, col
         assert (pool.warm, pool.early_exits) == (1, 0)  # a task handed resets the count
 
 
+def test_a_handed_process_killed_by_a_signal_has_its_task_failed_with_its_token(tmp_path, cold):
+    """Only a signal's death (Flower's exit handler did not run) calls fail_task, once, with that
+    process's own token; a process that exits, 0 or not, answered its task through Flower."""
+    waits = [sys.executable, "-c", "import sys, time; sys.stdin.buffer.read(); time.sleep(60)"]
+    failed: list[str] = []
+    with contextlib.closing(WarmClientAppExecutor(2, KEY, command=waits, fail_task=failed.append)) as pool:
+        first, second = pool._ready
+        pool.launch(spec(task_id=7))
+        pool.launch(dataclasses.replace(spec(task_id=8), token="f" * 64))
+        pool.reconcile()
+        assert failed == [] and pool.killed == 0  # both still running
+        second.kill()
+        second.wait(timeout=30)
+        pool.reconcile()
+        assert failed == ["f" * 64] and pool.killed == 1 and pool._busy == [first]
+        pool.reconcile()
+        assert failed == ["f" * 64]  # once
+    for code in (0, 1):  # exits of its own: Flower's run_clientapp answered (or its exit handler did)
+        exits = [sys.executable, "-c", f"import sys; sys.stdin.buffer.read(); sys.exit({code})"]
+        with contextlib.closing(WarmClientAppExecutor(1, KEY, command=exits, fail_task=failed.append)) as pool:
+            (proc,) = pool._ready
+            pool.launch(spec())
+            proc.wait(timeout=30)
+            pool.reconcile()
+            assert failed == ["f" * 64] and pool.killed == 0 and not pool._busy
+
+
+def test_a_failing_fail_task_leaves_the_pool_serving(tmp_path, cold):
+    def refuses(token: str) -> None:
+        raise ConnectionError("the SuperNode is gone")
+
+    waits = [sys.executable, "-c", "import sys, time; sys.stdin.buffer.read(); time.sleep(60)"]
+    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=waits, fail_task=refuses)) as pool:
+        (proc,) = pool._ready
+        pool.launch(spec())
+        proc.kill()
+        proc.wait(timeout=30)
+        pool.reconcile()  # logged, not raised: the SuperExec's loop goes on
+        assert pool.killed == 1 and len(pool._ready) == 1 and pool.enabled
+
+
+def test_fail_killed_task_starts_the_task_then_pulls_its_message_with_the_token(monkeypatch):
+    """The two calls run_clientapp's pull_task_input starts a task with, in that order, each tried once
+    and each allowed to be refused (a task already RUNNING refuses the first), with the dead process's
+    token and Flower's version header; the client is closed."""
+    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest
+    from flwr.supercore import runtime
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+
+    calls: list[object] = []
+
+    class Client:
+        def PullTaskInput(self, request):  # noqa: N802 - Flower's method names
+            calls.append(request)
+            raise RuntimeError("Failed to start task.")  # already RUNNING
+
+        def PullMessages(self, request):  # noqa: N802
+            calls.append(request)
+
+        def close(self):
+            calls.append("closed")
+
+    def build(server_address, insecure, root_certificates, interceptors, retry_invoker):
+        calls.append((server_address, insecure, root_certificates, retry_invoker.max_tries))
+        tokens = [i for i in interceptors if isinstance(i, RuntimeTokenHttpInterceptor)]
+        assert len(tokens) == 1 and any(isinstance(i, RuntimeVersionHttpInterceptor) for i in interceptors)
+        assert TOKEN in repr(vars(tokens[0]))
+        return Client()
+
+    monkeypatch.setattr(runtime.RuntimeHttpClient, "from_server_address", staticmethod(build))
+    warm_exec.fail_killed_task(KEY, TOKEN)
+    assert calls[0] == ("127.0.0.1:9094", True, None, 1)
+    assert [type(c) for c in calls[1:3]] == [PullTaskInputRequest, PullAppMessagesRequest] and calls[3] == "closed"
+
+
 def test_a_pool_needs_at_least_one_process():
     with pytest.raises(ValueError, match="size >= 1"):
         WarmClientAppExecutor(0, KEY, command=["true"])
