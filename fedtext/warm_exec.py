@@ -58,8 +58,8 @@ Flower's own ``CLIENT_APP_CRASHED`` error reply for every *retrieved*, unanswere
 (``_on_task_tokens_expired``). But ``run_clientapp`` starts its task in two calls, ``PullTaskInput``
 (STARTING -> RUNNING) and then ``PullMessages`` (the message marked retrieved): a process killed
 between them leaves a RUNNING task whose message nobody pulled, which expires with no reply while the
-message waits for a task that will never come, and the run hangs until its timeout (seen 3 times in 3
-on 2026-11-29, issue 68). So the pool, between Flower's polls, finishes what the dead process started
+message waits for a task that will never come, and the run hangs until its timeout (read in Flower's
+code: the hang seen 3 times in 3 on 2026-11-29, issue 68). So the pool, between Flower's polls, finishes what the dead process started
 with its token (:func:`fail_killed_task`): ``PullTaskInput`` (a task still STARTING becomes RUNNING;
 one already RUNNING refuses, harmlessly) and ``PullMessages`` (the message, if still waiting, is
 marked retrieved). Every case is then Flower's own: the claim expires and the error reply reaches
