@@ -4,6 +4,8 @@
     python -m simulations.privacy --seeds 0        # some seeds
     python -m simulations.privacy --table-only     # table and figure from the committed records
     python -m simulations.privacy --pilot fedlora  # the honest update norms a dp-clip is chosen from
+    python -m simulations.privacy --cross-device --profile cpu            # issue 69's cross-device runs
+    python -m simulations.privacy --cross-device --profile cpu --release  # what z's noise does to each release
 
 Runs ``simulations/experiments/privacy_ag_news.toml`` (its header says the setting: T1, central DP at
 noise multipliers 0, 0.5, 1 and 2 for fedprompt, fedlora, bbt-fed and fedkseed, 3 seeds; each label is
@@ -205,6 +207,135 @@ def pilot(method: str, extra: dict[str, Any]) -> list[float]:
     return norms
 
 
+RELEASE_FILE = "release.json"  # beside the cross-device runs: issue 69's clause 3, one entry per method
+
+
+def release_stats(updates: list[list[Any]], m: int, z: float, draws: int, seed: int) -> dict[str, float]:
+    """What central DP's noise does to one round's release, at adaptive clipping's fixed point.
+
+    With C the median update norm (adaptive clipping's target quantile 0.5 settles there, Andrew et
+    al. 2021), the release is Δ̃ = (1/m) Σ clip_C(Δ_k) + N(0, (z_Δ C / m)² I_d) (fedtext.privacy.
+    CentralDP.release; z_Δ from Flower's ``compute_adaptive_noise_params(z, m)``, m the expected
+    cohort). Its signal is ``signal`` = ‖(1/m) Σ clip_C(Δ_k)‖ / C (1 when every client points the
+    same way, about 1/√m when they point at random); its noise has expected norm
+    ``noise`` = z_Δ √d / m in units of C (d values released). ``snr`` = signal / noise; ``cosine``:
+    the mean over ``draws`` seeded noise draws of cos(Δ̃, the noiseless clipped mean), what the
+    global model's step keeps of its direction.
+
+    Parameters
+    ----------
+    updates
+        The round's honest updates Δ_k, each a list of arrays (one client's).
+    m
+        The denominator (``clients-per-round``: Poisson's expected cohort qN).
+    z
+        The noise multiplier asked for (``dp-noise``); z_Δ is what the update's noise gets.
+    draws, seed
+        Noise draws averaged for ``cosine``, and their generator's seed.
+    """
+    import math
+
+    import numpy as np
+
+    from fedtext.privacy import clip, compute_adaptive_noise_params
+
+    flat = [np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in u]) for u in updates]
+    norms = [float(np.linalg.norm(f)) for f in flat]
+    bound = statistics.median(norms)
+    _, z_delta = compute_adaptive_noise_params(z, m, None)
+    mean = np.sum([clip([f], bound)[0][0] for f in flat], axis=0) / m
+    d = mean.size
+    rng = np.random.default_rng(seed)
+    cosines = []
+    for _ in range(draws):
+        noised = mean + rng.normal(0.0, z_delta * bound / m, d)
+        cosines.append(float(noised @ mean / (np.linalg.norm(noised) * np.linalg.norm(mean))))
+    signal = float(np.linalg.norm(mean)) / bound
+    noise = z_delta * math.sqrt(d) / m
+    return {"d": d, "updates": len(updates), "m": m, "z": z, "z_delta": float(z_delta), "clip": bound,
+            "signal": signal, "noise": noise, "snr": signal / noise, "cosine": statistics.mean(cosines)}
+
+
+def release(method: str, profile: str | None = "cpu", seed: int = 0, z: float = 1.2, draws: int = 16,
+            extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """:func:`release_stats` of ``method``'s first round in the cross-device setting (the
+    experiment's run-config under ``profile``, without DP, the method's own budgets): the ~qN
+    honest updates of the clients Poisson drew, measured as :func:`pilot` measures them; with the
+    round's client fit seconds. ``extra``: run-config keys over the experiment's (a test's tiny encoder)."""
+    import tempfile
+    import time
+
+    import numpy as np
+
+    from simulations.inprocess import run
+
+    exp = compare.with_profile(compare.load_experiment(CROSS_DEVICE), profile)
+    updates: list[list[Any]] = []
+
+    def hook(server: Any) -> None:
+        strategy = server.strategy
+        validate = strategy.validate
+
+        def measured(results: Any, failures: Any) -> Any:
+            uploads = validate(results, failures)
+            updates.extend([np.asarray(a) for a in strategy.model.update(strategy.global_arrays, u.array_list())]
+                           for u in uploads)
+            return uploads
+
+        strategy.validate = measured
+
+    config = {**exp["run-config"], "method": method, "seed": seed, "num-server-rounds": 1, "eval-size": 50,
+              "eval-every": 1, **(extra or {})}
+    t0 = time.time()
+    with tempfile.TemporaryDirectory() as tmp:
+        _, rounds = run(config, Path(tmp), clients=int(exp["num-supernodes"]), server_hook=hook)
+    stats = release_stats(updates, int(config["clients-per-round"]), z, draws, seed)
+    return {"method": method, "seed": seed, **stats, "fit_s": rounds[-1]["client_fit_s"],
+            "minutes": (time.time() - t0) / 60}
+
+
+def run_release(profile: str | None, methods: tuple[str, ...] = METHODS, seed: int = 0, z: float = 1.2) -> Path:
+    """:func:`release` of each of ``methods`` not yet measured (same seed and z), each saved to
+    :data:`RELEASE_FILE` beside the profile's cross-device runs as soon as it is done, with the
+    machine and the date."""
+    import datetime as dt
+
+    from fedtext.records.probes import machine_line
+
+    path = cross_device_out(profile) / RELEASE_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    done = json.loads(path.read_text()) if path.exists() else {"rows": []}
+    for method in methods:
+        if any(r["method"] == method and r["seed"] == seed and r["z"] == z for r in done["rows"]):
+            print(f"{method}: measured before", flush=True)
+            continue
+        row = release(method, profile, seed, z)
+        done["rows"] = [r for r in done["rows"] if r["method"] != method] + [row]
+        done.update(machine=machine_line(), date=dt.date.today().isoformat(), profile=profile)
+        path.write_text(json.dumps(done, indent=1) + "\n")
+        print(f"{method}: {row['updates']} updates, snr {row['snr']:.3g}, {row['minutes']:.1f} min", flush=True)
+    return path
+
+
+def render_release() -> str:
+    """docs/privacy.md's clause-3 table: per method, what central DP's noise does to one round's
+    release at the cross-device point (:func:`release_stats`), from each profile's :data:`RELEASE_FILE`."""
+    lines: list[str] = []
+    for path in sorted(CROSS_DEVICE_OUT.parent.glob(f"{CROSS_DEVICE_OUT.name}*/{RELEASE_FILE}")):
+        data = json.loads(path.read_text())
+        rows = sorted(data["rows"], key=lambda r: r["d"])
+        lines += [f"`{path.relative_to(REPO)}` (round 1, seed {rows[0]['seed']}, z = {rows[0]['z']:g}, m = "
+                  f"{rows[0]['m']}; {data['machine']}, {data['date']}):", "",
+                  "| method | values released d | updates | C (median norm) | signal ‖mean‖ / C | noise z_Δ√d / m "
+                  "| signal / noise | cos(release, mean) | fit s a client |", "|---" * 9 + "|"]
+        for r in rows:
+            lines.append(f"| `{r['method']}` | {r['d']:,} | {r['updates']} | {r['clip']:.3g} | {r['signal']:.3f} | "
+                         f"{r['noise']:.3f} | {r['snr']:.2f} | {r['cosine']:.3f} | {r['fit_s'] / r['updates']:.2f} |")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n" if lines else "No release measurement yet " \
+        "(python -m simulations.privacy --cross-device --profile cpu --release).\n"
+
+
 CROSS_DEVICE_FIGURE = "accuracy_by_round"
 
 
@@ -322,9 +453,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pilot", metavar="METHOD", help="print the honest update norms of METHOD (dp-clip's source)")
     ap.add_argument("--cross-device", action="store_true", help="run issue 69's cross-device harness "
                     "(simulations/experiments/privacy_cross_device.toml) and list its runs' accuracy and epsilon")
+    ap.add_argument("--release", action="store_true", help="with --cross-device: measure what z = 1.2's noise does "
+                    "to one round's release of fedprompt, fedlora, bbt-fed and fedkseed (issue 69, clause 3)")
     ap.add_argument("--profile", help="with --cross-device: its [profile.<name>] setting (cpu: 30 rounds, what a "
                     "2-core sitting holds; paper: a GPU and a hub), results under <out>-<name>")
     args = ap.parse_args(argv)
+    if args.cross_device and args.release:
+        run_release(args.profile)
+        print(render_release())
+        return 0
     if args.cross_device:
         out = cross_device_out(args.profile)
         if not args.table_only:

@@ -92,6 +92,8 @@ BLOCKS: dict[str, Block] = {
     "privacy-support": Block("docs/privacy.md", "simulations.privacy:render_support"),
     # issue 69: the cross-device harness (simulations/results/privacy_cross_device*)
     "privacy-cross-device": Block("docs/privacy.md", "simulations.privacy:render_cross_device"),
+    # issue 69's clause 3: what z = 1.2's noise does to one round's release of each method
+    "privacy-release": Block("docs/privacy.md", "simulations.privacy:render_release"),
     # issue 67: each paper's headline comparison on MiniLM-L6 and MPNet-base beside the paper's figure
     **{f"base-scale-{key}": Block(f"docs/papers/{key}.md", f"simulations.papers.claims:block:{key}")
        for key in ("fedbpt", "fes", "feddrs", "feddls", "feddpg")},

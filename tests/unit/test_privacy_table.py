@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from simulations import privacy, robust
@@ -85,3 +86,47 @@ def test_the_cross_device_table_gives_the_gap_to_no_dp_and_both_accountants_epsi
         in "\n".join(lines)
     assert "| `fedprompt-z1` | 0 | 0.785 | -1.5 pt | 0.550, 0.660, 0.785 | 5.46 | 4.76 | 10.0 (8–12) | 1.00 → 1.30 | 20 % |" \
         in "\n".join(lines)
+
+
+# ------------------------------------------------------------------ issue 69, clause 3: where the noise goes
+UPDATES = [[np.array([3.0, 4.0])], [np.array([0.0, 1.0])], [np.array([0.0, 2.0])]]  # norms 5, 1, 2
+
+
+def test_a_releases_signal_is_the_clipped_sum_over_the_expected_cohort_at_the_median_norm() -> None:
+    """By hand: C = median(5, 1, 2) = 2 (not the mean 8/3); clip (3, 4) to (1.2, 1.6); sum (1.2, 4.6) over
+    m = 4 (the expected cohort, not the 3 that came) = (0.3, 1.15), norm 1.188486, signal 0.594243 C.
+    z_Δ = (0.1⁻² - (2 σ_b)⁻²)^-½ with σ_b = m / 20 = 0.2: 0.103280; noise z_Δ √2 / 4 = 0.036515 C."""
+    s = privacy.release_stats(UPDATES, m=4, z=0.1, draws=8, seed=0)
+    assert (s["d"], s["updates"], s["m"], s["clip"]) == (2, 3, 4, 2.0)
+    assert s["signal"] == pytest.approx(0.594243, abs=1e-6)
+    assert s["z_delta"] == pytest.approx(0.103280, abs=1e-6)
+    assert s["noise"] == pytest.approx(0.036515, abs=1e-6)
+    assert s["snr"] == pytest.approx(0.594243 / 0.036515, rel=1e-4)
+    assert 0.99 < s["cosine"] <= 1.0  # noise 6 % of the signal: the direction survives
+
+
+def test_more_noise_turns_the_release_away_from_the_mean_and_the_draws_are_seeded() -> None:
+    quiet = privacy.release_stats(UPDATES, m=40, z=0.1, draws=64, seed=1)
+    loud = privacy.release_stats(UPDATES, m=40, z=3.0, draws=64, seed=1)
+    assert loud["noise"] > 25 * quiet["noise"] and loud["signal"] == quiet["signal"]
+    assert -1.0 <= loud["cosine"] < quiet["cosine"] - 0.2
+    assert privacy.release_stats(UPDATES, m=40, z=3.0, draws=64, seed=1) == loud
+
+
+def test_the_release_table_lists_each_method_by_its_released_dimension(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "simulations" / "results" / "privacy_cross_device"
+    (profile := out.parent / "privacy_cross_device-cpu").mkdir(parents=True)
+    rows = [{"method": "fedlora", "seed": 0, "z": 1.2, "m": 120, "d": 74498, "updates": 118, "clip": 0.57,
+             "signal": 0.53, "noise": 2.73, "snr": 0.194, "cosine": 0.19, "fit_s": 141.6},
+            {"method": "bbt-fed", "seed": 0, "z": 1.2, "m": 120, "d": 100, "updates": 118, "clip": 11.5,
+             "signal": 0.51, "noise": 0.1, "snr": 5.1, "cosine": 0.98, "fit_s": 472.0}]
+    (profile / privacy.RELEASE_FILE).write_text(json.dumps({"rows": rows, "machine": "M", "date": "D"}))
+    monkeypatch.setattr(privacy, "REPO", tmp_path)
+    monkeypatch.setattr(privacy, "CROSS_DEVICE_OUT", out)
+    text = privacy.render_release()
+    lines = [x for x in text.splitlines() if x.startswith("| `")]
+    assert [x.split("`")[1] for x in lines] == ["bbt-fed", "fedlora"]  # smallest release first
+    assert "| `fedlora` | 74,498 | 118 | 0.57 | 0.530 | 2.730 | 0.19 | 0.190 | 1.20 |" in lines
+    assert "z = 1.2, m = 120; M, D" in text and "privacy_cross_device-cpu/release.json" in text
+    (profile / privacy.RELEASE_FILE).unlink()
+    assert "No release measurement yet" in privacy.render_release()
