@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -339,6 +340,12 @@ def render_release() -> str:
 CROSS_DEVICE_FIGURE = "accuracy_by_round"
 
 
+def no_dp_twin(label: str) -> str:
+    """The label of a cross-device run's twin without DP: its noise part (``z12``, ``z0``) read as
+    ``none`` (``fedlora-z12`` -> ``fedlora-none``, ``fedprompt-z12-dir`` -> ``fedprompt-none-dir``)."""
+    return "-".join("none" if re.fullmatch(r"z\d+", part) else part for part in label.split("-"))
+
+
 def cross_device_runs(out: Path) -> list[dict[str, Any]]:
     """The finished cross-device runs under ``out``, one per (label, seed) (the newest): the
     accuracy at each evaluated round, the cohorts drawn, the adaptive clip's path and ε by both
@@ -382,14 +389,15 @@ def render_cross_device() -> str:
         rows = cross_device_runs(out)
         if not rows:
             continue
-        plain = {r["seed"]: r["accuracy"] for r in rows if r["label"].endswith("-none")}
+        plain = {(r["label"], r["seed"]): r["accuracy"] for r in rows if no_dp_twin(r["label"]) == r["label"]}
         evals = sorted({k for r in rows for k in r["curve"]})
         lines += [f"`{out.relative_to(REPO)}` ({rows[0]['rounds']} rounds; server accuracy on the whole test split):",
                   "", "| run | seed | accuracy | vs no DP | accuracy at rounds " + ", ".join(map(str, evals))
                   + " | ε RDP | ε PLD | clients a round | C first → last | clipped | bytes up | minutes |",
                   "|---" * 12 + "|"]
         for r in rows:
-            gap = f"{100 * (r['accuracy'] - plain[r['seed']]):+.1f} pt" if r["seed"] in plain else "–"
+            twin = (no_dp_twin(r["label"]), r["seed"])
+            gap = f"{100 * (r['accuracy'] - plain[twin]):+.1f} pt" if twin in plain else "–"
             eps = r.get("epsilon") or {}
             cells = [f"{eps[a]:.2f}" if eps.get(a) is not None else ("∞" if eps else "—") for a in ("rdp", "pld")]
             clip = f"{r['clip'][0]:.2f} → {r['clip'][1]:.2f}" if "clip" in r else "—"

@@ -74,7 +74,9 @@ def test_the_cross_device_table_gives_the_gap_to_no_dp_and_both_accountants_epsi
     mean and range, the clip's path and the share of updates clipped (8 of 40)."""
     runs = {("fedprompt-none", 0): _cross_device_run(tmp_path, "none", {0: 0.55, 2: 0.70, 4: 0.80}, None),
             ("fedprompt-z0", 0): _cross_device_run(tmp_path, "z0", {0: 0.55, 2: 0.72, 4: 0.81}, 0.0),
-            ("fedprompt-z1", 0): _cross_device_run(tmp_path, "z1", {0: 0.55, 2: 0.66, 4: 0.785}, 1.0)}
+            ("fedprompt-z1", 0): _cross_device_run(tmp_path, "z1", {0: 0.55, 2: 0.66, 4: 0.785}, 1.0),
+            ("fedlora-none", 0): _cross_device_run(tmp_path, "lora-none", {0: 0.45, 4: 0.90}, None),
+            ("fedlora-z1", 0): _cross_device_run(tmp_path, "lora-z1", {0: 0.45, 4: 0.88}, 1.0)}
     (tmp_path / "out" / "runs").mkdir(parents=True)
     monkeypatch.setattr(privacy, "REPO", tmp_path)
     monkeypatch.setattr(privacy, "CROSS_DEVICE_OUT", tmp_path / "out")
@@ -86,6 +88,15 @@ def test_the_cross_device_table_gives_the_gap_to_no_dp_and_both_accountants_epsi
         in "\n".join(lines)
     assert "| `fedprompt-z1` | 0 | 0.785 | -1.5 pt | 0.550, 0.660, 0.785 | 5.46 | 4.76 | 10.0 (8–12) | 1.00 → 1.30 | 20 % |" \
         in "\n".join(lines)
+    # each run against its own method's run without DP, not the last one listed
+    assert "| `fedlora-z1` | 0 | 0.880 | -2.0 pt |" in "\n".join(lines)
+    assert "| `fedlora-none` | 0 | 0.900 | +0.0 pt |" in "\n".join(lines)
+
+
+def test_a_runs_twin_without_dp_swaps_only_its_noise_part() -> None:
+    assert privacy.no_dp_twin("bbt-fed-z12") == "bbt-fed-none"
+    assert privacy.no_dp_twin("fedprompt-z12-dir") == "fedprompt-none-dir"
+    assert privacy.no_dp_twin("fedprompt-none") == "fedprompt-none"
 
 
 # ------------------------------------------------------------------ issue 69, clause 3: where the noise goes
