@@ -83,7 +83,14 @@ def test_a_supernode_killed_mid_run_is_dropped_and_the_run_finishes(tmp_path):
         later = [d for r in rounds[2:] for d in r["dropped"]]
         assert later, rounds  # the lost node shows: a failed (timed-out) client or a shortfall
         assert all(d["client"] in ("2", "missing") for d in later), later
-        assert all(r["num_clients"] == 2 for r in rounds[2:]), rounds
+        # the kill lands once round 1 is recorded, but on a busy machine node 2 can still answer round 2's fit
+        # before it dies (CI's rehearsal of 2026-11-29: 3 fits, then node 2's evaluate failed): either its fit
+        # is missing, or its fit counted and only its evaluate is dropped
+        for r in rounds[2:]:
+            fit_lost = r["num_clients"] == 2
+            only_evaluate_lost = r["num_clients"] == 3 and all(d["reason"].startswith("evaluate failed")
+                                                               for d in r["dropped"])
+            assert fit_lost or only_evaluate_lost, r
         assert "configuration error" not in (tmp_path / "flwr-run.log").read_text()
     finally:
         for proc in started:
