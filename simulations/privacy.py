@@ -27,6 +27,7 @@ import json
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +176,25 @@ def save_figure(fig: Any, folder: Path, name: str) -> list[Path]:
     return paths
 
 
+def record_updates(updates: list[list[Any]]) -> Callable[[Any], None]:
+    """A :func:`simulations.inprocess.run` server hook that appends to ``updates`` the update
+    (:meth:`fedtext.model.Model.update`: upload minus the global arrays) of every upload the
+    strategy's validation keeps, round after round."""
+
+    def hook(server: Any) -> None:
+        strategy = server.strategy
+        validate = strategy.validate
+
+        def measured(results: Any, failures: Any) -> Any:
+            uploads = validate(results, failures)
+            updates.extend(list(strategy.model.update(strategy.global_arrays, u.array_list())) for u in uploads)
+            return uploads
+
+        strategy.validate = measured
+
+    return hook
+
+
 def pilot(method: str, extra: dict[str, Any]) -> list[float]:
     """The L2 norms of the honest updates (:meth:`fedtext.model.Model.update`) of a 2-round T1 run of
     ``method`` without DP: what each method's ``dp-clip`` in the experiment is the median of."""
@@ -185,27 +205,13 @@ def pilot(method: str, extra: dict[str, Any]) -> list[float]:
     from simulations.inprocess import run
 
     exp = compare.load_experiment(EXPERIMENT)
-    norms: list[float] = []
-
-    def hook(server: Any) -> None:
-        strategy = server.strategy
-        validate = strategy.validate
-
-        def measured(results: Any, failures: Any) -> Any:
-            uploads = validate(results, failures)
-            for u in uploads:
-                update = strategy.model.update(strategy.global_arrays, u.array_list())
-                norms.append(float(np.sqrt(sum(float((x ** 2).sum()) for x in update))))
-            return uploads
-
-        strategy.validate = measured
-
+    updates: list[list[np.ndarray]] = []
     config = {k: v for k, v in exp["run-config"].items() if not (isinstance(k, str) and "." in k
                                                                   and not k.startswith(method + "."))}
     with tempfile.TemporaryDirectory() as tmp:
         run({**config, "method": method, "num-server-rounds": 2, "eval-size": 50, "eval-every": 2, **extra},
-            Path(tmp), clients=int(exp["num-supernodes"]), server_hook=hook)
-    return norms
+            Path(tmp), clients=int(exp["num-supernodes"]), server_hook=record_updates(updates))
+    return [float(np.sqrt(sum(float((x ** 2).sum()) for x in update))) for update in updates]
 
 
 RELEASE_FILE = "release.json"  # beside the cross-device runs: issue 69's clause 3, one entry per method
@@ -261,35 +267,20 @@ def release(method: str, profile: str | None = "cpu", seed: int = 0, z: float = 
             extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`release_stats` of ``method``'s first round in the cross-device setting (the
     experiment's run-config under ``profile``, without DP, the method's own budgets): the ~qN
-    honest updates of the clients Poisson drew, measured as :func:`pilot` measures them; with the
+    honest updates of the clients Poisson drew (:func:`record_updates`, as :func:`pilot`); with the
     round's client fit seconds. ``extra``: run-config keys over the experiment's (a test's tiny encoder)."""
     import tempfile
     import time
-
-    import numpy as np
 
     from simulations.inprocess import run
 
     exp = compare.with_profile(compare.load_experiment(CROSS_DEVICE), profile)
     updates: list[list[Any]] = []
-
-    def hook(server: Any) -> None:
-        strategy = server.strategy
-        validate = strategy.validate
-
-        def measured(results: Any, failures: Any) -> Any:
-            uploads = validate(results, failures)
-            updates.extend([np.asarray(a) for a in strategy.model.update(strategy.global_arrays, u.array_list())]
-                           for u in uploads)
-            return uploads
-
-        strategy.validate = measured
-
     config = {**exp["run-config"], "method": method, "seed": seed, "num-server-rounds": 1, "eval-size": 50,
               "eval-every": 1, **(extra or {})}
     t0 = time.time()
     with tempfile.TemporaryDirectory() as tmp:
-        _, rounds = run(config, Path(tmp), clients=int(exp["num-supernodes"]), server_hook=hook)
+        _, rounds = run(config, Path(tmp), clients=int(exp["num-supernodes"]), server_hook=record_updates(updates))
     stats = release_stats(updates, int(config["clients-per-round"]), z, draws, seed)
     return {"method": method, "seed": seed, **stats, "fit_s": rounds[-1]["client_fit_s"],
             "minutes": (time.time() - t0) / 60}
