@@ -206,8 +206,8 @@ def pilot(method: str, extra: dict[str, Any]) -> list[float]:
 
     exp = compare.load_experiment(EXPERIMENT)
     updates: list[list[np.ndarray]] = []
-    config = {k: v for k, v in exp["run-config"].items() if not (isinstance(k, str) and "." in k
-                                                                  and not k.startswith(method + "."))}
+    # the experiment's TOML tables (fedprompt.local-steps = ...) as Flower's flat keys, this method's only
+    config = compare.for_method(compare.flatten(exp["run-config"]), method)
     with tempfile.TemporaryDirectory() as tmp:
         run({**config, "method": method, "num-server-rounds": 2, "eval-size": 50, "eval-every": 2, **extra},
             Path(tmp), clients=int(exp["num-supernodes"]), server_hook=record_updates(updates))
