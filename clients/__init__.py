@@ -1,3 +1,3 @@
 """Client side of every method: one ``NumPyClient`` per module. A method's config names its
-client as a ``"clients.<module>:<Class>"`` string (:mod:`fedtext.registry`); import a client
+client as a ``"clients.<module>:<Class>"`` string (:mod:`fedtext.common.registry`); import a client
 from its own module."""

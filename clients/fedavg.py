@@ -6,7 +6,7 @@ import numpy as np
 import torch
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client import FedTextClient, client_seed, minibatches
+from fedtext.client.numpy_client import FedTextClient, client_seed, minibatches
 from fedtext.methods.fedavg.model import FedAvgModel
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import numpy as np
 from flwr.common import NDArrays, Scalar
 
-from fedtext.blackbox import WhitenedCMA
-from fedtext.client import SubspaceClient, client_seed
+from fedtext.client.numpy_client import SubspaceClient, client_seed
+from fedtext.learning.blackbox import WhitenedCMA
 from fedtext.methods.fedbpt.perturb import perturb
 
 
 class FedBPTClient(SubspaceClient):
     """I local CMA-ES iterations from N(z_t, sigma_t^2 C_t); forward passes only.
 
-    pycma starts from N(z_t, sigma_t^2 C_t) through :class:`fedtext.blackbox.WhitenedCMA`
+    pycma starts from N(z_t, sigma_t^2 C_t) through :class:`fedtext.learning.blackbox.WhitenedCMA`
     (whitened coordinates), so the step sizes it reports are the sigma^k_{t,j} of eq. (9).
     Local rank-mu: mu_l = lambda_k/2 equal weights (``CMA_recombination_weights``).
     Every iteration draws new token masks and random tokens (Alg. 1 lines 12-16;

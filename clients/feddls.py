@@ -10,9 +10,9 @@ import numpy as np
 from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
-from fedtext import comm
 from fedtext.backbone import Backbone
-from fedtext.client import FedTextClient, client_seed
+from fedtext.client.numpy_client import FedTextClient, client_seed
+from fedtext.common import comm
 from fedtext.methods.feddls.codecs import codec_for, encode_upload
 
 
@@ -95,8 +95,8 @@ class FedDLSClient(FedTextClient):
     prompt stays a sequence of words (§4.2, Fig. 3), and every uploaded id is one the
     server can check. The fitness is the mean cross-entropy over the client's shots.
     p' and its version live in ``context.state`` between rounds (Flower builds a new
-    client object per message); :class:`fedtext.node.Node` journals them
-    (:mod:`fedtext.node_state`), so a restarted node or a resumed run gets them back. A
+    client object per message); :class:`fedtext.node.node.Node` journals them
+    (:mod:`fedtext.node.state`), so a restarted node or a resumed run gets them back. A
     node that lost its state anyway (no journal) cannot apply a residual to a p' it no
     longer has: it fails the round with a clear error, which the server logs as a
     dropped client and answers with a resync.

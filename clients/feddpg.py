@@ -7,7 +7,7 @@ import torch
 from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client import FedTextClient, client_seed, minibatches
+from fedtext.client.numpy_client import FedTextClient, client_seed, minibatches
 from fedtext.methods.feddpg.model import FedDPGModel
 from fedtext.methods.feddpg.unlearning import forget_split, unlearn, unlearn_seed
 
@@ -20,7 +20,7 @@ class FedDPGClient(FedTextClient):
     nothing else. With ``unlearn=1`` in the fit config the client forgets
     ``feddpg.forget-fraction`` of its examples instead (:func:`fedtext.methods.feddpg.unlearning.unlearn`)
     and keeps their indices in ``context.state``, so that no later round trains on
-    them again (journalled by :mod:`fedtext.node_state`: a resumed run keeps them too).
+    them again (journalled by :mod:`fedtext.node.state`: a resumed run keeps them too).
     """
 
     model: FedDPGModel

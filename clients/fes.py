@@ -18,7 +18,7 @@ What survives between rounds lives in ``context.state`` (``self.state``), becaus
 Flower builds a new client object for every message: the pseudo labels (text ids
 into this client's unlabelled pool and labels) and, computed once, the ids the
 representational filter kept. A client that sits rounds out keeps them, and a resumed
-run's clients get them back from the node-state journal (:mod:`fedtext.node_state`).
+run's clients get them back from the node-state journal (:mod:`fedtext.node.state`).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
 from fedtext.backbone import EncodedBatch
-from fedtext.client import FedTextClient, client_seed, minibatches
-from fedtext.heads import mean_pool
+from fedtext.client.numpy_client import FedTextClient, client_seed, minibatches
+from fedtext.backbone.heads import mean_pool
 from fedtext.methods.fes.filter import VOTES, keep_count, knn_sets
 from fedtext.methods.fes.labels import PSEUDO_PICK_SALT, PSEUDO_PICKS, pseudo_target, split_pool
 from fedtext.methods.fes.model import FewShotModel

@@ -21,7 +21,7 @@ one ``ArrayChunk`` of an array's bytes. Flower splits every array into chunks of
     cap            = max over the served methods of (largest object) + 64 KiB
 
 where "largest array a client uploads" comes from the method's own
-:meth:`fedtext.model.Model.upload_specs` built for this run-config (shape x dtype size; a
+:meth:`fedtext.learning.model.Model.upload_specs` built for this run-config (shape x dtype size; a
 spec without a fixed shape counts as a whole chunk), and 64 KiB covers protobuf framing, the
 object header and a message's metric and config records (measured in
 tests/system/test_deploy.py: fedprompt's 12,288-byte prompt gives a cap of 77,824 bytes, and
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fedtext.comm import ArraySpec
+    from fedtext.common.comm import ArraySpec
 
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE / "nginx" / "fleet.conf.template"
@@ -76,7 +76,7 @@ def spec_bytes(spec: "ArraySpec", chunk: int) -> int:
     """Bytes one uploaded array of ``spec`` occupies on the wire, at most one chunk.
 
     A spec without a fixed shape could be any size: it counts as a whole chunk (the most
-    Flower puts in one object); else :meth:`fedtext.comm.ArraySpec.nbytes`.
+    Flower puts in one object); else :meth:`fedtext.common.comm.ArraySpec.nbytes`.
     """
     return chunk if spec.shape is None else min(spec.nbytes(), chunk)
 
@@ -84,15 +84,15 @@ def spec_bytes(spec: "ArraySpec", chunk: int) -> int:
 def body_cap(methods: list[str], run_config: dict[str, object]) -> Cap:
     """The ``client_max_body_size`` for SuperNodes of ``methods`` under ``run_config``.
 
-    Builds each method's :class:`fedtext.model.Model` exactly as its strategy does (the
+    Builds each method's :class:`fedtext.learning.model.Model` exactly as its strategy does (the
     run's data, task and backbone), then applies the formula of the module docstring.
     """
     from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE as chunk
 
     from fedtext.backbone import backbone_for
-    from fedtext.config import RunConfig
-    from fedtext.data import labelled
-    from fedtext.registry import METHODS
+    from fedtext.common.config import RunConfig
+    from fedtext.common.registry import METHODS
+    from fedtext.learning.data import labelled
 
     best: Cap | None = None
     for method in methods:
@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> None:
     if not Path(args.nginx).is_file():
         sys.exit(f"no nginx at {args.nginx}: install Debian's package (apt-get install nginx) or give --nginx")
     sys.path.insert(0, str(HERE.parent))  # fedtext from this checkout, as the SuperLink runs it
-    from fedtext.errors import ConfigError
-    from fedtext.registry import METHODS
+    from fedtext.common.errors import ConfigError
+    from fedtext.common.registry import METHODS
 
     methods = args.methods or list(METHODS)
     unknown = [m for m in methods if m not in METHODS]

@@ -10,10 +10,10 @@
 #   --threads T   torch threads of the node (default 0: all cores; give each SuperNode that
 #                 shares a machine its share)
 #   --warm-clientapps N   ClientApp processes kept started ahead of need, each handed one task
-#                 (default: the node service's; 0: Flower's cold flwr-clientapp per message; fedtext.warm_exec)
+#                 (default: the node service's; 0: Flower's cold flwr-clientapp per message; fedtext.node.warm_exec)
 #   --no-node-service   Flower's plain SuperNode: each message's ClientApp process loads
 #                 torch, the data and the backbone anew (docs/performance.md compares)
-# By default the SuperNode runs behind fedtext's node service (python -m fedtext.node_service:
+# By default the SuperNode runs behind fedtext's node service (python -m fedtext.node.service:
 # one long-lived process holding the backbone and the partition, which the per-message
 # ClientApp asks over a private Unix socket; started and stopped with the SuperNode).
 # Runs in the foreground (`exec`): its PID is the node's supervisor's (or the SuperNode's).
@@ -50,7 +50,7 @@ else
   args+=(--insecure)
 fi
 if [ "$service" = 1 ]; then
-  exec "${PYTHON:-python3}" -m fedtext.node_service --threads "$threads" "${warm[@]}" \
+  exec "${PYTHON:-python3}" -m fedtext.node.service --threads "$threads" "${warm[@]}" \
     -- flower-supernode "${args[@]}"
 fi
 exec flower-supernode "${args[@]}"

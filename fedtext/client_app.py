@@ -3,24 +3,24 @@
 In Flower's deployment engine every message starts a new ``flwr-clientapp`` process that
 imports this module (Flower 1.42 recreates the ClientApp per message; only ``Context.state``
 persists). So this module imports Flower and the standard library only: torch, transformers
-and the data loaders (:mod:`fedtext.node`) are imported on a message's first need of them.
+and the data loaders (:mod:`fedtext.node.node`) are imported on a message's first need of them.
 
 Two ways a message is answered:
 
-* **by the SuperNode's node service** (:mod:`fedtext.node_service`), when the node config
-  names one (``node-service='<socket>'``, which ``python -m fedtext.node_service --
-  flower-supernode ...`` adds): :func:`fedtext.node_service.node_service_mod` hands the
+* **by the SuperNode's node service** (:mod:`fedtext.node.service`), when the node config
+  names one (``node-service='<socket>'``, which ``python -m fedtext.node.service --
+  flower-supernode ...`` adds): :func:`fedtext.node.service.node_service_mod` hands the
   message and context to that long-lived process, which holds the backbone and the node's
   data across messages, and returns its reply; this process never imports torch.
 * **here**, otherwise (the simulation engine, a SuperNode started without the service, or a
   service that does not answer): Flower's legacy handler calls ``client_fn``, which imports
-  :mod:`fedtext.node` and builds a :class:`fedtext.node.Node`.
+  :mod:`fedtext.node.node` and builds a :class:`fedtext.node.node.Node`.
 
-With ``secagg=true`` (:mod:`fedtext.secagg`), :func:`secagg_mod` first runs Flower's SecAgg+
+With ``secagg=true`` (:mod:`fedtext.server.secagg`), :func:`secagg_mod` first runs Flower's SecAgg+
 client side: the protocol's key and share messages are answered there, and the fit it wraps
 goes either way above; its reply leaves masked.
 
-Both run the same :class:`fedtext.node.Node` on the same message and context, so the run's
+Both run the same :class:`fedtext.node.node.Node` on the same message and context, so the run's
 records are the same either way but for the timings (tests/unit/test_node_service.py).
 """
 
@@ -38,17 +38,17 @@ from flwr.common import Context, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE
 from flwr.compat.common import recorddict_compat as compat
 
-from fedtext.node_service import node_service_mod
-from fedtext.quiet import quiet_ray_tip
+from fedtext.common.quiet import quiet_ray_tip
+from fedtext.node.service import node_service_mod
 
 # Flower's simulation process imports this module before it starts Ray: Ray's FutureWarning
-# at ray.init is filtered from here (fedtext.quiet; Ray's behaviour unchanged)
+# at ray.init is filtered from here (fedtext.common.quiet; Ray's behaviour unchanged)
 quiet_ray_tip()
 
 
 def secagg_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
     """Flower's ``secaggplus_mod`` for the messages of a SecAgg+ round (``secagg=true``,
-    :mod:`fedtext.secagg`: a train message carrying the protocol's record); every other message
+    :mod:`fedtext.server.secagg`: a train message carrying the protocol's record); every other message
     passes untouched. Flower 1.42's mod takes every train message as one of the protocol's and
     fails a plain fit instruction (``KeyError: 'secaggplus_configs'``), so it cannot stand in the
     ClientApp's mods alone."""
@@ -81,7 +81,7 @@ def within_clip_range(reply: Message, context: Context) -> Message:
 def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
     """A ClientApp whose run-config is Flower's, updated with ``overrides``; its messages go to
     the node config's ``node-service`` when it names one
-    (:func:`fedtext.node_service.node_service_mod`).
+    (:func:`fedtext.node.service.node_service_mod`).
 
     Parameters
     ----------
@@ -90,12 +90,12 @@ def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
     """
 
     def client_fn(context: Context) -> Client:
-        from fedtext.node import (
+        from fedtext.common.progress import setup_logging
+        from fedtext.node.node import (
             make_client,  # torch and transformers: only where a client is built
         )
-        from fedtext.progress import setup_logging
 
-        setup_logging()  # the client's progress lines (fedtext.progress) reach Flower's console
+        setup_logging()  # the client's progress lines (fedtext.common.progress) reach Flower's console
         return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state,
                            context.run_id)
 

@@ -1,6 +1,6 @@
 """ServerApp: run-config -> RunConfig (validated once) -> the strategy the method's config names.
 
-The method's config (``fedtext.registry.METHODS[method]``) names its strategy as a
+The method's config (``fedtext.common.registry.METHODS[method]``) names its strategy as a
 ``"strategies.<module>:<Class>"`` string; this module resolves it (:func:`strategy_class`),
 the one core module besides the ClientApp that imports a plug-in.
 
@@ -12,7 +12,7 @@ still leaves a record, ``failed`` with that line, in ``output-dir``: ``flwr run`
 (``python -m simulations.status``).
 
 ``resume=<run-id>`` continues the run ``<output-dir>/<run-id>`` from its last checkpoint
-(:mod:`fedtext.checkpoint`) in the same folder: same run-config (only
+(:mod:`fedtext.server.checkpoint`) in the same folder: same run-config (only
 ``num-server-rounds`` may grow), rounds after the checkpoint are redone.
 """
 
@@ -30,23 +30,24 @@ from flwr.common import Context
 from flwr.server import Grid, Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
 from flwr.server.history import History
 
-from fedtext import checkpoint, comm, secagg
-from fedtext.components import resolve
-from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
-from fedtext.data import labelled, warn_about_texts
-from fedtext.grid import ReplyPollingGrid
 from fedtext.backbone.architectures import max_tokens
-from fedtext.model import PromptModel
-from fedtext.progress import setup_logging
-from fedtext.quiet import quiet_flower, quiet_ray_tip
+from fedtext.common import comm
+from fedtext.common.components import resolve
+from fedtext.common.config import DERIVED_KEYS, ConfigError, RunConfig
+from fedtext.common.progress import setup_logging
+from fedtext.common.quiet import quiet_flower, quiet_ray_tip
+from fedtext.common.registry import METHODS
+from fedtext.common.tracking import check_installed
+from fedtext.learning.data import labelled, warn_about_texts
+from fedtext.learning.model import PromptModel
 from fedtext.records.probes import fab_fields
 from fedtext.records.reader import read_config
 from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name
-from fedtext.registry import METHODS
-from fedtext.sampling import wait_for_nodes
-from fedtext.strategy import Evaluator, FedTextStrategy
-from fedtext.tracking import check_installed
+from fedtext.server import checkpoint, secagg
+from fedtext.server.grid import ReplyPollingGrid
+from fedtext.server.sampling import wait_for_nodes
+from fedtext.server.strategy import Evaluator, FedTextStrategy
 
 log = logging.getLogger("fedtext")
 quiet_ray_tip()  # in case this module loads first; fedtext.client_app's import is the one before ray.init
@@ -58,7 +59,7 @@ def strategy_class(method: str) -> type[FedTextStrategy]:
     Parameters
     ----------
     method
-        A key of :data:`fedtext.registry.METHODS`.
+        A key of :data:`fedtext.common.registry.METHODS`.
 
     Returns
     -------
@@ -79,7 +80,7 @@ class RecordingServer(Server):
 
     def fit_round(self, server_round: int, timeout: float | None):
         """Flower's fit round, or with ``secagg=true`` the same round through Flower's SecAgg+
-        workflow on the run's grid (:func:`fedtext.secagg.fit_round`; each stage waits at most
+        workflow on the run's grid (:func:`fedtext.server.secagg.fit_round`; each stage waits at most
         ``round-timeout-s``). Everything around the fit round (round 0, the evaluations, resume,
         the record's ``failed``/``finished``) is this server's in both cases."""
         if not self.strategy.cfg.secagg:
@@ -217,7 +218,7 @@ def check_output_dir(output_dir: str) -> None:
 def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
     """A soft prompt of ``prompt-length`` natural tokens must exist, and every sequence must fit
     the model's positions (else numpy/torch fail deep inside): ``[CLS]``, the positions the
-    method inserts after it (:meth:`fedtext.model.Model.inserted_positions`: a prompt, P-tuning
+    method inserts after it (:meth:`fedtext.learning.model.Model.inserted_positions`: a prompt, P-tuning
     v2's placeholders, FedDPG's generated vectors), the head's template, ``max-length`` text tokens
     and ``[SEP]``, within the tokens the encoder's position table holds
     (:func:`fedtext.backbone.architectures.max_tokens`: BERT's 512; RoBERTa's and MPNet's 514
@@ -245,7 +246,7 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any], limits: checkpoint
     """The checkpoint ``resume=`` names, after checking, before anything is loaded from it,
     that the run folder lies inside ``output-dir`` and that the run-config matches the run's.
 
-    :func:`fedtext.checkpoint.load` then refuses, before anything is decompressed past
+    :func:`fedtext.server.checkpoint.load` then refuses, before anything is decompressed past
     ``limits`` (the run's model's: ``FedTextStrategy.checkpoint_limits``) or unpickled, a
     checkpoint whose signature does not verify or that belongs to another run: its run id
     must be the folder's, its method ``cfg.method``, its config hash that of the run-config
@@ -320,7 +321,7 @@ class FabAwareServerApp(ServerApp):
     Flower hands the FAB's id, version and hash to the grid (``grid.run``). They are kept
     in :attr:`fab` (:func:`fedtext.records.fab_fields`) before ``server_fn`` is called,
     for the run's provenance. The grid it runs on asks for replies every ≤ 0.25 s instead of
-    Flower's 3 s (:class:`fedtext.grid.ReplyPollingGrid`)."""
+    Flower's 3 s (:class:`fedtext.server.grid.ReplyPollingGrid`)."""
 
     def __init__(self, server_fn: Callable[[Context], ServerAppComponents]) -> None:
         super().__init__(server_fn=server_fn)
@@ -332,7 +333,7 @@ class FabAwareServerApp(ServerApp):
             self.fab = fab_fields(grid.run)
         except Exception:  # noqa: BLE001 - a grid without a run (a test's) must not stop the run
             self.fab = {}
-        self.grid = ReplyPollingGrid(grid)  # replies pulled as they come (fedtext.grid)
+        self.grid = ReplyPollingGrid(grid)  # replies pulled as they come (fedtext.server.grid)
         super().__call__(self.grid, context)
 
 
@@ -349,7 +350,7 @@ def make_server_app(overrides: Mapping[str, Any] | None = None,
 
     def server_fn(context: Context) -> ServerAppComponents:
         setup_logging()
-        quiet_flower()  # Flower's own lines (fedtext.quiet); verbose=true brings them back below
+        quiet_flower()  # Flower's own lines (fedtext.common.quiet); verbose=true brings them back below
         install_signal_handlers()  # SIGTERM -> "failed: terminated by SIGTERM" in the record
         run_config = {**context.run_config, **(overrides or {})}
         # a string: Flower's 64-bit run ids lose digits as JSON numbers in JavaScript readers

@@ -4,7 +4,7 @@ ROOT is a 64-bit Debian arm64 root that ``deploy/edge/arm64_root.sh ROOT`` built
 debootstrap and qemu-user-static; fedtext's SuperNode side from PyPI's aarch64 wheels). This
 starts a SuperLink on this machine, one SuperNode inside ROOT (``chroot``: every binary there is
 aarch64, run by qemu-user through binfmt_misc) behind fedtext's node service, exactly as a
-board runs it (``python -m fedtext.node_service -- flower-supernode ...``), and submits a run
+board runs it (``python -m fedtext.node.service -- flower-supernode ...``), and submits a run
 of this checkout with ``flwr run``; the record goes to ``--output-dir`` (default
 simulations/results/edge/arm64) and its provenance names the node's platform
 (``node_platforms``: ``{"0": "aarch64"}``). Emulated time is no device time: the seconds in
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         board_env = ["/usr/bin/env", "-i", f"PATH={VENV}/bin:/usr/bin:/bin", "HOME=/root", "HF_HUB_OFFLINE=1",
                      "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1", "PYTHONUNBUFFERED=1"]
         procs.start("supernode-arm64", ["chroot", str(root), *board_env, f"{VENV}/bin/python", "-m",
-                                        "fedtext.node_service", "--threads", "2", "--", f"{VENV}/bin/flower-supernode",
+                                        "fedtext.node.service", "--threads", "2", "--", f"{VENV}/bin/flower-supernode",
                                         "--insecure", "--superlink", f"127.0.0.1:{port}", "--port", str(free_port()),
                                         "--node-config", "partition-id=0 num-partitions=1"])
         t0 = time.time()

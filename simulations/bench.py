@@ -69,7 +69,7 @@ def gemm_gflops(sizes: tuple[int, ...] = (1024, 2048), repeats: int = 10, precis
     """Best matmul rate over ``repeats`` n x n x n products per size (2 n^3 FLOPs each),
     in ``precision``'s dtype on ``device``. The best, not the mean: the peak is what the
     hardware can do, and a shared machine only ever makes single measurements slower."""
-    from fedtext.devices import DTYPES
+    from fedtext.backbone.devices import DTYPES
 
     best = 0.0
     for n in sizes:
@@ -98,10 +98,10 @@ def backbone_rates(n_texts: int = 256, p: int = 20, b: int = 32, t: int = 8, pre
     """Useful tokens/s of a plain forward and of batched scoring on SST-2 dev texts, the
     encoder ``model`` (a checkpoint, or a shape of fedtext/backbone/shapes.py with random
     weights: the rate is the shape's) on ``device`` computing in ``precision``
-    (fedtext.devices: autocast, float32 logits); the best of ``repeats`` after a warm-up."""
+    (fedtext.backbone.devices: autocast, float32 logits); the best of ``repeats`` after a warm-up."""
     import fedtext.backbone.scoring as scoring
     from fedtext.backbone import SHAPES, get_backbone
-    from fedtext.data import load_splits
+    from fedtext.learning.data import load_splits
 
     weights = "random" if model in SHAPES else "pretrained"
     bb = get_backbone(model, "similarity", "sst2", 128, device, precision, weights)
@@ -181,7 +181,7 @@ def client_round(method: str, budget_mb: int, precision: str = "fp32", rounds: i
                  device: str = "cpu") -> dict[str, float]:
     """One warm-up and ``rounds`` timed local rounds of ``method``'s client (this process)
     on ``device`` at the method's defaults on SST-2 (:func:`timed_client_round`)."""
-    from fedtext.registry import make_config
+    from fedtext.common.registry import make_config
 
     cfg = make_config(method, dataset=SST2, max_client_memory_mb=budget_mb, device=device, precision=precision)
     return timed_client_round(cfg, rounds)
@@ -197,8 +197,8 @@ def timed_client_round(cfg, rounds: int = 1, warm_up: bool = True, partition: in
     and is gone before the rounds, so that the memory is the client's."""
     import gc
 
-    from fedtext.node import client_class
-    from fedtext.data import client_data, labelled
+    from fedtext.learning.data import client_data, labelled
+    from fedtext.node.node import client_class
     from fedtext.records.probes import current_rss_mb, peak_rss_mb
     from fedtext.server_app import strategy_class
 
@@ -266,7 +266,7 @@ PRECISION_METHODS = ("bbt-fed", "fedbpt", "feddls", "fedprompt", "fedavg")  # 3 
 def header(device: str = "cpu") -> str:
     """The line every table is headed by: date, machine, CPU, the device the bench ran on
     (a GPU by its name), torch and its threads."""
-    from fedtext.devices import cpu_has_bf16
+    from fedtext.backbone.devices import cpu_has_bf16
 
     dev = torch.device(device)
     where = (f"device {device} ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else
@@ -334,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(client_round(args.client, args.budget, args.precision, args.rounds, args.device)))
         return 0
     if args.precisions:
-        from fedtext.config import DEVICE_PATTERN, ConfigError
-        from fedtext.devices import Precision
+        from fedtext.backbone.devices import Precision
+        from fedtext.common.config import DEVICE_PATTERN, ConfigError
 
         try:
             if args.device == "auto" or not DEVICE_PATTERN.fullmatch(args.device):

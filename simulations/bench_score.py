@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from fedtext.backbone import get_backbone
-from fedtext.data import make_demo
+from fedtext.learning.data import make_demo
 
 
 def bench(p: int, b: int, t: int, repeats: int) -> tuple[float, float]:

@@ -74,7 +74,7 @@ from typing import Any
 
 import pandas as pd
 
-from fedtext.config import ConfigError, RunConfig
+from fedtext.common.config import ConfigError, RunConfig
 from fedtext.records.probes import machine_line
 from fedtext.records.reader import FINISHED, runs_under
 from simulations.tables import compare_table, load_runs, one_run_per_seed, run_key, to_markdown
@@ -157,7 +157,7 @@ def flatten(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 def for_method(overrides: dict[str, Any], method: str) -> dict[str, Any]:
     """The overrides a ``method`` run takes: shared keys and its own ``<method>.*``, not
     the keys meant for the other methods of the experiment."""
-    from fedtext.registry import METHODS
+    from fedtext.common.registry import METHODS
 
     return {k: v for k, v in overrides.items() if "." not in k or k.split(".", 1)[0] not in METHODS
             or k.split(".", 1)[0] == method}
@@ -166,7 +166,7 @@ def for_method(overrides: dict[str, Any], method: str) -> dict[str, Any]:
 def plan(exp: dict[str, Any], seeds: list[int] | None) -> list[dict[str, Any]]:
     """One run-config override dict per (method or variant, seed, holdout), validated
     before anything runs."""
-    from fedtext.registry import METHODS
+    from fedtext.common.registry import METHODS
 
     labels = exp.get("methods", [])
     for label in labels:
@@ -199,14 +199,14 @@ def preflight(runs: list[dict[str, Any]], requires: list[str]) -> None:
     """Check, before anything runs, what a profile needs: every run's backbone readable
     (:func:`fedtext.backbone.check_model`: the hub, a local folder or a shipped shape with
     ``weights=random``), its ``device`` and
-    ``precision`` usable here (:meth:`fedtext.devices.Precision.of`), and a CUDA GPU where
+    ``precision`` usable here (:meth:`fedtext.backbone.devices.Precision.of`), and a CUDA GPU where
     ``requires`` names ``gpu``. Each failure is one :class:`ConfigError` line. Imports
     torch and transformers, so only ``--profile`` pays for it."""
     import torch
 
     from fedtext.backbone import check_model
-    from fedtext.devices import Precision
-    from fedtext.registry import METHODS
+    from fedtext.backbone.devices import Precision
+    from fedtext.common.registry import METHODS
 
     if "gpu" in requires and not torch.cuda.is_available():
         raise ConfigError(f"this profile needs a CUDA GPU (requires = {requires}); torch {torch.__version__} "
@@ -233,7 +233,7 @@ def default_out(experiment: Path, profile: str | None = None) -> Path:
 def resolved(overrides: dict[str, Any]) -> dict[str, Any]:
     """The run-config a planned run records (``config.json``'s ``config``, less the keys the
     server derives), as JSON gives it back (tuples read as lists)."""
-    from fedtext.registry import METHODS
+    from fedtext.common.registry import METHODS
 
     return json.loads(json.dumps(RunConfig.from_run_config(overrides, METHODS).to_run_config(), default=str))
 

@@ -23,7 +23,7 @@ For each backbone and registered method, in a fresh process (its memory its own)
    strategy and the fewest ClientApp clients its round takes, one but for FedBPT's two, through
    Flower's message conversion, no Ray): bytes up
    and down per client-round from its last round's record (``bytes_up_per_client``,
-   ``bytes_down_per_client``: the serialised arrays, fedtext/comm.py), and the server's
+   ``bytes_down_per_client``: the serialised arrays, fedtext/common/comm.py), and the server's
    seconds in ``aggregate_fit`` (all rounds).
 
 Settings (:data:`COST_KEYS`, then :data:`PAPER_KEYS`, then ``--run-config``): each client-round
@@ -134,7 +134,7 @@ def run_keys(method: str, model: str, extra: dict[str, Any]) -> dict[str, Any]:
     local work, the paper's setting (:data:`PAPER_KEYS`, FeS's plan scaled to the depth),
     then ``extra``."""
     from fedtext.backbone.shapes import SHAPES
-    from fedtext.registry import METHODS
+    from fedtext.common.registry import METHODS
 
     config = METHODS[method]
     keys: dict[str, Any] = {"method": method, "model": model, **COST_KEYS}
@@ -152,12 +152,12 @@ def run_keys(method: str, model: str, extra: dict[str, Any]) -> dict[str, Any]:
 
 def measure(method: str, model: str, extra: dict[str, Any]) -> dict[str, Any]:
     """One row (module doc), in this process: the client alone first, then the round."""
-    from fedtext.config import RunConfig
-    from fedtext.registry import METHODS
+    import gc
+
+    from fedtext.common.config import RunConfig
+    from fedtext.common.registry import METHODS
     from simulations.bench import timed_client_round
     from simulations.inprocess import run
-
-    import gc
 
     keys = run_keys(method, model, extra)
     cfg = RunConfig.from_run_config(keys, METHODS)
@@ -451,7 +451,6 @@ def growth_figure(records: list[dict[str, Any]], path: Path = GROWTH_FIGURE) -> 
 
     matplotlib.use("Agg")  # headless
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import NullFormatter
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))
@@ -498,7 +497,7 @@ def render_growth() -> str:
 
 # ------------------------------------------------------------------ command
 def main(argv: list[str] | None = None) -> int:
-    from fedtext.registry import METHODS
+    from fedtext.common.registry import METHODS
 
     ap = argparse.ArgumentParser(prog="python -m simulations.costs", description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=[PAPER_SHAPE], help="backbones: shapes or checkpoints")

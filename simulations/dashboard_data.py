@@ -38,8 +38,21 @@ import pandas as pd
 
 from fedtext.records.probes import PROVENANCE_PACKAGES
 from fedtext.records.reader import (
-    RANDOM_WEIGHTS_NOTE, RecordError, configured_rounds, decode_json, file_problem, finite_number, privacy_spent,
-    random_weights, read_config, read_summary, read_text, record_lines, round_line, run_status, summarize,
+    RANDOM_WEIGHTS_NOTE,
+    RecordError,
+    configured_rounds,
+    decode_json,
+    file_problem,
+    finite_number,
+    privacy_spent,
+    random_weights,
+    read_config,
+    read_summary,
+    read_text,
+    record_lines,
+    round_line,
+    run_status,
+    summarize,
     without_accuracy,
 )
 
@@ -109,7 +122,7 @@ PALETTE = [
 
 @functools.lru_cache(maxsize=1)
 def _method_names() -> tuple[str, ...]:
-    from fedtext.registry import METHODS
+    from fedtext.common.registry import METHODS
 
     return tuple(METHODS)
 
@@ -128,7 +141,7 @@ def color_of(label: str, labels: Iterable[str] = ()) -> str:
 @functools.lru_cache(maxsize=1)
 def _method_defaults() -> dict[str, dict]:
     """Each method's own keys and defaults (``{"feddls": {"feddls.phi": 5, ...}}``)."""
-    from fedtext.registry import METHODS
+    from fedtext.common.registry import METHODS
 
     return {name: config().to_run_config() for name, config in METHODS.items()}
 

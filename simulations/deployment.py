@@ -10,7 +10,7 @@ One ``flower-superlink`` and N ``flower-supernode`` processes on loopback (insec
 machine), then ``flwr run <app> local --stream`` (``local``: the SuperLink connection written
 in the launcher's own Flower home, ``<home>/config.toml``): the processes and messages of an edge
 deployment (docs/deployment.md), each SuperNode holding partition i of N through its node
-config, each behind fedtext's node service (``python -m fedtext.node_service``: one long-lived
+config, each behind fedtext's node service (``python -m fedtext.node.service``: one long-lived
 process per SuperNode holding its backbone and data; ``--no-node-service`` for Flower's
 plain SuperNode, where each message's ClientApp process loads everything anew) and with its
 share of the cores (torch threads = cores / SuperNodes), as on separate boards. Use it where Ray is not installed
@@ -52,7 +52,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
+from fedtext.common.config import DERIVED_KEYS, ConfigError, RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
 CLIS = ("flwr", "flower-superlink", "flower-supernode")
@@ -87,7 +87,7 @@ def listening(port: int, host: str = "127.0.0.1") -> bool:
 
 def record_overrides(record: Path) -> dict[str, Any]:
     """The run-config the run in folder ``record`` ran with: its ``config.json``'s keys less
-    the ones the server derived (:data:`fedtext.config.DERIVED_KEYS`) and ``output-dir``
+    the ones the server derived (:data:`fedtext.common.config.DERIVED_KEYS`) and ``output-dir``
     (where it wrote, which a replay sets itself)."""
     path = record / "config.json"
     if not path.exists():
@@ -239,15 +239,15 @@ def supernode_threads(num_supernodes: int, cores: int | None = None) -> int:
 def supernode_command(i: int, num_supernodes: int, superlink_port: int, node_service: bool,
                       threads: int, warm: int | None = None) -> list[str]:
     """SuperNode ``i``'s command: ``flower-supernode`` holding partition i of N, behind fedtext's
-    node service (``python -m fedtext.node_service --threads T -- flower-supernode ...``,
+    node service (``python -m fedtext.node.service --threads T -- flower-supernode ...``,
     docs/deployment.md) unless ``node_service`` is false; ``warm``: the service's
-    ``--warm-clientapps`` (None: its default, :data:`fedtext.node_service.WARM_CLIENTAPPS`)."""
+    ``--warm-clientapps`` (None: its default, :data:`fedtext.node.service.WARM_CLIENTAPPS`)."""
     node = [cli("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{superlink_port}",
             "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions={num_supernodes}"]
     if not node_service:
         return node
     warm_args = [] if warm is None else ["--warm-clientapps", str(warm)]
-    return [sys.executable, "-m", "fedtext.node_service", "--threads", str(threads), *warm_args, "--", *node]
+    return [sys.executable, "-m", "fedtext.node.service", "--threads", str(threads), *warm_args, "--", *node]
 
 
 def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, logs: Path,
@@ -257,11 +257,11 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
     the run's record folder (None when none was written). Logs of every process go to
     ``logs``. ``app``: the app folder ``flwr run`` submits (default this checkout), or a
     ``.fab`` file ``flwr build`` made (:func:`install_fab`). ``node_service``: each SuperNode
-    runs behind fedtext's node service (:mod:`fedtext.node_service`); without it every message
+    runs behind fedtext's node service (:mod:`fedtext.node.service`); without it every message
     starts a ClientApp process that loads everything anew. Either way each SuperNode's torch
     threads are its share of the cores (:func:`supernode_threads`). ``warm``: ClientApp processes
-    each SuperNode keeps ready (:mod:`fedtext.warm_exec`; None: the node service's default, 0: none)."""
-    from fedtext.registry import METHODS
+    each SuperNode keeps ready (:mod:`fedtext.node.warm_exec`; None: the node service's default, 0: none)."""
+    from fedtext.common.registry import METHODS
 
     output_dir = output_dir.resolve()
     pairs = {**overrides, "output-dir": str(output_dir)}
@@ -323,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
                          "everything anew (Flower's default; docs/performance.md compares)")
     ap.add_argument("--warm-clientapps", type=int, default=None,
                     help="ClientApp processes each SuperNode keeps started ahead of need (default: the node "
-                         "service's, 1; 0: Flower's cold flwr-clientapp per message; fedtext.warm_exec)")
+                         "service's, 1; 0: Flower's cold flwr-clientapp per message; fedtext.node.warm_exec)")
     ap.add_argument("--app", default=str(REPO),
                     help="the app to run: a folder (default this checkout) or a .fab file that `flwr build` made")
     args = ap.parse_args(argv)

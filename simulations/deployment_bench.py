@@ -4,7 +4,7 @@ For each harness and method, the same run-config three ways, one after the other
 machine: Flower's Ray simulation (``simulations.simulate``, one actor using every core, fits
 in turn), Flower's deployment engine with fedtext's node service (``simulations.deployment``:
 a SuperLink and N SuperNodes on loopback, each SuperNode behind ``python -m
-fedtext.node_service`` with cores / N torch threads, as separate boards) and, with
+fedtext.node.service`` with cores / N torch threads, as separate boards) and, with
 ``--before``, the deployment engine without the service (``--no-node-service``: each
 message's ClientApp process loads everything anew). Per run: the mean round time over the
 steady rounds (2 onwards: round 1 holds the process and actor start-ups of both engines,
@@ -37,7 +37,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from fedtext.node_service import WARM_CLIENTAPPS
+from fedtext.node.service import WARM_CLIENTAPPS
 from simulations.compare import flatten
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 def process_costs(repeats: int = 3) -> dict[str, float]:
     """What one fresh process pays before it computes (best of ``repeats``): starting Python and
     importing the ClientApp the node service's shim loads (``fedtext.client_app``: Flower only),
-    against importing what a client without the service needs (``fedtext.node``: torch,
+    against importing what a client without the service needs (``fedtext.node.node``: torch,
     transformers, the data loaders)."""
     def best(statement: str) -> float:
         times = []
@@ -114,7 +114,7 @@ def process_costs(repeats: int = 3) -> dict[str, float]:
 
     # flwr-clientapp, Flower's per-message process: its console script imports this first
     return {"flower_clientapp_s": best("from flwr.supernode.cli import flwr_clientapp"),
-            "shim_process_s": best("import fedtext.client_app"), "client_process_s": best("import fedtext.node")}
+            "shim_process_s": best("import fedtext.client_app"), "client_process_s": best("import fedtext.node.node")}
 
 
 # the deployment engines besides Ray: "service" (the node service and its warm ClientApp processes, as
@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", nargs="+", default=list(METHODS))
     ap.add_argument("--before", action="store_true", help="also the deployment without the node service")
     ap.add_argument("--cold", action="store_true",
-                    help="also the deployment with the node service but no warm ClientApp processes (fedtext.warm_exec)")
+                    help="also the deployment with the node service but no warm ClientApp processes (fedtext.node.warm_exec)")
     ap.add_argument("--out", default=str(RESULTS), help="folder of the <harness>.json records")
     args = ap.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
@@ -236,7 +236,7 @@ def render() -> str:
                       if "flower_clientapp_s" in costs else "")
             lines += ["", f"A fresh process, before it computes (best of 3): {flower}Python + the shim's imports "
                           f"(`fedtext.client_app`, Flower only) {costs['shim_process_s']:.2f} s, against Python + a "
-                          f"client's imports without the service (`fedtext.node`: torch, transformers, the data "
+                          f"client's imports without the service (`fedtext.node.node`: torch, transformers, the data "
                           f"loaders) {costs['client_process_s']:.2f} s, before the data and backbone it would then "
                           f"build (the 'client builds' column without the service, over its messages per round)."]
         lines.append("")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fedtext.config import MethodConfig
+    from fedtext.common.config import MethodConfig
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -93,7 +93,7 @@ def cell(cells: dict[str, str] | None, column: str) -> str:
 def rows(configs: Iterable[type[MethodConfig]] | None = None) -> tuple[Row, ...]:
     """One row per registered method, in registry order, from what its config declares."""
     if configs is None:
-        from fedtext.registry import CONFIGS as configs
+        from fedtext.common.registry import CONFIGS as configs
     return tuple(Row(c.name, c.summary, c.results, c.name, c.page) for c in configs)
 
 

@@ -1,5 +1,5 @@
 """Federated rounds in this process, without Ray: the ServerApp's server and strategy
-(``fedtext.server_app.build``) drive the ClientApp's clients (``fedtext.node.make_client``,
+(``fedtext.server_app.build``) drive the ClientApp's clients (``fedtext.node.node.make_client``,
 the ``client_fn`` Flower calls per message) through in-process client proxies, as Flower's own
 strategy tests do with mock proxies.
 
@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from flwr.app import RecordDict
-from flwr.compat.common import recorddict_compat as compat
 from flwr.common import (
     DisconnectRes,
     EvaluateIns,
@@ -30,12 +29,13 @@ from flwr.common import (
     GetPropertiesRes,
     ReconnectIns,
 )
+from flwr.compat.common import recorddict_compat as compat
 from flwr.server import Server
 from flwr.server.client_proxy import ClientProxy
 
-from fedtext.node import make_client
-from fedtext.config import RunConfig
-from fedtext.registry import METHODS
+from fedtext.common.config import RunConfig
+from fedtext.common.registry import METHODS
+from fedtext.node.node import make_client
 from fedtext.server_app import build
 
 

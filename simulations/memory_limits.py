@@ -8,7 +8,7 @@ download and is gone) in a fresh process placed in a new memory cgroup whose lim
 (cgroup v2 ``memory.max``, or v1 ``memory.limit_in_bytes`` with ``memory.memsw`` where swap is
 accounted; this machine has no swap), from its first instruction. Recorded: whether it
 completed, how it ended otherwise (the kernel's OOM killer, or fedtext's own one-line refusal:
-:func:`fedtext.memory.check_fits`), the cgroup's peak (``memory.max_usage_in_bytes`` /
+:func:`fedtext.node.memory.check_fits`), the cgroup's peak (``memory.max_usage_in_bytes`` /
 ``memory.peak``: resident memory and page cache the kernel charged) and the process's own
 peak resident memory. Needs root (it makes cgroups). Writes
 ``simulations/results/memory/limits.json``; docs/deployment.md's table is generated from it.
@@ -39,13 +39,12 @@ CGROUP_V2 = Path("/sys/fs/cgroup")
 def child(method: str, harness_name: str, extra: str = "") -> None:
     """One client round of ``method`` on the harness (this process), with ``extra`` run-config
     pairs (``simulations.simulate``'s syntax); prints one JSON line."""
-    from simulations.simulate import parse_pairs
-
-    from fedtext.config import RunConfig
-    from fedtext.memory import MemoryGuard, NodeMemoryError, node_limit_mb, options_for
-    from fedtext.registry import METHODS
+    from fedtext.common.config import RunConfig
+    from fedtext.common.registry import METHODS
+    from fedtext.node.memory import MemoryGuard, NodeMemoryError, node_limit_mb, options_for
     from simulations.bench import timed_client_round
     from simulations.deployment_bench import for_method, harness
+    from simulations.simulate import parse_pairs
 
     pairs, nodes = harness(harness_name)
     cfg = RunConfig.from_run_config({**for_method(pairs, method), "method": method, **parse_pairs(extra)}, METHODS)
@@ -142,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         child(*args.child)
         return 0
-    from fedtext.registry import METHODS
+    from fedtext.common.registry import METHODS
 
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -178,7 +178,7 @@ def save_figure(fig: Any, folder: Path, name: str) -> list[Path]:
 
 def record_updates(updates: list[list[Any]]) -> Callable[[Any], None]:
     """A :func:`simulations.inprocess.run` server hook that appends to ``updates`` the update
-    (:meth:`fedtext.model.Model.update`: upload minus the global arrays) of every upload the
+    (:meth:`fedtext.learning.model.Model.update`: upload minus the global arrays) of every upload the
     strategy's validation keeps, round after round."""
 
     def hook(server: Any) -> None:
@@ -196,7 +196,7 @@ def record_updates(updates: list[list[Any]]) -> Callable[[Any], None]:
 
 
 def pilot(method: str, extra: dict[str, Any]) -> list[float]:
-    """The L2 norms of the honest updates (:meth:`fedtext.model.Model.update`) of a 2-round T1 run of
+    """The L2 norms of the honest updates (:meth:`fedtext.learning.model.Model.update`) of a 2-round T1 run of
     ``method`` without DP: what each method's ``dp-clip`` in the experiment is the median of."""
     import tempfile
 
@@ -221,7 +221,7 @@ def release_stats(updates: list[list[Any]], m: int, z: float, draws: int, seed: 
     """What central DP's noise does to one round's release, at adaptive clipping's fixed point.
 
     With C the median update norm (adaptive clipping's target quantile 0.5 settles there, Andrew et
-    al. 2021), the release is Δ̃ = (1/m) Σ clip_C(Δ_k) + N(0, (z_Δ C / m)² I_d) (fedtext.privacy.
+    al. 2021), the release is Δ̃ = (1/m) Σ clip_C(Δ_k) + N(0, (z_Δ C / m)² I_d) (fedtext.trust.privacy.
     CentralDP.release; z_Δ from Flower's ``compute_adaptive_noise_params(z, m)``, m the expected
     cohort). Its signal is ``signal`` = ‖(1/m) Σ clip_C(Δ_k)‖ / C (1 when every client points the
     same way, about 1/√m when they point at random); its noise has expected norm
@@ -244,7 +244,7 @@ def release_stats(updates: list[list[Any]], m: int, z: float, draws: int, seed: 
 
     import numpy as np
 
-    from fedtext.privacy import clip, compute_adaptive_noise_params
+    from fedtext.trust.privacy import clip, compute_adaptive_noise_params
 
     flat = [np.concatenate([np.ravel(np.asarray(a, dtype=np.float64)) for a in u]) for u in updates]
     norms = [float(np.linalg.norm(f)) for f in flat]
@@ -340,9 +340,9 @@ def no_dp_twin(label: str) -> str:
 def cross_device_runs(out: Path) -> list[dict[str, Any]]:
     """The finished cross-device runs under ``out``, one per (label, seed) (the newest): the
     accuracy at each evaluated round, the cohorts drawn, the adaptive clip's path and ε by both
-    accountants, computed from the run's own recorded q, z and rounds (:func:`fedtext.privacy.epsilon`;
+    accountants, computed from the run's own recorded q, z and rounds (:func:`fedtext.trust.privacy.epsilon`;
     the accountant the run used is the one its records carry)."""
-    from fedtext.privacy import epsilon
+    from fedtext.trust.privacy import epsilon
 
     rows = []
     if not (out / "runs").exists():
@@ -430,7 +430,7 @@ def render_support() -> str:
     support (``privacy``, at its defaults: ``effective_privacy``) and, where it lacks one, its
     ``privacy_reason`` (what the one-line refusal quotes), and the method's own fit metrics (sent
     in clear beside the shared telemetry)."""
-    from fedtext.registry import CONFIGS
+    from fedtext.common.registry import CONFIGS
 
     marks = {"dp-central": "central DP", "dp-local": "local DP", "secagg": "SecAgg+"}
     lines = ["| `method=` | " + " | ".join(marks.values()) + " | why not | its own fit metrics (in clear) |",

@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedtext.config import ConfigError, RunConfig
+from fedtext.common.config import ConfigError, RunConfig
+from fedtext.common.tracking import check_installed
 from fedtext.records.reader import runs_since
 from fedtext.records.signals import exit_reason, finish_open_runs, install_signal_handlers
-from fedtext.tracking import check_installed
 
 
 def parse_pairs(text: str) -> dict[str, Any]:
@@ -70,12 +70,12 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
     from flwr.simulation import run_simulation
 
     from fedtext.client_app import make_client_app
-    from fedtext.registry import METHODS
-    from fedtext.quiet import quiet_flower
+    from fedtext.common.quiet import quiet_flower
+    from fedtext.common.registry import METHODS
     from fedtext.server_app import make_server_app
 
     cfg = RunConfig.from_run_config(overrides, METHODS)  # fail before Ray starts
-    quiet_flower(cfg.verbose)  # before run_simulation logs its deprecation notice (fedtext.quiet)
+    quiet_flower(cfg.verbose)  # before run_simulation logs its deprecation notice (fedtext.common.quiet)
     # Ray's FutureWarning on every start ("Ray will no longer override accelerator visible
     # devices env var if num_gpus=0"): opt in to that future behaviour, which is what a
     # CPU client (num_gpus=0) wants anyway; the variable is the one the warning names.

@@ -13,7 +13,7 @@ for the LayerNorms (MiniLM-L6, m = 64: 2,426,880 B; a 2-class linear head adds 3
 
 from __future__ import annotations
 
-from fedtext.strategy import FedTextStrategy
+from fedtext.server.strategy import FedTextStrategy
 
 
 class FedAdapter(FedTextStrategy):

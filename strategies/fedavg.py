@@ -15,7 +15,7 @@ Bytes per client-round, each way: the whole model, ``4 * (#weights) + 128 * (#te
 
 from __future__ import annotations
 
-from fedtext.strategy import FedTextStrategy
+from fedtext.server.strategy import FedTextStrategy
 
 
 class FedAvgStrategy(FedTextStrategy):

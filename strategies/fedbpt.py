@@ -3,7 +3,7 @@
 Paper: ../shared/papers/003_d1c16544ac440cf9.txt, §4 (Algorithms 1 and 2, eqs. (4)-(13));
 config and model (global arrays, the packed upload): :mod:`fedtext.methods.fedbpt`.
 The prompt is ``p0 + A z`` with the same fixed random projection as ``bbt-fed``
-(:func:`fedtext.prompts.bbt_space`, rebuilt from the seed by both sides, never sent),
+(:func:`fedtext.backbone.prompts.bbt_space`, rebuilt from the seed by both sides, never sent),
 so that the two methods differ only in what the paper changes: the server step and
 the clients' input perturbation.
 
@@ -48,7 +48,7 @@ from flwr.common import Scalar
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from fedtext.config import RunConfig
+from fedtext.common.config import RunConfig
 from fedtext.methods.fedbpt.cmaes import (
     CMAState,
     ReferenceServerES,
@@ -58,8 +58,8 @@ from fedtext.methods.fedbpt.cmaes import (
 )
 from fedtext.methods.fedbpt.config import FedBPTConfig
 from fedtext.methods.fedbpt.model import FedBPTModel, FedBPTUpload
-from fedtext.strategy import FedTextStrategy
-from fedtext.validation import Upload
+from fedtext.server.strategy import FedTextStrategy
+from fedtext.server.validation import Upload
 
 log = logging.getLogger(__name__)
 

@@ -19,12 +19,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fedtext.config import RunConfig
-from fedtext.data import load_splits
+from fedtext.common.config import RunConfig
+from fedtext.common.tasks import Task
+from fedtext.learning.data import load_splits
 from fedtext.methods.feddrs.distill import Teaching, distill_steps
 from fedtext.records.writer import RunRecorder
-from fedtext.strategy import Evaluator
-from fedtext.tasks import Task
+from fedtext.server.strategy import Evaluator
 from strategies.feddrs import DistillStrategy
 
 

@@ -36,7 +36,7 @@ every update from p'_0 (with ``lasso``, ~1.3 KB per round so far; both give exac
 the server's p', the same ``decode`` running on both sides). Those bytes count in
 ``bytes_down`` and, apart, in the round's ``resync_bytes``. Update history and client versions are checkpointed
 (``checkpoint_attrs``). A resumed run's nodes get their p' and version back from their
-node-state journal (:mod:`fedtext.node_state`); the server, which keys versions by node id
+node-state journal (:mod:`fedtext.node.state`); the server, which keys versions by node id
 and sees new node ids after a resume (simulation), sends them every update from p'_0
 and each client applies only those after the version it holds (the first round after a
 resume downloads more bytes than the uninterrupted run, with the same p'). A node
@@ -52,12 +52,12 @@ import numpy as np
 from flwr.common import FitRes, Scalar
 from flwr.server.client_proxy import ClientProxy
 
-from fedtext import comm
-from fedtext.config import RunConfig
+from fedtext.common import comm
+from fedtext.common.config import RunConfig
+from fedtext.learning.model import Model
 from fedtext.methods.feddls.codecs import SENTINEL, codec_for, rebuild_prompt
-from fedtext.model import Model
-from fedtext.strategy import FedTextStrategy
-from fedtext.validation import Upload
+from fedtext.server.strategy import FedTextStrategy
+from fedtext.server.validation import Upload
 
 log = logging.getLogger("fedtext")
 PICKLED_ARRAY_BYTES = 512  # what pickle adds to one small ndarray's bytes (about 150: class, dtype, shape)

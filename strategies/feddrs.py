@@ -29,7 +29,9 @@ import numpy as np
 import torch
 
 from fedtext.backbone import Backbone
-from fedtext.config import RunConfig
+from fedtext.common.config import RunConfig
+from fedtext.common.progress import Progress
+from fedtext.common.tasks import Task
 from fedtext.methods.feddrs.distill import Teaching, distill_steps
 from fedtext.methods.feddrs.model import EmbeddingsNet
 from fedtext.methods.feddrs.samplers import (
@@ -41,13 +43,11 @@ from fedtext.methods.feddrs.samplers import (
     word_embedding_name,
     wrap,
 )
-from fedtext.progress import Progress
 from fedtext.records.probes import peak_rss_mb
 from fedtext.records.writer import RunRecorder
-from fedtext.robust import weighted_mean
-from fedtext.strategy import Evaluator
-from fedtext.tasks import Task
-from fedtext.validation import Upload
+from fedtext.server.strategy import Evaluator
+from fedtext.server.validation import Upload
+from fedtext.trust.robust import weighted_mean
 from strategies.fedavg import FedAvgStrategy
 
 
@@ -98,7 +98,7 @@ class DistillStrategy(FedAvgStrategy):
         raise NotImplementedError
 
     def progress(self, server_round: int, post: bool, total: int, unit: str) -> Progress:
-        """The progress line of a round's distillation (:mod:`fedtext.progress`)."""
+        """The progress line of a round's distillation (:mod:`fedtext.common.progress`)."""
         stage = "post-processing" if post else f"round {server_round}"
         return Progress(f"{self.cfg.method} server distillation, {stage}", total, unit)
 

@@ -27,8 +27,8 @@ from flwr.common import FitRes, Scalar
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.methods.fedkseed.model import UPLOAD, accumulate, round_outliers
-from fedtext.strategy import FedTextStrategy
-from fedtext.validation import Upload
+from fedtext.server.strategy import FedTextStrategy
+from fedtext.server.validation import Upload
 
 
 class FedKSeedStrategy(FedTextStrategy):

@@ -18,7 +18,7 @@ is the seeded one and the mean is exact. Bytes per client-round, each way:
 
 from __future__ import annotations
 
-from fedtext.strategy import FedTextStrategy
+from fedtext.server.strategy import FedTextStrategy
 
 
 class FedLoRA(FedTextStrategy):

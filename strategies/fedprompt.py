@@ -11,7 +11,7 @@ client-round, each way: ``T * D * 4 + 128`` (T=8, D=384: 12,416 B).
 
 from __future__ import annotations
 
-from fedtext.strategy import FedTextStrategy
+from fedtext.server.strategy import FedTextStrategy
 
 
 class FedPrompt(FedTextStrategy):

@@ -13,7 +13,7 @@ self-attention, and upload both. Server: example-weighted FedAvg (the base
 
 from __future__ import annotations
 
-from fedtext.strategy import FedTextStrategy
+from fedtext.server.strategy import FedTextStrategy
 
 
 class FedPTuningV2(FedTextStrategy):

@@ -50,13 +50,13 @@ from flwr.common import FitRes, Scalar
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
-from fedtext import sampling
-from fedtext.config import ConfigError
+from fedtext.common.config import ConfigError
 from fedtext.methods.fes.labels import LABEL_SALT, gold_count
 from fedtext.methods.fes.pacing import Pace, Pacer, parse_paces
-from fedtext.sampling import TRAIN_SALT
-from fedtext.strategy import FedTextStrategy
-from fedtext.validation import Upload
+from fedtext.server import sampling
+from fedtext.server.sampling import TRAIN_SALT
+from fedtext.server.strategy import FedTextStrategy
+from fedtext.server.validation import Upload
 
 log = logging.getLogger("fedtext")
 
@@ -98,7 +98,7 @@ class FewShotStrategy(FedTextStrategy):
 
     def check_sizes(self, sizes: list[int]) -> None:
         """``gold-labels`` must fit: client k < L holds gold_count(k) of its pool (its
-        partition less the local test split, :func:`fedtext.data.client_data`); a larger
+        partition less the local test split, :func:`fedtext.learning.data.client_data`); a larger
         count was capped silently, so the run had fewer gold labels than it said
         (``oracle`` labels every pool text whatever the count)."""
         if self.mcfg.oracle:
@@ -115,7 +115,7 @@ class FewShotStrategy(FedTextStrategy):
     def sample_clients(self, server_round: int, client_manager: ClientManager) -> list[ClientProxy]:
         """``G_train`` among labelled participants, ``G_label`` among all participants
         (labelling rounds only), drawn separately
-        (:meth:`fedtext.sampling.ClientSampler.draw`, two salts)."""
+        (:meth:`fedtext.server.sampling.ClientSampler.draw`, two salts)."""
         client_manager.wait_for(max(1, self.cfg.clients_per_round), timeout=sampling.CONNECT_TIMEOUT_S)
         participants = self.sampler.clients(client_manager, participants_only=True)
         pid = {p.cid: self.sampler.info(p)["partition_id"] for p in participants}

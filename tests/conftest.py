@@ -72,7 +72,7 @@ def backbone():
 
 @pytest.fixture(scope="session")
 def demo():
-    from fedtext.data import make_demo
+    from fedtext.learning.data import make_demo
 
     return make_demo()
 

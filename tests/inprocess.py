@@ -17,7 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fedtext.registry import METHODS
+from fedtext.common.registry import METHODS
 from simulations.inprocess import InProcessProxy, run
 
 __all__ = ["InProcessProxy", "ON_TWO_LAYERS", "TINY", "TINY_BERT", "one_round", "run", "smoke", "tiny_bert"]
@@ -39,7 +39,7 @@ ON_TWO_LAYERS: dict[str, dict[str, Any]] = {"fes": {"fes.frozen-layers": 1, "fes
 
 def smoke(method: str) -> dict[str, Any]:
     """A method's smallest useful keys as run-config keys: what its config declares as
-    ``smoke`` (fedtext.config.MethodConfig.smoke; {} runs its defaults)."""
+    ``smoke`` (fedtext.common.config.MethodConfig.smoke; {} runs its defaults)."""
     config = METHODS[method]
     return config.run_config(config.smoke)
 

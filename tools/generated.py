@@ -94,6 +94,9 @@ BLOCKS: dict[str, Block] = {
     "privacy-cross-device": Block("docs/privacy.md", "simulations.privacy:render_cross_device"),
     # issue 69's clause 3: what z = 1.2's noise does to one round's release of each method
     "privacy-release": Block("docs/privacy.md", "simulations.privacy:render_release"),
+    # docs/architecture.md: fedtext's folders by role and their lanes, and the deprecated old names (issue 70)
+    "roles": Block("docs/architecture.md", "tools.architecture_doc:render_roles"),
+    "moved": Block("docs/architecture.md", "tools.architecture_doc:render_moved"),
     # issue 67: each paper's headline comparison on MiniLM-L6 and MPNet-base beside the paper's figure
     **{f"base-scale-{key}": Block(f"docs/papers/{key}.md", f"simulations.papers.claims:block:{key}")
        for key in ("fedbpt", "fes", "feddrs", "feddls", "feddpg")},

@@ -2,7 +2,7 @@
 
     python tools/generated.py            # writes it (with README's and docs/testing.md's blocks)
 
-What a method does and what it sends are its config's words (:class:`fedtext.config.MethodConfig`'s
+What a method does and what it sends are its config's words (:class:`fedtext.common.config.MethodConfig`'s
 ``summary``, ``description``, ``travels``, ``page``); what it sent is read from the committed
 record its config's ``results`` names (``simulations/results/<results>/runs/*/``, through
 :mod:`fedtext.records`' readers): bytes up and down per client-round, exact, from every round
@@ -12,7 +12,7 @@ run's ``run-name``, else its method), and its trainable parameters (``config.jso
 JSON, so the docs tier (tests/docs/test_generated.py) renders it in well under a second.
 
 The block is one table, one row per registered method in registry order
-(:data:`fedtext.registry.CONFIGS`), then one section per method with its description.
+(:data:`fedtext.common.registry.CONFIGS`), then one section per method with its description.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ if str(ROOT) not in sys.path:  # `python tools/methods_doc.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
 if TYPE_CHECKING:
-    from fedtext.config import MethodConfig
+    from fedtext.common.config import MethodConfig
 
 RESULTS = ROOT / "simulations" / "results"
 NO_RECORD = "no committed record yet"
@@ -42,7 +42,7 @@ DECLARED = {
 }
 HEAD = ("`method=`", "what it tunes", "what travels per client-round", "bytes up / client-round",
         "bytes down / client-round", "trainable parameters", "record", "runs privately ([privacy.md](privacy.md))")
-# The privacy mechanisms as the guide names them (MethodConfig.privacy's keys: fedtext.config.PRIVACY)
+# The privacy mechanisms as the guide names them (MethodConfig.privacy's keys: fedtext.common.config.PRIVACY)
 PRIVATE = {"dp-central": "central DP", "dp-local": "local DP", "secagg": "SecAgg+"}
 
 
@@ -144,7 +144,7 @@ def render(configs: Iterable[type[MethodConfig]] | None = None) -> str:
     from simulations.guide import HARNESS
 
     if configs is None:
-        from fedtext.registry import CONFIGS as configs
+        from fedtext.common.registry import CONFIGS as configs
     configs = tuple(configs)
     texts = {c.name: {attr: declared(c, attr) for attr in DECLARED} for c in configs}
     runs: dict[str, list[dict[str, Any]]] = {}

@@ -4,9 +4,9 @@ the config dataclasses, into ``pyproject.toml`` and ``docs/run-config.md``::
     python tools/run_config_docs.py          # rewrite both files' generated parts
     python tools/run_config_docs.py --check  # exit 1 (and say which file) when they differ
 
-The definition of a key is its dataclass field: :class:`fedtext.config.RunConfig` for the
-shared keys, a method's :class:`fedtext.config.MethodConfig` subclass (the registry's
-:data:`fedtext.registry.CONFIGS`) for its own keys. From the field's source line come
+The definition of a key is its dataclass field: :class:`fedtext.common.config.RunConfig` for the
+shared keys, a method's :class:`fedtext.common.config.MethodConfig` subclass (the registry's
+:data:`fedtext.common.registry.CONFIGS`) for its own keys. From the field's source line come
 
 * its **default** (the dataclass default; a subclass that sets another default, as
   ``fes.frozen-layers``, overrides it);
@@ -32,11 +32,10 @@ files equal what this writes.
 
 from __future__ import annotations
 
-import decimal
-
 import argparse
 import ast
 import dataclasses
+import decimal
 import inspect
 import io
 import sys
@@ -51,8 +50,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as a script: import the fedtext beside this file
     sys.path.insert(0, str(REPO))
 
-from fedtext.config import MethodConfig, RunConfig, kebab  # noqa: E402
-from fedtext.registry import CONFIGS  # noqa: E402
+from fedtext.common.config import MethodConfig, RunConfig, kebab  # noqa: E402
+from fedtext.common.registry import CONFIGS  # noqa: E402
 
 PYPROJECT = REPO / "pyproject.toml"
 RUN_CONFIG_MD = REPO / "docs" / "run-config.md"

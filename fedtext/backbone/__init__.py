@@ -3,7 +3,7 @@
 The input of every method is ``[CLS] p_1..p_T x_1..x_L [SEP]``: T soft-prompt vectors
 inserted after ``[CLS]`` through ``inputs_embeds`` (eq. (1) of FedDLS: Temp = [p; e(X);
 e(It was [MASK])]). A head turns the encoder output into class logits: ``similarity``,
-``tied``, ``mlm``, ``linear`` or ``cls``, each a class of :mod:`fedtext.heads`
+``tied``, ``mlm``, ``linear`` or ``cls``, each a class of :mod:`fedtext.backbone.heads`
 (``Backbone.head`` is its name, ``Backbone.head_impl`` the object).
 
 ``Backbone.score(prompts[P,T,D], batch, budget_mb=...) -> logits[P,B,C]`` evaluates P
@@ -31,11 +31,17 @@ The package, by responsibility (:class:`Backbone` is a thin facade over the part
   its forward with the prompt inserted, and the label vectors;
 * :mod:`~fedtext.backbone.injections`: where per-prompt values enter the encoder besides
   the prompt's input embeddings (BBT's ``embedding-output``), a registry as
-  :data:`fedtext.heads.HEADS` is for heads;
+  :data:`fedtext.backbone.heads.HEADS` is for heads;
 * :mod:`~fedtext.backbone.scoring`: logits through the head, memory-bounded population
   scoring, evaluation, per-prompt losses;
 * :mod:`~fedtext.backbone.facade`: :class:`Backbone` and the process's cached backbones;
-  device and dtype are a :class:`fedtext.devices.Precision`.
+* :mod:`~fedtext.backbone.heads`: the classification heads (:data:`HEADS`);
+  :mod:`~fedtext.backbone.prompts`: soft prompts and BBT's projection ``p = p0 + A z``,
+  rebuilt from the seed on both sides; :mod:`~fedtext.backbone.devices`: where the encoder
+  runs and in which dtype (:class:`Precision`; bf16 only where the CPU has it).
+
+Runs wherever a model does: the ServerApp's evaluation and every client. May import
+:mod:`fedtext.common` and :mod:`fedtext.records` only.
 """
 
 from fedtext.backbone.encoder import QueryCounter, suspended_hooks, trainable_predicate

@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from fedtext.config import ConfigError
+from fedtext.common.config import ConfigError
 
 if TYPE_CHECKING:
     import torch

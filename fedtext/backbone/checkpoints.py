@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from fedtext.config import ConfigError
+from fedtext.common.config import ConfigError
 
 CHUNK = 1 << 24  # bytes per read while hashing or extracting (16 MiB)
 

@@ -26,8 +26,8 @@ from torch import Tensor
 
 from fedtext.backbone.injections import injection
 from fedtext.backbone.tokens import EncodedBatch
-from fedtext.devices import Precision
-from fedtext.heads import mean_pool
+from fedtext.backbone.devices import Precision
+from fedtext.backbone.heads import mean_pool
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -76,11 +76,11 @@ class Network:
     mlm, encoder
         The masked-LM model around the encoder (head ``mlm``) or ``None``, and the encoder.
     num_classes
-        C of a head with a trainable ``Linear(D, C)`` (:attr:`fedtext.heads.Head.has_linear`),
+        C of a head with a trainable ``Linear(D, C)`` (:attr:`fedtext.backbone.heads.Head.has_linear`),
         else 0: no layer.
     precision
         Device and compute dtype: the weights are placed on its device
-        (:meth:`fedtext.devices.Precision.place`), encoder calls run under its autocast.
+        (:meth:`fedtext.backbone.devices.Precision.place`), encoder calls run under its autocast.
     model
         The model's name, for error messages.
     """

@@ -3,10 +3,10 @@
 The backbone composes its parts and adds no logic of its own: tokenising
 (:class:`fedtext.backbone.tokens.Tokens`), the encoder network with its weights and
 injections (:class:`fedtext.backbone.encoder.Network`), the head (a
-:data:`fedtext.heads.HEADS` class) and scoring (:mod:`fedtext.backbone.scoring`); loading
-is :func:`fedtext.backbone.loading.load`, device and dtype a :class:`fedtext.devices.Precision`.
+:data:`fedtext.backbone.heads.HEADS` class) and scoring (:mod:`fedtext.backbone.scoring`); loading
+is :func:`fedtext.backbone.loading.load`, device and dtype a :class:`fedtext.backbone.devices.Precision`.
 A new method's head or injection is a new entry of its registry
-(:data:`fedtext.heads.HEADS`, :data:`fedtext.backbone.injections.INJECTIONS`), never an
+(:data:`fedtext.backbone.heads.HEADS`, :data:`fedtext.backbone.injections.INJECTIONS`), never an
 edit here (``tests/unit/test_backbone_parts.py`` keeps this class thin).
 """
 
@@ -28,13 +28,13 @@ from fedtext.backbone.injections import Injection, injection
 from fedtext.backbone.loading import load
 from fedtext.backbone.scoring import PromptSource
 from fedtext.backbone.tokens import EncodedBatch, Tokens, draw_tokens
-from fedtext.devices import CPU_FP32, Precision
-from fedtext.prompts import SplitPrompt
+from fedtext.backbone.devices import CPU_FP32, Precision
+from fedtext.common.tasks import Task
+from fedtext.backbone.prompts import SplitPrompt
 from fedtext.records.probes import current_rss_mb
-from fedtext.tasks import Task
 
 if TYPE_CHECKING:
-    from fedtext.config import RunConfig
+    from fedtext.common.config import RunConfig
 
 
 class Part:
@@ -64,7 +64,7 @@ class Backbone:
         Model name (offline default ``all-MiniLM-L6-v2``), local path, hub id, or a shape
         of :data:`fedtext.backbone.shapes.SHAPES` (with ``weights="random"``).
     head
-        A head's name, a key of :data:`fedtext.heads.HEADS` (``similarity``, ``tied``,
+        A head's name, a key of :data:`fedtext.backbone.heads.HEADS` (``similarity``, ``tied``,
         ``mlm``, ``linear``, ``cls``).
     task
         The task: verbalizer, descriptions, template.
@@ -74,7 +74,7 @@ class Backbone:
         ``"none"`` (frozen, prompt methods), ``"all"`` (full fine-tuning) or a
         predicate on parameter names (partial training); see :meth:`set_trainable`.
     precision
-        Device and compute dtype (:class:`fedtext.devices.Precision`, from the run's
+        Device and compute dtype (:class:`fedtext.backbone.devices.Precision`, from the run's
         ``device`` and ``precision``): the weights live on the device, encoder calls run
         under its autocast, logits come back as CPU float32 (every loss, every array sent
         and the query counts are computed as on a CPU in fp32).
@@ -273,7 +273,7 @@ def get_backbone(model: str, head: str, task: Task | str, max_length: int, devic
 
     Never train it: ask it for a :meth:`Backbone.trainable_copy`.
     """
-    from fedtext.tasks import TASKS
+    from fedtext.common.tasks import TASKS
 
     return _get_backbone(model, head, TASKS[task] if isinstance(task, str) else task, max_length, weights,
                          Precision.of(device, precision))

@@ -12,10 +12,10 @@ callers name it in ``hidden_states(..., injected={name: values})``.
 * ``embedding-output``: BBT's and FedBPT's injection, the offsets ``A z`` added to the
   embedding layer's *output* (after position embeddings and the embedding LayerNorm;
   ``embedding_output + extended_prompt_embedding`` in BBT's ``modeling_bert.py``). What a
-  :class:`fedtext.prompts.SplitPrompt`'s offsets are (:data:`SPLIT_OFFSETS`).
+  :class:`fedtext.backbone.prompts.SplitPrompt`'s offsets are (:data:`SPLIT_OFFSETS`).
 
-``prompt-injection=input-embedding`` (:data:`fedtext.config.PROMPT_INJECTIONS`) needs none:
-its ``p0 + A z`` *is* the prompt's input embeddings (:func:`fedtext.prompts.project`).
+``prompt-injection=input-embedding`` (:data:`fedtext.common.config.PROMPT_INJECTIONS`) needs none:
+its ``p0 + A z`` *is* the prompt's input embeddings (:func:`fedtext.backbone.prompts.project`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, ClassVar
 import torch
 from torch import Tensor
 
-from fedtext.config import ConfigError
+from fedtext.common.config import ConfigError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -89,7 +89,7 @@ class EmbeddingOutput(Injection):
 
 # Injection name -> its class.
 INJECTIONS: dict[str, type[Injection]] = {injection.name: injection for injection in (EmbeddingOutput,)}
-SPLIT_OFFSETS = EmbeddingOutput.name  # where a SplitPrompt's offsets enter (fedtext.prompts.SplitPrompt)
+SPLIT_OFFSETS = EmbeddingOutput.name  # where a SplitPrompt's offsets enter (fedtext.backbone.prompts.SplitPrompt)
 
 
 def injection(name: str, encoder: PreTrainedModel, model: str) -> Injection:

@@ -10,8 +10,8 @@ configuration (or the shape's) built with random weights under a seed derived fr
 ``model`` string alone (:func:`random_seed`), inside :func:`torch.random.fork_rng`, so
 every process of a run (the server, each client) builds bit-identical frozen weights and
 torch's global generator is left as it was. Which classes are built (bare encoder, or the
-masked-LM model around it) is the head's (:meth:`fedtext.heads.Head.load`,
-:meth:`fedtext.heads.Head.build`). Every loading failure is one :class:`ConfigError` line.
+masked-LM model around it) is the head's (:meth:`fedtext.backbone.heads.Head.load`,
+:meth:`fedtext.backbone.heads.Head.build`). Every loading failure is one :class:`ConfigError` line.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ import torch
 
 from fedtext.backbone.checkpoints import CHECKPOINTS, checkpoint_folder
 from fedtext.backbone.shapes import SHAPES, shape_of
-from fedtext.config import DEFAULT_MODEL, WEIGHTS, ConfigError
+from fedtext.common.config import DEFAULT_MODEL, WEIGHTS, ConfigError
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from fedtext.heads import Head
+    from fedtext.backbone.heads import Head
 
 DEFAULT_ALIASES = frozenset({DEFAULT_MODEL, f"sentence-transformers/{DEFAULT_MODEL}", "default"})
 
@@ -61,7 +61,7 @@ def resolve_model_path(name: str) -> str:
 
 def check_weights(model: str, weights: str) -> None:
     """One :class:`ConfigError` line where ``weights`` cannot be had for ``model``: a value
-    that is none of :data:`fedtext.config.WEIGHTS`, or a shape (no weights) asked for
+    that is none of :data:`fedtext.common.config.WEIGHTS`, or a shape (no weights) asked for
     pretrained ones."""
     if weights not in WEIGHTS:
         raise ConfigError(f"unknown weights '{weights}'; choose one of: {', '.join(WEIGHTS)}")

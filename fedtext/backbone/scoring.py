@@ -7,7 +7,7 @@ encoder). Prompts may also be per input (``[P,B,T,D]``, FedDPG's generated promp
 absent (``None``: no prompt, fine-tuning methods). The memory budget that sizes its encoder
 calls is the caller's (a client passes its run's ``max-client-memory-mb``), never the
 backbone's: one backbone serves every client and strategy of a process, whatever run they
-belong to. The head (a :data:`fedtext.heads.HEADS` class, :func:`head_kind`) turns the
+belong to. The head (a :data:`fedtext.backbone.heads.HEADS` class, :func:`head_kind`) turns the
 encoder's output into logits.
 
 The functions take the backbone they score on (``host``, a
@@ -26,10 +26,10 @@ from torch import Tensor
 
 from fedtext.backbone.injections import SPLIT_OFFSETS
 from fedtext.backbone.tokens import EncodedBatch, length_buckets
-from fedtext.config import ConfigError
-from fedtext.heads import HEADS, Head
-from fedtext.progress import Progress, track
-from fedtext.prompts import SplitPrompt
+from fedtext.common.config import ConfigError
+from fedtext.common.progress import Progress, track
+from fedtext.backbone.heads import HEADS, Head
+from fedtext.backbone.prompts import SplitPrompt
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig
@@ -104,7 +104,7 @@ def score(host: ScoringHost, prompts: Tensor | np.ndarray | SplitPrompt | None, 
         The backbone.
     prompts
         ``[P, T, D]`` input embeddings, per-input ``[P, B, T, D]``, a
-        :class:`fedtext.prompts.SplitPrompt` of two ``[P, T, D]`` (input embeddings and
+        :class:`fedtext.backbone.prompts.SplitPrompt` of two ``[P, T, D]`` (input embeddings and
         offsets added after the embedding layer: BBT's injection,
         :data:`fedtext.backbone.injections.SPLIT_OFFSETS`), or ``None`` (no prompt, P = 1).
     batch

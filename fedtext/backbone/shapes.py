@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from fedtext.config import DEFAULT_MODEL
+from fedtext.common.config import DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from transformers import PretrainedConfig

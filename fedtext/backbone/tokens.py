@@ -2,7 +2,7 @@
 
 Every row is ``[CLS] prefix text suffix [SEP] pad...``: the head says what goes around the
 text (``prefix_ids``, ``suffix_ids``: a cloze head's template; nothing for the others) and
-where its ``[MASK]`` is (:meth:`fedtext.heads.Head.mask_positions`). A prompt's T vectors
+where its ``[MASK]`` is (:meth:`fedtext.backbone.heads.Head.mask_positions`). A prompt's T vectors
 are not tokens: the encoder part inserts them after ``[CLS]`` (:mod:`fedtext.backbone.encoder`).
 """
 
@@ -19,7 +19,7 @@ from torch import Tensor
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from fedtext.heads import Head
+    from fedtext.backbone.heads import Head
 
 
 @dataclass

@@ -20,7 +20,7 @@ the ``linear`` head, and for adapters the layers' LayerNorms) train and travel. 
   named as in the encoder (``encoder.layer.0.attention.self.query.lora_B.default.weight``),
   then ``head.weight`` / ``head.bias`` of a ``linear`` head: what :class:`NetworkModel`
   already does for fedavg, so uploads are decoded and checked by the shared code
-  (:class:`fedtext.validation.UploadValidator`: shape and dtype per :class:`ArraySpec`,
+  (:class:`fedtext.server.validation.UploadValidator`: shape and dtype per :class:`ArraySpec`,
   finite, ``upload-bound``) exactly as fedavg's are.
 """
 
@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from fedtext.backbone import Backbone
-from fedtext.config import ConfigError
-from fedtext.model import NetworkModel
+from fedtext.common.config import ConfigError
+from fedtext.learning.model import NetworkModel
 
 
 class InjectedModel(NetworkModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import MethodConfig, check_range
+from fedtext.common.config import MethodConfig, check_range
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ shows up in comparisons without code changes there.
   warnings, progress lines), appended from when the recorder opens the run (or
   reopens it on resume) until it finishes (:class:`RunLogHandler`).
 * ``events.out.tfevents.*`` (TensorBoard), ``wandb/``: the files of the experiment
-  trackers ``tracker=`` names (:mod:`fedtext.tracking`), fed from the same round records
+  trackers ``tracker=`` names (:mod:`fedtext.common.tracking`), fed from the same round records
   and summary.
 
 The package's modules, one job each: :mod:`~fedtext.records.schema` (the round record),
@@ -34,20 +34,68 @@ loading, status, summaries). Every public name is re-exported here.
 from __future__ import annotations
 
 from fedtext.records.probes import (
-    CODE_ORIGINS, FAB_FIELDS, GIT_TIMEOUT_S, LAUNCH_FIELDS, PROVENANCE_PACKAGES, code_origin, current_rss_mb,
-    distribution_version, fab_fields, fedtext_version, git_state, launch_fields, machine, package_versions,
-    peak_rss_mb, provenance,
+    CODE_ORIGINS,
+    FAB_FIELDS,
+    GIT_TIMEOUT_S,
+    LAUNCH_FIELDS,
+    PROVENANCE_PACKAGES,
+    code_origin,
+    current_rss_mb,
+    distribution_version,
+    fab_fields,
+    fedtext_version,
+    git_state,
+    launch_fields,
+    machine,
+    package_versions,
+    peak_rss_mb,
+    provenance,
 )
 from fedtext.records.reader import (
-    CONFIG_FIELDS, DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, MAX_JSON_DEPTH, SUMMARY_LISTS, SUMMARY_NUMBERS,
-    SUMMARY_TEXT, SUMMARY_TOTALS, RecordError, check_config, check_summary, configured_rounds, decode_json, file_problem,
+    CONFIG_FIELDS,
+    DEFAULT_STALE_AFTER_S,
+    FINISHED,
+    HEARTBEAT_FILE,
+    MAX_JSON_DEPTH,
+    SUMMARY_LISTS,
+    SUMMARY_NUMBERS,
+    SUMMARY_TEXT,
+    SUMMARY_TOTALS,
+    RecordError,
+    check_config,
+    check_summary,
+    configured_rounds,
+    decode_json,
+    file_problem,
     finite_number,
-    finite_record, fits_a_record, load_run,
-    parse_round_line, participant_accuracy, privacy_spent, progress_line, read_config, read_heartbeat, read_rounds,
+    finite_record,
+    fits_a_record,
+    load_run,
+    parse_round_line,
+    participant_accuracy,
+    privacy_spent,
+    progress_line,
+    read_config,
+    read_heartbeat,
+    read_rounds,
     read_summary,
-    read_text, record_lines, round_line, run_status, runs_since, runs_under, spent_text, summarize,
+    read_text,
+    record_lines,
+    round_line,
+    run_status,
+    runs_since,
+    runs_under,
+    spent_text,
+    summarize,
 )
-from fedtext.records.schema import DROP_REASON_BYTES, ROUND_FIELDS, ROUND_LINE_MAX, RoundRecord, busy_seconds, short_reason
+from fedtext.records.schema import (
+    DROP_REASON_BYTES,
+    ROUND_FIELDS,
+    ROUND_LINE_MAX,
+    RoundRecord,
+    busy_seconds,
+    short_reason,
+)
 from fedtext.records.signals import exit_reason, finish_open_runs, install_signal_handlers, signal_reason
 from fedtext.records.writer import RUN_LOG_FILE, RunLogHandler, RunRecorder, open_recorders, run_folder_name
 

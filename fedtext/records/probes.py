@@ -38,12 +38,12 @@ def process_start_time(pid: int | str = "self") -> float:
         return time.time()
 
 
-TASK_START_ENV = "FEDTEXT_TASK_START"  # set by a warm ClientApp process (fedtext.warm_exec) when its task arrives
+TASK_START_ENV = "FEDTEXT_TASK_START"  # set by a warm ClientApp process (fedtext.node.warm_exec) when its task arrives
 
 
 def task_start_time() -> float:
     """When this process's task began, in epoch seconds: for a process started ahead of its task
-    (:mod:`fedtext.warm_exec`) the moment its task token arrived (``$FEDTEXT_TASK_START``), else
+    (:mod:`fedtext.node.warm_exec`) the moment its task token arrived (``$FEDTEXT_TASK_START``), else
     :func:`process_start_time`. A start-up interval that begins here counts what the task waited
     for, not how long a warm process sat ready."""
     try:
@@ -79,7 +79,7 @@ def machine_line() -> str:
 
 # The packages whose versions decide a run's numbers (recorded in its provenance).
 # cma: pycma's defaults changed between 3.x and 4.x (step-size rule at d >= 300, CSA damping);
-# fedtext pins the rule (fedtext.blackbox.new_es), the record says which pycma ran it.
+# fedtext pins the rule (fedtext.learning.blackbox.new_es), the record says which pycma ran it.
 # scikit-learn: FedDLS's LASSO (coordinate descent) solves with it.
 PROVENANCE_PACKAGES = ("fedtext", "flwr", "torch", "transformers", "numpy", "cma", "scikit-learn")
 # What the process starting the server knows of the run (None when it does not):

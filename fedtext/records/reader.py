@@ -698,7 +698,7 @@ def progress_line(r: dict[str, Any], total: int, random_weights: bool = False) -
     ``clients mean`` is the plain mean of the clients' accuracies on their own test splits
     (``client_accuracy_mean``: every client counts once); Flower's history (run-config
     ``verbose=true``) shows the mean weighted by test examples
-    (:func:`fedtext.strategy.weighted_accuracy`), which differs when clients hold different
+    (:func:`fedtext.server.strategy.weighted_accuracy`), which differs when clients hold different
     numbers of test examples. With ``random_weights`` (a ``weights=random`` run) no accuracy is
     printed."""
     if random_weights:  # a random model's accuracy is no result: not printed (RANDOM_WEIGHTS_NOTE)

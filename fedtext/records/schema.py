@@ -36,8 +36,8 @@ ROUND_FIELDS = (
     "client_peak_gpu_mb",  # max over clients of the GPU memory torch allocated at peak (None on CPUs)
     "train_loss",  # mean of the clients' reported local training losses
     "method_metrics",  # scalars a method reports from aggregation (e.g. FedBPT's sigma')
-    "secagg_bytes",  # secagg=true: {stage: {"down", "up"}} bytes of the SecAgg+ records per protocol stage (fedtext.secagg); null without secagg
-    "privacy",  # dp runs: {"mode", "epsilon" (spent so far at "delta"; null = no noise, no bound), "delta", "noise_multiplier", "accountant" (rdp | pld), "accounting" (poisson | poisson-approximation | no-amplification: fedtext.privacy.accounting), central: "sampling_rate", "clip", "noise_std", "clipped"}; null without dp
+    "secagg_bytes",  # secagg=true: {stage: {"down", "up"}} bytes of the SecAgg+ records per protocol stage (fedtext.server.secagg); null without secagg
+    "privacy",  # dp runs: {"mode", "epsilon" (spent so far at "delta"; null = no noise, no bound), "delta", "noise_multiplier", "accountant" (rdp | pld), "accounting" (poisson | poisson-approximation | no-amplification: fedtext.trust.privacy.accounting), central: "sampling_rate", "clip", "noise_std", "clipped"}; null without dp
     "clients_evaluated",  # clients sent the global model for local testing (clients-per-eval)
     "client_fit_s",  # sum over clients of local training seconds (fit_time_s)
     "client_fit_s_max",  # the slowest client's training seconds
@@ -67,7 +67,7 @@ DROP_REASON_BYTES = 300
 ROUND_LINE_MAX = 16 * 2**20
 
 # The fields the machine decides (seconds, memory): the same run on another machine, engine or
-# node service (fedtext.node_service) differs in these and in nothing else.
+# node service (fedtext.node.service) differs in these and in nothing else.
 MACHINE_FIELDS = frozenset({"client_peak_rss_mb", "client_peak_gpu_mb", "client_fit_s", "client_fit_s_max",
                             "client_eval_s", "client_load_s", "server_eval_s", "busy_s", "startup_s", "overhead_s",
                             "sim_time_s", "server_rss_mb", "round_time_s", "wall_time_s"})
@@ -108,8 +108,8 @@ class RoundRecord:
     client_gpu_mb: list[float] = field(default_factory=list)  # only clients on a GPU report one
     train_loss: float | None = None
     method_metrics: dict[str, float] = field(default_factory=dict)
-    secagg_bytes: dict[str, dict[str, int]] | None = None  # secagg=true: per stage (fedtext.secagg)
-    privacy: dict[str, Any] | None = None  # dp runs: what the round spent and released (fedtext.privacy)
+    secagg_bytes: dict[str, dict[str, int]] | None = None  # secagg=true: per stage (fedtext.server.secagg)
+    privacy: dict[str, Any] | None = None  # dp runs: what the round spent and released (fedtext.trust.privacy)
     clients_evaluated: int = 0
     fit_s: list[float] = field(default_factory=list)
     eval_s: list[float] = field(default_factory=list)

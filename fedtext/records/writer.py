@@ -17,14 +17,20 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedtext.config import RUN_ID_CHARS
+from fedtext.common.config import RUN_ID_CHARS
+from fedtext.common.tracking import Trackers
 from fedtext.records.probes import launch_fields, machine, provenance
 from fedtext.records.reader import (
-    DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, finite_record, progress_line, read_rounds,
-    round_without_accuracy, summarize,
+    DEFAULT_STALE_AFTER_S,
+    FINISHED,
+    HEARTBEAT_FILE,
+    finite_record,
+    progress_line,
+    read_rounds,
+    round_without_accuracy,
+    summarize,
 )
 from fedtext.records.schema import ROUND_LINE_MAX
-from fedtext.tracking import Trackers
 
 log = logging.getLogger("fedtext")
 
@@ -42,11 +48,11 @@ def run_folder_name(config: Mapping[str, Any], when: _dt.datetime | None = None)
 
     A part the run-config does not hold (a refused start's config may lack any key) is left
     out rather than written as ``None``, and each part is reduced to the characters of a run
-    id (:data:`fedtext.config.RUN_ID`: every other character, ``/`` and spaces included,
+    id (:data:`fedtext.common.config.RUN_ID`: every other character, ``/`` and spaces included,
     becomes ``_``, and ``..`` becomes ``_.``), so a refused start's odd ``method`` or
     ``run-name`` can neither read as ``None`` nor point outside ``output-dir``, and a
     dataset folder named ``my data`` gives a run id every node accepts as its journal's
-    key (:func:`fedtext.node_state.check_run_key`; they refused ``my data`` after the whole
+    key (:func:`fedtext.node.state.check_run_key`; they refused ``my data`` after the whole
     first round). The dataset's part keeps its first 64 characters, so that the name stays
     within a run id's 200. A run-config whose values are made of those characters is named
     as it always was.
@@ -101,7 +107,7 @@ class RunLogHandler(logging.Handler):
     folder) is skipped silently: the console still has it.
     """
 
-    fedtext_run_log = True  # not a console route (fedtext.progress.setup_logging)
+    fedtext_run_log = True  # not a console route (fedtext.common.progress.setup_logging)
 
     def __init__(self, path: Path) -> None:
         super().__init__(logging.INFO)
@@ -130,8 +136,8 @@ class RunRecorder:
     ``provenance`` with the code's (:func:`provenance`); a resumed run records its own
     process's in its ``resumed`` entry (the code may have changed in between).
 
-    ``trackers`` (names of :data:`fedtext.tracking.TRACKERS`, their packages checked
-    before) get every round record and the summary too (:class:`fedtext.tracking.Trackers`).
+    ``trackers`` (names of :data:`fedtext.common.tracking.TRACKERS`, their packages checked
+    before) get every round record and the summary too (:class:`fedtext.common.tracking.Trackers`).
     The ``fedtext`` logger's lines go to ``run.log`` in the folder from the start until
     :meth:`finish` (:class:`RunLogHandler`).
     """
@@ -267,7 +273,7 @@ class RunRecorder:
                partitions_never_trained: list[int] | None = None) -> dict[str, Any]:
         """Write ``summary.json`` (idempotent: the first call wins). ``partitions_never_trained``:
         the participant partitions no round aggregated an upload of, when the run reached its
-        last round (:meth:`fedtext.round_log.RoundLog.never_trained`); ``None``: not known."""
+        last round (:meth:`fedtext.server.round_log.RoundLog.never_trained`); ``None``: not known."""
         path = self.dir / "summary.json"
         if path.exists():
             return json.loads(path.read_text())

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fedtext.registry import CONFIGS
+from fedtext.common.registry import CONFIGS
 from simulations import guide
 from simulations.guide import markdown_rows
 from simulations.papers import claims

@@ -45,7 +45,7 @@ METHOD = re.compile(r"<(?:method|m)>")
 
 def method_modules() -> list[str]:
     """Each registered method's module name (its config's package: ``fedtext.methods.<m>.config``)."""
-    from fedtext.registry import CONFIGS
+    from fedtext.common.registry import CONFIGS
 
     return sorted({c.__module__.split(".")[2] for c in CONFIGS})
 BRACES = re.compile(r"\{([^{}]*,[^{}]*)\}")
@@ -150,6 +150,6 @@ def test_paths_are_checked_against_what_git_tracks():
     known = tracked()
     if not (REPO / ".git").exists():
         pytest.skip("no git checkout: the working tree decides")
-    assert {"fedtext", "fedtext/registry.py", "docs/flower.md"} <= known
+    assert {"fedtext", "fedtext/common/registry.py", "docs/flower.md"} <= known
     assert not any("__pycache__" in name for name in known)
-    assert exists("fedtext/registry.py") and not exists("fedtext/__pycache__")
+    assert exists("fedtext/common/registry.py") and not exists("fedtext/__pycache__")

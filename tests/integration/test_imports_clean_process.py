@@ -16,11 +16,11 @@ from ..conftest import REPO
 HEAVY = ("torch", "transformers", "cma", "sklearn", "ray", "strategies", "clients")
 
 
-@pytest.mark.parametrize("module", ["simulations.dashboard_data", "simulations.compare", "fedtext.registry"])
+@pytest.mark.parametrize("module", ["simulations.dashboard_data", "simulations.compare", "fedtext.common.registry"])
 def test_reading_records_and_configs_imports_no_model_code(module: str) -> None:
     code = (
         f"import sys, {module}\n"
-        "from fedtext.registry import METHODS, make_config\n"
+        "from fedtext.common.registry import METHODS, make_config\n"
         "for name in METHODS:\n"
         "    make_config(name)\n"
         f"loaded = [m for m in {HEAVY!r} if m in sys.modules]\n"
@@ -34,8 +34,8 @@ def test_a_model_class_resolves_on_demand() -> None:
     """The other side of the strings: asking a config for its model imports it (and torch)."""
     code = (
         "import sys\n"
-        "from fedtext.registry import METHODS\n"
-        "from fedtext.model import Model\n"
+        "from fedtext.common.registry import METHODS\n"
+        "from fedtext.learning.model import Model\n"
         "assert all(issubclass(c.model_class(), Model) for c in METHODS.values())\n"
         "assert 'torch' in sys.modules\n"
     )

@@ -1,4 +1,4 @@
-"""``python -m fedtext.node_service -- <SuperNode command>``: the supervisor's processes.
+"""``python -m fedtext.node.service -- <SuperNode command>``: the supervisor's processes.
 
 A stand-in SuperNode (a Python one-liner that writes its arguments and waits for a file) takes
 the place of ``flower-supernode``, so that the test watches the supervisor alone: the service
@@ -35,7 +35,7 @@ def test_the_supervisor_starts_restarts_and_stops_the_service_with_the_supernode
     env, token = own_processes
     folder, talk = tmp_path / "svc", tmp_path / "talk"
     talk.mkdir()
-    sup = subprocess.Popen([sys.executable, "-m", "fedtext.node_service", "--threads", "1", "--folder", str(folder),
+    sup = subprocess.Popen([sys.executable, "-m", "fedtext.node.service", "--threads", "1", "--folder", str(folder),
                             "--", sys.executable, "-c", FAKE_NODE, str(talk), "--node-config", "partition-id=0"],
                            cwd=REPO, env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -64,7 +64,7 @@ def test_sigterm_to_the_supervisor_stops_the_supernode_and_the_service(tmp_path,
     env, token = own_processes
     folder, talk = tmp_path / "svc", tmp_path / "talk"
     talk.mkdir()
-    sup = subprocess.Popen([sys.executable, "-m", "fedtext.node_service", "--folder", str(folder),
+    sup = subprocess.Popen([sys.executable, "-m", "fedtext.node.service", "--folder", str(folder),
                             "--", sys.executable, "-c", FAKE_NODE, str(talk)], cwd=REPO, env=env)
     try:
         _wait(lambda: (talk / "args.json").exists())

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtext.devices import Precision, cpu_has_bf16
-from fedtext.registry import METHODS
+from fedtext.backbone.devices import Precision, cpu_has_bf16
+from fedtext.common.registry import METHODS
 
 from ..inprocess import one_round, tiny_bert
 
@@ -33,8 +33,8 @@ def test_every_method_runs_a_round_in_bf16_with_fp32_bytes(method: str, tmp_path
 
 @pytest.mark.parametrize("method", [m for m, c in METHODS.items() if c.precisions != ("fp32", "bf16", "fp16")])
 def test_a_method_that_refuses_a_precision_says_so_in_one_line(method: str) -> None:
-    from fedtext.config import ConfigError
-    from fedtext.registry import make_config
+    from fedtext.common.config import ConfigError
+    from fedtext.common.registry import make_config
 
     refused = next(p for p in ("bf16", "fp16") if p not in METHODS[method].precisions)
     with pytest.raises(ConfigError, match=f"^precision={refused} does not fit method {method}; it takes "):
@@ -46,7 +46,7 @@ def test_bf16_scoring_ranks_a_population_as_fp32_except_near_ties(demo) -> None:
     """20 CMA-ES-sized candidates (p0 + noise) on 32 demo texts: the fp32 and bf16 loss
     orders agree wherever two fp32 losses differ by more than bf16's error on them."""
     from fedtext.backbone import Backbone, losses
-    from fedtext.tasks import TASKS
+    from fedtext.common.tasks import TASKS
 
     fp32 = Backbone("all-MiniLM-L6-v2", "similarity", TASKS["demo"], 64)
     bf16 = Backbone("all-MiniLM-L6-v2", "similarity", TASKS["demo"], 64, precision=Precision.of("cpu", "bf16"))

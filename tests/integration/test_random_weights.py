@@ -12,7 +12,7 @@ from ..conftest import REPO, _env
 DIGEST = """
 import hashlib, sys
 from fedtext.backbone import Backbone
-from fedtext.tasks import TASKS
+from fedtext.common.tasks import TASKS
 b = Backbone("tiny-bert", "mlm" if len(sys.argv) > 1 else "similarity", TASKS["demo"], 32, weights="random")
 h = hashlib.sha256()
 for name, p in b.named_parameters():
@@ -23,7 +23,7 @@ print(h.hexdigest())
 
 def digest(head: str) -> str:
     from fedtext.backbone import Backbone
-    from fedtext.tasks import TASKS
+    from fedtext.common.tasks import TASKS
 
     b = Backbone("tiny-bert", head, TASKS["demo"], 32, weights="random")
     h = hashlib.sha256()

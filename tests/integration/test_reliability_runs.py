@@ -16,9 +16,8 @@ import time
 
 import pytest
 
-from fedtext import checkpoint
 from fedtext.records import load_run
-
+from fedtext.server import checkpoint
 from simulations.simulate import parse_pairs
 
 from ..conftest import REPO
@@ -47,7 +46,7 @@ def test_a_run_that_cannot_start_leaves_a_failed_record(tmp_path):
     from flwr.app import RecordDict
     from flwr.common import Context
 
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
     from fedtext.server_app import make_server_app
 
     app = make_server_app({"method": "nope", "output-dir": str(tmp_path)})
@@ -102,9 +101,9 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path, ray_head):
         assert {k: ra[k] for k in keys} == {k: rb[k] for k in keys}, ra["round"]
     assert json.loads((run_dir / "config.json").read_text())["resumed"][0]["from_round"] == killed_at
     # resuming a finished run, or with another config, is a one-line configuration error
-    from fedtext.checkpoint import UNBOUNDED
-    from fedtext.config import ConfigError
-    from fedtext.registry import make_config
+    from fedtext.common.config import ConfigError
+    from fedtext.common.registry import make_config
+    from fedtext.server.checkpoint import UNBOUNDED
     from fedtext.server_app import resume_checkpoint
 
     def resume(**changes):

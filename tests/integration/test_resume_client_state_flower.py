@@ -18,9 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtext import checkpoint
 from fedtext.records import load_run
-
+from fedtext.server import checkpoint
 from simulations.simulate import parse_pairs
 
 from ..conftest import REPO

@@ -161,7 +161,7 @@ def test_tls_and_node_auth_deployment_runs_two_methods(deployment):
             assert list(rounds[1]["secagg_bytes"]) == ["setup", "share_keys", "collect_masked_vectors", "unmask"]
             assert rounds[1]["bytes_up"] == sum(s["up"] for s in rounds[1]["secagg_bytes"].values())
     # every message of both runs (SecAgg+'s four stages included) went to a ClientApp process started ahead of
-    # need (fedtext.warm_exec, deploy/supernode.sh's default); none needed Flower's cold start
+    # need (fedtext.node.warm_exec, deploy/supernode.sh's default); none needed Flower's cold start
     served = (d.tmp / "supernode-0.log").read_text()
     assert served.count("to warm ClientApp process") >= 6 and "to a cold" not in served, served[-3000:]
     refused = (d.tmp / "supernode-2.log").read_text()

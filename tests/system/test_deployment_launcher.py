@@ -141,7 +141,7 @@ def test_a_node_service_killed_mid_round_costs_no_round_and_changes_no_record(tm
             rounds = list(out.glob("*/rounds.jsonl"))
             warmed = sum("warmed up for run" in p.read_text() for p in logs.glob("supernode-*.log"))
             # both services have built their client after the run's first message (their warm-up,
-            # fedtext.node_service.warm_up): what a service computes next is a round's fit or evaluate
+            # fedtext.node.service.warm_up): what a service computes next is a round's fit or evaluate
             if rounds and rounds[0].read_text().count("\n") >= 1 and warmed == 2:
                 services = _services(token)
                 if services:
@@ -182,7 +182,7 @@ def _services(token: str) -> list[int]:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"fedtext.node_service" in cmd and b"--serve" in cmd:
+        if b"fedtext.node.service" in cmd and b"--serve" in cmd:
             found.append(pid)
     return found
 
@@ -232,7 +232,7 @@ def _served_like_inprocess(folders: list[Path], tmp_path: Path) -> None:
 
 def test_warm_clientapps_change_no_record_and_keep_the_token_off_every_command_line(tmp_path, own_processes):
     """The same run cold (``--warm-clientapps 0``: Flower's flwr-clientapp per message) and warm
-    (the default, fedtext.warm_exec): both runs' records equal the in-process round loop's but for
+    (the default, fedtext.node.warm_exec): both runs' records equal the in-process round loop's but for
     the machine's fields, every warm task went to a warm process, and no node-side process had its
     task token on its command line."""
     _, token = own_processes
@@ -258,7 +258,7 @@ def test_warm_clientapps_change_no_record_and_keep_the_token_off_every_command_l
             warm.kill()
     # a node's task token is never on a command line: the warm processes take it on stdin (Flower's cold
     # flwr-clientapp has --token T; the SuperLink's flwr-serverapp, not a node's process, still does)
-    node_side = [c for c in commands if any(a.endswith(("flwr-clientapp", "fedtext.warm_exec")) for a in c)]
+    node_side = [c for c in commands if any(a.endswith(("flwr-clientapp", "fedtext.node.warm_exec")) for a in c)]
     assert any("--token-stdin" in c for c in node_side) and not any("--token" in c for c in node_side), commands
     assert warm.returncode == 0, output[-3000:]
     assert _handed(logs / "supernode-0.log") and "to a cold" not in (logs / "supernode-0.log").read_text()
@@ -269,7 +269,7 @@ def test_warm_clientapps_change_no_record_and_keep_the_token_off_every_command_l
 def test_a_warm_process_killed_with_its_task_fails_that_task_and_the_round_goes_on(tmp_path, own_processes):
     """The warm run with the ClientApp process that took a round-2 task SIGKILLed at once (between
     any two of run_clientapp's calls): the pool finishes the task's start with its token
-    (fedtext.warm_exec.fail_killed_task), Flower's expiry answers it with its error reply, the
+    (fedtext.node.warm_exec.fail_killed_task), Flower's expiry answers it with its error reply, the
     ServerApp counts one failure and the run ends normally. Before the pool did that, a kill between
     ``PullTaskInput`` and ``PullMessages`` hung the run until its timeout (issue 68). The run's own
     limit is 240 s: a healthy run takes under a minute, the expiry 2 x 30 s after the last heartbeat."""

@@ -95,8 +95,8 @@ app = {str(app_dir)!r}
 # every other folder holding one of the app's packages goes: the checkout, an editable install's path
 sys.path[:] = [app] + [p for p in sys.path if p and not any((Path(p) / pkg).is_dir() for pkg in {APP_PACKAGES!r})]
 import fedtext.client_app, fedtext.server_app
-from fedtext.components import resolve
-from fedtext.registry import METHODS
+from fedtext.common.components import resolve
+from fedtext.common.registry import METHODS
 for config in METHODS.values():
     for spec in (config.model, config.strategy, config.client):
         if spec:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from fedtext.quiet import FLOWER_STARTUP, strip_flower_prefix
+from fedtext.common.quiet import FLOWER_STARTUP, strip_flower_prefix
 from simulations.deployment import free_ports
 
 from ..conftest import REPO, _env, _only_run, processes_with_token
@@ -32,7 +32,7 @@ FEDTEXT_LINES = (
 
 def unexpected_lines(out: str) -> list[str]:
     """Lines of ``flwr run``'s output that are neither fedtext's (:data:`FEDTEXT_LINES`) nor
-    Flower's start-up before fedtext's code loads (``fedtext.quiet.FLOWER_STARTUP``); blank
+    Flower's start-up before fedtext's code loads (``fedtext.common.quiet.FLOWER_STARTUP``); blank
     lines (the CLI's, around its start-up) are allowed."""
     allowed = [*FEDTEXT_LINES, *FLOWER_STARTUP]
     return [line for line in out.splitlines()
@@ -110,7 +110,7 @@ def test_flwr_run_verbose_prints_flowers_own_lines_again(tmp_path, own_processes
     env, _ = own_processes
     out, _ = _flwr_run(tmp_path, env, "verbose=true model='tiny-bert' weights='random' dp='central' dp-noise=2.0")
     assert re.search(r"fedtext round 1/1 \| acc - \(random weights\) loss [\d.]+ \| up ", out)
-    from fedtext.privacy import epsilon
+    from fedtext.trust.privacy import epsilon
 
     eps = epsilon(1.0, 2.0, 1, 1e-5)  # Flower's default local simulation: 2 clients, both sampled (q = 1)
     assert f"| ε {eps:.2f} (δ 1e-05, central) |" in out, out[-2000:]

@@ -13,8 +13,8 @@ def fedbpt(backbone, request):
     population 4, ``max_length`` 64), for aggregate_fit on mock client results. Its
     intrinsic dimension and local steps are the requesting module's ``D`` and ``STEPS``,
     the sizes its uploads are built with."""
-    from fedtext.registry import make_config
-    from fedtext.tasks import TASKS
+    from fedtext.common.registry import make_config
+    from fedtext.common.tasks import TASKS
     from strategies.fedbpt import FedBPT
 
     cfg = make_config("fedbpt", intrinsic_dim=request.module.D, local_steps=request.module.STEPS, popsize=4,
@@ -30,8 +30,8 @@ def feddls_server():
     """FedDLS's server at its initial prompt p'_0 and the start of round 1 on the demo task:
     ``feddls_server(**fields)`` returns the strategy, ``fields`` the run-config fields of
     ``make_config("feddls", ...)`` (e.g. ``prompt_length``, ``compression``)."""
-    from fedtext.registry import make_config
-    from fedtext.tasks import TASKS
+    from fedtext.common.registry import make_config
+    from fedtext.common.tasks import TASKS
     from strategies.feddls import FedDLS
 
     def make(**fields) -> FedDLS:
@@ -53,8 +53,7 @@ def feddls_upload():
     import numpy as np
     from flwr.common import Code, FitRes, Status
 
-    from fedtext import comm
-
+    from fedtext.common import comm
     def make(pid: int, ids, n: int = 8):
         return (SimpleNamespace(cid=f"node{pid}"),
                 FitRes(Status(Code.OK, ""), comm.encode([np.asarray(ids, np.uint16)]), n,

@@ -17,9 +17,9 @@ import torch
 
 from fedtext.backbone import Backbone, backbone_for, resolve_model_path
 from fedtext.backbone.architectures import ARCHITECTURES, LINEAR_ROLES, architecture_of, max_tokens
-from fedtext.config import ConfigError
-from fedtext.registry import METHODS, make_config
-from fedtext.tasks import TASKS
+from fedtext.common.config import ConfigError
+from fedtext.common.registry import METHODS, make_config
+from fedtext.common.tasks import TASKS
 
 SHAPES = ("tiny-bert", "tiny-roberta", "tiny-mpnet")
 D, L, F = 32, 2, 64  # the tiny shapes' width, depth and feed-forward size

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from fedtext.backbone import Backbone, losses
-from fedtext.config import ConfigError
-from fedtext.prompts import SplitPrompt, bbt_space, project, projection
-from fedtext.tasks import TASKS
+from fedtext.common.config import ConfigError
+from fedtext.common.tasks import TASKS
+from fedtext.backbone.prompts import SplitPrompt, bbt_space, project, projection
 
 
 def _prompts(backbone, p: int, t: int = 4, seed: int = 0) -> np.ndarray:
@@ -154,8 +154,8 @@ def test_tied_head_reads_mask_position(demo):
 
 
 def test_the_head_registry_holds_every_run_config_head():
-    from fedtext.config import HEADS as HEAD_NAMES
-    from fedtext.heads import HEADS
+    from fedtext.common.config import HEADS as HEAD_NAMES
+    from fedtext.backbone.heads import HEADS
 
     assert tuple(HEADS) == HEAD_NAMES and all(head.name == name for name, head in HEADS.items())
     with pytest.raises(ConfigError, match="head must be one of similarity, tied, mlm, linear, cls, got 'pooled'"):
@@ -353,9 +353,9 @@ def test_label_vectors_are_encoded_by_the_plain_encoder_after_a_fedptuning_v2_fo
     fedptuning-v2's prefix hooks and cached label descriptions with the prefix in them
     (cosine 0.32-0.43 to the plain vectors on AG News). The cache must equal the
     descriptions encoded with no hook at all: mean-pooled, unit-norm encoder states."""
-    from fedtext.heads import mean_pool
+    from fedtext.common.registry import make_config
+    from fedtext.backbone.heads import mean_pool
     from fedtext.methods.fedptuning_v2.model import DeepPromptModel
-    from fedtext.registry import make_config
 
     fresh = Backbone("all-MiniLM-L6-v2", "similarity", TASKS["ag_news"], 64)  # not the shared, primed one
     cfg = make_config("fedptuning-v2", task="ag_news", prompt_length=4, max_length=64)
@@ -374,8 +374,8 @@ def test_fedptuning_v2_prefix_forward_builds_its_ids_on_the_backbones_device(bac
     encoder's device (a CPU tensor into a CUDA encoder fails). CPU-only check of that
     plumbing: the backbone claims the ``meta`` device and the encoder only records where
     its inputs are, then stops the forward."""
+    from fedtext.common.registry import make_config
     from fedtext.methods.fedptuning_v2.model import DeepPromptModel
-    from fedtext.registry import make_config
 
     class Stop(Exception):
         pass

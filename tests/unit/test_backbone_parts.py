@@ -13,11 +13,11 @@ import torch
 
 import fedtext.backbone.facade as facade
 from fedtext.backbone import INJECTIONS, SHAPES, Backbone, Injection, check_model, get_backbone
-from fedtext.config import HEADS as HEAD_NAMES
-from fedtext.config import PROMPT_INJECTIONS, ConfigError, RunConfig
-from fedtext.heads import HEADS
-from fedtext.registry import METHODS
-from fedtext.tasks import TASKS
+from fedtext.common.config import HEADS as HEAD_NAMES
+from fedtext.common.config import PROMPT_INJECTIONS, ConfigError, RunConfig
+from fedtext.common.registry import METHODS
+from fedtext.common.tasks import TASKS
+from fedtext.backbone.heads import HEADS
 
 MAX_FACADE_METHODS = 30  # 27 today (the monolith had 31 and 486 lines)
 MAX_METHOD_STATEMENTS = 3  # a method of the facade delegates; __init__ composes the parts
@@ -39,7 +39,7 @@ def _statements(function: ast.FunctionDef) -> list[ast.stmt]:
 def test_the_backbone_stays_a_thin_facade():
     """Backbone composes its parts: few methods, each a delegation (no branch, no loop), and
     no head or injection is known to it by name, so that a new method's head or injection is
-    a registry entry (fedtext.heads.HEADS, fedtext.backbone.injections.INJECTIONS), not an
+    a registry entry (fedtext.backbone.heads.HEADS, fedtext.backbone.injections.INJECTIONS), not an
     edit of the class."""
     cls = _facade_class()
     methods = [n for n in cls.body if isinstance(n, ast.FunctionDef)]

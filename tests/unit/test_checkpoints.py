@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from fedtext.backbone import checkpoints as ck
-from fedtext.config import ConfigError
+from fedtext.common.config import ConfigError
 
 FILES = {"config.json": b'{"model_type": "bert"}', "model.safetensors": bytes(range(256)) * 300,
          "sub/vocab.txt": b"[PAD]\nhello\n"}

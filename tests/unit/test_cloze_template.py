@@ -2,7 +2,7 @@
 
 Under the ``mlm`` (cloze) head the encoder reads ``[CLS] p_1..p_T prefix text suffix [SEP]``
 with the task's template around the text and the class read at its ``[MASK]``
-(``fedtext/heads.py`` ``ClozeHead``). Under the similarity head there is no template, so a
+(``fedtext/backbone/heads.py`` ``ClozeHead``). Under the similarity head there is no template, so a
 perturbation that strays onto the template's positions passes every similarity-head test.
 Where a method perturbs something an encoder call reads:
 
@@ -11,7 +11,7 @@ Where a method perturbs something an encoder call reads:
   with ``[MASK]`` after the text (SST-2's) and one with ``[MASK]`` before it (AG News');
 * BBT's and FedBPT's offsets ``A z`` under ``prompt-injection=embedding-output``
   (``fedtext/backbone/injections.py``): added at the prompt positions 1..T only: **here**;
-* the prompt itself (``p0 + A z``, ``fedtext/prompts.py``; FedDLS's token search and
+* the prompt itself (``p0 + A z``, ``fedtext/backbone/prompts.py``; FedDLS's token search and
   FedKSeed's weights do not move the template's tokens): the prompt's input embeddings fill
   positions 1..T and the template's tokens follow unchanged: **here** through the same call.
 
@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from fedtext.backbone import Backbone
+from fedtext.common.tasks import TASKS
 from fedtext.methods.fedbpt.perturb import perturb
-from fedtext.tasks import TASKS
 
 TEXTS = ["the film is a long slow walk through nothing at all", "a bright funny and warm story",
          "stocks fell sharply after the report on rates", "the team won the final in extra time"] * 8

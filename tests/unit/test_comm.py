@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fedtext import comm
+from fedtext.common import comm
 
 
 @pytest.mark.parametrize(

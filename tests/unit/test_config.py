@@ -9,10 +9,10 @@ import tomllib
 import numpy as np
 import pytest
 
-from fedtext.components import resolve
-from fedtext.config import ConfigError, MethodConfig, RunConfig
-from fedtext.model import Model
-from fedtext.registry import CONFIGS, METHODS, make_config
+from fedtext.common.components import resolve
+from fedtext.common.config import ConfigError, MethodConfig, RunConfig
+from fedtext.common.registry import CONFIGS, METHODS, make_config
+from fedtext.learning.model import Model
 from simulations.compare import flatten
 
 from ..conftest import REPO
@@ -38,8 +38,8 @@ def test_each_config_names_its_own_strategy_and_client_of_one_method_module():
     must not inherit its classes silently); the model lives in a method package's
     ``model.py``; the strategy and client resolve to a strategy and a client of the
     same method module (``strategies.<m>`` / ``clients.<m>``)."""
-    from fedtext.client import FedTextClient
-    from fedtext.strategy import FedTextStrategy
+    from fedtext.client.numpy_client import FedTextClient
+    from fedtext.server.strategy import FedTextStrategy
 
     for config in CONFIGS:
         assert "strategy" in vars(config) and "client" in vars(config) and "model" in vars(config), config
@@ -60,7 +60,7 @@ def test_resolve_names_the_bad_part_of_a_spec():
     from strategies.fedavg import FedAvgStrategy
 
     assert resolve("strategies.fedavg:FedAvgStrategy") is FedAvgStrategy
-    assert resolve("fedtext.config:MethodConfig.key") == MethodConfig.key  # a dotted attribute
+    assert resolve("fedtext.common.config:MethodConfig.key") == MethodConfig.key  # a dotted attribute
     for spec in ("strategies.fedavg.FedAvgStrategy", "strategies.fedavg:", ":FedAvgStrategy", "a:b:c"):
         with pytest.raises(ValueError, match="is not a \"module:Class\" string"):
             resolve(spec)
@@ -100,7 +100,7 @@ def test_the_generator_refuses_a_key_without_a_comment_and_takes_the_doc_comment
     source.write_text(
         "from dataclasses import dataclass\n"
         "from typing import ClassVar\n"
-        "from fedtext.config import MethodConfig\n\n\n"
+        "from fedtext.common.config import MethodConfig\n\n\n"
         "@dataclass(frozen=True)\n"
         "class Explained(MethodConfig):\n"
         "    name: ClassVar[str] = 'explained'\n"
@@ -232,7 +232,7 @@ def test_a_negative_seed_is_one_line_at_config_time():
 @pytest.mark.parametrize("name", ["a b", "x..y", "../x", "..", "a/b", "-lead", "caf\u00e9", "tab\there", "n" * 65])
 def test_a_run_name_the_nodes_would_refuse_is_one_line_at_config_time(name):
     """``run-name`` goes into the run id, under which every node journals its state
-    (fedtext.node_state.check_run_key): a space or ``..`` passed the config, and every client
+    (fedtext.node.state.check_run_key): a space or ``..`` passed the config, and every client
     refused the run after the whole first round."""
     with pytest.raises(ConfigError) as err:
         parse(run_name=name)
@@ -242,7 +242,7 @@ def test_a_run_name_the_nodes_would_refuse_is_one_line_at_config_time(name):
 
 @pytest.mark.parametrize("name", ["fes-searched", "n10", "a.b_c=d+e", "n" * 64])
 def test_an_accepted_run_name_gives_a_run_id_every_node_accepts(name):
-    from fedtext.node_state import check_run_key
+    from fedtext.node.state import check_run_key
     from fedtext.records import run_folder_name
 
     cfg = parse(run_name=name, method="fedbpt", dataset="demo")
@@ -304,7 +304,7 @@ def test_make_config_routes_fields_and_round_trips():
 
 
 def test_unknown_task_for_unnamed_dataset(tmp_path):
-    from fedtext.tasks import resolve_task
+    from fedtext.common.tasks import resolve_task
 
     with pytest.raises(ValueError, match="cannot guess the task"):
         resolve_task("auto", str(tmp_path))
@@ -314,7 +314,7 @@ def test_unknown_task_for_unnamed_dataset(tmp_path):
 
 def test_a_seed_beyond_flowers_sint64_is_one_line_at_config_time():
     """A 40-digit seed made a run id the nodes refuse (and Flower's config values are sint64)."""
-    from fedtext.registry import make_config
+    from fedtext.common.registry import make_config
 
     assert make_config("fedprompt", seed=2**63 - 1).seed == 2**63 - 1
     with pytest.raises(ConfigError, match=r"^seed must be <= 9223372036854775807, got 9223372036854775808$"):
@@ -333,7 +333,7 @@ def test_the_generator_writes_every_default_so_that_toml_reads_back_the_same_val
 
 
 def test_check_range_accepts_each_bound_and_refuses_one_step_past_it():
-    from fedtext.config import check_range
+    from fedtext.common.config import check_range
 
     check_range("k", 0, 0), check_range("k", 5, 0, 5), check_range("k", float(np.nextafter(0.0, 1.0)), 0, low_open=True)
     for value, low, high, open_, message in ((-1, 0, None, False, "k must be >= 0, got -1"),

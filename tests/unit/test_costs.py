@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedtext.registry import METHODS
+from fedtext.common.registry import METHODS
 from simulations.costs import CLAIMS, PAPER_KEYS, STEP_KEYS, Backprop, measure, paper_rows, run_keys
 
 DEMO = {"dataset": "demo"}  # no benchmark data needed

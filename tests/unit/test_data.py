@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedtext.config import ConfigError, RunConfig
-from fedtext.data import client_data, load_local, make_demo, partition_train, sample_shots
+from fedtext.common.config import ConfigError, RunConfig
+from fedtext.learning.data import client_data, load_local, make_demo, partition_train, sample_shots
 
 
 def test_demo_is_deterministic_multi_domain_and_labelled(demo):
@@ -168,7 +168,7 @@ def test_integer_labels_written_as_floats_still_load(tmp_path):
 def test_hub_name_offline_is_one_clear_line(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    from fedtext.data import load_hub
+    from fedtext.learning.data import load_hub
 
     with pytest.raises(ConfigError) as err:
         load_hub("no-such-user/no-such-dataset-fedtext")
@@ -195,7 +195,7 @@ TRAIN = [(f"review {i} was {'good' if i % 2 else 'bad'}", i % 2) for i in range(
 def test_a_test_split_that_repeats_train_texts_warns_once_with_counts(tmp_path, caplog):
     """Issue 58: a test split made of training texts ran without a word (the shared Amazon
     folders' test.tsv holds nearly all of train.tsv)."""
-    from fedtext.data import warn_about_texts
+    from fedtext.learning.data import warn_about_texts
 
     test = [TRAIN[3], TRAIN[3], TRAIN[4], ("a new review", 1), ("another one", 0)]  # 3 rows, 2 distinct texts
     root = _folder(tmp_path / "leaky", TRAIN, test)
@@ -218,7 +218,7 @@ def test_a_test_split_that_repeats_train_texts_warns_once_with_counts(tmp_path, 
 ])
 def test_a_text_column_of_labels_or_numbers_warns_once_with_counts(tmp_path, caplog, column, values, what):
     """Issue 58: text-column naming a column of label digits (or ids) trained on them as texts."""
-    from fedtext.data import warn_about_texts
+    from fedtext.learning.data import warn_about_texts
 
     root = _folder(tmp_path / column, TRAIN, [("a new review", 1), ("another one", 0)], **{column: values})
     with caplog.at_level("WARNING", logger="fedtext"):
@@ -242,7 +242,7 @@ def test_a_text_column_that_is_the_label_column_is_refused_at_config_time():
 def test_a_data_file_linked_outside_the_dataset_folder_is_refused(tmp_path, linked):
     """Issue 58: a train.csv symlinked to a file outside the dataset folder was read and
     parsed; records readers already refuse such links. A link inside the folder is read."""
-    from fedtext.data import _labelled
+    from fedtext.learning.data import _labelled
 
     outside = _folder(tmp_path / "outside", TRAIN, [("a new review", 1), ("another one", 0)])
     (outside / "task.toml").write_text('labels = ["bad", "good"]\n')
@@ -277,7 +277,7 @@ def test_a_text_column_of_label_names_is_refused_in_one_line_naming_the_columns(
     """Issue 69: label names ('pos', 'neg') in the text column while the label column holds the
     integers ran silently (the label-value warning compares the integers). Compared stripped and
     case-folded, on a sample; 90 % names refuses, a few one-word texts that are names do not."""
-    from fedtext.data import labelled
+    from fedtext.learning.data import labelled
 
     verdicts = [f"{' POS' if y else 'neg '}" for _, y in TRAIN]
     root = _folder(tmp_path / "names", TRAIN, [("a new review", 1), ("another one", 0)],
@@ -296,7 +296,7 @@ def test_a_text_column_of_label_names_is_refused_in_one_line_naming_the_columns(
 def test_the_label_name_check_reads_a_sample_of_a_large_split(tmp_path):
     """Cheap on a large split: a seeded sample of 1,000 of its 3,002 texts is compared; 95 % of
     them names ('pos') is refused."""
-    from fedtext.data import LABEL_NAME_SAMPLE, labelled
+    from fedtext.learning.data import LABEL_NAME_SAMPLE, labelled
 
     train = [("pos" if i % 20 else f"review {i}", i % 2) for i in range(3000)]
     root = _folder(tmp_path / "big", train, [("a new review", 1), ("another one", 0)])

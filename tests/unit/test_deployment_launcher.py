@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fedtext.config import DERIVED_KEYS, ConfigError, RunConfig
-from fedtext.registry import METHODS
+from fedtext.common.config import DERIVED_KEYS, ConfigError, RunConfig
+from fedtext.common.registry import METHODS
 from simulations.deployment import flwr_run_config, install_fab, record_overrides
 from simulations.simulate import parse_pairs
 

@@ -1,5 +1,5 @@
 """The ``device`` and ``precision`` keys: spelled right in the config, possible on this
-machine when the backbone loads (fedtext.devices), each failure one line; the fp32 path
+machine when the backbone loads (fedtext.backbone.devices), each failure one line; the fp32 path
 is the code the golden records were made with (autocast off)."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedtext.config import ConfigError
-from fedtext.devices import CPU_FP32, Precision
-from fedtext.registry import make_config
+from fedtext.backbone.devices import CPU_FP32, Precision
+from fedtext.common.config import ConfigError
+from fedtext.common.registry import make_config
 
 
 def test_the_device_keys_fail_in_one_line_where_the_machine_cannot(tmp_path: Path) -> None:
@@ -42,10 +42,10 @@ def test_the_run_config_reaches_the_backbone(monkeypatch, request) -> None:
     (a bf16 run must not be given the fp32 one, nor the reverse). The plumbing, not the
     CPU: a CPU without bf16 (a Raspberry Pi, most laptops) says the same as one with it."""
     import fedtext.backbone.facade as fb
-    import fedtext.devices
-    from fedtext.tasks import TASKS
+    import fedtext.backbone.devices
+    from fedtext.common.tasks import TASKS
 
-    monkeypatch.setattr(fedtext.devices, "cpu_has_bf16", lambda: True)
+    monkeypatch.setattr(fedtext.backbone.devices, "cpu_has_bf16", lambda: True)
     _fresh_precisions(request)
     seen = []
     monkeypatch.setattr(fb, "_get_backbone", lambda *args: seen.append(args) or args)
@@ -64,9 +64,9 @@ def _fresh_precisions(request) -> None:
 
 def test_a_cpu_without_bf16_refuses_it_in_one_line_when_the_backbone_loads(monkeypatch, request) -> None:
     """The refusal a board's CPU gives (no AVX-512 BF16, no AMX), whatever this CPU has."""
-    import fedtext.devices
+    import fedtext.backbone.devices
 
-    monkeypatch.setattr(fedtext.devices, "cpu_has_bf16", lambda: False)
+    monkeypatch.setattr(fedtext.backbone.devices, "cpu_has_bf16", lambda: False)
     _fresh_precisions(request)
     with pytest.raises(ConfigError, match=r"^precision=bf16: this CPU has no bf16 instructions .*; use fp32$"):
         Precision.of("cpu", "bf16")
@@ -135,7 +135,7 @@ def _start() -> torch.Tensor:
 def _one_step(precision: Precision, scale_loss: float = 1.0) -> tuple[torch.Tensor, list[torch.Tensor]]:
     """One ``gradient_steps`` SGD step (lr 0.5) of a 3 x 2 linear classifier on 4 rows;
     returns the weights after it and the gradients ``backward`` produced."""
-    from fedtext.client import gradient_steps
+    from fedtext.client.numpy_client import gradient_steps
 
     torch.manual_seed(0)
     x, labels = torch.randn(4, 3), torch.tensor([0, 1, 1, 0])
@@ -177,7 +177,7 @@ def test_gpu_peak_memory_is_read_on_the_backbones_gpu_and_absent_on_a_cpu(monkey
     the RSS); on a CPU it reports none, so CPU replies are as before."""
     from types import SimpleNamespace
 
-    from fedtext.client import FedTextClient
+    from fedtext.client.numpy_client import FedTextClient
 
     asked = []
     monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda device: asked.append(device) or 3 * 2**20 + 2**19)

@@ -10,7 +10,7 @@ one, or that a draw that must stay fixed does.
 
 Drawn afresh per client and round (a new seed from ``(run seed, partition id, round)``):
 
-* ``fedtext/client.py`` ``client_seed``: the seed every client-round draw below derives from;
+* ``fedtext/client/numpy_client.py`` ``client_seed``: the seed every client-round draw below derives from;
 * the local CMA-ES of ``bbt-fed`` and ``fedbpt`` (``clients/bbt_fed.py``, ``clients/fedbpt.py``:
   pycma's seed; FedBPT Alg. 1 and BBT sample new candidates every iteration);
 * FedBPT's perturbation masks M and random tokens X̂ (``fedtext/methods/fedbpt/perturb.py``,
@@ -19,7 +19,7 @@ Drawn afresh per client and round (a new seed from ``(run seed, partition id, ro
 * FedDLS's local search (``clients/feddls.py``, Alg. 3's random choices);
 * FedKSeed's seed index of each local step (``clients/fedkseed.py``, Algorithm 1: a new
   uniform draw from the K seeds at every step, not one per round) and its mini-batches;
-* mini-batch order of the gradient clients (``fedtext/client.py`` ``minibatches``: new rows at
+* mini-batch order of the gradient clients (``fedtext/client/numpy_client.py`` ``minibatches``: new rows at
   every step, a new permutation at every pass over the shots; called by
   ``clients/fedprompt.py``, ``fedptuning_v2.py``, ``feddpg.py``, ``fedavg.py``, ``feddrs.py``,
   ``fes.py``) and their dropout masks (``torch.manual_seed`` in ``clients/fedavg.py`` and
@@ -28,12 +28,12 @@ Drawn afresh per client and round (a new seed from ``(run seed, partition id, ro
   ``clients/fes.py`` ``pseudo_label``; the authors' ``RandomState(seed)`` per round);
 * FedDPGu's relabels (``fedtext/methods/feddpg/unlearning.py`` ``relabel``, seeded by
   ``unlearn_seed`` = the client's per-round seed; §3.3 draws a random other label);
-* BBT post-tuning's CMA-ES (``fedtext/client.py`` ``post_tune``: per client, apart from every
+* BBT post-tuning's CMA-ES (``fedtext/client/numpy_client.py`` ``post_tune``: per client, apart from every
   training round).
 
 Drawn afresh per round on the server:
 
-* client sampling (``fedtext/sampling.py``: ``default_rng([seed, round, salt])``, the training
+* client sampling (``fedtext/server/sampling.py``: ``default_rng([seed, round, salt])``, the training
   draw, FeS's labelling draw (``LABEL_SALT``) and the evaluation draw each their own stream;
   FedDRS Alg. 1 "select active clients uniformly at random", FeS §4.1);
 * FedDRS's pseudo-embeddings and pseudo labels (``fedtext/methods/feddrs/samplers.py``,
@@ -42,11 +42,11 @@ Drawn afresh per round on the server:
 
 Fixed for the whole run (the same on the server and on every client, whatever the round):
 
-* BBT's projection A and p0 (``fedtext/prompts.py`` ``projection``, ``fedtext/backbone/tokens.py``
+* BBT's projection A and p0 (``fedtext/backbone/prompts.py`` ``projection``, ``fedtext/backbone/tokens.py``
   ``draw_tokens``; FedBPT Alg. 1 line 1: "initialize the projection matrix A and
   distribute it", rebuilt from the run seed on both sides, never sent), post-tuning's A too;
 * FedDPG's G at round 0 (``fedtext/methods/feddpg/model.py`` ``initial_arrays``);
-* a client's data: its test split, shots and unlabelled rest (``fedtext/data.py``
+* a client's data: its test split, shots and unlabelled rest (``fedtext/learning/data.py``
   ``client_data``) and the server's test sample (``server_test``);
 * a FeS client's gold/unlabelled split (``fedtext/methods/fes/labels.py`` ``split_pool``);
 * a FedDPGu client's forget split (``unlearning.py`` ``forget_split``: drawn from (seed,
@@ -54,8 +54,8 @@ Fixed for the whole run (the same on the server and on every client, whatever th
 * not tested here, fixed by construction: FedDF's auxiliary texts (``strategies/feddf.py``,
   ``[seed, 0xA0C5]`` once per run), the reference FedBPT server's pycma seed
   (``strategies/fedbpt.py``, ``[seed, 0xFEDB]``), a linear head's initialisation
-  (``fedtext/model.py``, ``[seed, 0x11EAD]``); and the seeded fault injection of
-  ``fedtext/node.py`` (per client, round and message kind, a testing aid).
+  (``fedtext/learning/model.py``, ``[seed, 0x11EAD]``); and the seeded fault injection of
+  ``fedtext/node/node.py`` (per client, round and message kind, a testing aid).
 """
 
 from __future__ import annotations
@@ -67,11 +67,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedtext.client import client_seed
-from fedtext.node import client_class
-from fedtext.data import client_data, server_test
-from fedtext.registry import make_config
-from fedtext.tasks import TASKS
+from fedtext.client.numpy_client import client_seed
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
+from fedtext.learning.data import client_data, server_test
+from fedtext.node.node import client_class
 
 SMALL = dict(prompt_length=2, max_length=64, shots_per_class=4, client_test_size=4, eval_size=20)
 CASES = ((0, 1), (0, 2), (1, 1), (1, 2))  # (partition id, round)
@@ -170,18 +170,18 @@ def test_feddls_local_search_is_seeded_afresh_per_client_and_round(backbone, mon
 def test_post_tuning_is_seeded_per_client_apart_from_every_round_and_keeps_one_A(backbone, monkeypatch):
     """BBT post-tuning (FedDLS App. B): a CMA-ES seed per client that no training round
     uses, in a subspace A that every client shares."""
-    import fedtext.blackbox
-    import fedtext.client
+    import fedtext.client.numpy_client
+    import fedtext.learning.blackbox
 
     cfg = make_config("fedprompt", post_tune_steps=1, post_tune_dim=4, **SMALL)
-    real = fedtext.client.projection
+    real = fedtext.client.numpy_client.projection
     seen = []
 
     def spy(*args, seed, **kwargs):
         raise Stop(seed)
 
-    monkeypatch.setattr(fedtext.blackbox, "WhitenedCMA", spy)
-    monkeypatch.setattr(fedtext.client, "projection", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    monkeypatch.setattr(fedtext.learning.blackbox, "WhitenedCMA", spy)
+    monkeypatch.setattr(fedtext.client.numpy_client, "projection", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
     seeds = []
     for pid in (0, 1):
         client = client_class("fedprompt")(cfg, TASKS["demo"], client_data(cfg, pid, 2), backbone)
@@ -224,7 +224,7 @@ def test_minibatches_take_new_rows_every_step_and_reshuffle_every_pass():
     """``minibatches``: within a pass every step takes rows no earlier step of the pass took;
     the next pass is a new permutation, not the first one again (a reused order would give
     every pass the same batches in the same order)."""
-    from fedtext.client import minibatches
+    from fedtext.client.numpy_client import minibatches
 
     class Rows:  # an EncodedBatch's len and take: a batch is the tuple of its row indices
         def __len__(self) -> int:
@@ -365,7 +365,7 @@ def test_feddpg_relabels_are_drawn_afresh_and_the_forget_split_stays_fixed(backb
 # ------------------------------------------------------------------ the server's draws
 def test_client_sampling_is_drawn_afresh_per_round_and_stream():
     from fedtext.methods.fes.labels import LABEL_SALT
-    from fedtext.sampling import TRAIN_SALT, ClientSampler
+    from fedtext.server.sampling import TRAIN_SALT, ClientSampler
 
     sampler = ClientSampler(make_config("fedavg", clients_per_round=3), lambda sizes: None)
     pool = list(range(10))
@@ -378,7 +378,7 @@ def test_client_sampling_is_drawn_afresh_per_round_and_stream():
 
 
 def test_evaluation_sampling_is_drawn_afresh_per_round():
-    from fedtext.sampling import ClientSampler
+    from fedtext.server.sampling import ClientSampler
 
     sampler = ClientSampler(make_config("fedavg", clients_per_eval=3), lambda sizes: None)
     proxies = {str(i): SimpleNamespace(cid=f"node{i}") for i in range(10)}
@@ -394,7 +394,7 @@ def test_feddrs_pseudo_embeddings_are_drawn_afresh_per_round_iteration_and_teach
     """Alg. 1: every round's I iterations sample new pseudo-embeddings for every teacher;
     the same round again draws the same (seeded by [seed, round, iteration])."""
     from fedtext.methods.feddrs import samplers
-    from fedtext.validation import Upload
+    from fedtext.server.validation import Upload
     from strategies.feddrs import FedDRS
 
     cfg = make_config("feddrs", head="similarity", num_server_rounds=3, sampling="random", sample_batch=2,

@@ -1,8 +1,8 @@
-"""The deployment engine's waits (fedtext/grid.py, fedtext/supernode.py) and the board's install
+"""The deployment engine's waits (fedtext/server/grid.py, fedtext/node/supernode.py) and the board's install
 list (deploy/edge/requirements.txt).
 
 Flower's deployment grid pulls a reply every 3 s and its SuperNode sleeps 3 s whenever it finds
-no message; fedtext's ServerApp pulls replies at most :data:`fedtext.grid.REPLY_POLL_S` apart
+no message; fedtext's ServerApp pulls replies at most :data:`fedtext.server.grid.REPLY_POLL_S` apart
 and its SuperNode command caps the idle sleep (docs/performance.md, "Deployment rounds").
 """
 
@@ -17,8 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedtext import grid as grid_mod
-from fedtext import supernode
+from fedtext.node import supernode
+from fedtext.server import grid as grid_mod
 
 from ..conftest import REPO
 
@@ -141,7 +141,7 @@ def test_a_boards_requirements_are_pyprojects_less_the_simulation_and_the_dashbo
 
 
 def test_the_systemd_unit_starts_the_supervisor_with_arguments_it_takes(tmp_path):
-    """The unit's ExecStart is ``python -m fedtext.node_service ... -- flower-supernode ...`` with
+    """The unit's ExecStart is ``python -m fedtext.node.service ... -- flower-supernode ...`` with
     options the supervisor's parser takes, and systemd finds nothing wrong with the unit (where
     ``systemd-analyze`` is installed: the interpreter path made this machine's)."""
     import shlex
@@ -149,12 +149,11 @@ def test_the_systemd_unit_starts_the_supervisor_with_arguments_it_takes(tmp_path
     import subprocess
     import sys
 
-    from fedtext import node_service
-
+    from fedtext.node import service as node_service
     unit = (REPO / "deploy/systemd/fedtext-supernode@.service").read_text()
     exec_start = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit.replace("\\\n", " "), re.M).group(1)
     argv = shlex.split(exec_start.replace("${THREADS}", "2"))
-    assert argv[:3] == ["/opt/fedtext/venv/bin/python", "-m", "fedtext.node_service"]
+    assert argv[:3] == ["/opt/fedtext/venv/bin/python", "-m", "fedtext.node.service"]
     cut = argv.index("--")
     assert argv[cut + 1] == "flower-supernode" and "--node-config" in argv
     parsed = node_service.argparse.ArgumentParser(add_help=False)

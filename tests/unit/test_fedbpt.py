@@ -10,11 +10,12 @@ import pytest
 import torch
 from flwr.common import Code, FitRes, Status
 
-from fedtext import comm
-from fedtext.blackbox import WhitenedCMA
-from fedtext.node import client_class
-from fedtext.config import ConfigError
-from fedtext.data import client_data
+from fedtext.common import comm
+from fedtext.common.config import ConfigError
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
+from fedtext.learning.blackbox import WhitenedCMA
+from fedtext.learning.data import client_data
 from fedtext.methods.fedbpt.cmaes import (
     CMAConstants,
     CMAState,
@@ -26,9 +27,8 @@ from fedtext.methods.fedbpt.cmaes import (
 )
 from fedtext.methods.fedbpt.model import UPLOAD
 from fedtext.methods.fedbpt.perturb import perturb
-from fedtext.registry import make_config
-from fedtext.validation import Upload
-from fedtext.tasks import TASKS
+from fedtext.node.node import client_class
+from fedtext.server.validation import Upload
 from strategies.bbt_fed import BBTFed
 from strategies.fedbpt import FedBPT
 
@@ -921,7 +921,7 @@ def test_classic_chi_n_is_cma_34s_expected_norm():
     sqrt(n) (1 - 1/(4n) + 1/(26 n^2)) (cma 4.5: 1/(32 n^2), and exact up to 100)."""
     import math
 
-    from fedtext.blackbox import classic_chi_n
+    from fedtext.learning.blackbox import classic_chi_n
 
     for n in range(1, 7):
         assert classic_chi_n(n) == pytest.approx(math.sqrt(2) * math.gamma((n + 1) / 2) / math.gamma(n / 2), rel=1e-12)
@@ -936,7 +936,7 @@ def test_new_es_runs_csa_with_cma_34s_damping(n, popsize):
     formula on pycma's own mu_eff, c_sigma and mirrors: (2, 40) has mu_eff = 11.3 > n + 2, so
     the middle term counts; (10, 5) mirrors one sample (lam_mirr = 1), so the first term is
     below 1; E|N(0, I_n)| in pycma's cache is cma 3.4's."""
-    from fedtext.blackbox import classic_chi_n, new_es
+    from fedtext.learning.blackbox import classic_chi_n, new_es
 
     es = new_es(np.zeros(n), 1.0, {"popsize": popsize, "seed": 1, "verbose": -9})
     assert type(es.adapt_sigma).__name__ == "CMAAdaptSigmaCSA"
@@ -955,7 +955,7 @@ def test_new_es_runs_csa_with_cma_34s_damping(n, popsize):
 
 @pytest.mark.parametrize("key", ["AdaptSigma", "CSA_dampfac", "CSA_damp_mueff_exponent", "CSA_squared"])
 def test_new_es_refuses_options_that_change_the_pinned_rule(key):
-    from fedtext.blackbox import new_es
+    from fedtext.learning.blackbox import new_es
 
     with pytest.raises(ValueError, match=f"new_es sets {key} itself"):
         new_es(np.zeros(3), 1.0, {key: 1})

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-
 import math
 from types import SimpleNamespace
 
@@ -14,9 +13,10 @@ from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
 from clients.feddls import local_search, nearest_tokens
-from fedtext import comm
-from fedtext.node import client_class
-from fedtext.data import client_data
+from fedtext.common import comm
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
+from fedtext.learning.data import client_data
 from fedtext.methods.feddls.codecs import (
     SENTINEL,
     FullCodec,
@@ -27,9 +27,8 @@ from fedtext.methods.feddls.codecs import (
     encode_upload,
     rebuild_prompt,
 )
+from fedtext.node.node import client_class
 from fedtext.records import participant_accuracy
-from fedtext.registry import make_config
-from fedtext.tasks import TASKS
 from strategies.feddls import FedDLS
 
 # ------------------------------------------------------------------ upload codec
@@ -490,7 +489,7 @@ def test_post_tuning_is_seeded_and_stays_near_the_global_prompt(backbone):
 
 # ------------------------------------------------------------------- P/NP sweeps
 def test_compare_plan_variants_and_rotating_holdouts(tmp_path):
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
     from simulations.compare import plan
 
     exp = {"methods": ["feddls-phi3", "bbt-fed"], "seeds": [0, 1, 2], "holdouts": ["books", "dvd"],
@@ -511,7 +510,7 @@ def test_compare_plan_variants_and_rotating_holdouts(tmp_path):
 
 
 def test_holdout_names_are_checked_before_training(tmp_path):
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
     from fedtext.server_app import build
 
     for domain in ("books", "dvd"):

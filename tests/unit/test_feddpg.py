@@ -14,15 +14,15 @@ import torch
 from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
-from fedtext import comm
 from fedtext.backbone import Backbone, EncodedBatch
-from fedtext.node import client_class
-from fedtext.data import client_data
+from fedtext.common import comm
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
+from fedtext.learning.data import client_data
 from fedtext.methods.feddpg.model import FedDPGModel, make_generator, mean_embedding
 from fedtext.methods.feddpg.unlearning import forget_split, relabel, unlearn, unlearning_loss
 from fedtext.methods.fedptuning_v2.model import DeepPromptModel, attention_projections, deep_prompts
-from fedtext.registry import make_config
-from fedtext.tasks import TASKS
+from fedtext.node.node import client_class
 from strategies.feddpg import FedDPG
 
 SMALL = dict(max_length=64, shots_per_class=8, client_test_size=8, eval_size=20)
@@ -210,8 +210,8 @@ def test_unlearning_loss_weighs_sets_or_examples_as_eq5_says():
 def test_an_unlearn_round_after_the_last_round_is_refused_at_config_time():
     """Issue 58: feddpg.unlearn-round=99 with num-server-rounds=1 finished with no unlearning
     and no word; now one line at config time (the last round itself is fine)."""
-    from fedtext.config import ConfigError, RunConfig
-    from fedtext.registry import METHODS
+    from fedtext.common.config import ConfigError, RunConfig
+    from fedtext.common.registry import METHODS
 
     with pytest.raises(ConfigError) as err:
         RunConfig.from_run_config({"method": "feddpg", "feddpg.unlearn-round": 99, "num-server-rounds": 1}, METHODS)
@@ -221,7 +221,7 @@ def test_an_unlearn_round_after_the_last_round_is_refused_at_config_time():
 
 
 def test_unlearn_loss_is_validated():
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
 
     with pytest.raises(ConfigError, match="unlearn-loss"):
         dpg(unlearn_loss="mean")
@@ -311,7 +311,7 @@ def test_sgd_unlearning_step_is_lr_times_the_gradient_of_eq5(backbone):
 
 
 def test_unlearn_optimizer_is_validated():
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
 
     with pytest.raises(ConfigError, match="unlearn-optimizer"):
         dpg(unlearn_optimizer="adam")
@@ -487,7 +487,7 @@ def test_padded_mean_embedding_counts_the_padding_up_to_N_on_hand_values() -> No
 
 
 def test_mean_embedding_option_picks_G_s_input_and_is_validated(backbone):
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
     from fedtext.methods.feddpg.config import PADDED_LENGTH
 
     assert PADDED_LENGTH == 128  # data/glue.py: padding='max_length', max_length=128
@@ -625,7 +625,7 @@ def test_logits_put_T_positions_after_cls_and_mean_pool_only_cls_and_text(backbo
     T placeholder positions (B x (T + L) inputs), and the similarity head pools the mean
     of the last hidden states over [CLS] and the attended text only (``pool_prompt=False``):
     logits = 20 · cos(mean_{i ∉ 1..T} h_i, label vectors)."""
-    from fedtext.heads import SIMILARITY_SCALE
+    from fedtext.backbone.heads import SIMILARITY_SCALE
 
     t = 3
     cfg = make_config("fedptuning-v2", prompt_length=t, **SMALL)

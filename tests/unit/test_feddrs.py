@@ -13,12 +13,13 @@ import pytest
 import torch
 from flwr.common import Code, FitRes, Status
 
-from fedtext import comm
 from fedtext.backbone import Backbone
-from fedtext.node import client_class
-from fedtext.config import ConfigError
-from fedtext.data import client_data, partition_train
-from fedtext.devices import CPU_FP32, Precision
+from fedtext.backbone.devices import CPU_FP32, Precision
+from fedtext.common import comm
+from fedtext.common.config import ConfigError
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
+from fedtext.learning.data import client_data, partition_train
 from fedtext.methods.feddrs.config import SAMPLERS, parse_sampling
 from fedtext.methods.feddrs.distill import Teaching, distill_steps, kl_to_student
 from fedtext.methods.feddrs.model import EmbeddingsNet
@@ -33,10 +34,9 @@ from fedtext.methods.feddrs.samplers import (
     word_embedding_name,
     wrap,
 )
-from fedtext.registry import make_config
-from fedtext.robust import weighted_mean
-from fedtext.tasks import TASKS
-from fedtext.validation import Upload
+from fedtext.node.node import client_class
+from fedtext.server.validation import Upload
+from fedtext.trust.robust import weighted_mean
 from strategies.feddf import FedDF
 from strategies.feddrs import FedDRS
 

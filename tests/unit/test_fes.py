@@ -17,10 +17,12 @@ import pytest
 from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
-from fedtext import comm
-from fedtext.node import client_class
-from fedtext.config import ConfigError
-from fedtext.data import client_data
+from fedtext.backbone.architectures import ARCHITECTURES
+from fedtext.common import comm
+from fedtext.common.config import ConfigError
+from fedtext.common.registry import METHODS, make_config
+from fedtext.common.tasks import TASKS
+from fedtext.learning.data import client_data
 from fedtext.methods.fes.filter import VOTES, keep_count, knn_sets, representational_filter, votek_filter
 from fedtext.methods.fes.labels import (
     PSEUDO_PICK_SALT,
@@ -30,12 +32,10 @@ from fedtext.methods.fes.labels import (
     pseudo_target,
     split_pool,
 )
-from fedtext.backbone.architectures import ARCHITECTURES
 from fedtext.methods.fes.model import layer_capacity, plan_predicate
 from fedtext.methods.fes.pacing import Pace, Pacer, aug_e, parse_paces
 from fedtext.methods.fes.plan import search_depth
-from fedtext.registry import METHODS, make_config
-from fedtext.tasks import TASKS
+from fedtext.node.node import client_class
 from strategies.fes import FewShotStrategy
 
 SMALL = dict(max_length=32, client_test_size=0, eval_size=20, shots_per_class=4)
@@ -255,7 +255,7 @@ def test_pacer_round_1_is_in_no_window_so_every_trial_holds_a_labelling_round():
 def test_the_strategy_tells_the_pacer_which_round_it_evaluated(monkeypatch):
     """Round 1 (no labels) only moves the first window's start; the first trial (1-2-10,
     one round) closes after round 2 (the old loop closed it after round 1)."""
-    from fedtext.strategy import FedTextStrategy
+    from fedtext.server.strategy import FedTextStrategy
 
     strat = FewShotStrategy(cfg_of("fes", paces="1-2-10,1-3-10"), TASKS["demo"])
     accs = iter([0.5, 0.6, 0.7])
@@ -1011,7 +1011,7 @@ def test_plan_search_script_probes_plans_and_picks_a_frozen_depth(capsys):
 
 
 def test_plan_search_can_test_on_train_texts_outside_its_gold_set_instead_of_the_reported_test_texts():
-    from fedtext.data import load_splits, server_test
+    from fedtext.learning.data import load_splits, server_test
     from simulations.papers.fes.plan import EVAL_SETS, heldout_rows
 
     rows = heldout_rows(50, np.array([3, 7, 9]), 10, seed=0)

@@ -34,7 +34,7 @@ def test_flower_still_cuts_arrays_into_5_mib_chunks():
     ((10,), None, 80),                         # unknown dtype: 8 bytes per value
 ])
 def test_spec_bytes_is_the_array_on_the_wire_at_most_one_chunk(shape, dtype, expected):
-    from fedtext.comm import ArraySpec
+    from fedtext.common.comm import ArraySpec
 
     assert fleet_proxy.spec_bytes(ArraySpec("x", shape, dtype), CHUNK) == expected
 

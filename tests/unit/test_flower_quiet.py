@@ -1,6 +1,6 @@
 """Issue 37 item 5, issue 47 item 4: a run prints fedtext's lines and no Flower or Ray noise
 that fedtext can avoid; run-config ``verbose=true`` brings Flower's lines back (docs/flower.md,
-"Output"; fedtext.quiet)."""
+"Output"; fedtext.common.quiet)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import warnings
 import pytest
 from flwr.common.logger import FLOWER_LOGGER
 
-from fedtext.quiet import FLOWER_STARTUP, RAY_TIP, QuietFlower, quiet_flower, quiet_ray_tip, strip_flower_prefix
-from fedtext.strategy import weighted_accuracy
+from fedtext.common.quiet import FLOWER_STARTUP, RAY_TIP, QuietFlower, quiet_flower, quiet_ray_tip, strip_flower_prefix
+from fedtext.server.strategy import weighted_accuracy
 
 
 def _record(msg: str, *args, level: int = logging.INFO) -> logging.LogRecord:
@@ -73,9 +73,9 @@ def test_fedtexts_own_lines_pass_with_flower_quiet():
 
 
 def test_verbose_is_a_run_config_key_off_by_default_and_resumable():
-    from fedtext.checkpoint import RESUMABLE_CHANGES
-    from fedtext.config import ConfigError, RunConfig
-    from fedtext.registry import METHODS
+    from fedtext.common.config import ConfigError, RunConfig
+    from fedtext.common.registry import METHODS
+    from fedtext.server.checkpoint import RESUMABLE_CHANGES
 
     assert RunConfig().verbose is False
     assert RunConfig.from_run_config({"verbose": True}, METHODS).verbose is True
@@ -139,8 +139,8 @@ def test_evaluate_metrics_are_aggregated_so_flower_does_not_warn(caplog):
 
     from flwr.common import Code, EvaluateRes, Status
 
-    from fedtext.registry import make_config
-    from fedtext.tasks import TASKS
+    from fedtext.common.registry import make_config
+    from fedtext.common.tasks import TASKS
     from strategies.fedprompt import FedPrompt
 
     strat = FedPrompt(make_config("fedprompt", prompt_length=2, max_length=64), TASKS["demo"])
@@ -161,9 +161,9 @@ def test_round_line_names_the_plain_client_mean_that_differs_from_flowers_weight
 
     from flwr.common import Code, EvaluateRes, Status
 
+    from fedtext.common.registry import make_config
+    from fedtext.common.tasks import TASKS
     from fedtext.records import progress_line
-    from fedtext.registry import make_config
-    from fedtext.tasks import TASKS
     from strategies.fedprompt import FedPrompt
 
     strat = FedPrompt(make_config("fedprompt", prompt_length=2, max_length=64), TASKS["demo"])

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from fedtext.config import MethodConfig
-from fedtext.registry import CONFIGS
+from fedtext.common.config import MethodConfig
+from fedtext.common.registry import CONFIGS
 from simulations import guide
 
 

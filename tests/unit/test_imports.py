@@ -4,17 +4,21 @@ Every ``.py`` under ``fedtext/``, ``strategies/``, ``clients/`` and ``simulation
 parsed with :mod:`ast`; every ``import`` in it counts (module level, inside functions,
 under ``if TYPE_CHECKING:``), since each is an import some run can execute. An edge
 goes from a module to each project module it names: ``from fedtext import comm`` names
-``fedtext.comm`` (a submodule), ``from fedtext.config import RunConfig`` names
-``fedtext.config``. Checked:
+``fedtext.common.comm`` (a submodule), ``from fedtext.common.config import RunConfig`` names
+``fedtext.common.config``. Checked:
 
 * no cycle anywhere (each one is reported as ``a -> b -> ... -> a``);
 * the core (``fedtext/``) imports no method plug-in (``strategies/``, ``clients/``),
   except the two Flower components, ``fedtext/server_app.py`` and
-  ``fedtext/node.py`` (the ClientApp's node), which resolve the registry's ``"module:Class"`` strings;
+  ``fedtext/node/node.py`` (the ClientApp's node), which resolve the registry's ``"module:Class"`` strings;
 * no module reaches into another one's private names (``_x``; dunders are public):
   neither ``from <project module> import _x`` nor ``<project module>._x`` on a module it
   imported (``import a.b as m``, ``from a import b``, ``import a.b``) or was handed as a
   ``ModuleType`` parameter; what another module needs is public in its owner;
+* each of fedtext's folders by role imports only the folders its lane allows (:data:`LANES`,
+  written in each folder's ``__init__``: the client side never imports the server's, nothing
+  below imports the two Flower components), and the top of ``fedtext/`` is those folders and
+  the two components; the modules that moved (issue 70) still import under their old names;
 * the dashboard's data layer loads without torch (the dashboard starts in a second):
   tests/integration/test_imports_clean_process.py, in a fresh interpreter.
 """
@@ -22,14 +26,17 @@ goes from a module to each project module it names: ``from fedtext import comm``
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
+
+import fedtext  # the lanes and the moved names are the package's own facts
 
 from ..conftest import REPO
 
 PACKAGES = ("fedtext", "strategies", "clients", "simulations")
 PLUG_INS = ("strategies", "clients")
-FLOWER_COMPONENTS = frozenset({"fedtext.server_app", "fedtext.node"})  # fedtext.client_app loads fedtext.node
+FLOWER_COMPONENTS = frozenset({"fedtext.server_app", "fedtext.node.node"})  # fedtext.client_app loads fedtext.node.node
 
 
 def module_name(path: Path) -> str:
@@ -71,7 +78,7 @@ def import_graph() -> dict[str, set[str]]:
         tree = ast.parse(path.read_text(), filename=str(path))
         targets: set[str] = set()
         for dotted in imported_names(tree, name, path.name == "__init__.py"):
-            # the longest project module the name starts with (``fedtext.config.RunConfig`` -> ``fedtext.config``)
+            # the longest project module the name starts with (``fedtext.common.config.RunConfig`` -> ``fedtext.common.config``)
             parts = dotted.split(".")
             for i in range(len(parts), 0, -1):
                 if ".".join(parts[:i]) in modules:
@@ -140,10 +147,10 @@ def cycle_through(graph: dict[str, set[str]], component: set[str], start: str) -
 def test_the_graph_sees_every_kind_of_import():
     """The parser finds imports inside functions and TYPE_CHECKING blocks, and submodules
     named by ``from package import module``."""
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fedtext.config import X\n"
-                     "def f():\n    from fedtext import comm\n    import strategies.fes\nfrom . import sibling\n")
+    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from fedtext.common.config import X\n"
+                     "def f():\n    from fedtext.common import comm\n    import strategies.fes\nfrom . import sibling\n")
     names = set(imported_names(tree, "clients.fes", is_package=False))
-    assert {"fedtext.config", "fedtext.comm", "strategies.fes", "clients.sibling"} <= names
+    assert {"fedtext.common.config", "fedtext.common.comm", "strategies.fes", "clients.sibling"} <= names
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
     assert cycles({"a": {"b"}, "b": set()}) == []
 
@@ -151,6 +158,94 @@ def test_the_graph_sees_every_kind_of_import():
 def test_no_import_cycle():
     found = cycles(import_graph())
     assert not found, "import cycles: " + "; ".join(" -> ".join(c) for c in found)
+
+
+LANES = {folder: frozenset(lane) for folder, lane in fedtext.LANES.items()}
+COMPONENTS = tuple(name.split(".")[1] for name in fedtext.COMPONENTS)  # fedtext/<name>.py
+MAX_MODULES = 12  # a folder a newcomer reads at a glance (issue 70)
+
+
+def folder_of(module: str) -> str:
+    """``fedtext.server.strategy`` -> ``fedtext.server``; outside fedtext, the top package."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "fedtext" and len(parts) > 1 else parts[0]
+
+
+def lane_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b`` for every import from one of fedtext's folders into a project package its
+    lane does not allow (plug-ins and the two components included)."""
+    wrong = []
+    for module, targets in sorted(graph.items()):
+        lane = LANES.get(folder_of(module))
+        if lane is None:
+            continue
+        for target in sorted(targets):
+            into = folder_of(target)
+            if into not in lane | {folder_of(module), "fedtext"} and not (into in PLUG_INS and module in FLOWER_COMPONENTS):
+                wrong.append(f"{module} -> {target}")
+    return wrong
+
+
+def test_the_lane_check_sees_a_wrong_import():
+    graph = {"fedtext.client.numpy_client": {"fedtext.server.strategy", "fedtext.common.config"},
+             "fedtext.trust.privacy": {"fedtext.learning.model", "fedtext"},
+             "fedtext.common.config": {"fedtext.server_app"},
+             "fedtext.server.strategy": {"clients.fes", "fedtext.trust.robust"},
+             "fedtext.node.node": {"clients.fes", "fedtext.client.numpy_client"}}
+    assert lane_breaches(graph) == ["fedtext.client.numpy_client -> fedtext.server.strategy",
+                                    "fedtext.common.config -> fedtext.server_app",
+                                    "fedtext.server.strategy -> clients.fes",
+                                    "fedtext.trust.privacy -> fedtext.learning.model"]
+    assert folder_of("fedtext.node") == "fedtext.node" and folder_of("strategies.fes") == "strategies"
+
+
+def test_every_folder_imports_only_what_its_lane_allows():
+    assert not lane_breaches(import_graph())
+
+
+def test_the_top_of_fedtext_is_its_folders_by_role_and_the_two_components():
+    top = REPO / "fedtext"
+    folders = {p.name for p in top.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    modules = {p.stem for p in top.glob("*.py")} - {"__init__"}
+    assert {f"fedtext.{name}" for name in folders} == set(LANES)
+    assert modules == set(COMPONENTS)
+    for folder in folders:
+        doc = ast.get_docstring(ast.parse((top / folder / "__init__.py").read_text())) or ""
+        if folder not in ("methods", "records"):  # the role folders say their lane in words too
+            said = " ".join(doc.split("May import")[-1].split("Never")[0].split())
+            named = set(re.findall(r":mod:`(fedtext\.\w+)`", said))
+            assert "May import" in doc and named - {f"fedtext.{folder}"} == LANES[f"fedtext.{folder}"], (folder, named)
+        count = len([p for p in (top / folder).glob("*.py") if p.name != "__init__.py"])
+        assert count <= MAX_MODULES, f"fedtext/{folder} holds {count} modules"
+
+
+def test_every_moved_module_imports_under_its_old_name_with_a_warning(recwarn):
+    import importlib
+    import sys
+    import warnings
+
+    import fedtext
+
+    assert len(fedtext.MOVED) == 33
+    for old, new in fedtext.MOVED.items():
+        assert not (REPO / (old.replace(".", "/") + ".py")).exists(), old
+        assert (REPO / (new.replace(".", "/") + ".py")).exists(), new
+        sys.modules.pop(old, None)  # another test may have imported it: import it afresh
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert importlib.import_module(old) is importlib.import_module(new)
+        assert sys.modules[new].__spec__.name == new  # still the new module's own (pickle, reload, runpy)
+        assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), old
+        sys.modules.pop(old, None)
+    code = fedtext.MOVED_FINDER.get_code("fedtext.supernode")  # python -m fedtext.supernode still runs
+    assert code is not None and code.co_filename.endswith("fedtext/node/supernode.py")
+    for folder, module, name in (("fedtext.node", "fedtext.node.node", "Node"),
+                                 ("fedtext.client", "fedtext.client.numpy_client", "FedTextClient")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            value = getattr(importlib.import_module(folder), name)
+        assert value is getattr(importlib.import_module(module), name)
+        assert any(f"{module}.{name}" in str(w.message) for w in caught), folder
 
 
 def test_the_core_imports_no_plug_in_but_through_the_flower_components():
@@ -244,7 +339,7 @@ def test_the_private_name_check_sees_each_way_in():
 
 
 def test_no_module_uses_another_modules_private_names():
-    """What another module needs is public in its owner (``fedtext.model.over_bound``,
+    """What another module needs is public in its owner (``fedtext.learning.model.over_bound``,
     ``Backbone.weights_changed``, ``fedtext.records.writer.open_recorders``), so a rename
     inside one module never breaks another silently."""
     modules = project_modules()

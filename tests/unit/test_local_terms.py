@@ -1,4 +1,4 @@
-"""The local-objective hook (:mod:`fedtext.local_terms`) and FedProx's proximal term
+"""The local-objective hook (:mod:`fedtext.client.local_terms`) and FedProx's proximal term
 (``proximal-mu``): value and gradient by hand, the hook in the shared loop, and every
 averaging gradient client training through it."""
 
@@ -8,14 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from fedtext.client import FedTextClient, gradient_steps
-from fedtext.data import client_data
-from fedtext.devices import CPU_FP32
-from fedtext.local_terms import LocalStep, LocalTerm, ProximalTerm
-from fedtext.registry import make_config
-from fedtext.tasks import TASKS
-
-from fedtext.node import client_class
+from fedtext.backbone.devices import CPU_FP32
+from fedtext.client.local_terms import LocalStep, LocalTerm, ProximalTerm
+from fedtext.client.numpy_client import FedTextClient, gradient_steps
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
+from fedtext.learning.data import client_data
+from fedtext.node.node import client_class
 from fedtext.server_app import strategy_class
 
 

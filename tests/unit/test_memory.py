@@ -1,4 +1,4 @@
-"""A node's memory limit (fedtext/memory.py): read from its cgroup or node config, checked at once
+"""A node's memory limit (fedtext/node/memory.py): read from its cgroup or node config, checked at once
 before a client computes, and watched while it computes, so that a client that would pass it
 fails in one line instead of being killed by the kernel mid-round."""
 
@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from fedtext import memory
-from fedtext.registry import make_config
+from fedtext.common.registry import make_config
+from fedtext.node import memory
 
 
 def test_a_client_over_the_limit_is_stopped_in_one_line_and_the_thread_goes_on():
@@ -77,15 +77,14 @@ def test_the_options_name_the_methods_own_keys():
 
 
 def test_a_node_passes_its_limit_to_the_guard(monkeypatch):
-    from fedtext import node
-
+    from fedtext.node import node
     monkeypatch.setattr(memory, "cgroup_limit_mb", lambda: None)
     client = node.make_client({"method": "fedprompt"}, {"partition-id": 0, "num-partitions": 2, "memory-limit-mb": 1})
     with pytest.raises(memory.NodeMemoryError, match="fedprompt's fit of partition 0 would start with .* limit of 1 MB"):
         from flwr.common import FitIns, Parameters
 
         client.fit(FitIns(Parameters([], ""), {"server_round": 1}))
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
 
     with pytest.raises(ConfigError, match="memory-limit-mb=-5"):
         node.make_client({"method": "fedprompt"}, {"partition-id": 0, "num-partitions": 2, "memory-limit-mb": -5})

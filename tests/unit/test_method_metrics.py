@@ -1,7 +1,7 @@
 """Issue 45 item 2: a method's own metrics are declared beside its config and checked like arrays.
 
 Each method's config declares the metrics its client adds to a reply
-(``fit_metrics``/``evaluate_metrics``, :class:`fedtext.metrics.MetricSpec`). The first
+(``fit_metrics``/``evaluate_metrics``, :class:`fedtext.common.metrics.MetricSpec`). The first
 test runs every registered method's real client (fit, the modes only some rounds have --
 FeS labelling, FedDPGu unlearning --, evaluate with post-tuning) and checks that what the
 client sends beyond the shared telemetry is exactly what its config declares: a metric
@@ -24,15 +24,15 @@ import numpy as np
 import pytest
 from flwr.common import Code, EvaluateIns, EvaluateRes, FitIns, FitRes, Status
 
-from fedtext import comm
-from fedtext.config import RunConfig
-from fedtext.metrics import MetricSpec
+from fedtext.common import comm
+from fedtext.common.config import RunConfig
+from fedtext.common.metrics import MetricSpec
+from fedtext.common.registry import METHODS, make_config
+from fedtext.common.tasks import TASKS
+from fedtext.learning.model import PromptModel
 from fedtext.methods.feddls.codecs import SENTINEL
-from fedtext.model import PromptModel
-from fedtext.registry import METHODS, make_config
+from fedtext.server.validation import EVAL_METRICS, FIT_METRICS
 from fedtext.server_app import build
-from fedtext.tasks import TASKS
-from fedtext.validation import EVAL_METRICS, FIT_METRICS
 from strategies.feddpg import FedDPG
 from strategies.fes import FewShotStrategy
 
@@ -262,7 +262,7 @@ def test_fes_pseudo_label_figures_out_of_range_are_dropped_not_aggregated(backbo
 def test_a_label_count_beyond_the_clients_own_rows_is_dropped(backbone):
     """Counts of a client's own texts are bounded by its partition's rows, when the server
     knows its partition (client-ids=ask)."""
-    from fedtext.data import partition_train
+    from fedtext.learning.data import partition_train
 
     strat = fes_strategy()
     honest, want = fes_honest(strat)
@@ -303,7 +303,7 @@ def test_feddpg_forget_accuracy_x_is_dropped_in_either_kind_of_round(backbone):
 
 def test_a_whole_number_too_large_for_a_float_is_not_finite_not_an_overflow():
     """``math.isfinite(10**400)`` raises OverflowError; a spec says why in one line instead."""
-    from fedtext.metrics import MetricSpec
+    from fedtext.common.metrics import MetricSpec
 
     spec = MetricSpec("num_labels", whole=True, low=0)
     assert spec.check(10**400) == f"metric num_labels={10**400!r} is not a finite number"

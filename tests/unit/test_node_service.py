@@ -1,4 +1,4 @@
-"""The SuperNode's node service (fedtext/node_service.py): the same records with and without
+"""The SuperNode's node service (fedtext/node/service.py): the same records with and without
 it, a service that does not answer costs no message, and only its own user reaches it.
 
 The ClientApp here is the one Flower loads (``fedtext.client_app.app``), called on Flower
@@ -32,8 +32,8 @@ from flwr.common import Context, EvaluateIns, EvaluateRes, FitIns, FitRes, Param
 from flwr.common.serde import make_message, recorddict_to_proto
 from flwr.compat.common import recorddict_compat as compat
 
-from fedtext import node_service
 from fedtext.client_app import make_client_app
+from fedtext.node import service as node_service
 from fedtext.records import probes
 from fedtext.records.schema import MACHINE_FIELDS, ROUND_FIELDS
 
@@ -136,11 +136,11 @@ def test_a_service_that_does_not_answer_costs_no_message(tmp_path, monkeypatch, 
     _, plain = run(config, tmp_path / "plain", proxy=MessageProxy)
     monkeypatch.setattr(ServiceProxy, "SOCKET", str(tmp_path / "gone" / "node.sock"))
     # the first run routed the fedtext logger to Flower's handlers and stopped its propagation
-    # (fedtext.progress.setup_logging, once per process): caplog's handler goes on it directly
+    # (fedtext.common.progress.setup_logging, once per process): caplog's handler goes on it directly
     fedtext_log = logging.getLogger("fedtext")
     fedtext_log.addHandler(caplog.handler)
     try:
-        with caplog.at_level(logging.WARNING, logger="fedtext.node_service"):
+        with caplog.at_level(logging.WARNING, logger="fedtext.node.service"):
             _, alone = run(config, tmp_path / "alone", proxy=ServiceProxy)
     finally:
         fedtext_log.removeHandler(caplog.handler)
@@ -325,7 +325,7 @@ def test_the_supernode_runs_through_fedtext_supernode_with_its_warm_clientapps()
     sock = Path("/run/x/node.sock")
     node = ["/venv/bin/flower-supernode", "--insecure"]
     assert node_service.with_service(node, sock, 0.5, 2) == [
-        sys.executable, "-m", "fedtext.supernode", "--idle-poll-s", "0.5", "--warm-clientapps", "2", "--insecure",
+        sys.executable, "-m", "fedtext.node.supernode", "--idle-poll-s", "0.5", "--warm-clientapps", "2", "--insecure",
         "--node-config", "node-service='/run/x/node.sock'"]
     assert "--warm-clientapps" not in node_service.with_service(node, sock, 0.5, 0)  # 0: Flower's cold start
     assert node_service.with_service(node, sock, None, 2)[0] == "/venv/bin/flower-supernode"  # as given
@@ -342,7 +342,7 @@ def test_a_runs_first_message_warms_the_node_once(monkeypatch):
     """After it answers a run's first message, the service builds the node's client once (the
     backbone and the partition into its caches), so that the first round the node is sampled in
     does not pay the loads; a build that fails is logged, not raised."""
-    import fedtext.node as node
+    import fedtext.node.node as node
 
     built = []
     monkeypatch.setattr(node.Node, "build", lambda self: built.append((self.cfg.method, self.partition_id)))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedtext.config import ConfigError, RunConfig
+from fedtext.common.config import ConfigError, RunConfig
 
 LABELS = ("pos", "neg", "neu")  # sorted: neg=0, neu=1, pos=2
 WORDS = {"pos": ("great", "wonderful", "excellent"), "neg": ("awful", "terrible", "dreadful"),
@@ -50,7 +50,7 @@ def _int_folder(root: Path, labels: list[int], name: str = "topics") -> Path:
 
 
 def _build(tmp_path: Path, **fields):
-    from fedtext.registry import make_config
+    from fedtext.common.registry import make_config
     from fedtext.server_app import build
 
     return build(make_config("fedprompt", output_dir=str(tmp_path / "runs"), max_length=32, eval_size=6, **fields))
@@ -65,8 +65,8 @@ def test_string_labels_in_a_sentence_column_run_with_task_auto(tmp_path):
     """A 3-class CSV with string labels and a ``sentence`` column: the labels map to ids in
     sorted order, task=auto builds a 3-class task from the names, and the run records the
     mapping (before: 'missing column(s) ['text']', and string labels were refused)."""
-    from fedtext.data import client_data, labelled
-    from fedtext.registry import make_config
+    from fedtext.common.registry import make_config
+    from fedtext.learning.data import client_data, labelled
 
     folder = _three_class_csv(tmp_path)
     cfg = RunConfig(dataset=str(folder), text_column="sentence")
@@ -89,7 +89,7 @@ def test_string_labels_in_a_sentence_column_run_with_task_auto(tmp_path):
 
 
 def test_label_names_from_the_run_config_set_the_order_and_a_wrong_count_is_one_line(tmp_path):
-    from fedtext.data import labelled
+    from fedtext.learning.data import labelled
 
     folder = _three_class_csv(tmp_path)
     data = labelled(RunConfig(dataset=str(folder), text_column="sentence", label_names="pos, neg, neu",
@@ -120,7 +120,7 @@ def test_a_three_class_dataset_with_task_ag_news_is_one_line(tmp_path, labels):
 
 
 def test_labels_past_the_task_and_string_labels_of_a_built_in_task(tmp_path):
-    from fedtext.data import labelled
+    from fedtext.learning.data import labelled
 
     with pytest.raises(ConfigError, match=r"the data has 3 classes \(labels 0, 1, 2\), task sst2 has 2 "
                                           r"\(0..1: negative, positive\)"):
@@ -140,7 +140,7 @@ def test_labels_past_the_task_and_string_labels_of_a_built_in_task(tmp_path):
 
 
 def test_a_missing_label_column_names_the_columns_present(tmp_path):
-    from fedtext.data import labelled
+    from fedtext.learning.data import labelled
 
     folder = _three_class_csv(tmp_path)
     with pytest.raises(ConfigError) as err:
@@ -162,7 +162,7 @@ template = "{mask} topic: {text}"
 
 
 def test_a_task_file_names_the_classes_of_integer_labels(tmp_path):
-    from fedtext.data import labelled
+    from fedtext.learning.data import labelled
 
     folder = _int_folder(tmp_path, [0, 1, 2] * 4)
     (folder / "task.toml").write_text(TASK_TOML)
@@ -201,7 +201,7 @@ def test_integer_labels_without_names_and_task_auto_is_one_line(tmp_path):
 
 
 def test_mixed_or_missing_labels_are_one_line(tmp_path):
-    from fedtext.data import normalise
+    from fedtext.learning.data import normalise
 
     with pytest.raises(ConfigError, match=r"^x: labels must be integers 0..C-1; row 2 has 'pos' among numbers"):
         normalise(pd.DataFrame({"text": list("abc"), "label": [1, 0, "pos"]}), "d", "x")
@@ -211,7 +211,7 @@ def test_mixed_or_missing_labels_are_one_line(tmp_path):
     folder.mkdir()
     pd.DataFrame({"text": ["a", "b"], "label": ["pos", "neg"]}).to_csv(folder / "train.csv", index=False)
     pd.DataFrame({"text": ["c"], "label": [1]}).to_csv(folder / "test.csv", index=False)
-    from fedtext.data import load_local
+    from fedtext.learning.data import load_local
 
     with pytest.raises(ConfigError, match="some files have integer labels and others label names"):
         load_local(folder)
@@ -222,7 +222,7 @@ def test_hub_datasets_share_the_column_and_label_handling():
     text-column/label-column of one's own, string labels, ClassLabel names for task=auto."""
     import datasets
 
-    from fedtext.data import hub_splits, label_data
+    from fedtext.learning.data import hub_splits, label_data
 
     features = datasets.Features({"sentence": datasets.Value("string"),
                                   "label": datasets.ClassLabel(names=["bad", "ok", "good"])})
@@ -247,8 +247,8 @@ def test_hub_datasets_share_the_column_and_label_handling():
 def test_a_run_recorded_before_the_new_keys_still_resumes(tmp_path):
     """A config.json without text-column & co. (recorded before issue 37) ran with their
     defaults: resume compares it so, and refuses a changed one."""
-    from fedtext import checkpoint
-    from fedtext.registry import make_config
+    from fedtext.common.registry import make_config
+    from fedtext.server import checkpoint
     from fedtext.server_app import resume_checkpoint
 
     run = tmp_path / "runs" / "old-run"

@@ -14,7 +14,7 @@ right before ``## Commands``, with one table::
   everywhere else (a bound, no value, or another value).
 
 What is checked: the default column is the config dataclasses' default (through
-:mod:`fedtext.registry`, not pyproject or docs/run-config.md); the why column is empty
+:mod:`fedtext.common.registry`, not pyproject or docs/run-config.md); the why column is empty
 exactly where default and paper agree; and :data:`PAPER`, this module's own copy of the
 most important constants, transcribed from ``../shared/papers/*.txt`` (not from the pages),
 agrees with each page's paper column, with the paper profiles of its experiment files
@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from fedtext.config import RunConfig
-from fedtext.registry import METHODS
+from fedtext.common.config import RunConfig
+from fedtext.common.registry import METHODS
 from simulations.guide import markdown_rows
 
 from ..conftest import REPO

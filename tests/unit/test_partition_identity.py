@@ -20,10 +20,10 @@ import pytest
 from flwr.common import Code, EvaluateRes, FitRes, Status
 from flwr.server import SimpleClientManager
 
-from fedtext import comm
+from fedtext.common import comm
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
 from fedtext.records import RunRecorder, check_summary
-from fedtext.registry import make_config
-from fedtext.tasks import TASKS
 from strategies.fedprompt import FedPrompt
 
 
@@ -223,7 +223,7 @@ def test_node_partitions_pins_each_registered_node_so_a_first_comer_cannot_take_
     ("07=0,7=1", "node-partitions pins node 7 twice"),
 ])
 def test_a_malformed_node_partitions_is_one_line_at_config_time(pins, message):
-    from fedtext.errors import ConfigError
+    from fedtext.common.errors import ConfigError
 
     with pytest.raises(ConfigError, match="^" + message.replace(".", r"\.").replace("(", r"\(") + "$"):
         make_config("fedprompt", node_partitions=pins)
@@ -250,7 +250,7 @@ def test_a_node_without_a_valid_partition_id_is_bounded_by_the_whole_split_not_r
     """A node whose properties carry num-partitions but no usable partition id is named by its
     (all-digit) node id; its uploads' row bound must not read that as a partition id (which
     raised "partition-id ... outside" inside aggregate_fit)."""
-    from fedtext.data import labelled
+    from fedtext.learning.data import labelled
 
     odd = Node(cid="4558285214187179596", pid="x", parts=2)
     fedprompt.sampler.identify([odd])
@@ -261,8 +261,8 @@ def test_a_partition_id_equal_to_num_partitions_is_refused_and_the_last_one_boun
     """Issue 69, the top of the range: partition ``num-partitions`` (one past the last) is refused
     with its reason as any other id outside the federation, by the server's claim check and by the
     node's own config; ``num-partitions - 1`` is bound. (Pinned: the checks were already right.)"""
-    from fedtext.config import ConfigError
-    from fedtext.node import make_node
+    from fedtext.common.config import ConfigError
+    from fedtext.node.node import make_node
 
     a, b = Node(cid="a", pid=0, parts=3), Node(cid="b", pid=1, parts=3)
     fedprompt.sampler.identify([a, b])  # the federation's count: 3

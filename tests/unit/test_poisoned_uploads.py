@@ -20,11 +20,11 @@ import pandas as pd
 import pytest
 from flwr.common import Code, EvaluateRes, FitRes, Status
 
-from fedtext import comm
-from fedtext.config import ConfigError
+from fedtext.common import comm
+from fedtext.common.config import ConfigError
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
 from fedtext.records import RunRecorder
-from fedtext.registry import make_config
-from fedtext.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedprompt import FedPrompt
 from strategies.fes import FewShotStrategy
@@ -125,7 +125,7 @@ def test_num_examples_is_bounded_by_the_labelled_rows_the_server_assigned(fedpro
     """Issue 58's weight lie: a client claiming more than the labelled rows the server assigned
     it (its partition less its test split, cut to shots-per-class) is dropped, however far below
     its partition's rows the claim is; exactly the assigned count is kept."""
-    from fedtext.data import client_data, partition_train
+    from fedtext.learning.data import client_data, partition_train
 
     fedprompt.sampler.learn(SimpleNamespace(cid="0"), 0, None, 4)
     assigned = len(client_data(fedprompt.cfg, 0, 4).train)
@@ -314,9 +314,9 @@ def test_one_valid_round_is_enough_for_finished(fedprompt):
 def test_a_node_lost_mid_run_is_a_recorded_drop_not_a_configuration_error(backbone, monkeypatch):
     from flwr.server import SimpleClientManager
 
-    import fedtext.sampling
+    import fedtext.server.sampling
 
-    monkeypatch.setattr(fedtext.sampling, "CONNECT_TIMEOUT_S", 0.1)  # sample_train waits this long for lost nodes
+    monkeypatch.setattr(fedtext.server.sampling, "CONNECT_TIMEOUT_S", 0.1)  # sample_train waits this long for lost nodes
     manager = SimpleClientManager()
     for cid in ("a", "b", "c"):
         manager.register(SimpleNamespace(cid=cid))
@@ -368,10 +368,10 @@ def test_no_supernode_is_one_line_that_names_the_wait(backbone, tmp_path, monkey
     from flwr.server import ServerConfig, SimpleClientManager
     from flwr.server.compat import start_grid
 
-    import fedtext.sampling
+    import fedtext.server.sampling
     from fedtext.server_app import RecordingServer
 
-    monkeypatch.setattr(fedtext.sampling, "CONNECT_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(fedtext.server.sampling, "CONNECT_TIMEOUT_S", 0.2)
     cfg = make_config(method, max_length=64, prompt_length=2, clients_per_round=clients_per_round,
                       output_dir=str(tmp_path))
     recorder = RunRecorder(tmp_path, cfg.to_run_config())
@@ -488,7 +488,7 @@ def test_the_claim_limit_is_the_assigned_rows_except_where_the_labelled_set_grow
     """``UploadValidator.claim_limit``: a fedprompt reply may claim the rows the server assigned it
     (the sampler's bound and words as they are); a FeS-family reply (``claims_assigned_rows = False``:
     its pseudo labels grow the labelled set on the client) its partition's rows, so named."""
-    from fedtext.validation import UploadValidator
+    from fedtext.server.validation import UploadValidator
 
     sampler = SimpleNamespace(assigned_examples=lambda p: (16, "the assigned rows"), max_examples=lambda p: 480)
     proxy = SimpleNamespace(cid="n0")

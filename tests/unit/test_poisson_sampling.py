@@ -10,11 +10,11 @@ import warnings
 import numpy as np
 import pytest
 
-from fedtext import privacy
-from fedtext.config import DP_ACCOUNTANTS, ConfigError
-from fedtext.registry import make_config
-from fedtext.sampling import TRAIN_SALT, ClientSampler
-from fedtext.validation import Upload
+from fedtext.common.config import DP_ACCOUNTANTS, ConfigError
+from fedtext.common.registry import make_config
+from fedtext.server.sampling import TRAIN_SALT, ClientSampler
+from fedtext.server.validation import Upload
+from fedtext.trust import privacy
 
 
 def _sampler(**fields) -> ClientSampler:
@@ -23,7 +23,7 @@ def _sampler(**fields) -> ClientSampler:
 
 def _prompt_strategy(backbone, **fields):
     """fedprompt's server (prompt 2 x 32 on the demo task) at the start of round 1."""
-    from fedtext.tasks import TASKS
+    from fedtext.common.tasks import TASKS
     from strategies.fedprompt import FedPrompt
 
     strat = FedPrompt(make_config("fedprompt", prompt_length=2, max_length=32, **fields), TASKS["demo"])

@@ -1,4 +1,4 @@
-"""Issue 59: client-level differential privacy (``dp=central|local``, fedtext/privacy.py).
+"""Issue 59: client-level differential privacy (``dp=central|local``, fedtext/trust/privacy.py).
 
 Hand-computed values on mock uploads: the noise's standard deviation against clip × multiplier
 (/ m, central), clipping before averaging, the fixed denominator m (the clients sampled), the
@@ -13,15 +13,16 @@ import math
 import numpy as np
 import pytest
 
-from fedtext import checkpoint, privacy
-from fedtext.config import ConfigError
-from fedtext.registry import METHODS, make_config
-from fedtext.validation import Upload
+from fedtext.common.config import ConfigError
+from fedtext.common.registry import METHODS, make_config
+from fedtext.server import checkpoint
+from fedtext.server.validation import Upload
+from fedtext.trust import privacy
 
 
 def _strategy(backbone, **fields):
     """fedprompt's server (prompt 2 x 32 on the demo task) at the start of round 1, with m = 3 sampled."""
-    from fedtext.tasks import TASKS
+    from fedtext.common.tasks import TASKS
     from strategies.fedprompt import FedPrompt
 
     cfg = make_config("fedprompt", prompt_length=2, max_length=32, **fields)
@@ -131,7 +132,7 @@ def test_adaptive_clipping_moves_c_toward_the_quantile_as_andrew_et_al() -> None
 
 def test_flowers_adaptive_wrapper_steps_the_other_way() -> None:
     """Measured on Flower 1.42's DifferentialPrivacyServerSideAdaptiveClipping (the departure
-    written in fedtext/privacy.py): with every update clipped it *shrinks* C, where Andrew et
+    written in fedtext/trust/privacy.py): with every update clipped it *shrinks* C, where Andrew et
     al.'s rule (and fedtext) grows it."""
     from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
     from flwr.server.strategy import DifferentialPrivacyServerSideAdaptiveClipping, FedAvg
@@ -276,7 +277,7 @@ def test_every_method_declares_its_support_itself_and_says_why_not() -> None:
     (dict(method="feddpg", **{"feddpg.unlearn-round": 1, "num-server-rounds": 2}, dp="central"), "unlearning round"),
 ])
 def test_a_method_fits_only_in_its_averaging_setting(fields, words) -> None:
-    from fedtext.config import RunConfig
+    from fedtext.common.config import RunConfig
 
     with pytest.raises(ConfigError, match=words):
         RunConfig.from_run_config(fields, METHODS)
@@ -448,7 +449,7 @@ def test_dp_floats_beyond_floating_point_are_one_line_at_config_time(fields, wor
 def test_the_dp_noise_bounds_are_ones_the_accountant_computes_at() -> None:
     """The bounds' reason: at z = 1e±100 (and 3 or 10^6 rounds) the RDP accountant returns a number;
     at 1e308 it raised OverflowError, which the config now refuses. The bounds themselves are accepted."""
-    from fedtext.config import DP_NOISE_RANGE, NOISE_STD_MAX
+    from fedtext.common.config import DP_NOISE_RANGE, NOISE_STD_MAX
 
     low, high = DP_NOISE_RANGE
     for steps in (3, 10**6):

@@ -17,8 +17,16 @@ import flwr
 import pytest
 
 from fedtext.records import (
-    LAUNCH_FIELDS, PROVENANCE_PACKAGES, RunRecorder, code_origin, distribution_version, fab_fields, fedtext_version,
-    package_versions, probes, provenance,
+    LAUNCH_FIELDS,
+    PROVENANCE_PACKAGES,
+    RunRecorder,
+    code_origin,
+    distribution_version,
+    fab_fields,
+    fedtext_version,
+    package_versions,
+    probes,
+    provenance,
 )
 from simulations.dashboard_data import CODE_FROM, UNKNOWN, provenance_rows, run_provenance
 
@@ -134,7 +142,7 @@ def test_a_server_app_run_from_a_fab_records_the_fabs_hash_and_version(tmp_path,
     from flwr.app import RecordDict
     from flwr.common import Context
 
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
     from fedtext.server_app import make_server_app
 
     monkeypatch.setattr(probes, "git_state", lambda *a, **k: {"git_commit": None, "git_dirty": None})
@@ -158,7 +166,7 @@ def test_a_server_app_without_a_fab_records_none_of_its_fields(tmp_path):
     from flwr.app import RecordDict
     from flwr.common import Context
 
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
     from fedtext.server_app import make_server_app
 
     app = make_server_app({"method": "nope", "output-dir": str(tmp_path)})

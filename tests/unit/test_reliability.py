@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtext import checkpoint
 from fedtext.records import RunRecorder, load_run, run_status, summarize
+from fedtext.server import checkpoint
 
 
 def _only(folder: Path) -> Path:
@@ -78,11 +78,11 @@ def test_a_refused_start_is_named_by_method_and_time_never_none(tmp_path):
     from flwr.app import RecordDict
     from flwr.common import Context
 
-    from fedtext.config import ConfigError, RunConfig
+    from fedtext.common.config import ConfigError, RunConfig
     from fedtext.server_app import make_server_app
 
     cases = {"nope": ({"method": "nope"}, r"\d{8}-\d{6}-nope"),
-             # a run id's characters only: "/" -> "_", a dot before a dot -> "_" (fedtext.config.RUN_ID)
+             # a run id's characters only: "/" -> "_", a dot before a dot -> "_" (fedtext.common.config.RUN_ID)
              "seed": ({"method": "nope", "seed": 3, "run-name": "../x"}, r"\d{8}-\d{6}-nope-s3-_\._x"),
              "default": ({"no-such-key": 1}, rf"\d{{8}}-\d{{6}}-{RunConfig.method}")}
     for case, (overrides, name) in cases.items():
@@ -194,8 +194,8 @@ def test_the_key_is_made_once_private_and_a_missing_key_is_one_line(tmp_path, mo
 def test_resume_compares_the_config_and_the_folder_before_it_loads_the_checkpoint(tmp_path, monkeypatch):
     """Issue 35: ``resume=`` with another config, or naming a folder outside output-dir, is a
     one-line configuration error raised before the checkpoint is read; its code never runs."""
-    from fedtext.config import ConfigError
-    from fedtext.registry import make_config
+    from fedtext.common.config import ConfigError
+    from fedtext.common.registry import make_config
     from fedtext.server_app import resume_checkpoint
 
     monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
@@ -228,9 +228,9 @@ def _resumable(out: Path, run_id: str, method: str, seed: int = 0):
     ``(cfg, run-config, limits)`` of resuming it: the limits of its real model
     (``FedTextStrategy.checkpoint_limits``, on the demo backbone)."""
     from fedtext.backbone import backbone_for
-    from fedtext.registry import make_config
+    from fedtext.common.registry import make_config
+    from fedtext.common.tasks import TASKS
     from fedtext.server_app import strategy_class
-    from fedtext.tasks import TASKS
 
     cfg = make_config(method, output_dir=str(out), resume=run_id, num_server_rounds=3, seed=seed)
     config = cfg.to_run_config()
@@ -253,7 +253,7 @@ def test_a_checkpoint_of_another_run_is_refused_naming_what_differs_before_anyth
     folder, was loaded (a matmul error in round 1). A checkpoint carries its run id, method
     and config hash in the signed meta; another run's is refused in one line naming what
     differs, and its pickle never runs. The run's own checkpoint still resumes, bit-exact."""
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
     from fedtext.server_app import resume_checkpoint
 
     monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
@@ -316,7 +316,7 @@ def test_a_compressed_checkpoint_is_refused_before_it_inflates(tmp_path, monkeyp
     line, with under 8 MiB allocated."""
     import tracemalloc
 
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
     from fedtext.server_app import resume_checkpoint
 
     monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
@@ -342,7 +342,7 @@ def test_a_compressed_checkpoint_is_refused_before_it_inflates(tmp_path, monkeyp
 def test_each_array_is_bounded_by_the_models_spec(tmp_path, monkeypatch):
     """A checkpoint of this very run (same binding) whose global array is larger than the
     model's spec allows (twice its bytes plus a header) is refused before it is read."""
-    from fedtext.comm import ArraySpec
+    from fedtext.common.comm import ArraySpec
 
     monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
     binding = checkpoint.Binding("run", "bbt-fed", "0" * 64)
@@ -412,8 +412,8 @@ def test_the_state_bounds_hold_the_methods_real_state():
 def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tmp_path, monkeypatch, where):
     """Issue 35: ``output-dir=/proc/x`` gave a raw traceback after the model had loaded."""
     from fedtext import server_app
-    from fedtext.config import ConfigError
-    from fedtext.registry import make_config
+    from fedtext.common.config import ConfigError
+    from fedtext.common.registry import make_config
 
     if where == "file":
         (tmp_path / "file").write_text("not a folder")
@@ -430,8 +430,8 @@ def test_an_unwritable_output_dir_is_one_line_before_anything_loads(tmp_path, mo
 
 
 def test_feddls_resyncs_a_client_whose_state_was_lost():
-    from fedtext.registry import make_config
-    from fedtext.tasks import TASKS
+    from fedtext.common.registry import make_config
+    from fedtext.common.tasks import TASKS
     from strategies.feddls import FedDLS
 
     strat = FedDLS(make_config("feddls", max_length=64, prompt_length=4), TASKS["demo"])
@@ -453,8 +453,7 @@ def test_feddls_resyncs_a_client_whose_state_was_lost():
     strat.rounds.begin(5)
     arrays, extra = strat.download(5, Proxy(), "fit")
     assert extra == {"dls_from": 0, "dls_to": 3} and len(arrays) == 3 * strat.codec.num_arrays
-    from fedtext import comm
-
+    from fedtext.common import comm
     assert strat.record.resync_bytes == comm.expected_bytes(arrays) > 0
     # once the replay would cost more than p' itself, the resync sends p' (absolute)
     for _ in range(200):
@@ -495,8 +494,8 @@ def _dataset(tmp_path: Path, train: bytes, test: bytes = b"text\tlabel\nfine\t0\
     (b"text\tlabel\na\t0\nb\t1\n", b"text\tlabel\n", "test.tsv: a header but no rows"),
 ])
 def test_unreadable_data_files_are_one_line_errors(tmp_path, train, test, message):
-    from fedtext.config import ConfigError
-    from fedtext.data import load_splits
+    from fedtext.common.config import ConfigError
+    from fedtext.learning.data import load_splits
 
     path = _dataset(tmp_path, train, *(() if test is None else (test,)))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(")):
@@ -505,7 +504,7 @@ def test_unreadable_data_files_are_one_line_errors(tmp_path, train, test, messag
 
 def test_a_dataset_folder_with_a_space_runs_its_clients_journal_under_the_run_id(tmp_path, monkeypatch):
     """Issue 45 item 6: ``dataset=.../my data`` put ``my data`` into the run id, which
-    every node refused as its journal's key (fedtext.node_state.check_run_key) after the
+    every node refused as its journal's key (fedtext.node.state.check_run_key) after the
     whole first round. Nothing in Flower or the run-config stops such a path (the data
     loads): the run id now spells the folder ``my_data``, and a client's fit journals under it."""
     from types import SimpleNamespace
@@ -513,9 +512,9 @@ def test_a_dataset_folder_with_a_space_runs_its_clients_journal_under_the_run_id
     from flwr.app import ConfigRecord, RecordDict
     from flwr.common import FitIns, ndarrays_to_parameters
 
-    import fedtext.node as ca
-    from fedtext.data import partition_train
-    from fedtext.registry import make_config
+    import fedtext.node.node as ca
+    from fedtext.common.registry import make_config
+    from fedtext.learning.data import partition_train
 
     folder = tmp_path / "my data"
     folder.mkdir()
@@ -561,7 +560,7 @@ def test_simulate_says_in_one_line_why_a_run_stopped_outside_the_config_checks(m
 
 
 def test_a_tsv_with_quoted_newlines_is_read_with_its_quotes(tmp_path):
-    from fedtext.data import load_splits
+    from fedtext.learning.data import load_splits
 
     path = _dataset(tmp_path, b'text\tlabel\n"two\nlines"\t1\nplain "quote\t0\n')
     train = load_splits(path).train
@@ -569,7 +568,7 @@ def test_a_tsv_with_quoted_newlines_is_read_with_its_quotes(tmp_path):
 
 
 def test_single_class_training_data_warns(tmp_path, caplog):
-    from fedtext.registry import make_config
+    from fedtext.common.registry import make_config
     from fedtext.server_app import build
 
     path = _dataset(tmp_path, b"text\tlabel\na\t0\nb\t0\n")
@@ -583,8 +582,8 @@ def test_single_class_training_data_warns(tmp_path, caplog):
     (100000, 32, "natural vocabulary tokens"), (400, 128, "exceeds the 512 positions")])
 def test_prompt_length_beyond_the_vocabulary_or_positions_is_a_config_error(backbone, prompt_length, max_length,
                                                                             message):
-    from fedtext.config import ConfigError
-    from fedtext.registry import make_config
+    from fedtext.common.config import ConfigError
+    from fedtext.common.registry import make_config
     from fedtext.server_app import check_prompt_fits
 
     with pytest.raises(ConfigError, match=message):
@@ -602,8 +601,8 @@ def test_resume_of_a_garbled_config_json_is_one_line_saying_why(tmp_path, text, 
     """Issue 69: resume= read the run's config.json whole with json.loads, and a garbled one read
     as "no run record"; it now goes through the records reader (bounded, checked): one line
     naming the file and what is wrong with it. A folder without one is still "no run record"."""
-    from fedtext.config import ConfigError
-    from fedtext.registry import make_config
+    from fedtext.common.config import ConfigError
+    from fedtext.common.registry import make_config
     from fedtext.server_app import resume_checkpoint
 
     out = tmp_path / "out"

@@ -1,7 +1,7 @@
 """Issue 35, "resume loses nothing": the clients' node state survives ``resume=``.
 
-Unit tests of :mod:`fedtext.node_state` (the journal) and of its use in
-:class:`fedtext.node.Node`. "Kill + resume equals the uninterrupted run" through
+Unit tests of :mod:`fedtext.node.state` (the journal) and of its use in
+:class:`fedtext.node.node.Node`. "Kill + resume equals the uninterrupted run" through
 Flower's simulation engine, for FeS (pseudo labels) and FedDPGu (forgotten indices), is
 in tests/integration/test_resume_client_state_flower.py.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from flwr.app import ConfigRecord, RecordDict
 
-from fedtext import node_state as ns
+from fedtext.node import state as ns
 
 RUN_KEY = "20250101-000000-fes-demo-s0"
 
@@ -226,8 +226,8 @@ def test_a_journal_that_cannot_be_written_warns_and_the_round_goes_on(tmp_path, 
 def _node(monkeypatch, tmp_path, changes: dict[int, dict], flower_run=11):
     """A Node whose built client sets ``state["m"]`` to ``changes[round]`` in fit and
     records what it saw in ``seen``."""
-    import fedtext.node as ca
-    from fedtext.registry import make_config
+    import fedtext.node.node as ca
+    from fedtext.common.registry import make_config
 
     seen = []
 

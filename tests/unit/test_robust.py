@@ -16,10 +16,12 @@ import pytest
 from flwr.common import Code, FitRes, Status
 from flwr.server.strategy import FedMedian, FedTrimmedAvg, Krum
 
-from fedtext import attacks, comm, config, robust
-from fedtext.config import ConfigError
-from fedtext.registry import make_config
-from fedtext.tasks import TASKS
+from fedtext.client import attacks
+from fedtext.common import comm, config
+from fedtext.common.config import ConfigError
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
+from fedtext.trust import robust
 from strategies.feddpg import FedDPG
 from strategies.fedprompt import FedPrompt
 

@@ -1,6 +1,6 @@
 """Every registered method through one federated round, in this process: the ServerApp's
 server and strategy (``fedtext.server_app.build``) drive the ClientApp's clients
-(``fedtext.node.make_client``, the ``client_fn`` Flower calls) through in-process
+(``fedtext.node.node.make_client``, the ``client_fn`` Flower calls) through in-process
 client proxies (tests/inprocess.py), as Flower's own strategy tests do with mock proxies; no
 Ray, no subprocess.
 
@@ -21,8 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtext.config import RunConfig
-from fedtext.registry import METHODS
+from fedtext.common.config import RunConfig
+from fedtext.common.registry import METHODS
 
 from ..inprocess import one_round, tiny_bert
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
 from fedtext.records import RoundRecord, busy_seconds
-from fedtext.registry import make_config
-from fedtext.sampling import TRAIN_SALT
-from fedtext.tasks import TASKS
+from fedtext.server.sampling import TRAIN_SALT
 from strategies.fedprompt import FedPrompt
 
 from .test_strategy import _manager
@@ -95,7 +95,7 @@ def test_lazy_client_ids_ask_one_node_once_and_draw_in_node_id_order(backbone):
     """``client-ids=lazy`` sends one message in all (issue 45: the node with the smallest
     node id is asked ``num-partitions`` so that the server checks the partitions), and
     draws over the node ids as before."""
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
 
     cfg = make_config("fedprompt", clients_per_round=3, client_ids="lazy", max_length=64)
     strat = FedPrompt(cfg, TASKS["demo"])
@@ -135,7 +135,7 @@ def test_clients_per_eval_samples_and_keeps_participants_and_holdouts_apart(back
 
 
 def test_clients_per_eval_is_validated():
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
 
     with pytest.raises(ConfigError, match="clients-per-eval must be >= -1"):
         make_config("fedprompt", clients_per_eval=-2)
@@ -144,15 +144,15 @@ def test_clients_per_eval_is_validated():
 
 
 def test_a_node_answers_who_it_is_without_building_its_client(monkeypatch):
-    import fedtext.node as ca
+    import fedtext.node.node as ca
 
     built = []
     monkeypatch.setattr(ca.Node, "build", lambda self: built.append(self.partition_id) or SimpleNamespace(
         get_properties=lambda config: {"partition_id": self.partition_id, "domain": "books"}))
     client = ca.make_client({"method": "fedprompt"}, {"partition-id": 3, "num-partitions": 5})
-    from flwr.common import GetPropertiesIns
-
     import platform
+
+    from flwr.common import GetPropertiesIns
 
     assert dict(client.get_properties(GetPropertiesIns({})).properties) == {
         "partition_id": 3, "num_partitions": 5, "platform": platform.machine()}
@@ -160,14 +160,14 @@ def test_a_node_answers_who_it_is_without_building_its_client(monkeypatch):
     with_domain = dict(client.get_properties(GetPropertiesIns({"domain": 1})).properties)
     assert (with_domain["domain"], with_domain["num_partitions"]) == ("books", 5)
     assert built == [3]
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
 
     with pytest.raises(ConfigError, match="partition-id 5 outside 0..4"):
         ca.make_client({"method": "fedprompt"}, {"partition-id": 5, "num-partitions": 5})
 
 
 def test_a_node_reports_build_time_and_busy_stamps(monkeypatch):
-    import fedtext.node as ca
+    import fedtext.node.node as ca
 
     def build(self):
         time.sleep(0.05)
@@ -216,8 +216,8 @@ def test_clients_of_two_runs_share_the_backbone_but_each_scores_under_its_own_bu
     """The process's cached backbone serves clients of runs with different
     ``max-client-memory-mb``: each run's budget sizes its own clients' encoder calls, in
     any order (budget A, then B, then A again), since the client passes it to score."""
-    from fedtext.node import client_class
-    from fedtext.data import client_data
+    from fedtext.learning.data import client_data
+    from fedtext.node.node import client_class
 
     small = dict(prompt_length=4, max_length=64, shots_per_class=4, intrinsic_dim=20, popsize=4)
     cfg_a = make_config("bbt-fed", max_client_memory_mb=100_000, **small)  # capped at the fixed chunk

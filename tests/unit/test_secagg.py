@@ -1,4 +1,4 @@
-"""Secure aggregation (issue 59, part 2; fedtext.secagg) without a Flower run: what the server
+"""Secure aggregation (issue 59, part 2; fedtext.server.secagg) without a Flower run: what the server
 does with the results SecAgg+ hands ``aggregate_fit`` (every one carrying the unmasked
 example-weighted mean, float64), the round's protocol bytes, and the client mod that lets
 plain messages pass. The protocol itself through Flower's simulation engine:
@@ -18,12 +18,12 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from flwr.compat.common import recorddict_compat as compat
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedtext import comm
 from fedtext.client_app import secagg_mod
+from fedtext.common import comm
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
 from fedtext.records import RunRecorder
-from fedtext.registry import make_config
-from fedtext.secagg import StageLog
-from fedtext.tasks import TASKS
+from fedtext.server.secagg import StageLog
 from strategies.fedprompt import FedPrompt
 
 
@@ -39,7 +39,7 @@ def fedprompt(backbone, tmp_path):
 
 def test_every_result_carrying_the_float64_mean_gives_that_mean_once_in_float32(fedprompt):
     """Flower's unmask stage sets every surviving FitRes's parameters to the dequantised mean
-    (float64): before fedtext.secagg the upload specs (float32) dropped all three and the round
+    (float64): before fedtext.server.secagg the upload specs (float32) dropped all three and the round
     kept its model; now the mean is cast, validated and is the new global prompt."""
     base = fedprompt.global_arrays[0]
     mean = (base.astype(np.float64) + 0.1)
@@ -86,7 +86,7 @@ def test_the_secagg_weight_bound_is_the_largest_claim_of_a_known_client():
     client may make (claims 8, 32, 16 -> 32, not the smallest, 8, which would scale a 32-example
     client by 4); a node whose partition is unknown (its limit, the whole split, 1000) is left out;
     no known client: 1; ``secagg-max-weight`` > 0 is taken as it is."""
-    from fedtext.secagg import max_weight
+    from fedtext.server.secagg import max_weight
 
     nodes = SimpleNamespace(all=lambda: {"a": "p8", "b": "p32", "c": "p16", "d": "stranger"})
     assert max_weight(_weight_strategy(0.0, {"p8", "p32", "p16"}), nodes) == 32.0
@@ -128,9 +128,10 @@ def test_an_upload_secagg_would_clip_fails_the_client_instead_of_being_clipped(m
     """Flower clips n_k / max_weight · x_k to ±clip before quantising, silently: a value 9 of a client
     with weight 1 against clip 8 would reach the sum as 8. fedtext's mod refuses the reply, naming
     the key to raise; weight 0.5 (16 of 32 examples) keeps 9 · 0.5 = 4.5 within it."""
-    from fedtext.client_app import within_clip_range
     from flwr.common import Code, FitRes, Status
     from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
+
+    from fedtext.client_app import within_clip_range
 
     for key in ("_task_id", "_run_id", "_node_id"):  # what a ClientApp process has set before a message
         monkeypatch.setattr(TaskIdentity, key, 1)

@@ -1,4 +1,4 @@
-"""Server optimizers (``server-optimizer``, :mod:`fedtext.server_opt`): two rounds of each on
+"""Server optimizers (``server-optimizer``, :mod:`fedtext.server.server_opt`): two rounds of each on
 mock uploads against hand-computed numbers (so a dropped moment update fails), bit-equality
 with Flower 1.42's own strategies on the same inputs, ``fedavg`` at η = 1 as the plain mean,
 the one-line refusals, and the optimizer's state surviving a checkpoint and ``resume=``."""
@@ -14,12 +14,12 @@ import pytest
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.strategy import FedAdagrad, FedAdam, FedAvgM, FedYogi
 
-from fedtext import checkpoint
-from fedtext.config import MEAN, ConfigError
-from fedtext.registry import METHODS, make_config
-from fedtext.server_opt import ServerOptimizer
-from fedtext.robust import weighted_mean
-from fedtext.validation import Upload
+from fedtext.common.config import MEAN, ConfigError
+from fedtext.common.registry import METHODS, make_config
+from fedtext.server import checkpoint
+from fedtext.server.server_opt import ServerOptimizer
+from fedtext.server.validation import Upload
+from fedtext.trust.robust import weighted_mean
 
 X0 = [np.zeros(2)]
 # round 1: uploads [5, -1] (1 example) and [1, -1] (3 examples): mean [2, -1], so Δ1 = [2, -1]
@@ -93,7 +93,7 @@ def test_fedadagrad_two_rounds_by_hand() -> None:
 def test_fedavg_at_server_lr_one_is_the_plain_mean_bit_for_bit(backbone) -> None:
     """The default (server-optimizer=fedavg, server-lr=0 -> 1) returns exactly what the base
     aggregate returned before server optimizers: weighted_mean of the uploads."""
-    from fedtext.tasks import TASKS
+    from fedtext.common.tasks import TASKS
     from strategies.fedprompt import FedPrompt
 
     rng = np.random.default_rng(0)
@@ -323,8 +323,8 @@ def test_a_run_whose_server_step_overflows_fails_with_that_line_and_blames_no_cl
 
 # ---------------------------------------------------------------- checkpoint and resume
 def _bbt(tmp_path, backbone, **fields):
+    from fedtext.common.tasks import TASKS
     from fedtext.records import RunRecorder
-    from fedtext.tasks import TASKS
     from strategies.bbt_fed import BBTFed
 
     cfg = make_config("bbt-fed", intrinsic_dim=4, prompt_length=2, max_length=32, output_dir=str(tmp_path), **fields)
@@ -378,7 +378,7 @@ def test_the_checkpoint_bound_holds_the_moments_of_the_whole_model(backbone) -> 
     """fedavg's whole MiniLM with fedadam: m and v, pickled, fit the declared state bound."""
     import pickle
 
-    from fedtext.tasks import TASKS
+    from fedtext.common.tasks import TASKS
     from strategies.fedavg import FedAvgStrategy
 
     cfg = make_config("fedavg", server_optimizer="fedadam", head="linear")

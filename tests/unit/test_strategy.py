@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 from flwr.common import Code, FitRes, Status
 
-from fedtext import comm
+from fedtext.common import comm
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
 from fedtext.records import ROUND_FIELDS, RoundRecord, RunRecorder
-from fedtext.registry import make_config
-from fedtext.robust import weighted_mean
-from fedtext.tasks import TASKS
+from fedtext.trust.robust import weighted_mean
 from strategies.bbt_fed import BBTFed
 from strategies.fedprompt import FedPrompt
 
@@ -133,7 +133,7 @@ def test_clients_per_round_sampling_is_seeded_and_skips_holdouts(backbone):
 
 
 def test_holding_out_every_client_is_a_config_error(backbone):
-    from fedtext.config import ConfigError
+    from fedtext.common.config import ConfigError
 
     strat = FedPrompt(make_config("fedprompt", max_length=64, holdout="0,1"), TASKS["demo"])
     with pytest.raises(ConfigError, match="leaves no participant"):
@@ -146,10 +146,10 @@ def test_holding_out_every_client_is_a_config_error(backbone):
 def test_too_few_connected_clients_is_a_config_error(backbone, monkeypatch):
     from flwr.server import SimpleClientManager
 
-    import fedtext.sampling
-    from fedtext.config import ConfigError
+    import fedtext.server.sampling
+    from fedtext.common.config import ConfigError
 
-    monkeypatch.setattr(fedtext.sampling, "CONNECT_TIMEOUT_S", 0.1)  # the waits read it there
+    monkeypatch.setattr(fedtext.server.sampling, "CONNECT_TIMEOUT_S", 0.1)  # the waits read it there
     manager = SimpleClientManager()
     for cid in ("a", "b"):
         manager.register(SimpleNamespace(cid=cid))

@@ -3,7 +3,7 @@
 A probe's client sent ``train_loss=-1e30``, ``fit_time_s=1e30`` and ``queries=10^15``: all
 three were accepted, and the round recorded ``model_queries`` 1e15 and ``sim_time_s`` 1e30 in
 a run that ended ``finished``. Each field of ``FIT_METRICS``/``EVAL_METRICS`` (and the
-evaluate reply's loss) now has a range derived in :mod:`fedtext.metrics`; here each is
+evaluate reply's loss) now has a range derived in :mod:`fedtext.common.metrics`; here each is
 checked at its boundary (kept) and one float step or one count past it (dropped), the
 probe's three values are dropped with their reason while the honest upload is aggregated
 exactly and its telemetry alone recorded, and the intervals' ends must run forward.
@@ -18,12 +18,19 @@ import numpy as np
 import pytest
 from flwr.common import Code, EvaluateRes, FitRes, Status
 
-from fedtext import comm
-from fedtext.metrics import (MAX_EPOCH_S, MAX_LOSS, MAX_MEMORY_MB, MAX_QUERIES, MAX_QUERIES_PER_S, MAX_SECONDS,
-                             IntervalSpec)
-from fedtext.registry import make_config
-from fedtext.tasks import TASKS
-from fedtext.validation import EVAL_METRICS, FIT_METRICS, check_metrics
+from fedtext.common import comm
+from fedtext.common.metrics import (
+    MAX_EPOCH_S,
+    MAX_LOSS,
+    MAX_MEMORY_MB,
+    MAX_QUERIES,
+    MAX_QUERIES_PER_S,
+    MAX_SECONDS,
+    IntervalSpec,
+)
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
+from fedtext.server.validation import EVAL_METRICS, FIT_METRICS, check_metrics
 from strategies.fedprompt import FedPrompt
 
 

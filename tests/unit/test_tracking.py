@@ -1,4 +1,4 @@
-"""Experiment trackers (fedtext.tracking) and the run's own log (run.log).
+"""Experiment trackers (fedtext.common.tracking) and the run's own log (run.log).
 
 The registry and config checks, the scalars fed from a round record, failure tolerance,
 TensorBoard read back by its own event reader, W&B offline and MLflow on a local file
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from fedtext import tracking
-from fedtext.config import ConfigError
+from fedtext.common import tracking
+from fedtext.common.config import ConfigError
+from fedtext.common.tracking import TRACKERS, Tracker, Trackers, check_installed, parse, round_scalars
 from fedtext.records import RUN_LOG_FILE, RunRecorder
-from fedtext.tracking import TRACKERS, Tracker, Trackers, check_installed, parse, round_scalars
 
 from ..conftest import REPO
 
@@ -70,7 +70,7 @@ def test_parse_tracker_values():
 
 
 def test_run_config_checks_the_tracker_key():
-    from fedtext.registry import make_config
+    from fedtext.common.registry import make_config
 
     assert make_config("bbt-fed").trackers == ()
     assert make_config("bbt-fed", tracker="wandb,mlflow").trackers == ("wandb", "mlflow")
@@ -84,7 +84,7 @@ class Missing(Tracker):
 
 def test_a_tracker_without_its_package_is_one_config_line_before_anything_loads(monkeypatch, tmp_path):
     from fedtext import server_app
-    from fedtext.registry import make_config
+    from fedtext.common.registry import make_config
 
     monkeypatch.setitem(TRACKERS, "missing", Missing)
     with pytest.raises(ConfigError) as err:
@@ -115,7 +115,7 @@ def test_a_dp_rounds_privacy_numbers_are_tracked_as_privacy_scalars():
     """A round's ``privacy`` entry (an object) reached no tracker: its numbers are
     ``privacy/<name>`` (``privacy/epsilon``: the ε spent so far), after the method's;
     the mode (text) and an ε without bound (null) are left out."""
-    from fedtext.tracking import round_scalars
+    from fedtext.common.tracking import round_scalars
 
     out = round_scalars({"round": 2, "global_accuracy": 0.6, "method_metrics": {"sigma": 0.5},
                          "privacy": {"mode": "central", "epsilon": 1.25, "delta": 1e-5, "clipped": 3}})

@@ -1,4 +1,4 @@
-"""Warm ClientApp processes (fedtext.warm_exec): a task goes to a process started ahead of need,
+"""Warm ClientApp processes (fedtext.node.warm_exec): a task goes to a process started ahead of need,
 its token over standard input only; anything that does not fit starts Flower's cold ClientApp;
 and the Flower contracts the module stands on, pinned so that an upgrade fails here loudly."""
 
@@ -18,10 +18,10 @@ from flwr.supercore.constant import TaskType
 from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExecutor
 from flwr.supercore.superexec.executor.types import ExecutionSpec, LaunchResult
 
-from fedtext import warm_exec
+from fedtext.node import warm_exec
+from fedtext.node.supernode import warm_superexec_command
+from fedtext.node.warm_exec import WarmClientAppExecutor, WorkerKey
 from fedtext.records import probes
-from fedtext.supernode import warm_superexec_command
-from fedtext.warm_exec import WarmClientAppExecutor, WorkerKey
 
 TOKEN = "0123456789abcdef" * 4  # Flower's task tokens: 64 hex digits
 KEY = WorkerKey("127.0.0.1:9094", True, None, False, os.getpid())
@@ -211,7 +211,7 @@ def test_the_worker_takes_flwr_clientapps_flags_with_the_token_on_stdin(key, fla
     from flwr.common.args import add_args_flwr_app_common
 
     command = key.command()
-    assert command[:4] == [sys.executable, "-m", "fedtext.warm_exec", "worker"]
+    assert command[:4] == [sys.executable, "-m", "fedtext.node.warm_exec", "worker"]
     assert command[4:] == ["--runtime-api-address", "a:1", "--token-stdin", *flags]
     parser = argparse.ArgumentParser()
     parser.add_argument("--runtime-api-address")
@@ -229,7 +229,7 @@ def test_the_key_is_read_from_flowers_execution_spec():
 
 def test_the_supernodes_superexec_command_becomes_the_warm_one():
     flower = ["flower-superexec", "--insecure", "--runtime-api-address", "127.0.0.1:9094", "--parent-pid", "12"]
-    assert warm_superexec_command(flower, 2) == [sys.executable, "-m", "fedtext.warm_exec", "superexec",
+    assert warm_superexec_command(flower, 2) == [sys.executable, "-m", "fedtext.node.warm_exec", "superexec",
                                                  "--warm", "2", "--", *flower[1:]]
     assert warm_superexec_command(["/venv/bin/flower-superexec", "--insecure"], 1)[-2:] == ["--", "--insecure"]
     assert warm_superexec_command(["flwr-clientapp", "--token", "x"], 1) == ["flwr-clientapp", "--token", "x"]
@@ -312,7 +312,7 @@ def test_a_warm_task_starts_when_its_token_arrived(monkeypatch):
 
 
 def _worker(*flags: str, stdin: bytes) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "fedtext.warm_exec", "worker", "--runtime-api-address",
+    return subprocess.run([sys.executable, "-m", "fedtext.node.warm_exec", "worker", "--runtime-api-address",
                            "127.0.0.1:1", *flags], input=stdin, capture_output=True, timeout=120)
 
 
@@ -334,8 +334,7 @@ def test_a_flower_that_moved_a_part_runs_cold_with_one_line(monkeypatch, capsys)
     import flwr.supernode.start_client_internal as loop
     from flwr.supernode.runtime import run_clientapp as runtime
 
-    from fedtext import supernode
-
+    from fedtext.node import supernode
     monkeypatch.setattr(runtime, "run_clientapp", lambda runtime_api_address, token: None)  # a new signature
     problems = warm_exec.flower_contract_problems()
     assert len(problems) == 1 and "run_clientapp" in problems[0]
@@ -350,14 +349,13 @@ def test_a_flower_that_moved_a_part_runs_cold_with_one_line(monkeypatch, capsys)
 def test_a_supernode_with_the_pinned_flower_starts_the_warm_superexec(monkeypatch):
     import flwr.supernode.start_client_internal as loop
 
-    from fedtext import supernode
-
+    from fedtext.node import supernode
     monkeypatch.setattr(loop, "subprocess", subprocess)  # restored after the test
     started = []
     monkeypatch.setattr(subprocess, "Popen", lambda args, *a, **k: started.append(args))
     assert supernode.start_warm_superexec(2) is True
     loop.subprocess.Popen(["flower-superexec", "--insecure", "--runtime-api-address", "a:1"])
     loop.subprocess.Popen(["something-else"])
-    assert started == [[sys.executable, "-m", "fedtext.warm_exec", "superexec", "--warm", "2", "--", "--insecure",
+    assert started == [[sys.executable, "-m", "fedtext.node.warm_exec", "superexec", "--warm", "2", "--", "--insecure",
                         "--runtime-api-address", "a:1"], ["something-else"]]
     assert loop.subprocess.DEVNULL == subprocess.DEVNULL  # the rest of the module as it was

@@ -7,7 +7,7 @@ without padding. Every average and similarity the methods compute, where it is c
 and the unit test whose inputs make the wrong choice differ from the right one by a
 visible margin (hand-computed expected values). Each line: what, where, the test.
 
-* FedAvg, weighted by examples: ``fedtext/strategy.py`` ``weighted_mean``; test_strategy,
+* FedAvg, weighted by examples: ``fedtext/server/strategy.py`` ``weighted_mean``; test_strategy,
   weights 1 / 3 (and 3, 5, 7).
 * Every strategy that averages by examples, through its own ``aggregate_fit`` (fedprompt,
   bbt-fed, fedptuning-v2, fedavg, fedlora, fedadapter, fedkseed's accumulator) and the
@@ -44,9 +44,9 @@ visible margin (hand-computed expected values). Each line: what, where, the test
   ``mean_embedding``; test_feddpg, padded rows on hand values.
 * FedDPGu: eq. (5) weighted by sets or by examples: ``fedtext/methods/feddpg/unlearning.py``;
   test_feddpg, unequal retained and relabelled sets.
-* Mean pooling over attended tokens: ``fedtext/heads.py`` ``mean_pool``; test_backbone (the
+* Mean pooling over attended tokens: ``fedtext/backbone/heads.py`` ``mean_pool``; test_backbone (the
   linear head on two texts of unequal length), **here** on hand values.
-* The similarity head, scale · cosine: ``fedtext/heads.py`` ``SimilarityHead``;
+* The similarity head, scale · cosine: ``fedtext/backbone/heads.py`` ``SimilarityHead``;
   test_backbone (a plain forward, |h| ≠ 1), **here** on hand values.
 * FeS: the cosine k-NN sets V(x) (§3.2): ``fedtext/methods/fes/filter.py`` ``knn_sets``;
   test_fes, x/2 is x's nearest by cosine although another has the larger dot product.
@@ -55,7 +55,7 @@ visible margin (hand-computed expected values). Each line: what, where, the test
   unit-norm vocabulary.
 * The mean cross-entropy per prompt, over the batch axis: ``fedtext/backbone/scoring.py``
   ``losses``; test_backbone, two prompts on two rows.
-* The clients' accuracy, weighted by test examples: ``fedtext/strategy.py``
+* The clients' accuracy, weighted by test examples: ``fedtext/server/strategy.py``
   ``weighted_accuracy``; test_flower_quiet, counts 2 / 6.
 * FeS AUG-E, the mean measured latencies (eq. (1)): ``fedtext/methods/fes/pacing.py``;
   test_fes.
@@ -78,11 +78,11 @@ import torch
 from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
-from fedtext import comm
-from fedtext.node import client_class
-from fedtext.data import client_data
-from fedtext.registry import make_config
-from fedtext.tasks import TASKS
+from fedtext.common import comm
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
+from fedtext.learning.data import client_data
+from fedtext.node.node import client_class
 
 SMALL = dict(prompt_length=2, max_length=64, shots_per_class=4, client_test_size=4, eval_size=20)
 
@@ -167,7 +167,7 @@ def test_feddrs_eq8_sums_the_kl_of_every_teacher():
     """Eq. (8): Σ_k KL(σ(f(θ_k; ω_k)) ‖ σ(f(θ_k; ω_S))). Two teachers p1 = (3/4, 1/4) and
     p2 = (1/4, 3/4) against σ(w) = (1/2, 1/2): each KL is 3/4 ln(3/2) - 1/4 ln 2 by symmetry,
     so the loss is twice that (a mean over teachers would be once)."""
-    from fedtext.devices import CPU_FP32
+    from fedtext.backbone.devices import CPU_FP32
     from fedtext.methods.feddrs.distill import Teaching, distill_steps
 
     kl = 0.75 * np.log(1.5) - 0.25 * np.log(2)
@@ -180,7 +180,7 @@ def test_feddrs_eq8_sums_the_kl_of_every_teacher():
 
 # ------------------------------------------------------------------ pooling and similarities
 def test_mean_pool_averages_the_attended_positions_only():
-    from fedtext.heads import mean_pool
+    from fedtext.backbone.heads import mean_pool
 
     hidden = torch.tensor([[[1.0, 2.0], [3.0, 6.0], [100.0, 100.0], [100.0, -100.0]],
                            [[1.0, 1.0], [2.0, 2.0], [3.0, 3.0], [6.0, 2.0]]])
@@ -193,7 +193,7 @@ def test_the_similarity_head_is_a_scaled_cosine_on_hand_values():
     """scale · cos(mean_pool(H), u_c): the pooled (3, 4) has norm 5, so the logits are
     20 · (0.6, 0.8) = (12, 16); without the normalisation they would be (60, 80), and with
     the padded position counted the pooled vector would be (1, 28/3)."""
-    from fedtext.heads import SIMILARITY_SCALE, SimilarityHead
+    from fedtext.backbone.heads import SIMILARITY_SCALE, SimilarityHead
 
     host = SimpleNamespace(label_vectors=torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
     hidden = torch.tensor([[[3.0, 4.0], [3.0, 4.0], [-3.0, 20.0]]])

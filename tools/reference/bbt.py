@@ -161,7 +161,7 @@ def _backbone():
 
 
 def ours_std(inputs: dict[str, Any]) -> dict[str, Any]:
-    """The scale :func:`fedtext.prompts.projection` draws A's entries with, per case."""
+    """The scale :func:`fedtext.backbone.prompts.projection` draws A's entries with, per case."""
     bb = _backbone()
     return {"std": [bb.embedding_std() / (np.sqrt(c["d"]) * c["sigma"]) * c["alpha"] for c in inputs["cases"]]}
 
@@ -171,7 +171,7 @@ def _hidden(inputs: dict[str, Any], injection: str) -> tuple[dict[str, Any], flo
 
     from fedtext.backbone import EncodedBatch
     from fedtext.backbone.injections import SPLIT_OFFSETS
-    from fedtext.prompts import SplitPrompt
+    from fedtext.backbone.prompts import SplitPrompt
 
     bb = _backbone()
     ids = torch.tensor(inputs["input_ids"])
@@ -220,7 +220,7 @@ def main() -> None:
     _, summed_change = _hidden(inputs, "input-embedding")
     checks = {
         "projection_std": common.check(
-            "std of A's entries, alpha * std_hat / (sqrt(d) sigma)", BBT_FILE, "fedtext/prompts.py (projection)",
+            "std of A's entries, alpha * std_hat / (sqrt(d) sigma)", BBT_FILE, "fedtext/backbone/prompts.py (projection)",
             {"cases": STD_CASES}, theirs["projection_std"], ours_std({"cases": STD_CASES}), TOL_STD,
             note="MiniLM's e(V); d in 10, 100, 500, sigma in 1, 0.5"),
         "injection_hidden_states": common.check(
@@ -231,7 +231,7 @@ def main() -> None:
                   f"of the first layer's input: authors {inj['relative_change']:.3f}, fedtext {ours_change:.3f}")),
         "injection_input_embedding": common.check(
             "prompt-injection=input-embedding (p0 + A z as input embeddings)", MODEL_FILE,
-            "fedtext/prompts.py (project)", inputs, inj["hidden"], ours_input_embedding(inputs), TOL_HIDDEN,
+            "fedtext/backbone/prompts.py (project)", inputs, inj["hidden"], ours_input_embedding(inputs), TOL_HIDDEN,
             departs="A z goes through the embedding LayerNorm; kept as an option",
             note=(f"relative change at the prompt positions of the first layer's input: authors "
                   f"{inj['relative_change']:.3f}, input-embedding {summed_change:.3f}")),

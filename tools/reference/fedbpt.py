@@ -16,7 +16,7 @@ Checks:
     A client's local CMA-ES at C = I (round 1): the authors' ``global_es._copy_light(inopts=
     {seed, maxiter, popsize, CMA_mu: None})`` and ``ask``/``tell`` loop until ``stop()``
     (``fedbpt_train.py``; restated here, it is a loop of pycma calls, not a function), on a
-    fixed quadratic fitness; against :class:`fedtext.blackbox.WhitenedCMA` with pycma's
+    fixed quadratic fitness; against :class:`fedtext.learning.blackbox.WhitenedCMA` with pycma's
     default weights (``server-step=reference``): the I step sizes, the final mean and C.
 
 Run it in a virtual environment with the authors' ``cma==3.4.0`` (``pip install cma==3.4.0
@@ -185,7 +185,7 @@ def ours_server(inputs: dict[str, Any]) -> dict[str, Any]:
 
 def ours_local(inputs: dict[str, Any]) -> dict[str, Any]:
     """:class:`WhitenedCMA` from N(0, sigma0^2 I) with pycma's default weights, I iterations."""
-    from fedtext.blackbox import WhitenedCMA
+    from fedtext.learning.blackbox import WhitenedCMA
 
     case = inputs
     es = WhitenedCMA(np.zeros(case["d"]), case["sigma0"], None, case["popsize"], case["seed"], equal_weights=False)
@@ -217,7 +217,7 @@ def main() -> None:
     for name, case in LOCAL_CASES.items():
         checks[name] = common.check(
             f"local CMA-ES at C=I, d={case['d']}, lambda={case['popsize']}, I={case['iters']}", CLIENT_FILE,
-            "fedtext/blackbox.py (WhitenedCMA)", case, theirs[name], ours_local(case), TOL,
+            "fedtext/learning/blackbox.py (WhitenedCMA)", case, theirs[name], ours_local(case), TOL,
             note="the I step sizes, final mean, paths and C")
     common.write(args.out, "fedbpt", REPO, common.commit_of(args.repo), [SERVER_FILE, CLIENT_FILE], checks,
                  packages=("cma", "numpy"), authors_python=args.authors_python)

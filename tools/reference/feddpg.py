@@ -415,8 +415,8 @@ def frequencies(true: np.ndarray, new: np.ndarray, classes: int) -> list[list[fl
 
 # ------------------------------------------------------------------ fedtext's side
 def feddpg_model(prompts: int, mean_embedding: str = "tokens") -> Any:
+    from fedtext.common.registry import make_config
     from fedtext.methods.feddpg.model import FedDPGModel
-    from fedtext.registry import make_config
 
     cfg = make_config("feddpg", max_length=MAX_LENGTH, hidden=HIDDEN, prompts=prompts, mean_embedding=mean_embedding)
     return FedDPGModel(cfg, backbone())
@@ -461,7 +461,7 @@ def ours_server(inputs: dict[str, Any]) -> Any:
         uploads.append(SimpleNamespace(array_list=lambda a=arrays: a, num_examples=n, partition_id=k, metrics={}))
     # eq. (1)'s mean as the server steps with server-optimizer=fedavg and aggregator=mean (the
     # defaults): the mean itself, through the strategy's own combine
-    from fedtext.strategy import FedTextStrategy
+    from fedtext.server.strategy import FedTextStrategy
 
     cfg = SimpleNamespace(aggregator="mean", update_clip=0.0)
     strategy = SimpleNamespace(is_unlearn_round=lambda r: False, server_update=lambda r, mean: mean, cfg=cfg,

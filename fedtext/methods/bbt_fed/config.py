@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import MEAN, check_choice, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import MEAN, check_choice, check_range
+from fedtext.common.metrics import MetricSpec
 from fedtext.methods.subspace import SubspaceConfig
 
 AVERAGES = ("z", "z-sigma-C")
@@ -36,7 +36,7 @@ class BBTFedConfig(SubspaceConfig):
     travels: ClassVar[str] = (
         "z: `d·4 + 128` B each way; with σ and C (`bbt-fed.average=z-sigma-C`): `4(d+1+d²) + 384` B")
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "popsize": 4, "intrinsic-dim": 20}
-    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.server.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 

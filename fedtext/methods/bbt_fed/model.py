@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedtext.comm import ArraySpec
-from fedtext.model import SubspaceModel
+from fedtext.common.comm import ArraySpec
+from fedtext.learning.model import SubspaceModel
 
 
 class BBTFedModel(SubspaceModel):

@@ -4,12 +4,12 @@ imports no torch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import GRADIENT, MEAN, MethodConfig, check_choice, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import GRADIENT, MEAN, MethodConfig, check_choice, check_range
+from fedtext.common.metrics import MetricSpec
 
 ACTIVATIONS = ("gelu", "relu", "tanh", "silu")  # sigma of h + W_up sigma(W_down h)
 
@@ -23,7 +23,7 @@ class FedAdapterConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.fedadapter.model:AdapterModel"
     strategy: ClassVar[str] = "strategies.fedadapter:FedAdapter"
     client: ClassVar[str] = "clients.fedadapter:FedAdapterClient"
-    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.server.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     summary: ClassVar[str] = "Houlsby bottleneck adapters + LayerNorms"

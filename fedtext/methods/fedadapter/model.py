@@ -14,7 +14,7 @@ from fedtext.backbone.architectures import AdapterSite, architecture_of
 from fedtext.methods.injected import InjectedModel
 
 if TYPE_CHECKING:
-    from fedtext.config import RunConfig
+    from fedtext.common.config import RunConfig
 
 # sigma of the bottleneck, by fedadapter.activation (fedtext.methods.fedadapter.config.ACTIVATIONS)
 ACTIVATION: dict[str, Callable[[Tensor], Tensor]] = {

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import GRADIENT, MEAN, MethodConfig, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import GRADIENT, MEAN, MethodConfig, check_range
+from fedtext.common.metrics import MetricSpec
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class FedAvgConfig(MethodConfig):
         "every tensor.")
     travels: ClassVar[str] = "the whole model each way: `4·#weights + 128·#tensors` B"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4}
-    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.server.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     default_head: ClassVar[str] = "linear"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedtext.model import NetworkModel
+from fedtext.learning.model import NetworkModel
 
 
 class FedAvgModel(NetworkModel):

@@ -34,7 +34,7 @@ from dataclasses import dataclass, replace
 import cma
 import numpy as np
 
-from fedtext.blackbox import new_es
+from fedtext.learning.blackbox import new_es
 from fedtext.methods.fedbpt.config import REFERENCE_CLAMPS, SIGMA_UPDATES
 
 
@@ -217,7 +217,7 @@ class ReferenceServerES:
     treats the means as injected solutions (it shortens any whose Mahalanobis distance from
     the mean is implausibly long under N(z, sigma'^2 C)). The clients are then sent
     ``(mean, sigma_local, C)`` with :func:`reference_local_sigma`. pycma runs with the
-    authors' step-size rule whatever version is installed (:func:`fedtext.blackbox.new_es`).
+    authors' step-size rule whatever version is installed (:func:`fedtext.learning.blackbox.new_es`).
 
     m is the round's clients as configured (``clients-per-round``; with 0, those asked in the
     round that builds it), not its valid uploads: the authors fix m to their client count.
@@ -240,7 +240,7 @@ class ReferenceServerES:
         if m < 2:
             raise ValueError("the server's population needs m >= 2 clients")
         self.seed, self.d = seed, d
-        self.es = new_es(np.zeros(d), float(sigma0), self._opts(m))  # CSA as cma 3.4 (fedtext.blackbox.new_es)
+        self.es = new_es(np.zeros(d), float(sigma0), self._opts(m))  # CSA as cma 3.4 (fedtext.learning.blackbox.new_es)
         self.m, self.clamp = m, clamp
         self.sigma_local = float(sigma0)  # what clients start from; sigma_0 at round 1
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import ConfigError, check_choice, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import ConfigError, check_choice, check_range
+from fedtext.common.metrics import MetricSpec
 from fedtext.methods.subspace import SubspaceConfig
 
 DOWNLOADS = ("full", "compact")
@@ -44,7 +44,7 @@ class FedBPTConfig(SubspaceConfig):
         "up: `[z, σ_1..σ_I, F]` = `4(d+I+1) + 128` B; down: `(z, σ, C)` = `4(d+1+d²) + 384` B, or `(z, σ)` = "
         "`4(d+1) + 256` B with `fedbpt.download=compact`")
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "popsize": 4, "intrinsic-dim": 20}
-    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.server.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     # eq. (4) keeps the best floor(|S_t|/2) clients and the server's CMA-ES recombines a population:

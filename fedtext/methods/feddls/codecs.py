@@ -21,7 +21,7 @@ codec         what travels per round                        payload bytes
               float16 scale per token (App. E, eqs. 17-18)
 ============  ============================================  ==========================
 
-plus :data:`fedtext.comm.NPY_HEADER_BYTES` per array (2 arrays for lasso and quant,
+plus :data:`fedtext.common.comm.NPY_HEADER_BYTES` per array (2 arrays for lasso and quant,
 1 for full and pca). ``lasso`` is incremental (each round's arrays are a residual on
 top of the previous p'); the others are absolute.
 """
@@ -34,8 +34,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from fedtext.comm import ArraySpec
-from fedtext.config import ConfigError
+from fedtext.common.comm import ArraySpec
+from fedtext.common.config import ConfigError
 
 SENTINEL = 65535  # uint16 "position unchanged" (§4.2 uses |V|+1; any id >= |V| works)
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import ConfigError, MethodConfig, check_choice, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import ConfigError, MethodConfig, check_choice, check_range
+from fedtext.common.metrics import MetricSpec
 
 COMPRESSIONS = ("lasso", "full", "pca", "quant")
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from fedtext.comm import ArraySpec
+from fedtext.common.comm import ArraySpec
+from fedtext.learning.model import PromptModel
 from fedtext.methods.feddls.codecs import check_upload
-from fedtext.model import PromptModel
 
 
 class FedDLSModel(PromptModel):

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import GRADIENT, MEAN, ConfigError, MethodConfig, RunConfig, check_choice, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import GRADIENT, MEAN, ConfigError, MethodConfig, RunConfig, check_choice, check_range
+from fedtext.common.metrics import MetricSpec
 
 INPUTS = ("prompt-text", "text", "prompt")  # §4.2.2: [P; x], x only, P only
 # ē: the mean over the text's tokens (eq. 2), or over the authors' code's 128 padded positions

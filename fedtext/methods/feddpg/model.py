@@ -9,12 +9,12 @@ import numpy as np
 import torch
 
 from fedtext.backbone import Backbone, EncodedBatch
-from fedtext.comm import ArraySpec
+from fedtext.common.comm import ArraySpec
+from fedtext.learning.model import Model
 from fedtext.methods.feddpg.config import PADDED_LENGTH
-from fedtext.model import Model
 
 if TYPE_CHECKING:
-    from fedtext.config import RunConfig
+    from fedtext.common.config import RunConfig
 
 
 def make_generator(dim: int, hidden: int, prompts: int) -> torch.nn.Sequential:

@@ -11,10 +11,10 @@ import numpy as np
 import torch
 
 from fedtext.backbone import EncodedBatch
-from fedtext.devices import backward_step
+from fedtext.backbone.devices import backward_step
 
 if TYPE_CHECKING:
-    from fedtext.config import RunConfig
+    from fedtext.common.config import RunConfig
 from fedtext.methods.feddpg.model import FedDPGModel
 
 # the unlearning update's optimizer (the paper names none): AdamW as the authors' code, or plain
@@ -78,7 +78,7 @@ def unlearn_seed(cfg: "RunConfig", partition_id: int, server_round: int) -> int:
     :func:`simulations.papers.feddpg.unlearning.unlearn_run` both take it from here, so that unlearning
     again from ``before-unlearning.npz`` repeats the run's unlearning round exactly (with
     three or more classes the relabels depend on it)."""
-    from fedtext.client import client_seed
+    from fedtext.client.numpy_client import client_seed
 
     return client_seed(cfg, partition_id, server_round)
 
@@ -116,7 +116,7 @@ def unlearn(model: FedDPGModel, arrays: Sequence[np.ndarray], batch: EncodedBatc
         metrics["retained_accuracy_before"] = accuracy(model, keep_b)
     gen = model.load(arrays, trainable=True)
     opt = UNLEARN_OPTIMIZERS[mc.unlearn_optimizer](gen.parameters(), lr=mc.unlearn_lr or mc.lr)
-    losses, scaler = [], model.backbone.precision.loss_scaler()  # fp16 only (fedtext.devices)
+    losses, scaler = [], model.backbone.precision.loss_scaler()  # fp16 only (fedtext.backbone.devices)
     for _ in range(mc.unlearn_steps):  # full batch: eq. (5) sums over all the client's examples
         forget_logits = model.logits(relabelled)
         now = float((forget_logits.argmax(-1) == forget_b.labels).float().mean())  # true labels, not relabels

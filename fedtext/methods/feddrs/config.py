@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from fedtext.config import ConfigError, check_choice, check_range, looks_like_path
+from fedtext.common.config import ConfigError, check_choice, check_range, looks_like_path
+from fedtext.common.metrics import MetricSpec
 from fedtext.methods.fedavg.config import FedAvgConfig
-from fedtext.metrics import MetricSpec
 
 SAMPLERS = ("random", "target", "adversarial")  # §4 (1)-(3), in this order everywhere
 LABEL_PRIORS = ("client", "uniform")  # where the pseudo labels γ_k are drawn from
@@ -42,7 +42,7 @@ class DistillConfig(FedAvgConfig):
     privacy_reason: ClassVar[str] = ("its server distils from each client's model on its own (each one's logits on the "
                                      "server's texts), not from their sum")
     heads: ClassVar[tuple[str, ...]] = ("linear", "similarity")  # pooled heads: pseudo inputs have no [MASK]
-    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.server.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 from fedtext.backbone import Backbone
-from fedtext.devices import Precision, accumulated_step
+from fedtext.backbone.devices import Precision, accumulated_step
 
 
 @dataclass
@@ -38,14 +38,14 @@ def distill_steps(student: Backbone, params: Sequence[torch.nn.Parameter], teach
     updating ``params`` only. Returns the loss before the first and after the last step.
 
     Each step back-propagates one teacher's term at a time and steps once on the accumulated
-    gradients (:func:`fedtext.devices.accumulated_step`): the gradient of the sum is the sum of
+    gradients (:func:`fedtext.backbone.devices.accumulated_step`): the gradient of the sum is the sum of
     the gradients, so the step is eq. (8)'s, while only one teacher's student graph is held at
     once. One backward over the whole sum held every teacher's activations together: at
     MPNet-base's shape FedDRS's server peaked at 17.4 GB in round 1 (docs/papers/feddrs.md)."""
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     terms = [functools.partial(_term, student, t, logits) for t in teachings]
     first = None
-    scaler = precision.loss_scaler()  # the student's; scales the loss under fp16 only (fedtext.devices)
+    scaler = precision.loss_scaler()  # the student's; scales the loss under fp16 only (fedtext.backbone.devices)
     for _ in range(steps):
         value = accumulated_step(terms, opt, scaler)
         first = value if first is None else first

@@ -8,8 +8,8 @@ import torch
 from torch import Tensor
 
 from fedtext.backbone import Backbone
-from fedtext.comm import ArraySpec
-from fedtext.heads import POOLED_HEADS, PooledHead
+from fedtext.common.comm import ArraySpec
+from fedtext.backbone.heads import POOLED_HEADS, PooledHead
 from fedtext.methods.fedavg.model import FedAvgModel
 
 

@@ -3,12 +3,12 @@ no torch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import MethodConfig, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import MethodConfig, check_range
+from fedtext.common.metrics import MetricSpec
 
 MAX_SEEDS = 65_536  # K: the seed index must fit the uint16 the paper's clients would send; replay cost grows with K
 
@@ -26,7 +26,7 @@ class FedKSeedConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.fedkseed.model:FedKSeedModel"
     strategy: ClassVar[str] = "strategies.fedkseed:FedKSeedStrategy"
     client: ClassVar[str] = "clients.fedkseed:FedKSeedClient"
-    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.server.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     # g = (L+ - L-) / (2 eps) needs the loss to ~1e-3 at eps = 5e-4: bf16 autocast rounds the weights

@@ -15,11 +15,11 @@ import numpy as np
 import torch
 
 from fedtext.backbone import Backbone
-from fedtext.comm import ArraySpec
-from fedtext.model import NetworkModel
+from fedtext.common.comm import ArraySpec
+from fedtext.learning.model import NetworkModel
 
 if TYPE_CHECKING:
-    from fedtext.config import RunConfig
+    from fedtext.common.config import RunConfig
 
 SEED_SALT = 0xF5EED  # keeps the candidate seeds apart from every other draw of the run seed
 ACCUMULATOR = "A"  # the global array: the scalar gradients accumulated per seed, [K]
@@ -223,7 +223,7 @@ class FedKSeedModel(NetworkModel):
     def initial_weights(self) -> list[torch.Tensor]:
         """w_0 in :meth:`fedtext.backbone.Backbone.named_trainable` order: the process's frozen
         pretrained weights (shared, never written) and the seeded ``linear`` head
-        (:meth:`fedtext.model.NetworkModel.head_init`)."""
+        (:meth:`fedtext.learning.model.NetworkModel.head_init`)."""
         frozen = dict(self.backbone.named_parameters())
         heads = self.head_init()
         return [torch.as_tensor(heads[n]) if n in heads else frozen[n].detach()

@@ -6,12 +6,12 @@ torch (the target module names are checked against the encoder when the model is
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import ConfigError, GRADIENT, MEAN, MethodConfig, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import GRADIENT, MEAN, ConfigError, MethodConfig, check_range
+from fedtext.common.metrics import MetricSpec
 
 # one item of target-modules: a role (fedtext.backbone.architectures.LINEAR_ROLES: query, value,
 # attention-output, ...) or a module's own name (dense, q)
@@ -28,7 +28,7 @@ class FedLoRAConfig(MethodConfig):
     model: ClassVar[str] = "fedtext.methods.fedlora.model:LoRAModel"
     strategy: ClassVar[str] = "strategies.fedlora:FedLoRA"
     client: ClassVar[str] = "clients.fedlora:FedLoRAClient"
-    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.server.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     summary: ClassVar[str] = "LoRA on the frozen encoder (PEFT), A and B averaged"

@@ -9,11 +9,11 @@ import torch
 
 from fedtext.backbone import Backbone
 from fedtext.backbone.architectures import LINEAR_ROLES, architecture_of
-from fedtext.config import ConfigError
+from fedtext.common.config import ConfigError
 from fedtext.methods.injected import InjectedModel
 
 if TYPE_CHECKING:
-    from fedtext.config import RunConfig
+    from fedtext.common.config import RunConfig
 
 
 class LoRAModel(InjectedModel):

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import GRADIENT, MEAN, MethodConfig, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import GRADIENT, MEAN, MethodConfig, check_range
+from fedtext.common.metrics import MetricSpec
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class FedPromptConfig(MethodConfig):
         "PLM; the server takes FedAvg's example-weighted mean of the prompts.")
     travels: ClassVar[str] = "prompt `T·D·4 + 128` B each way"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4}
-    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.server.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
 

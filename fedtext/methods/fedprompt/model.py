@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fedtext.model import PromptModel
+from fedtext.learning.model import PromptModel
 
 
 class FedPromptModel(PromptModel):

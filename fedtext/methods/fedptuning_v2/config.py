@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
-from fedtext.config import GRADIENT, MEAN, MethodConfig, check_range
-from fedtext.metrics import MetricSpec
+from fedtext.common.config import GRADIENT, MEAN, MethodConfig, check_range
+from fedtext.common.metrics import MetricSpec
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class FedPTuningV2Config(MethodConfig):
         "PLM; the server takes FedAvg's example-weighted mean.")
     travels: ClassVar[str] = "`prefix.key`, `prefix.value` `[L,T,D]` each way: `2·(4·L·T·D + 128)` B"
     smoke: ClassVar[Mapping[str, object]] = {"local-steps": 1, "batch-size": 4}
-    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.validation)
+    # no metrics of its own: its replies carry the telemetry every client sends (fedtext.server.validation)
     fit_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     evaluate_metrics: ClassVar[tuple[MetricSpec, ...]] = ()
     heads: ClassVar[tuple[str, ...]] = ("similarity", "tied", "mlm")

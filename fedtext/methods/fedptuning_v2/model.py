@@ -11,11 +11,11 @@ import torch
 
 from fedtext.backbone import Backbone, EncodedBatch
 from fedtext.backbone.architectures import architecture_of
-from fedtext.comm import ArraySpec
-from fedtext.model import Model
+from fedtext.common.comm import ArraySpec
+from fedtext.learning.model import Model
 
 if TYPE_CHECKING:
-    from fedtext.config import RunConfig
+    from fedtext.common.config import RunConfig
 
 
 def attention_projections(backbone: Backbone) -> list[tuple[torch.nn.Module, torch.nn.Module]]:

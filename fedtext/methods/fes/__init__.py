@@ -25,7 +25,7 @@ Methods (Table 3):
 Prompt-based = a frozen PLM's own classifier over a task description: the offline
 backbone (all-MiniLM-L6-v2) has no MLM head, so "prompt" here is the project's
 ``similarity`` head (cosine of the pooled encoding with encoded label descriptions,
-``fedtext.tasks``), or the cloze template + verbalizer of the ``tied`` head; with an
+``fedtext.common.tasks``), or the cloze template + verbalizer of the ``tied`` head; with an
 MLM checkpoint ``head=mlm`` is PET's pattern/verbalizer pair exactly (§2.2).
 
 Where the paper is silent, or the authors' code (UbiquitousLearning/FeS) differs:

@@ -9,7 +9,7 @@ import numpy as np
 from fedtext.methods.fes.config import FewShotConfig
 
 PSEUDO_PICK_SALT = 0x9E1  # seeds pseudo_pick's RNG apart from every other draw of a client-round
-LABEL_SALT = 0x1AB  # the server's draw of G_label, a stream apart from G_train's (fedtext.sampling.TRAIN_SALT)
+LABEL_SALT = 0x1AB  # the server's draw of G_label, a stream apart from G_train's (fedtext.server.sampling.TRAIN_SALT)
 
 
 # ------------------------------------------------------------------ data placement

@@ -8,13 +8,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from fedtext.backbone.architectures import Architecture, architecture_of
-from fedtext.config import ConfigError
+from fedtext.common.config import ConfigError
+from fedtext.learning.model import NetworkModel
 from fedtext.methods.fes.config import PAPER_FROZEN_SHARE
-from fedtext.model import NetworkModel
 
 if TYPE_CHECKING:
     from fedtext.backbone import Backbone
-    from fedtext.config import RunConfig
+    from fedtext.common.config import RunConfig
 
 
 

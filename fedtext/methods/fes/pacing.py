@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedtext.config import ConfigError
+from fedtext.common.config import ConfigError
 
 
 # ------------------------------------------------------------------------ pacing

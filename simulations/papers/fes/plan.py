@@ -20,7 +20,7 @@ Which texts the plans are tested on (``--eval-on``, :data:`EVAL_SETS`):
   among the search's own gold texts (seeded): disjoint from every test text any run
   reports, whatever its seed or ``eval-size``, so the plan is not chosen on the texts it
   is then scored on (``results/fes_ag_news/fes_plan.txt``).
-* ``test``: the server's test texts, :func:`fedtext.data.server_test` with ``--seed`` and
+* ``test``: the server's test texts, :func:`fedtext.learning.data.server_test` with ``--seed`` and
   ``--eval-size``. With ``--seed S --eval-size 200`` these are *exactly* the 200 texts
   that the runs of seed S with ``eval-size=200`` report accuracy on: how the plan of the
   committed ``fes-searched`` runs was chosen (``results/fes_ag_news/fes_plan-test-texts.txt``),
@@ -39,10 +39,10 @@ import pandas as pd
 import torch
 
 from fedtext.backbone import backbone_for
-from fedtext.data import labelled, server_test
+from fedtext.common.registry import METHODS, make_config
+from fedtext.learning.data import labelled, server_test
 from fedtext.methods.fes.model import num_layers
 from fedtext.methods.fes.plan import search_depth
-from fedtext.registry import METHODS, make_config
 
 
 def heldout_rows(n_train: int, gold_rows: np.ndarray, size: int, seed: int) -> np.ndarray:

@@ -1,0 +1,132 @@
+"""``flower-supernode`` with its idle poll shortened: ``python -m fedtext.node.supernode
+[--idle-poll-s S] <flower-supernode arguments>``.
+
+Flower 1.42's SuperNode asks the SuperLink for a message, and when none is waiting sleeps
+3 s before it asks again (``flwr/supernode/start_client_internal.py``: ``time.sleep(3)``).
+A round sends each node two messages (fit, then evaluate) a few seconds apart, and each
+finds the node asleep: ~1.5 s on average before a fit starts and ~3 s before its evaluate
+(a node polls at once after a reply, finds nothing, and sleeps just as the server sends),
+where Flower's in-memory simulation grid polls every 0.1 s. This module runs Flower's own
+SuperNode, unchanged but for its sleeps: the idle one capped at ``--idle-poll-s`` (default
+:data:`IDLE_POLL_S`: a node then asks twice a second while idle) and its 0.5 s waits on its own
+state (the ClientApp's reply, an object's bytes: ~0.25 s on every message) at
+:data:`LOCAL_WAIT_S`. ``--idle-poll-s 3`` keeps Flower's idle poll.
+
+Its SuperExec (the process that starts a ClientApp for each message the SuperNode received)
+looks for new messages once a second by default: ~0.5 s more before every message. Flower has
+a switch for that one, the environment variable ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``; this
+module sets it to :data:`TASK_POLL_S` where it is not set (the SuperExec asks its own
+SuperNode on this device, not the SuperLink). ``python -m fedtext.node.service``
+starts the SuperNode through here (docs/deployment.md; tests/unit/test_node_service.py
+checks that Flower's loop still sleeps 3 s where this caps it).
+
+With ``--warm-clientapps N`` (N >= 1; the node service passes its own default,
+:data:`fedtext.node.service.WARM_CLIENTAPPS`) the SuperExec the SuperNode starts keeps N ClientApp
+processes ready, each handed one task token over its standard input (:mod:`fedtext.node.warm_exec`):
+the SuperNode's own ``flower-superexec`` command, built by Flower, is run as ``python -m
+fedtext.node.warm_exec superexec --warm N -- <its arguments>`` (:func:`start_warm_superexec`).
+``--warm-clientapps 0`` keeps Flower's cold ``flwr-clientapp`` per message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+IDLE_POLL_S = 0.5  # seconds between a SuperNode's polls while no message waits (Flower: 3)
+IDLE_SLEEP_S = 3.0  # Flower's idle sleep, the one IDLE_POLL_S caps (tests/unit/test_edge.py checks it is still 3)
+LOCAL_WAIT_S = 0.05  # the loop's waits on its own state (Flower: 0.5 s), a local read, not a request
+TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own switch (flwr/supercore/superexec/run_superexec.py)
+TASK_POLL_S = 0.1  # seconds between the SuperExec's looks for a message to start a ClientApp for (Flower: 1)
+
+
+class CappedSleep:
+    """The ``time`` module as Flower's SuperNode loop sees it: its idle sleep (3 s, a poll of the
+    SuperLink) capped at ``cap`` s, its other sleeps (0.5 s waits on its own state: a reply from
+    the ClientApp, an object's bytes) at :data:`LOCAL_WAIT_S`."""
+
+    def __init__(self, cap: float) -> None:
+        self.cap = cap
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(min(seconds, self.cap) if seconds >= IDLE_SLEEP_S else min(seconds, LOCAL_WAIT_S))
+
+
+def cap_idle_poll(cap: float) -> None:
+    """Cap the sleeps of Flower's SuperNode loop at ``cap`` seconds (this process only)."""
+    import flwr.supernode.start_client_internal as loop
+
+    loop.time = CappedSleep(cap)  # the module's own name for `time`; nothing else changes
+
+
+def warm_superexec_command(command: list[str], warm: int) -> list[str]:
+    """Flower's SuperExec command as the warm one: ``[flower-superexec, *args]`` becomes ``[python,
+    -m, fedtext.node.warm_exec, superexec, --warm, N, --, *args]``; any other command is unchanged."""
+    from fedtext.node.warm_exec import SUPEREXEC
+
+    if not command or os.path.basename(str(command[0])) != SUPEREXEC:
+        return list(command)
+    return [sys.executable, "-m", "fedtext.node.warm_exec", "superexec", "--warm", str(warm), "--", *command[1:]]
+
+
+class WarmSuperExecLauncher:
+    """The ``subprocess`` module as Flower's SuperNode loop sees it: its one ``Popen`` of
+    ``flower-superexec`` starts :mod:`fedtext.node.warm_exec`'s SuperExec with the same arguments."""
+
+    def __init__(self, warm: int) -> None:
+        self.warm = warm
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    def Popen(self, args: Any, *rest: Any, **kwargs: Any) -> subprocess.Popen:  # noqa: N802 - Flower's name
+        return subprocess.Popen(warm_superexec_command(list(args), self.warm), *rest, **kwargs)
+
+
+def start_warm_superexec(warm: int) -> bool:
+    """Make the SuperNode in this process start the warm SuperExec (``warm`` ready ClientApps);
+    False, with one line on stderr, where this Flower changed a part it relies on
+    (:func:`fedtext.node.warm_exec.flower_contract_problems`): the node then runs Flower's cold ClientApps."""
+    from fedtext.node.warm_exec import flower_contract_problems
+
+    problems = flower_contract_problems()
+    if problems:
+        print(f"fedtext: warm ClientApp processes off, this Flower changed {'; '.join(problems)}: every message "
+              "starts Flower's cold flwr-clientapp", file=sys.stderr, flush=True)
+        return False
+    import flwr.supernode.start_client_internal as loop
+
+    loop.subprocess = WarmSuperExecLauncher(warm)  # the module's own name for `subprocess`
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fedtext.node.supernode", add_help=False)
+    ap.add_argument("--idle-poll-s", type=float, default=IDLE_POLL_S)
+    ap.add_argument("--warm-clientapps", type=int, default=0)
+    args, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if not args.idle_poll_s > 0:
+        print(f"fedtext: --idle-poll-s must be > 0, got {args.idle_poll_s}", file=sys.stderr)
+        return 2
+    if args.warm_clientapps < 0:
+        print(f"fedtext: --warm-clientapps must be >= 0, got {args.warm_clientapps}", file=sys.stderr)
+        return 2
+    cap_idle_poll(args.idle_poll_s)
+    if args.warm_clientapps:
+        start_warm_superexec(args.warm_clientapps)
+    os.environ.setdefault(TASK_POLL_ENV, str(TASK_POLL_S))  # inherited by the SuperExec the SuperNode starts
+    from flwr.supernode.cli import flower_supernode
+
+    sys.argv = ["flower-supernode", *rest]
+    return int(flower_supernode() or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,545 @@
+"""Warm ClientApp processes for a SuperNode: Flower's SuperExec with an executor that hands each
+ClientApp task to a process started ahead of need.
+
+Why. Flower 1.42's SuperNode (default ``--isolation subprocess``) starts ``flower-superexec``,
+whose :class:`~flwr.supercore.superexec.executor.subprocess_executor.SubprocessExecutor`
+starts ``flwr-clientapp --token T`` for every message: a new Python that imports Flower
+(~1.2-1.4 s on this project's 2-core machine, measured in ``python -X importtime``) before
+it pulls its one message, answers it and exits. A fedtext round sends each node two messages
+(fit, then evaluate), so a deployment round pays that start-up about twice per node where a
+Ray actor pays it once per run (docs/performance.md, "Deployment rounds"). Flower keeps a
+ClientApp process single-use on purpose (a long-running ``flwr-clientapp`` was added and later
+disallowed; flwrlabs/flower#3670 is open), so this module keeps the rule and moves the start-up
+off the message's path: a ClientApp process is started *before* its task arrives, waits with
+Python and Flower (and the Flower modules fedtext's ClientApp shim needs) imported, and is
+handed one task token when one comes; it then runs Flower's own ``run_clientapp`` on that one
+task, exactly as ``flwr-clientapp`` would, and exits. A new one is started at once.
+
+Flower's parts, and why these. Flower's own warm pools (``warm_executor_pool.py``,
+``warm_executor_dispatch.py``) exist for its Kubernetes executor only: pre-started Pods handed
+a token on standard input through ``--token-stdin`` (``flwr.common.args``), the very channel
+used here. :func:`flwr.supercore.superexec.executor.factory.get_executor` offers the
+subprocess and Kubernetes executors and no plugin entry, so :func:`superexec_main` runs
+Flower's own ``flower-superexec`` entry point (its argument parsing, auth secret, health
+server, task loop and parent-process monitor unchanged) with the module-level name
+``get_executor`` of ``run_superexec`` answering :class:`WarmClientAppExecutor` for the
+subprocess type. The SuperNode starts that SuperExec itself: in subprocess isolation
+``flwr.supernode.start_client_internal`` builds the SuperExec's command (Runtime API address,
+TLS arguments, ``--parent-pid``, the dependency flag) and ``Popen``\\ s ``flower-superexec``;
+:func:`fedtext.node.supernode.start_warm_superexec` turns that one command into ``python -m
+fedtext.node.warm_exec superexec --warm N -- <the same arguments>``. The alternative the issue
+names, ``--isolation process`` with a SuperExec fedtext starts beside the SuperNode, would
+re-derive those arguments from the SuperNode's command line (its address flags, TLS,
+certificates): a second copy of what Flower computes, which a Flower upgrade could silently
+make wrong. The worker's flags are Flower's own (``add_args_flwr_app_common`` with
+``include_token_stdin``, :func:`flwr.common.args.try_obtain_flwr_app_token`) and its task is
+run by Flower's ``run_clientapp``. tests/unit/test_warm_exec.py pins each of these contracts.
+
+The token. It never appears on a command line or in a log: a worker's command holds
+``--token-stdin`` and the token arrives on the worker's standard input, a pipe only the
+SuperExec holds (a process of another user cannot open another's pipe; ``/proc/<pid>/fd`` is
+the owner's). The worker reads one bounded token line with Flower's own reader and closes
+its standard input.
+
+What runs is the FAB's code. ``run_clientapp`` installs the run's FAB and imports
+``fedtext.client_app`` from it (Flower puts the app's folder first on ``sys.path`` and imports
+a module not yet in ``sys.modules``). A worker therefore imports what the shim needs from outside
+fedtext (:data:`SHIM_IMPORTS`: Flower's modules, checked against the shim's own imports by a
+test) and drops every ``fedtext`` module from ``sys.modules`` (:func:`forget_fedtext`; the worker's
+own module is ``__main__``) before it waits: the task imports the FAB's fedtext afresh, as a cold
+``flwr-clientapp`` would, and only Flower stays imported.
+
+Failures. A task whose worker died before it took the token, or with none ready, starts
+Flower's cold ``flwr-clientapp`` as today (counted in :attr:`WarmClientAppExecutor.cold`).
+A worker killed after it took its token (a signal: no exit handler of Flower's ran) fails that one
+task, and the round goes on. Flower answers a dead task only when it is RUNNING with its message
+already pulled: 2 x 30 s after its last heartbeat its claim expires and the SuperNode's state stores
+Flower's own ``CLIENT_APP_CRASHED`` error reply for every *retrieved*, unanswered message of the run
+(``_on_task_tokens_expired``). But ``run_clientapp`` starts its task in two calls, ``PullTaskInput``
+(STARTING -> RUNNING) and then ``PullMessages`` (the message marked retrieved): a process killed
+between them leaves a RUNNING task whose message nobody pulled, which expires with no reply while the
+message waits for a task that will never come, and the run hangs until its timeout (read in Flower's
+code: the hang seen 3 times in 3 on 2026-11-29, issue 68). So the pool, between Flower's polls, finishes what the dead process started
+with its token (:func:`fail_killed_task`): ``PullTaskInput`` (a task still STARTING becomes RUNNING;
+one already RUNNING refuses, harmlessly) and ``PullMessages`` (the message, if still waiting, is
+marked retrieved). Every case is then Flower's own: the claim expires and the error reply reaches
+the ServerApp, which counts one failure (``client_failures``) and goes on.
+Workers that exit before any token :data:`MAX_EARLY_EXITS` times in a row (a broken install) switch the pool off with one
+warning; every task then starts cold. Idle workers are stopped when the SuperExec stops, and
+each watches its SuperExec (``--parent-pid``) and exits when it is gone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import hashlib
+import importlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any
+
+from flwr.supercore import log
+from flwr.supercore.constant import ExecutorType, TaskType
+from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExecutor
+from flwr.supercore.superexec.executor.types import ExecutionSpec, LaunchResult
+
+MAX_EARLY_EXITS = 3  # workers that exit before any token, in a row, before the pool is switched off
+STOP_GRACE_S = 5.0  # seconds an idle worker gets to exit on SIGTERM before SIGKILL
+# What fedtext's ClientApp shim (fedtext.client_app and the fedtext modules it imports) imports from outside
+# fedtext, imported by a warm process before its task: the task then imports only the FAB's own fedtext.
+# tests/unit/test_warm_exec.py checks that this covers everything `import fedtext.client_app` loads.
+SHIM_IMPORTS = ("flwr.app", "flwr.app.message_type", "flwr.client", "flwr.client.mod", "flwr.clientapp.typing",
+                "flwr.common", "flwr.common.secure_aggregation.secaggplus_constants", "flwr.compat.common",
+                "resource", "tomllib")
+SUPEREXEC = "flower-superexec"  # what Flower's SuperNode starts in subprocess isolation (start_client_internal.py)
+
+
+@dataclass(frozen=True)
+class WorkerKey:
+    """What a ClientApp process is started with, less its token: a task whose spec differs runs cold.
+
+    The fields are :class:`~flwr.supercore.superexec.executor.types.ExecutionSpec`'s own, as
+    Flower's ``SubprocessExecutor.launch`` turns them into ``flwr-clientapp`` flags.
+    """
+
+    runtime_api_address: str
+    insecure: bool
+    root_certificates_path: str | None
+    runtime_dependency_install: bool
+    parent_pid: int | None
+
+    @classmethod
+    def of(cls, spec: ExecutionSpec) -> WorkerKey:
+        return cls(spec.runtime_api_address, spec.insecure, spec.root_certificates_path,
+                   spec.runtime_dependency_install, spec.parent_pid)
+
+    def command(self) -> list[str]:
+        """The worker's command: ``flwr-clientapp``'s flags (Flower's ``SubprocessExecutor.launch``
+        order) with ``--token-stdin`` where that one has ``--token T``."""
+        args = [sys.executable, "-m", "fedtext.node.warm_exec", "worker",
+                "--runtime-api-address", self.runtime_api_address, "--token-stdin"]
+        if self.insecure:
+            args.append("--insecure")
+        elif self.root_certificates_path is not None:
+            args += ["--root-certificates", self.root_certificates_path]
+        if self.parent_pid is not None:
+            args += ["--parent-pid", str(self.parent_pid)]
+        if self.runtime_dependency_install:
+            args.append("--allow-runtime-dependency-installation")
+        return args
+
+
+class WarmClientAppExecutor(SubprocessExecutor):
+    """Flower's subprocess executor, but a ClientApp task goes to a process started ahead of need.
+
+    Parameters
+    ----------
+    size : int
+        ClientApp processes kept ready (>= 1).
+    key : WorkerKey
+        What they are started with; tasks whose spec has another key run cold.
+    command : list[str] or None
+        The worker's command (default ``key.command()``); tests give a stand-in.
+    fail_task : callable or None
+        What is done with the token of a task whose process a signal killed (default
+        :func:`fail_killed_task` on ``key``'s Runtime API); tests give a recorder.
+    """
+
+    def __init__(self, size: int, key: WorkerKey, command: list[str] | None = None,
+                 fail_task: Callable[[str], None] | None = None) -> None:
+        if size < 1:
+            raise ValueError(f"a warm pool needs size >= 1, got {size}")
+        self.size, self.key = size, key
+        self._command = command or key.command()
+        self._ready: collections.deque[subprocess.Popen] = collections.deque()
+        self._busy: list[subprocess.Popen] = []  # handed a token; kept to reap them
+        self._tokens: dict[int, tuple[int, str]] = {}  # pid of a busy process -> (task id, its token)
+        self._fail_task = fail_task or (lambda token: fail_killed_task(key, token))
+        self.killed = 0  # handed processes a signal ended before their task was answered
+        self.warm = 0  # tasks handed to a ready process
+        self.cold = 0  # tasks started cold (none ready, another key, another task type)
+        self.early_exits = 0  # ready processes that exited before any token, in a row
+        self.enabled = True
+        self._fill()
+
+    # -------------------------------------------------------------------------------- the pool
+    def _start(self) -> subprocess.Popen:
+        return subprocess.Popen(self._command, stdin=subprocess.PIPE, close_fds=True)
+
+    def _prune(self) -> None:
+        """Reap finished tasks (failing the task of one a signal killed: :func:`fail_killed_task`);
+        count ready processes that died without a task."""
+        running = []
+        for proc in self._busy:
+            if proc.poll() is None:
+                running.append(proc)
+                continue
+            task_id, token = self._tokens.pop(proc.pid, (-1, ""))
+            if proc.returncode < 0 and token:  # a signal: Flower's exit handler did not run
+                self.killed += 1
+                log(WARNING, "fedtext: warm ClientApp process %d was killed (signal %d) with task %d: the task "
+                    "fails (Flower's error reply when its claim expires) and the round goes on", proc.pid,
+                    -proc.returncode, task_id)
+                try:
+                    self._fail_task(token)
+                except Exception as err:  # noqa: BLE001 - the SuperExec's loop must go on; Flower's expiry still runs
+                    log(WARNING, "fedtext: could not finish task %d's start for Flower's expiry: %r", task_id, err)
+        self._busy = running
+        alive = collections.deque()
+        for proc in self._ready:
+            if proc.poll() is None:
+                alive.append(proc)
+                continue
+            self.early_exits += 1
+            if proc.stdin is not None:
+                proc.stdin.close()
+        self._ready = alive
+        if self.enabled and self.early_exits >= MAX_EARLY_EXITS:
+            self.enabled = False
+            log(WARNING, "fedtext: %d warm ClientApp processes in a row exited before any task: "
+                "every task now starts Flower's cold flwr-clientapp", self.early_exits)
+            self.close()
+
+    def _fill(self) -> None:
+        """Top the pool up to ``size`` while no handed task runs; while one runs, only to one ready
+        process (a node's tasks come one after another, and the next must not start cold). A process's
+        start-up beside a task's compute takes its CPU: on the demo (2 SuperNodes, 2 cores) replacing
+        each handed process at once made fedprompt's fit 1.0 -> 1.6 s and its evaluate 0.6 -> 0.8 s."""
+        if not self.enabled:
+            return
+        while len(self._ready) < (1 if self._busy else self.size):
+            self._ready.append(self._start())
+
+    def _hand(self, proc: subprocess.Popen, token: str) -> bool:
+        """Write ``token`` and a newline to ``proc``'s standard input and close it; False when the
+        process is gone (it then counts as an early exit)."""
+        if proc.poll() is not None or proc.stdin is None:
+            self.early_exits += 1
+            return False
+        try:
+            proc.stdin.write(f"{token}\n".encode("ascii"))
+            proc.stdin.close()
+        except (BrokenPipeError, OSError):
+            self.early_exits += 1
+            return False
+        return True
+
+    # ----------------------------------------------------------------------- Flower's interface
+    def launch(self, spec: ExecutionSpec) -> LaunchResult:
+        """Hand a ClientApp task to a ready process; anything else, or none ready, starts cold."""
+        if spec.task_type == TaskType.CLIENT_APP and self.enabled and WorkerKey.of(spec) == self.key:
+            self._prune()
+            while self._ready:
+                proc = self._ready.popleft()
+                if self._hand(proc, spec.token):
+                    self.early_exits = 0
+                    self._busy.append(proc)
+                    self._tokens[proc.pid] = (spec.task_id, spec.token)
+                    self.warm += 1
+                    log(INFO, "fedtext: task %d to warm ClientApp process %d", spec.task_id, proc.pid)
+                    self._fill()  # a new one only if none is left ready (the rest once this task is done)
+                    return LaunchResult.accepted()
+        self.cold += 1
+        log(INFO, "fedtext: task %d to a cold %s (no warm process fits it)", spec.task_id, spec.task_type)
+        result = super().launch(spec)
+        self._fill()
+        return result
+
+    def reconcile(self) -> None:
+        """Between Flower's task polls: reap, replace ready processes that died, and top the pool up
+        once the tasks handed out are done."""
+        self._prune()
+        self._fill()
+
+    def close(self) -> None:
+        """Stop the ready processes (they hold no task); running tasks finish as Flower's would."""
+        ready, self._ready = list(self._ready), collections.deque()
+        for proc in ready:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in ready:
+            try:
+                proc.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            if proc.stdin is not None:
+                proc.stdin.close()
+
+
+def fail_killed_task(key: WorkerKey, token: str) -> None:
+    """Finish the start of a task whose ClientApp process was killed, so that Flower's expiry answers it.
+
+    Does, with the dead process's ``token``, the two calls ``run_clientapp``'s ``pull_task_input``
+    begins a task with (Flower's own client, interceptors and requests), each allowed to fail:
+    ``PullTaskInput`` moves a task still STARTING to RUNNING (one already RUNNING is refused) and
+    ``PullMessages`` marks its message retrieved (none left: the process had pulled it). The claim
+    then expires 2 x 30 s after the last heartbeat and Flower stores its ``CLIENT_APP_CRASHED``
+    error reply for the retrieved message (the module docstring says why this is needed).
+    """
+    from flwr.proto.runtime_pb2 import PullAppMessagesRequest, PullTaskInputRequest
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+    from flwr.supercore.runtime import RuntimeHttpClient
+
+    retry = make_simple_http_retry_invoker()
+    retry.max_tries = 1  # as run_clientapp's exit handler: one try each, the SuperExec's loop waits on it
+    certificates = None if key.insecure or key.root_certificates_path is None else Path(
+        key.root_certificates_path).read_bytes()
+    client = RuntimeHttpClient.from_server_address(
+        server_address=key.runtime_api_address, insecure=key.insecure, root_certificates=certificates,
+        interceptors=[RuntimeVersionHttpInterceptor(component_name="flwr-clientapp"),
+                      RuntimeTokenHttpInterceptor(token)], retry_invoker=retry)
+    try:
+        for call, request in ((client.PullTaskInput, PullTaskInputRequest()),
+                              (client.PullMessages, PullAppMessagesRequest())):
+            try:
+                call(request)
+            except Exception:  # noqa: BLE001, S112 - refused (already RUNNING, token expired): the next call decides
+                continue
+    finally:
+        client.close()
+
+
+# ------------------------------------------------------------------------------ Flower's contracts
+def flower_contract_problems() -> list[str]:
+    """What of Flower this module relies on has changed (empty: all as in Flower 1.42).
+
+    Checked before a SuperNode turns warm processes on (:func:`fedtext.node.supernode.main`): a Flower
+    that moved one of these parts runs with Flower's cold ClientApps and one line that says which
+    part, instead of a patch that silently does nothing or breaks a node. tests/unit/test_warm_exec.py
+    asserts the list is empty for the pinned Flower.
+    """
+    import inspect
+
+    problems = []
+
+    def check(what: str, test: Callable[[], bool]) -> None:
+        try:
+            ok = test()
+        except Exception:  # noqa: BLE001 - a missing module or name is a changed contract too
+            ok = False
+        if not ok:
+            problems.append(what)
+
+    def supernode() -> bool:
+        import flwr.supernode.start_client_internal as loop
+
+        source = inspect.getsource(loop)
+        return (loop.subprocess is subprocess and f'command = ["{SUPEREXEC}"]' in source
+                and "subprocess.Popen(command)" in source and '"--runtime-api-address"' in source)
+
+    def superexec() -> bool:
+        import flwr.supercore.superexec.run_superexec as rs
+
+        params = list(inspect.signature(rs.get_executor).parameters)
+        return "get_executor(" in inspect.getsource(rs.run_superexec) and params[:2] == ["executor_type",
+                                                                                           "executor_config"]
+
+    def spec() -> bool:
+        from flwr.supercore.superexec.plugin import base_exec_plugin
+
+        fields = set(ExecutionSpec.__dataclass_fields__)
+        return ({"task_type", "token", *WorkerKey.__dataclass_fields__} <= fields
+                and "parent_pid=os.getpid()" in inspect.getsource(base_exec_plugin))
+
+    def token_stdin() -> bool:
+        from flwr.common.args import add_args_flwr_app_common, try_obtain_flwr_app_token
+
+        parser = argparse.ArgumentParser()
+        add_args_flwr_app_common(parser, include_token_stdin=True)
+        return parser.parse_args(["--token-stdin"]).token_stdin is True and callable(try_obtain_flwr_app_token)
+
+    def clientapp() -> bool:
+        from flwr.supernode.runtime import run_clientapp as runtime
+
+        source = inspect.getsource(runtime.run_clientapp)
+        return (list(inspect.signature(runtime.run_clientapp).parameters) == [
+            "runtime_api_address", "token", "insecure", "certificates", "parent_pid", "runtime_dependency_install"]
+            and source.count("pull_task_input(") == 1 and "install_from_fab(" in source
+            and "RuntimeHttpClient.from_server_address(" in source
+            and callable(runtime.make_simple_http_retry_invoker))
+
+    def installer() -> bool:
+        from flwr.cli import install
+
+        source = inspect.getsource(install.validate_and_install)
+        return ("if install_path.exists():" in source and "fab_hash[:FAB_HASH_TRUNCATION]" in source
+                and "if skip_prompt:\n            return install_path" in source)
+
+    def expiry() -> bool:
+        from flwr.supernode.nodestate import in_memory_nodestate as nodestate
+        from flwr.supernode.runtime import run_clientapp as runtime
+
+        pull = inspect.getsource(runtime.pull_task_input)
+        replies = inspect.getsource(nodestate.InMemoryNodeState._store_error_replies)
+        return (pull.index("client.PullTaskInput(") < pull.index("client.PullMessages(")
+                and "entry.is_retrieved" in replies and "_store_error_replies" in inspect.getsource(
+                    nodestate.InMemoryNodeState._on_task_tokens_expired))
+
+    check("the SuperNode's Popen of flower-superexec (flwr/supernode/start_client_internal.py)", supernode)
+    check("the SuperExec's get_executor (flwr/supercore/superexec/run_superexec.py)", superexec)
+    check("the executor's ExecutionSpec and its parent_pid (flwr/supercore/superexec/executor/types.py)", spec)
+    check("--token-stdin of Flower's app arguments (flwr/common/args.py)", token_stdin)
+    check("run_clientapp's arguments and its one task (flwr/supernode/runtime/run_clientapp.py)", clientapp)
+    check("install_from_fab's installed-folder return (flwr/cli/install.py)", installer)
+    check("a task's two starting calls and the expiry's error replies for retrieved messages "
+          "(flwr/supernode/runtime/run_clientapp.py, flwr/supernode/nodestate/in_memory_nodestate.py)", expiry)
+    return problems
+
+
+# ------------------------------------------------------------------------------ the SuperExec
+def superexec_args(argv: list[str]) -> argparse.Namespace:
+    """The ``flower-superexec`` flags a warm pool's processes copy (the rest are Flower's alone)."""
+    ap = argparse.ArgumentParser(add_help=False)
+    ap.add_argument("--runtime-api-address", "--appio-api-address", dest="runtime_api_address", default="")
+    ap.add_argument("--insecure", action="store_true")
+    ap.add_argument("--root-certificates", default=None)
+    ap.add_argument("--allow-runtime-dependency-installation", dest="runtime_dependency_install",
+                    action="store_true")
+    return ap.parse_known_args(argv)[0]
+
+
+def executor_factory(size: int, key: WorkerKey) -> Any:
+    """Flower's ``get_executor`` with the subprocess type answered by a warm pool of ``size``."""
+    from flwr.supercore.superexec.executor import factory
+
+    def get_executor(executor_type: ExecutorType, executor_config: Any = None, **kwargs: Any) -> Any:
+        if executor_type == ExecutorType.SUBPROCESS:
+            return WarmClientAppExecutor(size, key)
+        return factory.get_executor(executor_type, executor_config, **kwargs)
+
+    return get_executor
+
+
+def superexec_main(argv: list[str]) -> int:
+    """``python -m fedtext.node.warm_exec superexec --warm N -- <flower-superexec arguments>``."""
+    ap = argparse.ArgumentParser(prog="python -m fedtext.node.warm_exec superexec")
+    ap.add_argument("--warm", type=int, required=True, help="ClientApp processes kept ready (>= 1)")
+    ap.add_argument("superexec", nargs=argparse.REMAINDER, help="-- and flower-superexec's arguments")
+    args = ap.parse_args(argv)
+    rest = args.superexec[1:] if args.superexec[:1] == ["--"] else args.superexec
+    if args.warm < 1:
+        ap.error(f"--warm must be >= 1, got {args.warm}")
+    flags = superexec_args(rest)
+    if not flags.runtime_api_address:
+        ap.error("give flower-superexec's --runtime-api-address after --")
+    # Flower's plugin gives every spec parent_pid = the SuperExec's own PID (base_exec_plugin.py)
+    key = WorkerKey(flags.runtime_api_address, flags.insecure,
+                    None if flags.insecure else flags.root_certificates,
+                    flags.runtime_dependency_install, os.getpid())
+    import flwr.supercore.superexec.run_superexec as run_superexec
+    from flwr.supercore.cli.flower_superexec import flower_superexec
+
+    run_superexec.get_executor = executor_factory(args.warm, key)  # the module's own name, read per call
+    sys.argv = ["flower-superexec", *rest]
+    flower_superexec()
+    return 0
+
+
+# ------------------------------------------------------------------------------ the worker
+def forget_fedtext(modules: dict[str, Any] | None = None) -> list[str]:
+    """Drop ``fedtext`` and its submodules from ``modules`` (default ``sys.modules``): the task
+    imports the FAB's own fedtext. Returns the names dropped."""
+    modules = sys.modules if modules is None else modules
+    names = [n for n in modules if n == "fedtext" or n.startswith("fedtext.")]
+    for name in names:
+        del modules[name]
+    return names
+
+
+def installed_fab(fab_content: bytes, home: Path | None = None) -> Path | None:
+    """The folder Flower installed the FAB ``fab_content`` into, when it is there: ``<FLWR_HOME>/apps/
+    <publisher>.<name>.<version>.<first FAB_HASH_TRUNCATION hex digits of its SHA-256>``, found by
+    that hash alone (exactly one such folder holding a ``pyproject.toml``); None otherwise."""
+    from flwr.common.config import get_flwr_home
+    from flwr.common.constant import APP_DIR, FAB_HASH_TRUNCATION
+
+    digest = hashlib.sha256(fab_content).hexdigest()[:FAB_HASH_TRUNCATION]
+    apps = (home or get_flwr_home()) / APP_DIR
+    found = [p for p in apps.glob(f"*.{digest}") if (p / "pyproject.toml").is_file()] if apps.is_dir() else []
+    return found[0] if len(found) == 1 else None
+
+
+def install_once(install_from_fab: Callable[..., Path]) -> Callable[..., Path]:
+    """Flower's ``install_from_fab`` for a ClientApp task: a FAB already installed is not unpacked again.
+
+    Flower's own function unpacks the whole FAB into a temporary folder, checks every file's
+    SHA-256 against its manifest and reads its ``pyproject.toml`` only to name the install folder;
+    when that folder exists it returns it untouched (``validate_and_install`` with
+    ``skip_prompt``). That costs every message 0.4-0.7 s here (measured on the demo) for a folder
+    keyed by the FAB's own SHA-256, which this wrapper finds by the hash directly. A FAB not yet
+    installed (a run's first message on this node) goes through Flower's function, checks and all.
+    """
+
+    def install(fab_file: Path | bytes, install_dir: Path | None = None, skip_prompt: bool = False) -> Path:
+        if isinstance(fab_file, bytes) and install_dir is None and skip_prompt:
+            found = installed_fab(fab_file)
+            if found is not None:
+                return found
+        return install_from_fab(fab_file, install_dir, skip_prompt)
+
+    return install
+
+
+def worker_main(argv: list[str]) -> int:
+    """One single-use ClientApp process: import, wait for one token on stdin, run that task."""
+    from flwr.common.args import add_args_flwr_app_common, try_obtain_flwr_app_token
+    from flwr.supercore.app_utils import start_parent_process_monitor
+    from flwr.supercore.tls import validate_and_resolve_root_certificates
+    from flwr.supernode.runtime import run_clientapp as runtime
+
+    from fedtext.records.probes import TASK_START_ENV
+
+    for name in SHIM_IMPORTS:
+        importlib.import_module(name)
+
+    ap = argparse.ArgumentParser(prog="python -m fedtext.node.warm_exec worker")
+    ap.add_argument("--runtime-api-address", required=True)
+    add_args_flwr_app_common(ap, include_token_stdin=True)
+    args = ap.parse_args(argv)
+    if not args.token_stdin:
+        ap.error("a warm ClientApp process takes its token on standard input only (--token-stdin)")
+    certificates = validate_and_resolve_root_certificates(args.root_certificates, args.insecure)
+    if args.parent_pid is not None:
+        start_parent_process_monitor(args.parent_pid)  # idle: exit with the SuperExec
+    # The task's first HTTP client imports httpcore and builds its transport (0.1 s idle, 0.2-0.5 s
+    # on a busy node): one made and closed now leaves only the connection to the task.
+    runtime.RuntimeHttpClient.from_server_address(
+        server_address=args.runtime_api_address, insecure=args.insecure, root_certificates=certificates,
+        interceptors=[], retry_invoker=runtime.make_simple_http_retry_invoker()).close()
+    if sys.path and sys.path[0] == os.getcwd():
+        sys.path.pop(0)  # `python -m` put the working folder first; flwr-clientapp has no such entry
+    forget_fedtext()
+    try:
+        if not sys.stdin.buffer.peek(1):  # closed with no token: the pool stopped this idle process
+            return 0
+    except KeyboardInterrupt:  # the parent monitor's SIGINT: the SuperExec is gone
+        return 0
+    os.environ[TASK_START_ENV] = repr(time.time())  # the task's start-up begins now (fedtext.records.probes)
+    token = try_obtain_flwr_app_token(args)  # Flower's reader: one bounded hex line, then stdin closed
+    runtime.install_from_fab = install_once(runtime.install_from_fab)  # the module's own name, read per call
+    runtime.run_clientapp(runtime_api_address=args.runtime_api_address, token=token, insecure=args.insecure,
+                  certificates=certificates, parent_pid=args.parent_pid,
+                  runtime_dependency_install=args.runtime_dependency_install)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    roles = {"superexec": superexec_main, "worker": worker_main}
+    if not argv or argv[0] not in roles:
+        print("usage: python -m fedtext.node.warm_exec {superexec,worker} ...", file=sys.stderr)
+        return 2
+    return roles[argv[0]](argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

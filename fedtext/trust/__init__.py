@@ -1,0 +1,16 @@
+"""The trust mechanisms that both sides apply to an update: differential privacy and
+robust aggregation.
+
+* :mod:`~fedtext.trust.privacy`: client-level DP (central on the server, local on the
+  client), fixed and adaptive clipping, Poisson sampling rates, the RDP and PLD accountants;
+* :mod:`~fedtext.trust.robust`: how the server combines a round's valid uploads (mean,
+  median, trimmed mean, Krum; update clipping), and the update arithmetic
+  (:func:`~fedtext.trust.robust.along`) the client-side attacks reuse.
+
+The server's own share of trust (validating every upload, SecAgg+'s unmasking) runs only in
+the ServerApp and lives in :mod:`fedtext.server` (:mod:`~fedtext.server.validation`,
+:mod:`~fedtext.server.secagg`).
+
+May import: :mod:`fedtext.common` only: a client (local DP, attacks) and the server
+(central DP, robust aggregation) both import it.
+"""
