@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from flwr.common import NDArrays, Scalar
 
-from fedtext.client.numpy_client import SubspaceClient, client_seed
 from fedtext.learning.blackbox import WhitenedCMA
+from fedtext.client.numpy_client import SubspaceClient, client_seed
 from fedtext.methods.fedbpt.perturb import perturb
 
 

@@ -10,9 +10,9 @@ import numpy as np
 from flwr.app import ConfigRecord
 from flwr.common import NDArrays, Scalar
 
+from fedtext.common import comm
 from fedtext.backbone import Backbone
 from fedtext.client.numpy_client import FedTextClient, client_seed
-from fedtext.common import comm
 from fedtext.methods.feddls.codecs import codec_for, encode_upload
 
 

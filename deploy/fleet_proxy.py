@@ -91,8 +91,8 @@ def body_cap(methods: list[str], run_config: dict[str, object]) -> Cap:
 
     from fedtext.backbone import backbone_for
     from fedtext.common.config import RunConfig
-    from fedtext.common.registry import METHODS
     from fedtext.learning.data import labelled
+    from fedtext.common.registry import METHODS
 
     best: Cap | None = None
     for method in methods:

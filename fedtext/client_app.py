@@ -38,8 +38,8 @@ from flwr.common import Context, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE
 from flwr.compat.common import recorddict_compat as compat
 
-from fedtext.common.quiet import quiet_ray_tip
 from fedtext.node.service import node_service_mod
+from fedtext.common.quiet import quiet_ray_tip
 
 # Flower's simulation process imports this module before it starts Ray: Ray's FutureWarning
 # at ray.init is filtered from here (fedtext.common.quiet; Ray's behaviour unchanged)
@@ -90,10 +90,10 @@ def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
     """
 
     def client_fn(context: Context) -> Client:
-        from fedtext.common.progress import setup_logging
         from fedtext.node.node import (
             make_client,  # torch and transformers: only where a client is built
         )
+        from fedtext.common.progress import setup_logging
 
         setup_logging()  # the client's progress lines (fedtext.common.progress) reach Flower's console
         return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state,

@@ -30,24 +30,25 @@ from flwr.common import Context
 from flwr.server import Grid, Server, ServerApp, ServerAppComponents, ServerConfig, SimpleClientManager
 from flwr.server.history import History
 
-from fedtext.backbone.architectures import max_tokens
 from fedtext.common import comm
+
+from fedtext.server import checkpoint, secagg
 from fedtext.common.components import resolve
 from fedtext.common.config import DERIVED_KEYS, ConfigError, RunConfig
+from fedtext.learning.data import labelled, warn_about_texts
+from fedtext.server.grid import ReplyPollingGrid
+from fedtext.backbone.architectures import max_tokens
+from fedtext.learning.model import PromptModel
 from fedtext.common.progress import setup_logging
 from fedtext.common.quiet import quiet_flower, quiet_ray_tip
-from fedtext.common.registry import METHODS
-from fedtext.common.tracking import check_installed
-from fedtext.learning.data import labelled, warn_about_texts
-from fedtext.learning.model import PromptModel
 from fedtext.records.probes import fab_fields
 from fedtext.records.reader import read_config
 from fedtext.records.signals import exit_reason, install_signal_handlers
 from fedtext.records.writer import RunRecorder, run_folder_name
-from fedtext.server import checkpoint, secagg
-from fedtext.server.grid import ReplyPollingGrid
+from fedtext.common.registry import METHODS
 from fedtext.server.sampling import wait_for_nodes
 from fedtext.server.strategy import Evaluator, FedTextStrategy
+from fedtext.common.tracking import check_installed
 
 log = logging.getLogger("fedtext")
 quiet_ray_tip()  # in case this module loads first; fedtext.client_app's import is the one before ray.init

@@ -197,8 +197,8 @@ def timed_client_round(cfg, rounds: int = 1, warm_up: bool = True, partition: in
     and is gone before the rounds, so that the memory is the client's."""
     import gc
 
-    from fedtext.learning.data import client_data, labelled
     from fedtext.node.node import client_class
+    from fedtext.learning.data import client_data, labelled
     from fedtext.records.probes import current_rss_mb, peak_rss_mb
     from fedtext.server_app import strategy_class
 
@@ -334,8 +334,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(client_round(args.client, args.budget, args.precision, args.rounds, args.device)))
         return 0
     if args.precisions:
-        from fedtext.backbone.devices import Precision
         from fedtext.common.config import DEVICE_PATTERN, ConfigError
+        from fedtext.backbone.devices import Precision
 
         try:
             if args.device == "auto" or not DEVICE_PATTERN.fullmatch(args.device):

@@ -152,12 +152,12 @@ def run_keys(method: str, model: str, extra: dict[str, Any]) -> dict[str, Any]:
 
 def measure(method: str, model: str, extra: dict[str, Any]) -> dict[str, Any]:
     """One row (module doc), in this process: the client alone first, then the round."""
-    import gc
-
     from fedtext.common.config import RunConfig
     from fedtext.common.registry import METHODS
     from simulations.bench import timed_client_round
     from simulations.inprocess import run
+
+    import gc
 
     keys = run_keys(method, model, extra)
     cfg = RunConfig.from_run_config(keys, METHODS)
@@ -451,6 +451,7 @@ def growth_figure(records: list[dict[str, Any]], path: Path = GROWTH_FIGURE) -> 
 
     matplotlib.use("Agg")  # headless
     import matplotlib.pyplot as plt
+
     from matplotlib.ticker import NullFormatter
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 5))

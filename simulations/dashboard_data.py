@@ -38,21 +38,8 @@ import pandas as pd
 
 from fedtext.records.probes import PROVENANCE_PACKAGES
 from fedtext.records.reader import (
-    RANDOM_WEIGHTS_NOTE,
-    RecordError,
-    configured_rounds,
-    decode_json,
-    file_problem,
-    finite_number,
-    privacy_spent,
-    random_weights,
-    read_config,
-    read_summary,
-    read_text,
-    record_lines,
-    round_line,
-    run_status,
-    summarize,
+    RANDOM_WEIGHTS_NOTE, RecordError, configured_rounds, decode_json, file_problem, finite_number, privacy_spent,
+    random_weights, read_config, read_summary, read_text, record_lines, round_line, run_status, summarize,
     without_accuracy,
 )
 

@@ -50,19 +50,8 @@ from dash import Dash, Input, Output, State, dash_table, dcc, html, no_update
 from fedtext.common.config import DERIVED_KEYS
 from fedtext.records import ROUND_FIELDS, finite_number
 from simulations.dashboard_data import (
-    ABSENT,
-    X_AXES,
-    Chart,
-    RunStore,
-    chart_lines,
-    color_of,
-    config_diff,
-    header_tooltips,
-    integer_dtick,
-    record_number,
-    round_series,
-    runs_table,
-    value_text,
+    ABSENT, X_AXES, Chart, RunStore, chart_lines, color_of, config_diff, header_tooltips, integer_dtick, record_number,
+    round_series, runs_table, value_text,
 )
 
 METHOD_PREFIX = "method_metrics."  # a method's own metric, as the any-metric list names it

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from flwr.app import RecordDict
+from flwr.compat.common import recorddict_compat as compat
 from flwr.common import (
     DisconnectRes,
     EvaluateIns,
@@ -29,13 +30,12 @@ from flwr.common import (
     GetPropertiesRes,
     ReconnectIns,
 )
-from flwr.compat.common import recorddict_compat as compat
 from flwr.server import Server
 from flwr.server.client_proxy import ClientProxy
 
+from fedtext.node.node import make_client
 from fedtext.common.config import RunConfig
 from fedtext.common.registry import METHODS
-from fedtext.node.node import make_client
 from fedtext.server_app import build
 
 

@@ -39,12 +39,13 @@ CGROUP_V2 = Path("/sys/fs/cgroup")
 def child(method: str, harness_name: str, extra: str = "") -> None:
     """One client round of ``method`` on the harness (this process), with ``extra`` run-config
     pairs (``simulations.simulate``'s syntax); prints one JSON line."""
+    from simulations.simulate import parse_pairs
+
     from fedtext.common.config import RunConfig
-    from fedtext.common.registry import METHODS
     from fedtext.node.memory import MemoryGuard, NodeMemoryError, node_limit_mb, options_for
+    from fedtext.common.registry import METHODS
     from simulations.bench import timed_client_round
     from simulations.deployment_bench import for_method, harness
-    from simulations.simulate import parse_pairs
 
     pairs, nodes = harness(harness_name)
     cfg = RunConfig.from_run_config({**for_method(pairs, method), "method": method, **parse_pairs(extra)}, METHODS)

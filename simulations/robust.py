@@ -64,11 +64,11 @@ def write_drift() -> None:
     """:data:`DRIFT`: each attacked run's drift (module docstring), from the checkpoints of the
     finished runs (the newest per label and seed); runs without a checkpoint here are left as
     ``drift.json`` had them."""
-    from fedtext.backbone import backbone_for
-    from fedtext.common.config import RunConfig
-    from fedtext.common.registry import METHODS
-    from fedtext.learning.data import labelled
     from fedtext.server import checkpoint
+    from fedtext.backbone import backbone_for
+    from fedtext.learning.data import labelled
+    from fedtext.common.registry import METHODS
+    from fedtext.common.config import RunConfig
 
     finals: dict[tuple[str, int], tuple[Any, dict[str, Any]]] = {}
     for (label, seed), run in newest_runs().items():

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from fedtext.common.config import ConfigError, RunConfig
-from fedtext.common.tracking import check_installed
 from fedtext.records.reader import runs_since
 from fedtext.records.signals import exit_reason, finish_open_runs, install_signal_handlers
+from fedtext.common.tracking import check_installed
 
 
 def parse_pairs(text: str) -> dict[str, Any]:
@@ -70,8 +70,8 @@ def simulate(overrides: dict[str, Any], num_supernodes: int, cpus_per_client: fl
     from flwr.simulation import run_simulation
 
     from fedtext.client_app import make_client_app
-    from fedtext.common.quiet import quiet_flower
     from fedtext.common.registry import METHODS
+    from fedtext.common.quiet import quiet_flower
     from fedtext.server_app import make_server_app
 
     cfg = RunConfig.from_run_config(overrides, METHODS)  # fail before Ray starts

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 
 from fedtext.common.config import RunConfig
-from fedtext.common.tasks import Task
 from fedtext.learning.data import load_splits
 from fedtext.methods.feddrs.distill import Teaching, distill_steps
 from fedtext.records.writer import RunRecorder
 from fedtext.server.strategy import Evaluator
+from fedtext.common.tasks import Task
 from strategies.feddrs import DistillStrategy
 
 

@@ -54,8 +54,8 @@ from flwr.server.client_proxy import ClientProxy
 
 from fedtext.common import comm
 from fedtext.common.config import RunConfig
-from fedtext.learning.model import Model
 from fedtext.methods.feddls.codecs import SENTINEL, codec_for, rebuild_prompt
+from fedtext.learning.model import Model
 from fedtext.server.strategy import FedTextStrategy
 from fedtext.server.validation import Upload
 

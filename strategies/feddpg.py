@@ -28,9 +28,9 @@ from flwr.common import Scalar
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
+from fedtext.server import sampling
 from fedtext.common.config import ConfigError
 from fedtext.methods.feddpg.config import BEFORE_UNLEARNING, UNLEARN_METRICS
-from fedtext.server import sampling
 from fedtext.server.strategy import FedTextStrategy
 from fedtext.server.validation import Upload
 

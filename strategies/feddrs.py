@@ -30,8 +30,6 @@ import torch
 
 from fedtext.backbone import Backbone
 from fedtext.common.config import RunConfig
-from fedtext.common.progress import Progress
-from fedtext.common.tasks import Task
 from fedtext.methods.feddrs.distill import Teaching, distill_steps
 from fedtext.methods.feddrs.model import EmbeddingsNet
 from fedtext.methods.feddrs.samplers import (
@@ -43,11 +41,13 @@ from fedtext.methods.feddrs.samplers import (
     word_embedding_name,
     wrap,
 )
+from fedtext.common.progress import Progress
 from fedtext.records.probes import peak_rss_mb
 from fedtext.records.writer import RunRecorder
-from fedtext.server.strategy import Evaluator
-from fedtext.server.validation import Upload
 from fedtext.trust.robust import weighted_mean
+from fedtext.server.strategy import Evaluator
+from fedtext.common.tasks import Task
+from fedtext.server.validation import Upload
 from strategies.fedavg import FedAvgStrategy
 
 

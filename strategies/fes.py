@@ -50,10 +50,10 @@ from flwr.common import FitRes, Scalar
 from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
+from fedtext.server import sampling
 from fedtext.common.config import ConfigError
 from fedtext.methods.fes.labels import LABEL_SALT, gold_count
 from fedtext.methods.fes.pacing import Pace, Pacer, parse_paces
-from fedtext.server import sampling
 from fedtext.server.sampling import TRAIN_SALT
 from fedtext.server.strategy import FedTextStrategy
 from fedtext.server.validation import Upload

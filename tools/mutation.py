@@ -39,8 +39,8 @@ import datetime as dt
 import fnmatch
 import os
 import platform
-import re
 import subprocess
+import re
 import sys
 import tomllib
 from pathlib import Path

@@ -32,10 +32,11 @@ files equal what this writes.
 
 from __future__ import annotations
 
+import decimal
+
 import argparse
 import ast
 import dataclasses
-import decimal
 import inspect
 import io
 import sys

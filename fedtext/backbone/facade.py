@@ -29,9 +29,9 @@ from fedtext.backbone.loading import load
 from fedtext.backbone.scoring import PromptSource
 from fedtext.backbone.tokens import EncodedBatch, Tokens, draw_tokens
 from fedtext.backbone.devices import CPU_FP32, Precision
-from fedtext.common.tasks import Task
 from fedtext.backbone.prompts import SplitPrompt
 from fedtext.records.probes import current_rss_mb
+from fedtext.common.tasks import Task
 
 if TYPE_CHECKING:
     from fedtext.common.config import RunConfig

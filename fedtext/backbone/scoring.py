@@ -27,8 +27,8 @@ from torch import Tensor
 from fedtext.backbone.injections import SPLIT_OFFSETS
 from fedtext.backbone.tokens import EncodedBatch, length_buckets
 from fedtext.common.config import ConfigError
-from fedtext.common.progress import Progress, track
 from fedtext.backbone.heads import HEADS, Head
+from fedtext.common.progress import Progress, track
 from fedtext.backbone.prompts import SplitPrompt
 
 if TYPE_CHECKING:

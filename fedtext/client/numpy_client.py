@@ -42,18 +42,19 @@ from flwr.app import RecordDict
 from flwr.client import NumPyClient
 from flwr.common import NDArrays, Scalar
 
-from fedtext.backbone import Backbone, EncodedBatch, backbone_for, losses
 from fedtext.client import attacks
+
+from fedtext.trust import privacy
+from fedtext.backbone import Backbone, EncodedBatch, backbone_for, losses
+from fedtext.common.config import RunConfig
+from fedtext.learning.data import ClientData
 from fedtext.backbone.devices import Precision, backward_step
 from fedtext.client.local_terms import LocalStep, LocalTerm, ProximalTerm
-from fedtext.common.config import RunConfig
-from fedtext.common.progress import track
-from fedtext.common.tasks import Task
-from fedtext.learning.data import ClientData
 from fedtext.learning.model import Model, SubspaceModel
+from fedtext.common.progress import track
 from fedtext.backbone.prompts import Prompts, SplitPrompt, project, projection
 from fedtext.records.probes import peak_rss_mb
-from fedtext.trust import privacy
+from fedtext.common.tasks import Task
 
 
 def client_seed(cfg: RunConfig, partition_id: int, server_round: int) -> int:

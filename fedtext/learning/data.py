@@ -585,12 +585,8 @@ def _short(items: Any, limit: int = 8) -> str:
 
 # ---------------------------------------------------------------------- partitions
 def _partitioner(cfg: RunConfig, num_partitions: int, num_rows: int):
-    from flwr_datasets.partitioner import (
-        DirichletPartitioner,
-        IidPartitioner,
-        NaturalIdPartitioner,
-        PathologicalPartitioner,
-    )
+    from flwr_datasets.partitioner import (DirichletPartitioner, IidPartitioner, NaturalIdPartitioner,
+                                           PathologicalPartitioner)
 
     builders = {
         "iid": lambda: IidPartitioner(num_partitions=num_partitions),

@@ -55,13 +55,13 @@ from flwr.common import Context, NDArrays, Scalar
 from fedtext.client.numpy_client import FedTextClient
 from fedtext.common.components import resolve
 from fedtext.common.config import ConfigError, RunConfig
-from fedtext.common.progress import muted, setup_logging
-from fedtext.common.quiet import quiet_flower, quiet_ray_tip
-from fedtext.common.registry import METHODS
 from fedtext.learning.data import client_data, labelled
 from fedtext.node.memory import MemoryGuard, node_limit_mb, options_for
 from fedtext.node.state import Journal
+from fedtext.common.progress import muted, setup_logging
+from fedtext.common.quiet import quiet_flower, quiet_ray_tip
 from fedtext.records.probes import task_start_time
+from fedtext.common.registry import METHODS
 
 # Flower's simulation process imports this module before it starts Ray: Ray's FutureWarning
 # at ray.init is filtered from here (fedtext.common.quiet; Ray's behaviour unchanged)

@@ -18,19 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from fedtext.common.config import RUN_ID_CHARS
-from fedtext.common.tracking import Trackers
 from fedtext.records.probes import launch_fields, machine, provenance
 from fedtext.records.reader import (
-    DEFAULT_STALE_AFTER_S,
-    FINISHED,
-    HEARTBEAT_FILE,
-    finite_record,
-    progress_line,
-    read_rounds,
-    round_without_accuracy,
-    summarize,
+    DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, finite_record, progress_line, read_rounds,
+    round_without_accuracy, summarize,
 )
 from fedtext.records.schema import ROUND_LINE_MAX
+from fedtext.common.tracking import Trackers
 
 log = logging.getLogger("fedtext")
 

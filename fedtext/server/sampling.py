@@ -55,10 +55,10 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.common.config import ConfigError, RunConfig
-from fedtext.common.metrics import MetricSpec
 from fedtext.learning.data import client_data, labelled, partition_sizes, partition_train
-from fedtext.records.schema import RoundRecord
+from fedtext.common.metrics import MetricSpec
 from fedtext.trust.privacy import sampling_rate
+from fedtext.records.schema import RoundRecord
 
 log = logging.getLogger("fedtext")
 

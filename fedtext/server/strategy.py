@@ -50,23 +50,25 @@ from flwr.server.client_manager import ClientManager
 from flwr.server.client_proxy import ClientProxy
 from flwr.server.strategy import FedAvg
 
-from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.common import comm
+
+from fedtext.server import checkpoint, secagg, server_opt
+
+from fedtext.trust import privacy, robust
+from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.common.config import ConfigError, RunConfig
-from fedtext.common.tasks import Task
 from fedtext.learning.data import server_test
 from fedtext.learning.model import Model
 from fedtext.records.schema import RoundRecord
 from fedtext.records.writer import RunRecorder
-from fedtext.server import checkpoint, secagg, server_opt
 from fedtext.server.round_log import RoundLog
 
 # CONNECT_TIMEOUT_S and TRAIN_SALT are only re-exported: both were defined here, and code outside
 # the project may still name them as fedtext.server.strategy.CONNECT_TIMEOUT_S / TRAIN_SALT (the waits
 # read fedtext.server.sampling.CONNECT_TIMEOUT_S: set it there)
 from fedtext.server.sampling import CONNECT_TIMEOUT_S, TRAIN_SALT, ClientSampler, wait_for_nodes  # noqa: F401
+from fedtext.common.tasks import Task
 from fedtext.server.validation import Tracked, Upload, UploadValidator
-from fedtext.trust import privacy, robust
 
 log = logging.getLogger("fedtext")
 

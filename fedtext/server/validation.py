@@ -41,32 +41,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from flwr.common import (
-    DisconnectRes,
-    EvaluateIns,
-    EvaluateRes,
-    FitIns,
-    FitRes,
-    GetParametersIns,
-    GetParametersRes,
-    GetPropertiesIns,
-    GetPropertiesRes,
-    ReconnectIns,
-    Scalar,
-)
+from flwr.common import (DisconnectRes, EvaluateIns, EvaluateRes, FitIns, FitRes, GetParametersIns,
+                         GetParametersRes, GetPropertiesIns, GetPropertiesRes, ReconnectIns, Scalar)
 from flwr.server.client_proxy import ClientProxy
 
 from fedtext.common import comm
 from fedtext.common.config import RunConfig
-from fedtext.common.metrics import (
-    MAX_EPOCH_S,
-    MAX_LOSS,
-    MAX_MEMORY_MB,
-    MAX_QUERIES,
-    MAX_SECONDS,
-    IntervalSpec,
-    MetricSpec,
-)
+from fedtext.common.metrics import (MAX_EPOCH_S, MAX_LOSS, MAX_MEMORY_MB, MAX_QUERIES, MAX_SECONDS, IntervalSpec,
+                             MetricSpec)
 from fedtext.learning.model import Model
 from fedtext.records.schema import RoundRecord
 from fedtext.server.sampling import PARTITION_ID, ClientSampler

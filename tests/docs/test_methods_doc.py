@@ -12,9 +12,9 @@ from typing import ClassVar
 
 import pytest
 
-from fedtext.common.registry import CONFIGS
 from fedtext.methods.fedavg.config import FedAvgConfig
 from fedtext.records import FINISHED, runs_under
+from fedtext.common.registry import CONFIGS
 from simulations.guide import markdown_rows
 from tools import methods_doc
 

@@ -21,9 +21,10 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from flower_launch import simulate  # tests/integration/flower_launch.py: run by path, this folder is on sys.path
 
 from fedtext.node.node import make_client
+
+from flower_launch import simulate  # tests/integration/flower_launch.py: run by path, this folder is on sys.path
 
 OVERRIDES = {
     "method": "fedprompt", "num-server-rounds": 3, "shots-per-class": 4, "client-test-size": 8,

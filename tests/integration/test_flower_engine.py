@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from fedtext.records import load_run
 from fedtext.server import checkpoint
+from fedtext.records import load_run
 
 from ..conftest import REPO, _env, _only_run
 from .flower_launch import RAY_ADDRESS_VAR

@@ -34,8 +34,8 @@ COSINES = np.array([-0.0671214, 0.1358194, 0.070458])
 def test_the_assembled_mpnet_gives_sentence_transformers_embeddings():
     from fedtext.backbone import Backbone
     from fedtext.backbone.architectures import architecture_of, max_tokens
-    from fedtext.common.tasks import TASKS
     from fedtext.backbone.heads import mean_pool
+    from fedtext.common.tasks import TASKS
 
     bb = Backbone("all-mpnet-base-v2", "similarity", TASKS["ag_news"], 128)
     # MPNet's own special tokens: <s> = 0 opens, </s> = 2 closes, <pad> = 1 fills

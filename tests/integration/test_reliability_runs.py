@@ -16,8 +16,9 @@ import time
 
 import pytest
 
-from fedtext.records import load_run
 from fedtext.server import checkpoint
+from fedtext.records import load_run
+
 from simulations.simulate import parse_pairs
 
 from ..conftest import REPO
@@ -101,9 +102,9 @@ def test_a_killed_run_resumes_to_the_same_result(tmp_path, ray_head):
         assert {k: ra[k] for k in keys} == {k: rb[k] for k in keys}, ra["round"]
     assert json.loads((run_dir / "config.json").read_text())["resumed"][0]["from_round"] == killed_at
     # resuming a finished run, or with another config, is a one-line configuration error
+    from fedtext.server.checkpoint import UNBOUNDED
     from fedtext.common.config import ConfigError
     from fedtext.common.registry import make_config
-    from fedtext.server.checkpoint import UNBOUNDED
     from fedtext.server_app import resume_checkpoint
 
     def resume(**changes):

@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtext.records import load_run
 from fedtext.server import checkpoint
+from fedtext.records import load_run
+
 from simulations.simulate import parse_pairs
 
 from ..conftest import REPO

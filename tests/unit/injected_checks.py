@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedtext.common.tasks import TASKS
 from fedtext.learning.data import client_data
+from fedtext.common.tasks import TASKS
 
 
 def train_beside_another_client(client_class: type, cfg: Any, backbone: Any) -> tuple[Any, set[str]]:

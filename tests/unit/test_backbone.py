@@ -10,8 +10,8 @@ import torch
 
 from fedtext.backbone import Backbone, losses
 from fedtext.common.config import ConfigError
-from fedtext.common.tasks import TASKS
 from fedtext.backbone.prompts import SplitPrompt, bbt_space, project, projection
+from fedtext.common.tasks import TASKS
 
 
 def _prompts(backbone, p: int, t: int = 4, seed: int = 0) -> np.ndarray:
@@ -353,9 +353,9 @@ def test_label_vectors_are_encoded_by_the_plain_encoder_after_a_fedptuning_v2_fo
     fedptuning-v2's prefix hooks and cached label descriptions with the prefix in them
     (cosine 0.32-0.43 to the plain vectors on AG News). The cache must equal the
     descriptions encoded with no hook at all: mean-pooled, unit-norm encoder states."""
-    from fedtext.common.registry import make_config
     from fedtext.backbone.heads import mean_pool
     from fedtext.methods.fedptuning_v2.model import DeepPromptModel
+    from fedtext.common.registry import make_config
 
     fresh = Backbone("all-MiniLM-L6-v2", "similarity", TASKS["ag_news"], 64)  # not the shared, primed one
     cfg = make_config("fedptuning-v2", task="ag_news", prompt_length=4, max_length=64)
@@ -374,8 +374,8 @@ def test_fedptuning_v2_prefix_forward_builds_its_ids_on_the_backbones_device(bac
     encoder's device (a CPU tensor into a CUDA encoder fails). CPU-only check of that
     plumbing: the backbone claims the ``meta`` device and the encoder only records where
     its inputs are, then stops the forward."""
-    from fedtext.common.registry import make_config
     from fedtext.methods.fedptuning_v2.model import DeepPromptModel
+    from fedtext.common.registry import make_config
 
     class Stop(Exception):
         pass

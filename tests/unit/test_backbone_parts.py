@@ -15,9 +15,9 @@ import fedtext.backbone.facade as facade
 from fedtext.backbone import INJECTIONS, SHAPES, Backbone, Injection, check_model, get_backbone
 from fedtext.common.config import HEADS as HEAD_NAMES
 from fedtext.common.config import PROMPT_INJECTIONS, ConfigError, RunConfig
+from fedtext.backbone.heads import HEADS
 from fedtext.common.registry import METHODS
 from fedtext.common.tasks import TASKS
-from fedtext.backbone.heads import HEADS
 
 MAX_FACADE_METHODS = 30  # 27 today (the monolith had 31 and 486 lines)
 MAX_METHOD_STATEMENTS = 3  # a method of the facade delegates; __init__ composes the parts

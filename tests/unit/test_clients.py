@@ -6,11 +6,12 @@ import numpy as np
 import pytest
 import torch
 
+from fedtext.learning.data import client_data
 from fedtext.common.registry import make_config
 from fedtext.common.tasks import TASKS
-from fedtext.learning.data import client_data
-from fedtext.node.node import client_class
 from fedtext.server.validation import failure_reason
+
+from fedtext.node.node import client_class
 from fedtext.server_app import strategy_class
 
 SMALL = dict(prompt_length=4, max_length=48, shots_per_class=4, client_test_size=8)

@@ -25,8 +25,8 @@ import pytest
 import torch
 
 from fedtext.backbone import Backbone
-from fedtext.common.tasks import TASKS
 from fedtext.methods.fedbpt.perturb import perturb
+from fedtext.common.tasks import TASKS
 
 TEXTS = ["the film is a long slow walk through nothing at all", "a bright funny and warm story",
          "stocks fell sharply after the report on rates", "the team won the final in extra time"] * 8

@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 
 from fedtext.common import comm
-
-
 @pytest.mark.parametrize(
     "array",
     [

@@ -11,8 +11,8 @@ import pytest
 
 from fedtext.common.components import resolve
 from fedtext.common.config import ConfigError, MethodConfig, RunConfig
-from fedtext.common.registry import CONFIGS, METHODS, make_config
 from fedtext.learning.model import Model
+from fedtext.common.registry import CONFIGS, METHODS, make_config
 from simulations.compare import flatten
 
 from ..conftest import REPO

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedtext.backbone.devices import CPU_FP32, Precision
 from fedtext.common.config import ConfigError
+from fedtext.backbone.devices import CPU_FP32, Precision
 from fedtext.common.registry import make_config
 
 

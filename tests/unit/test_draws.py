@@ -68,10 +68,10 @@ import pytest
 import torch
 
 from fedtext.client.numpy_client import client_seed
+from fedtext.node.node import client_class
+from fedtext.learning.data import client_data, server_test
 from fedtext.common.registry import make_config
 from fedtext.common.tasks import TASKS
-from fedtext.learning.data import client_data, server_test
-from fedtext.node.node import client_class
 
 SMALL = dict(prompt_length=2, max_length=64, shots_per_class=4, client_test_size=4, eval_size=20)
 CASES = ((0, 1), (0, 2), (1, 1), (1, 2))  # (partition id, round)
@@ -170,8 +170,8 @@ def test_feddls_local_search_is_seeded_afresh_per_client_and_round(backbone, mon
 def test_post_tuning_is_seeded_per_client_apart_from_every_round_and_keeps_one_A(backbone, monkeypatch):
     """BBT post-tuning (FedDLS App. B): a CMA-ES seed per client that no training round
     uses, in a subspace A that every client shares."""
-    import fedtext.client.numpy_client
     import fedtext.learning.blackbox
+    import fedtext.client.numpy_client
 
     cfg = make_config("fedprompt", post_tune_steps=1, post_tune_dim=4, **SMALL)
     real = fedtext.client.numpy_client.projection

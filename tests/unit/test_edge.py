@@ -17,9 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedtext.node import supernode
 from fedtext.server import grid as grid_mod
-
+from fedtext.node import supernode
 from ..conftest import REPO
 
 

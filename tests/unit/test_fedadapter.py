@@ -14,12 +14,12 @@ import torch
 from flwr.common import Code, FitRes, Status
 
 from clients.fedadapter import FedAdapterClient
-from fedtext.backbone import get_backbone
 from fedtext.common import comm
+from fedtext.backbone import get_backbone
 from fedtext.common.config import ConfigError, RunConfig
+from fedtext.methods.fedadapter.model import INIT_STD, AdapterModel
 from fedtext.common.registry import METHODS, make_config
 from fedtext.common.tasks import TASKS
-from fedtext.methods.fedadapter.model import INIT_STD, AdapterModel
 from strategies.fedadapter import FedAdapter
 
 from .injected_checks import tiny_mlm_backbone, train_beside_another_client

@@ -11,10 +11,9 @@ import torch
 from flwr.common import Code, FitRes, Status
 
 from fedtext.common import comm
-from fedtext.common.config import ConfigError
-from fedtext.common.registry import make_config
-from fedtext.common.tasks import TASKS
 from fedtext.learning.blackbox import WhitenedCMA
+from fedtext.node.node import client_class
+from fedtext.common.config import ConfigError
 from fedtext.learning.data import client_data
 from fedtext.methods.fedbpt.cmaes import (
     CMAConstants,
@@ -27,8 +26,9 @@ from fedtext.methods.fedbpt.cmaes import (
 )
 from fedtext.methods.fedbpt.model import UPLOAD
 from fedtext.methods.fedbpt.perturb import perturb
-from fedtext.node.node import client_class
+from fedtext.common.registry import make_config
 from fedtext.server.validation import Upload
+from fedtext.common.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedbpt import FedBPT
 

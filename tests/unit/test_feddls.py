@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+
 import math
 from types import SimpleNamespace
 
@@ -14,8 +15,7 @@ from flwr.common import Code, FitRes, Status
 
 from clients.feddls import local_search, nearest_tokens
 from fedtext.common import comm
-from fedtext.common.registry import make_config
-from fedtext.common.tasks import TASKS
+from fedtext.node.node import client_class
 from fedtext.learning.data import client_data
 from fedtext.methods.feddls.codecs import (
     SENTINEL,
@@ -27,8 +27,9 @@ from fedtext.methods.feddls.codecs import (
     encode_upload,
     rebuild_prompt,
 )
-from fedtext.node.node import client_class
 from fedtext.records import participant_accuracy
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
 from strategies.feddls import FedDLS
 
 # ------------------------------------------------------------------ upload codec

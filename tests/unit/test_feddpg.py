@@ -14,15 +14,15 @@ import torch
 from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
-from fedtext.backbone import Backbone, EncodedBatch
 from fedtext.common import comm
-from fedtext.common.registry import make_config
-from fedtext.common.tasks import TASKS
+from fedtext.backbone import Backbone, EncodedBatch
+from fedtext.node.node import client_class
 from fedtext.learning.data import client_data
 from fedtext.methods.feddpg.model import FedDPGModel, make_generator, mean_embedding
 from fedtext.methods.feddpg.unlearning import forget_split, relabel, unlearn, unlearning_loss
 from fedtext.methods.fedptuning_v2.model import DeepPromptModel, attention_projections, deep_prompts
-from fedtext.node.node import client_class
+from fedtext.common.registry import make_config
+from fedtext.common.tasks import TASKS
 from strategies.feddpg import FedDPG
 
 SMALL = dict(max_length=64, shots_per_class=8, client_test_size=8, eval_size=20)

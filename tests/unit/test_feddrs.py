@@ -13,13 +13,12 @@ import pytest
 import torch
 from flwr.common import Code, FitRes, Status
 
-from fedtext.backbone import Backbone
-from fedtext.backbone.devices import CPU_FP32, Precision
 from fedtext.common import comm
+from fedtext.backbone import Backbone
+from fedtext.node.node import client_class
 from fedtext.common.config import ConfigError
-from fedtext.common.registry import make_config
-from fedtext.common.tasks import TASKS
 from fedtext.learning.data import client_data, partition_train
+from fedtext.backbone.devices import CPU_FP32, Precision
 from fedtext.methods.feddrs.config import SAMPLERS, parse_sampling
 from fedtext.methods.feddrs.distill import Teaching, distill_steps, kl_to_student
 from fedtext.methods.feddrs.model import EmbeddingsNet
@@ -34,9 +33,10 @@ from fedtext.methods.feddrs.samplers import (
     word_embedding_name,
     wrap,
 )
-from fedtext.node.node import client_class
-from fedtext.server.validation import Upload
+from fedtext.common.registry import make_config
 from fedtext.trust.robust import weighted_mean
+from fedtext.common.tasks import TASKS
+from fedtext.server.validation import Upload
 from strategies.feddf import FedDF
 from strategies.feddrs import FedDRS
 

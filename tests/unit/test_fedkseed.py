@@ -17,23 +17,13 @@ from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
 from fedtext.common import comm
+from fedtext.node.node import make_client
 from fedtext.common.config import ConfigError
+from fedtext.methods.fedkseed.model import (FedKSeedModel, accumulate, add_direction, candidate_seeds,
+                                            directions, projected_gradient, replay, round_outliers, seed_sums,
+                                            upload_scale, zo_step)
 from fedtext.common.registry import make_config
 from fedtext.common.tasks import TASKS
-from fedtext.methods.fedkseed.model import (
-    FedKSeedModel,
-    accumulate,
-    add_direction,
-    candidate_seeds,
-    directions,
-    projected_gradient,
-    replay,
-    round_outliers,
-    seed_sums,
-    upload_scale,
-    zo_step,
-)
-from fedtext.node.node import make_client
 from strategies.fedkseed import FedKSeedStrategy
 
 SHAPES = [(3, 2), (4,)]

@@ -14,13 +14,13 @@ import torch
 from flwr.common import Code, FitRes, Status
 
 from clients.fedlora import FedLoRAClient
-from fedtext.backbone import get_backbone
 from fedtext.common import comm
+from fedtext.backbone import get_backbone
 from fedtext.common.config import ConfigError, RunConfig
-from fedtext.common.registry import METHODS, make_config
-from fedtext.common.tasks import TASKS
 from fedtext.learning.data import client_data
 from fedtext.methods.fedlora.model import LoRAModel
+from fedtext.common.registry import METHODS, make_config
+from fedtext.common.tasks import TASKS
 from strategies.fedlora import FedLoRA
 
 from .injected_checks import tiny_mlm_backbone, train_beside_another_client

@@ -17,11 +17,9 @@ import pytest
 from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
-from fedtext.backbone.architectures import ARCHITECTURES
 from fedtext.common import comm
+from fedtext.node.node import client_class
 from fedtext.common.config import ConfigError
-from fedtext.common.registry import METHODS, make_config
-from fedtext.common.tasks import TASKS
 from fedtext.learning.data import client_data
 from fedtext.methods.fes.filter import VOTES, keep_count, knn_sets, representational_filter, votek_filter
 from fedtext.methods.fes.labels import (
@@ -32,10 +30,12 @@ from fedtext.methods.fes.labels import (
     pseudo_target,
     split_pool,
 )
+from fedtext.backbone.architectures import ARCHITECTURES
 from fedtext.methods.fes.model import layer_capacity, plan_predicate
 from fedtext.methods.fes.pacing import Pace, Pacer, aug_e, parse_paces
 from fedtext.methods.fes.plan import search_depth
-from fedtext.node.node import client_class
+from fedtext.common.registry import METHODS, make_config
+from fedtext.common.tasks import TASKS
 from strategies.fes import FewShotStrategy
 
 SMALL = dict(max_length=32, client_test_size=0, eval_size=20, shots_per_class=4)

@@ -73,9 +73,9 @@ def test_fedtexts_own_lines_pass_with_flower_quiet():
 
 
 def test_verbose_is_a_run_config_key_off_by_default_and_resumable():
+    from fedtext.server.checkpoint import RESUMABLE_CHANGES
     from fedtext.common.config import ConfigError, RunConfig
     from fedtext.common.registry import METHODS
-    from fedtext.server.checkpoint import RESUMABLE_CHANGES
 
     assert RunConfig().verbose is False
     assert RunConfig.from_run_config({"verbose": True}, METHODS).verbose is True
@@ -161,9 +161,9 @@ def test_round_line_names_the_plain_client_mean_that_differs_from_flowers_weight
 
     from flwr.common import Code, EvaluateRes, Status
 
+    from fedtext.records import progress_line
     from fedtext.common.registry import make_config
     from fedtext.common.tasks import TASKS
-    from fedtext.records import progress_line
     from strategies.fedprompt import FedPrompt
 
     strat = FedPrompt(make_config("fedprompt", prompt_length=2, max_length=64), TASKS["demo"])

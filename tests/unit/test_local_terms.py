@@ -8,12 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from fedtext.client.numpy_client import FedTextClient, gradient_steps
+from fedtext.learning.data import client_data
 from fedtext.backbone.devices import CPU_FP32
 from fedtext.client.local_terms import LocalStep, LocalTerm, ProximalTerm
-from fedtext.client.numpy_client import FedTextClient, gradient_steps
 from fedtext.common.registry import make_config
 from fedtext.common.tasks import TASKS
-from fedtext.learning.data import client_data
+
 from fedtext.node.node import client_class
 from fedtext.server_app import strategy_class
 

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from fedtext.common.registry import make_config
 from fedtext.node import memory
+from fedtext.common.registry import make_config
 
 
 def test_a_client_over_the_limit_is_stopped_in_one_line_and_the_thread_goes_on():

@@ -27,12 +27,12 @@ from flwr.common import Code, EvaluateIns, EvaluateRes, FitIns, FitRes, Status
 from fedtext.common import comm
 from fedtext.common.config import RunConfig
 from fedtext.common.metrics import MetricSpec
-from fedtext.common.registry import METHODS, make_config
-from fedtext.common.tasks import TASKS
-from fedtext.learning.model import PromptModel
 from fedtext.methods.feddls.codecs import SENTINEL
-from fedtext.server.validation import EVAL_METRICS, FIT_METRICS
+from fedtext.learning.model import PromptModel
+from fedtext.common.registry import METHODS, make_config
 from fedtext.server_app import build
+from fedtext.common.tasks import TASKS
+from fedtext.server.validation import EVAL_METRICS, FIT_METRICS
 from strategies.feddpg import FedDPG
 from strategies.fes import FewShotStrategy
 

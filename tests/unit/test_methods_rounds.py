@@ -189,9 +189,9 @@ def test_feddpg_trains_then_unlearns(tmp_path, monkeypatch, capsys):
     assert own[14] == pts(change) and own[15] in ("yes", "no")
     # ... and so does unlearn_run itself, to the weights: G_c^u is the run's final global G. The demo task
     # has 2 classes (a relabel is the other one), so check the relabel seed too: the client's in round 2
+    from fedtext.server import checkpoint
     from fedtext.client.numpy_client import client_seed
     from fedtext.methods.feddpg import unlearning as feddpg_unlearning
-    from fedtext.server import checkpoint
 
     seeds, original = [], feddpg_unlearning.unlearn
     monkeypatch.setattr(feddpg_unlearning, "unlearn", lambda *a: seeds.append(a[-1]) or original(*a))

@@ -32,8 +32,8 @@ from flwr.common import Context, EvaluateIns, EvaluateRes, FitIns, FitRes, Param
 from flwr.common.serde import make_message, recorddict_to_proto
 from flwr.compat.common import recorddict_compat as compat
 
-from fedtext.client_app import make_client_app
 from fedtext.node import service as node_service
+from fedtext.client_app import make_client_app
 from fedtext.records import probes
 from fedtext.records.schema import MACHINE_FIELDS, ROUND_FIELDS
 

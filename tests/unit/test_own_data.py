@@ -65,8 +65,8 @@ def test_string_labels_in_a_sentence_column_run_with_task_auto(tmp_path):
     """A 3-class CSV with string labels and a ``sentence`` column: the labels map to ids in
     sorted order, task=auto builds a 3-class task from the names, and the run records the
     mapping (before: 'missing column(s) ['text']', and string labels were refused)."""
-    from fedtext.common.registry import make_config
     from fedtext.learning.data import client_data, labelled
+    from fedtext.common.registry import make_config
 
     folder = _three_class_csv(tmp_path)
     cfg = RunConfig(dataset=str(folder), text_column="sentence")
@@ -247,8 +247,8 @@ def test_hub_datasets_share_the_column_and_label_handling():
 def test_a_run_recorded_before_the_new_keys_still_resumes(tmp_path):
     """A config.json without text-column & co. (recorded before issue 37) ran with their
     defaults: resume compares it so, and refuses a changed one."""
-    from fedtext.common.registry import make_config
     from fedtext.server import checkpoint
+    from fedtext.common.registry import make_config
     from fedtext.server_app import resume_checkpoint
 
     run = tmp_path / "runs" / "old-run"

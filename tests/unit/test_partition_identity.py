@@ -21,9 +21,9 @@ from flwr.common import Code, EvaluateRes, FitRes, Status
 from flwr.server import SimpleClientManager
 
 from fedtext.common import comm
+from fedtext.records import RunRecorder, check_summary
 from fedtext.common.registry import make_config
 from fedtext.common.tasks import TASKS
-from fedtext.records import RunRecorder, check_summary
 from strategies.fedprompt import FedPrompt
 
 

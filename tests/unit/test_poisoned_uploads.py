@@ -22,9 +22,9 @@ from flwr.common import Code, EvaluateRes, FitRes, Status
 
 from fedtext.common import comm
 from fedtext.common.config import ConfigError
+from fedtext.records import RunRecorder
 from fedtext.common.registry import make_config
 from fedtext.common.tasks import TASKS
-from fedtext.records import RunRecorder
 from strategies.bbt_fed import BBTFed
 from strategies.fedprompt import FedPrompt
 from strategies.fes import FewShotStrategy

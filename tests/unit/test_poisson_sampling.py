@@ -10,11 +10,11 @@ import warnings
 import numpy as np
 import pytest
 
+from fedtext.trust import privacy
 from fedtext.common.config import DP_ACCOUNTANTS, ConfigError
 from fedtext.common.registry import make_config
 from fedtext.server.sampling import TRAIN_SALT, ClientSampler
 from fedtext.server.validation import Upload
-from fedtext.trust import privacy
 
 
 def _sampler(**fields) -> ClientSampler:

@@ -13,11 +13,12 @@ import math
 import numpy as np
 import pytest
 
+from fedtext.server import checkpoint
+
+from fedtext.trust import privacy
 from fedtext.common.config import ConfigError
 from fedtext.common.registry import METHODS, make_config
-from fedtext.server import checkpoint
 from fedtext.server.validation import Upload
-from fedtext.trust import privacy
 
 
 def _strategy(backbone, **fields):

@@ -133,8 +133,8 @@ def test_format_seconds():
 def test_progress_lines_reach_the_fedtext_logger(monkeypatch, caplog):
     """Where the work is done, lines go to the ``fedtext`` logger (and so to run.log); the
     loss a client's local loop returns is the same with or without them."""
-    from fedtext.backbone.devices import CPU_FP32
     from fedtext.client.numpy_client import gradient_steps
+    from fedtext.backbone.devices import CPU_FP32
 
     caplog.set_level(logging.INFO, logger="fedtext")
     torch.manual_seed(0)
@@ -204,9 +204,9 @@ def test_muted_work_prints_nothing_and_nests():
 def test_a_clients_progress_lines_print_only_when_asked(keys, shown, monkeypatch, tmp_path):
     """A client's message runs muted unless ``client-progress=true`` or ``verbose=true``: a
     default simulation prints one line per round, not every actor's progress lines."""
+    from fedtext.node.node import Node
     from fedtext.common.config import RunConfig
     from fedtext.common.registry import METHODS
-    from fedtext.node.node import Node
 
     cfg = RunConfig.from_run_config({"output-dir": str(tmp_path), **keys}, METHODS)
     node = Node(cfg, 0, 2, None)

@@ -17,16 +17,8 @@ import flwr
 import pytest
 
 from fedtext.records import (
-    LAUNCH_FIELDS,
-    PROVENANCE_PACKAGES,
-    RunRecorder,
-    code_origin,
-    distribution_version,
-    fab_fields,
-    fedtext_version,
-    package_versions,
-    probes,
-    provenance,
+    LAUNCH_FIELDS, PROVENANCE_PACKAGES, RunRecorder, code_origin, distribution_version, fab_fields, fedtext_version,
+    package_versions, probes, provenance,
 )
 from simulations.dashboard_data import CODE_FROM, UNKNOWN, provenance_rows, run_provenance
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedtext.records import RunRecorder, load_run, run_status, summarize
 from fedtext.server import checkpoint
+from fedtext.records import RunRecorder, load_run, run_status, summarize
 
 
 def _only(folder: Path) -> Path:
@@ -229,8 +229,8 @@ def _resumable(out: Path, run_id: str, method: str, seed: int = 0):
     (``FedTextStrategy.checkpoint_limits``, on the demo backbone)."""
     from fedtext.backbone import backbone_for
     from fedtext.common.registry import make_config
-    from fedtext.common.tasks import TASKS
     from fedtext.server_app import strategy_class
+    from fedtext.common.tasks import TASKS
 
     cfg = make_config(method, output_dir=str(out), resume=run_id, num_server_rounds=3, seed=seed)
     config = cfg.to_run_config()
@@ -513,8 +513,8 @@ def test_a_dataset_folder_with_a_space_runs_its_clients_journal_under_the_run_id
     from flwr.common import FitIns, ndarrays_to_parameters
 
     import fedtext.node.node as ca
-    from fedtext.common.registry import make_config
     from fedtext.learning.data import partition_train
+    from fedtext.common.registry import make_config
 
     folder = tmp_path / "my data"
     folder.mkdir()

@@ -18,7 +18,6 @@ import pytest
 from flwr.app import ConfigRecord, RecordDict
 
 from fedtext.node import state as ns
-
 RUN_KEY = "20250101-000000-fes-demo-s0"
 
 

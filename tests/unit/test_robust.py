@@ -17,11 +17,13 @@ from flwr.common import Code, FitRes, Status
 from flwr.server.strategy import FedMedian, FedTrimmedAvg, Krum
 
 from fedtext.client import attacks
+
 from fedtext.common import comm, config
+
+from fedtext.trust import robust
 from fedtext.common.config import ConfigError
 from fedtext.common.registry import make_config
 from fedtext.common.tasks import TASKS
-from fedtext.trust import robust
 from strategies.feddpg import FedDPG
 from strategies.fedprompt import FedPrompt
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedtext.common.registry import make_config
-from fedtext.common.tasks import TASKS
 from fedtext.records import RoundRecord, busy_seconds
+from fedtext.common.registry import make_config
 from fedtext.server.sampling import TRAIN_SALT
+from fedtext.common.tasks import TASKS
 from strategies.fedprompt import FedPrompt
 
 from .test_strategy import _manager
@@ -150,9 +150,9 @@ def test_a_node_answers_who_it_is_without_building_its_client(monkeypatch):
     monkeypatch.setattr(ca.Node, "build", lambda self: built.append(self.partition_id) or SimpleNamespace(
         get_properties=lambda config: {"partition_id": self.partition_id, "domain": "books"}))
     client = ca.make_client({"method": "fedprompt"}, {"partition-id": 3, "num-partitions": 5})
-    import platform
-
     from flwr.common import GetPropertiesIns
+
+    import platform
 
     assert dict(client.get_properties(GetPropertiesIns({})).properties) == {
         "partition_id": 3, "num_partitions": 5, "platform": platform.machine()}
@@ -216,8 +216,8 @@ def test_clients_of_two_runs_share_the_backbone_but_each_scores_under_its_own_bu
     """The process's cached backbone serves clients of runs with different
     ``max-client-memory-mb``: each run's budget sizes its own clients' encoder calls, in
     any order (budget A, then B, then A again), since the client passes it to score."""
-    from fedtext.learning.data import client_data
     from fedtext.node.node import client_class
+    from fedtext.learning.data import client_data
 
     small = dict(prompt_length=4, max_length=64, shots_per_class=4, intrinsic_dim=20, popsize=4)
     cfg_a = make_config("bbt-fed", max_client_memory_mb=100_000, **small)  # capped at the fixed chunk

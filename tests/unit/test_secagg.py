@@ -18,12 +18,12 @@ from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFI
 from flwr.compat.common import recorddict_compat as compat
 from flwr.supercore.task_identity import TaskIdentity
 
-from fedtext.client_app import secagg_mod
 from fedtext.common import comm
-from fedtext.common.registry import make_config
-from fedtext.common.tasks import TASKS
+from fedtext.client_app import secagg_mod
 from fedtext.records import RunRecorder
+from fedtext.common.registry import make_config
 from fedtext.server.secagg import StageLog
+from fedtext.common.tasks import TASKS
 from strategies.fedprompt import FedPrompt
 
 
@@ -128,10 +128,9 @@ def test_an_upload_secagg_would_clip_fails_the_client_instead_of_being_clipped(m
     """Flower clips n_k / max_weight · x_k to ±clip before quantising, silently: a value 9 of a client
     with weight 1 against clip 8 would reach the sum as 8. fedtext's mod refuses the reply, naming
     the key to raise; weight 0.5 (16 of 32 examples) keeps 9 · 0.5 = 4.5 within it."""
+    from fedtext.client_app import within_clip_range
     from flwr.common import Code, FitRes, Status
     from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_STATE
-
-    from fedtext.client_app import within_clip_range
 
     for key in ("_task_id", "_run_id", "_node_id"):  # what a ClientApp process has set before a message
         monkeypatch.setattr(TaskIdentity, key, 1)

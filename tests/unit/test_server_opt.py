@@ -14,12 +14,12 @@ import pytest
 from flwr.common import Code, FitRes, Status, ndarrays_to_parameters, parameters_to_ndarrays
 from flwr.server.strategy import FedAdagrad, FedAdam, FedAvgM, FedYogi
 
+from fedtext.server import checkpoint
 from fedtext.common.config import MEAN, ConfigError
 from fedtext.common.registry import METHODS, make_config
-from fedtext.server import checkpoint
 from fedtext.server.server_opt import ServerOptimizer
-from fedtext.server.validation import Upload
 from fedtext.trust.robust import weighted_mean
+from fedtext.server.validation import Upload
 
 X0 = [np.zeros(2)]
 # round 1: uploads [5, -1] (1 example) and [1, -1] (3 examples): mean [2, -1], so Δ1 = [2, -1]
@@ -323,8 +323,8 @@ def test_a_run_whose_server_step_overflows_fails_with_that_line_and_blames_no_cl
 
 # ---------------------------------------------------------------- checkpoint and resume
 def _bbt(tmp_path, backbone, **fields):
-    from fedtext.common.tasks import TASKS
     from fedtext.records import RunRecorder
+    from fedtext.common.tasks import TASKS
     from strategies.bbt_fed import BBTFed
 
     cfg = make_config("bbt-fed", intrinsic_dim=4, prompt_length=2, max_length=32, output_dir=str(tmp_path), **fields)

@@ -10,10 +10,10 @@ import pytest
 from flwr.common import Code, FitRes, Status
 
 from fedtext.common import comm
-from fedtext.common.registry import make_config
-from fedtext.common.tasks import TASKS
 from fedtext.records import ROUND_FIELDS, RoundRecord, RunRecorder
+from fedtext.common.registry import make_config
 from fedtext.trust.robust import weighted_mean
+from fedtext.common.tasks import TASKS
 from strategies.bbt_fed import BBTFed
 from strategies.fedprompt import FedPrompt
 

@@ -19,15 +19,8 @@ import pytest
 from flwr.common import Code, EvaluateRes, FitRes, Status
 
 from fedtext.common import comm
-from fedtext.common.metrics import (
-    MAX_EPOCH_S,
-    MAX_LOSS,
-    MAX_MEMORY_MB,
-    MAX_QUERIES,
-    MAX_QUERIES_PER_S,
-    MAX_SECONDS,
-    IntervalSpec,
-)
+from fedtext.common.metrics import (MAX_EPOCH_S, MAX_LOSS, MAX_MEMORY_MB, MAX_QUERIES, MAX_QUERIES_PER_S, MAX_SECONDS,
+                             IntervalSpec)
 from fedtext.common.registry import make_config
 from fedtext.common.tasks import TASKS
 from fedtext.server.validation import EVAL_METRICS, FIT_METRICS, check_metrics

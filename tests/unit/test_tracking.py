@@ -21,8 +21,8 @@ import pytest
 
 from fedtext.common import tracking
 from fedtext.common.config import ConfigError
-from fedtext.common.tracking import TRACKERS, Tracker, Trackers, check_installed, parse, round_scalars
 from fedtext.records import RUN_LOG_FILE, RunRecorder
+from fedtext.common.tracking import TRACKERS, Tracker, Trackers, check_installed, parse, round_scalars
 
 from ..conftest import REPO
 

@@ -19,9 +19,9 @@ from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExec
 from flwr.supercore.superexec.executor.types import ExecutionSpec, LaunchResult
 
 from fedtext.node import warm_exec
+from fedtext.records import probes
 from fedtext.node.supernode import warm_superexec_command
 from fedtext.node.warm_exec import WarmClientAppExecutor, WorkerKey
-from fedtext.records import probes
 
 TOKEN = "0123456789abcdef" * 4  # Flower's task tokens: 64 hex digits
 KEY = WorkerKey("127.0.0.1:9094", True, None, False, os.getpid())

@@ -79,10 +79,10 @@ from flwr.app import RecordDict
 from flwr.common import Code, FitRes, Status
 
 from fedtext.common import comm
+from fedtext.node.node import client_class
+from fedtext.learning.data import client_data
 from fedtext.common.registry import make_config
 from fedtext.common.tasks import TASKS
-from fedtext.learning.data import client_data
-from fedtext.node.node import client_class
 
 SMALL = dict(prompt_length=2, max_length=64, shots_per_class=4, client_test_size=4, eval_size=20)
 

@@ -415,8 +415,8 @@ def frequencies(true: np.ndarray, new: np.ndarray, classes: int) -> list[list[fl
 
 # ------------------------------------------------------------------ fedtext's side
 def feddpg_model(prompts: int, mean_embedding: str = "tokens") -> Any:
-    from fedtext.common.registry import make_config
     from fedtext.methods.feddpg.model import FedDPGModel
+    from fedtext.common.registry import make_config
 
     cfg = make_config("feddpg", max_length=MAX_LENGTH, hidden=HIDDEN, prompts=prompts, mean_embedding=mean_embedding)
     return FedDPGModel(cfg, backbone())

@@ -4,8 +4,8 @@ imports no torch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import ClassVar
 
 from fedtext.common.config import GRADIENT, MEAN, MethodConfig, check_choice, check_range

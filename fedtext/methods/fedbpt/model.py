@@ -9,8 +9,8 @@ from typing import NamedTuple
 import numpy as np
 
 from fedtext.common.comm import ArraySpec
-from fedtext.learning.model import SubspaceModel, over_bound
 from fedtext.methods.fedbpt.cmaes import CMAState
+from fedtext.learning.model import SubspaceModel, over_bound
 
 UPLOAD = "z|sigmas|loss"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from fedtext.common.comm import ArraySpec
-from fedtext.learning.model import PromptModel
 from fedtext.methods.feddls.codecs import check_upload
+from fedtext.learning.model import PromptModel
 
 
 class FedDLSModel(PromptModel):

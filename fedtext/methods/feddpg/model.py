@@ -10,8 +10,8 @@ import torch
 
 from fedtext.backbone import Backbone, EncodedBatch
 from fedtext.common.comm import ArraySpec
-from fedtext.learning.model import Model
 from fedtext.methods.feddpg.config import PADDED_LENGTH
+from fedtext.learning.model import Model
 
 if TYPE_CHECKING:
     from fedtext.common.config import RunConfig

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import ClassVar
 
 from fedtext.common.config import ConfigError, check_choice, check_range, looks_like_path
-from fedtext.common.metrics import MetricSpec
 from fedtext.methods.fedavg.config import FedAvgConfig
+from fedtext.common.metrics import MetricSpec
 
 SAMPLERS = ("random", "target", "adversarial")  # §4 (1)-(3), in this order everywhere
 LABEL_PRIORS = ("client", "uniform")  # where the pseudo labels γ_k are drawn from

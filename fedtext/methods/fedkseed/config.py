@@ -3,8 +3,8 @@ no torch."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import ClassVar
 
 from fedtext.common.config import MethodConfig, check_range

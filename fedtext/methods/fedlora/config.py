@@ -6,11 +6,11 @@ torch (the target module names are checked against the encoder when the model is
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass
+from collections.abc import Mapping
 from typing import ClassVar
 
-from fedtext.common.config import GRADIENT, MEAN, ConfigError, MethodConfig, check_range
+from fedtext.common.config import ConfigError, GRADIENT, MEAN, MethodConfig, check_range
 from fedtext.common.metrics import MetricSpec
 
 # one item of target-modules: a role (fedtext.backbone.architectures.LINEAR_ROLES: query, value,

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from fedtext.common.config import GRADIENT, MethodConfig, check_choice, check_range
-from fedtext.common.metrics import MetricSpec
 from fedtext.methods.fes.pacing import parse_paces
+from fedtext.common.metrics import MetricSpec
 
 PACINGS = ("curriculum", "static", "none")
 # FeS's AG News depth plan as a share of the encoder's layers: §4.4, "most of bottom layers (up to

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 
 from fedtext.backbone.architectures import Architecture, architecture_of
 from fedtext.common.config import ConfigError
-from fedtext.learning.model import NetworkModel
 from fedtext.methods.fes.config import PAPER_FROZEN_SHARE
+from fedtext.learning.model import NetworkModel
 
 if TYPE_CHECKING:
     from fedtext.backbone import Backbone

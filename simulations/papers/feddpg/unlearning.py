@@ -156,14 +156,14 @@ def unlearn_run(run_dir: str | Path, partition_id: int, num_partitions: int, for
         :func:`fedtext.methods.feddpg.unlearning.unlearn`'s metrics, the global accuracies before and
         after, ``other_clients_accuracy`` (with ``other_clients``) and ``output``.
     """
+    from fedtext.server import checkpoint
     from fedtext.backbone import backbone_for
     from fedtext.common.config import DERIVED_KEYS, RunConfig
-    from fedtext.common.registry import METHODS
     from fedtext.learning.data import client_data, labelled, server_test
     from fedtext.methods.feddpg.config import BEFORE_UNLEARNING
     from fedtext.methods.feddpg.model import FedDPGModel
     from fedtext.methods.feddpg.unlearning import forget_split, unlearn, unlearn_seed
-    from fedtext.server import checkpoint
+    from fedtext.common.registry import METHODS
 
     run_dir = Path(run_dir)
     stored = json.loads((run_dir / "config.json").read_text())["config"]

@@ -39,10 +39,10 @@ import pandas as pd
 import torch
 
 from fedtext.backbone import backbone_for
-from fedtext.common.registry import METHODS, make_config
 from fedtext.learning.data import labelled, server_test
 from fedtext.methods.fes.model import num_layers
 from fedtext.methods.fes.plan import search_depth
+from fedtext.common.registry import METHODS, make_config
 
 
 def heldout_rows(n_train: int, gold_rows: np.ndarray, size: int, seed: int) -> np.ndarray:
