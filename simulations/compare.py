@@ -27,6 +27,14 @@ held-out clients never train and give the NP accuracy. With ``rotate-holdouts = 
 the i-th seed runs only with the i-th holdout (cyclically): one run per seed, each
 group held out in turn, at 1/len(holdouts) of the cost.
 
+``engine = "inprocess"`` runs each planned run through the server's own round loop in this
+process (:mod:`simulations.inprocess`: the ServerApp's server and strategy, the ClientApp's
+clients behind in-process proxies) instead of Flower's simulation engine in a fresh process
+(``"flower"``, the default): the same round math and records without a Ray start-up per run,
+for studies of many short runs. ``study = "<name>"`` makes the experiment a *study*
+(:mod:`simulations.studies`): ``simulations/studies/<name>.py`` makes its table from the
+finished runs, written as ``table.md`` instead of the comparison table.
+
 ``--profile paper`` runs the experiment's ``[profile.paper]`` instead (:func:`with_profile`):
 the paper's backbone, clients, shots, rounds and budgets, each key citing its source, for a
 machine with a GPU and a hub. What the profile ``requires`` (``gpu``, ``hub``) is checked
@@ -86,7 +94,7 @@ NOT_COMPARED = frozenset({"output-dir", "resume", "stale-after-s"})
 
 
 EXPERIMENT_KEYS = frozenset({"methods", "seeds", "holdouts", "rotate-holdouts", "num-supernodes", "run-config", "method",
-                             "description", "profile"})
+                             "description", "profile", "engine", "study"})
 # What a [profile.<name>] table may set: the experiment keys that say how the runs are
 # configured (not which methods run: a profile changes the setting, not the comparison).
 PROFILE_KEYS = frozenset({"description", "num-supernodes", "seeds", "run-config", "method", "requires"})
@@ -99,6 +107,11 @@ def load_experiment(path: Path) -> dict[str, Any]:
     unknown = set(exp) - EXPERIMENT_KEYS
     if unknown:
         raise ConfigError(f"{path}: unknown experiment keys {sorted(unknown)}")
+    if exp.get("engine", "flower") not in ENGINES:
+        raise ConfigError(f"{path}: engine = {exp['engine']!r}: one of {', '.join(sorted(ENGINES))}")
+    if "study" in exp and not (STUDIES / f"{exp['study']}.py").is_file():
+        raise ConfigError(f"{path}: study = {exp['study']!r}: no simulations/studies/{exp['study']}.py "
+                          f"(studies: {', '.join(sorted(p.stem for p in STUDIES.glob('[!_]*.py')))})")
     for name, profile in exp.get("profile", {}).items():
         bad = set(profile) - PROFILE_KEYS
         if bad:
@@ -293,8 +306,66 @@ def run_one(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_
         return proc.wait()
 
 
+def run_in_process(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "",
+                   gpus_per_client: float = 0.0) -> int:
+    """One run through the server's own round loop in this process (``engine = "inprocess"``:
+    :func:`simulations.inprocess.run`, records under the run's ``output-dir``); its lines go to the
+    console, a failure's traceback to ``log_path``. No Ray: ``--ray-address`` and
+    ``--gpus-per-client`` are refused before anything runs (:func:`main`)."""
+    import traceback
+
+    from simulations.inprocess import run
+
+    try:
+        run(overrides, Path(overrides["output-dir"]), clients=num_supernodes)
+    except Exception as exc:  # noqa: BLE001 - one failed run is recorded and counted, the sweep goes on
+        log_path.write_text(traceback.format_exc())
+        print(f"    failed: {type(exc).__name__}: {exc} (traceback: {log_path})", flush=True)
+        return 1
+    return 0
+
+
 def _quote(v: Any) -> str:
     return f"'{v}'" if isinstance(v, str) and (" " in v or not v) else str(v)
+
+
+#: The experiment's ``engine`` -> how one planned run is run (same arguments, the exit status). Looked up
+#: by name when a run starts, so that a test's stand-in for ``run_one`` is the one called.
+ENGINES = {"flower": lambda *args: run_one(*args), "inprocess": lambda *args: run_in_process(*args)}
+STUDIES = REPO / "simulations" / "studies"  # a study's table module: simulations/studies/<study>.py
+
+
+def load_study(exp: dict[str, Any]) -> Any | None:
+    """The experiment's study module (:mod:`simulations.studies`), or ``None`` for a comparison."""
+    import importlib
+
+    return importlib.import_module(f"simulations.studies.{exp['study']}") if "study" in exp else None
+
+
+def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engine: str = "flower",
+                ray_address: str = "", gpus_per_client: float = 0.0) -> int:
+    """Every planned run not yet finished under ``<out>/runs`` (:func:`finished_run`), one after
+    another, by ``engine`` (:data:`ENGINES`); returns how many failed."""
+    runs_dir = out / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    recorded = list(runs_under(runs_dir))
+    failed = 0
+    for i, ov in enumerate(runs, 1):
+        ov = {**ov, "output-dir": str(runs_dir.resolve())}
+        label = ov.get("run-name") or ov["method"]
+        held = f" holdout={ov['holdout']}" if ov.get("holdout") else ""
+        done = finished_run(resolved(ov), recorded)
+        if done:
+            print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held}: skipped, finished as {done}", flush=True)
+            continue
+        print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({num_supernodes} clients)", flush=True)
+        t0 = time.time()
+        suffix = f"-{ov['holdout']}" if ov.get("holdout") else ""
+        rc = ENGINES[engine](ov, num_supernodes, out / f"{label}-s{ov['seed']}{suffix}.log", ray_address,
+                             gpus_per_client)
+        failed += rc != 0
+        print(f"    done in {time.time() - t0:.0f} s (exit {rc})", flush=True)
+    return failed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -315,11 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         exp = load_experiment(args.experiment)
         exp = with_profile(exp, args.profile)
+        listed = {"methods": exp.get("methods"), "seeds": exp.get("seeds", [0])}  # the experiment's, for experiment.json
         if args.methods:
             exp["methods"] = args.methods
         runs = plan(exp, args.seeds)
         if args.profile and not args.table_only:
             preflight(runs, exp["requires"])
+        if exp.get("engine") == "inprocess" and (args.ray_address or args.gpus_per_client):
+            raise ConfigError("engine = \"inprocess\" runs in this process, without Ray: drop --ray-address and "
+                              "--gpus-per-client")
     except (ConfigError, tomllib.TOMLDecodeError, FileNotFoundError) as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2
@@ -328,28 +403,24 @@ def main(argv: list[str] | None = None) -> int:
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     n = int(exp.get("num-supernodes", 4))
-    # marks the folder as one experiment: the dashboard and the plot command group by it
+    # marks the folder as one experiment: the dashboard and the plot command group by it. Its methods and
+    # seeds are the experiment file's (with any --seeds asked): a sweep run a few labels at a time, in
+    # processes side by side (docs/privacy.md), is still the one experiment the file describes
     (out / "experiment.json").write_text(json.dumps({
-        "name": name, "file": str(args.experiment), "profile": args.profile, "methods": exp.get("methods"),
-        "seeds": sorted({ov["seed"] for ov in runs}), "num-supernodes": n,
+        "name": name, "file": str(args.experiment), "profile": args.profile, "methods": listed["methods"],
+        "seeds": sorted(set(listed["seeds"]) | {ov["seed"] for ov in runs}), "num-supernodes": n,
     }, indent=2) + "\n")
     failed = 0
     if not args.table_only:
-        recorded = list(runs_under(runs_dir))
-        for i, ov in enumerate(runs, 1):
-            ov = {**ov, "output-dir": str(runs_dir.resolve())}
-            label = ov.get("run-name") or ov["method"]
-            held = f" holdout={ov['holdout']}" if ov.get("holdout") else ""
-            done = finished_run(resolved(ov), recorded)
-            if done:
-                print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held}: skipped, finished as {done}", flush=True)
-                continue
-            print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({n} clients)", flush=True)
-            t0 = time.time()
-            suffix = f"-{ov['holdout']}" if ov.get("holdout") else ""
-            rc = run_one(ov, n, out / f"{label}-s{ov['seed']}{suffix}.log", args.ray_address, args.gpus_per_client)
-            failed += rc != 0
-            print(f"    done in {time.time() - t0:.0f} s (exit {rc})", flush=True)
+        failed = run_planned(runs, out, n, exp.get("engine", "flower"), args.ray_address, args.gpus_per_client)
+    study = load_study(exp)
+    if study is not None:  # a study's own table (simulations.studies), from the finished runs
+        if not args.table_only and hasattr(study, "finish"):
+            study.finish(out)
+        text = study.table(out)
+        (out / "table.md").write_text(text)
+        print(text)
+        return 1 if failed else 0
     rows = one_run_per_seed(load_runs(runs_dir))
     if rows.empty:
         print(f"fedtext: no finished run under {runs_dir}: no table", file=sys.stderr)

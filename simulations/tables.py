@@ -141,6 +141,23 @@ def one_run_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
     return done[done.index.isin(newest.index)]
 
 
+def finished_runs(root: str | Path) -> dict[tuple[Any, Any], dict[str, Any]]:
+    """The loaded runs under ``root`` that a results table counts (:func:`one_run_per_seed`: finished,
+    the newest of each seed) by ``(variant, seed)``, in that order: what a study's table reads when
+    it needs more of a run than :func:`run_rows` keeps (its rounds, its folder). One variant's runs
+    under one experiment's folder share its dataset, partition and backbone; runs of one (variant,
+    seed) that differ in holdout are for the compare table, not for a study (the last one wins)."""
+    runs = [run for run in runs_under(root) if run["config"] is not None]
+    rows = one_run_per_seed(run_rows(runs))
+    keep = set(rows["run_id"]) if not rows.empty else set()
+    chosen = {}
+    for run in runs:
+        if run["config"].get("run_id", Path(run["dir"]).name) in keep:
+            variant, seed, _ = run_key(run["config"]["config"])
+            chosen[(variant, int(seed))] = run
+    return dict(sorted(chosen.items()))
+
+
 def compare_keys(runs: pd.DataFrame) -> list[str]:
     """What one row of :func:`compare_table` is a mean over: (variant, dataset, partition),
     and the backbone as well where the runs used more than one (the same comparison on

@@ -31,6 +31,7 @@ from flwr.server.client_proxy import ClientProxy
 from fedtext.server import sampling
 from fedtext.common.config import ConfigError
 from fedtext.methods.feddpg.config import BEFORE_UNLEARNING, UNLEARN_METRICS
+from fedtext.server.release import Released
 from fedtext.server.strategy import FedTextStrategy
 from fedtext.server.validation import Upload
 
@@ -57,6 +58,14 @@ class FedDPG(FedTextStrategy):
 
     def fit_config(self, server_round: int) -> dict[str, Scalar]:
         return {**super().fit_config(server_round), "unlearn": int(self.is_unlearn_round(server_round))}
+
+    def release(self, server_round: int, uploads: list[Upload]) -> Released:
+        """The release step, except in the unlearning round: G ← G_c^u is the unlearned G itself
+        (§3.3.1), which ``update-clip`` < 1 would shorten (dp=central is refused with unlearning, and
+        FedDPG takes no SecAgg+: nothing else could touch it)."""
+        if self.is_unlearn_round(server_round):
+            return Released(uploads)
+        return super().release(server_round, uploads)
 
     def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray] | None, dict[str, Scalar]]:
         if self.is_unlearn_round(server_round):

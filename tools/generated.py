@@ -86,14 +86,14 @@ BLOCKS: dict[str, Block] = {
     # the emulated arm64 SuperNode's round (simulations/results/edge/arm64)
     "arm64-round": Block("docs/deployment.md", "simulations.arm64_round:render"),
     # issue 58: each aggregator's T1 accuracy with one attacker (simulations/results/robust_ag_news)
-    "robust-table": Block("docs/reliability.md", "simulations.robust:render"),
+    "robust-table": Block("docs/reliability.md", "simulations.studies.robust:table"),
     # issue 59: accuracy against epsilon on T1 (simulations/results/privacy_ag_news), and who takes what
-    "privacy-table": Block("docs/privacy.md", "simulations.privacy:render"),
-    "privacy-support": Block("docs/privacy.md", "simulations.privacy:render_support"),
+    "privacy-table": Block("docs/privacy.md", "simulations.studies.privacy:table"),
+    "privacy-support": Block("docs/privacy.md", "simulations.studies.privacy:render_support"),
     # issue 69: the cross-device harness (simulations/results/privacy_cross_device*)
-    "privacy-cross-device": Block("docs/privacy.md", "simulations.privacy:render_cross_device"),
+    "privacy-cross-device": Block("docs/privacy.md", "simulations.studies.privacy_cross_device:table"),
     # issue 69's clause 3: what z = 1.2's noise does to one round's release of each method
-    "privacy-release": Block("docs/privacy.md", "simulations.privacy:render_release"),
+    "privacy-release": Block("docs/privacy.md", "simulations.studies.privacy_cross_device:render_release"),
     # docs/architecture.md: fedtext's folders by role and their lanes, and the deprecated old names (issue 70)
     "roles": Block("docs/architecture.md", "tools.architecture_doc:render_roles"),
     "moved": Block("docs/architecture.md", "tools.architecture_doc:render_moved"),

@@ -165,12 +165,17 @@ TARGETS: dict[str, tuple[str, ...]] = {
     "robust": (  # issue 58: the robust aggregators' wiring, FLAME's clip, the claim bound, fedkseed's round
         # check and the simulated attacks (the aggregators' own math is Flower's, tested equal to its strategies)
         "fedtext.trust.robust.x_combine",
-        "fedtext.trust.robust.x_update_norms",
+        "fedtext.trust.clipping.x_norm",
+        "fedtext.trust.clipping.x_difference",
+        "fedtext.trust.clipping.x_update_norms",
         "fedtext.trust.robust.x_clip_updates",
         "fedtext.trust.robust.x__krum",
         "fedtext.trust.robust.x__trimmed_mean",
         "fedtext.server.strategy.xǁFedTextStrategyǁcombine",
-        "fedtext.trust.robust.x_along",
+        "fedtext.trust.clipping.x_along",
+        # issue 70: the release step that runs update-clip (and every other mechanism) in order
+        "fedtext.server.release.xǁUpdateClipǁapply",
+        "fedtext.server.release.xǁReleaseStepǁapply",
         "fedtext.client.attacks.x_for_client",
         "fedtext.server.sampling.xǁClientSamplerǁassigned_examples",
         "fedtext.server.validation.xǁUploadValidatorǁclaim_limit",
@@ -179,7 +184,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
     ),
     "privacy": (  # issue 59: DP-FedAvg's clip, mean over m and noise, adaptive clipping, the accountant's
         # inputs, local DP, and the strategy's release (Flower's clip/stdv arithmetic is called, not mutated)
-        "fedtext.trust.privacy.x_clip",
+        "fedtext.trust.clipping.x_clip",
         "fedtext.trust.privacy.x_gaussian",
         "fedtext.trust.privacy.xǁCentralDPǁnoise_params",
         "fedtext.trust.privacy.xǁCentralDPǁrelease",
@@ -188,7 +193,10 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.trust.privacy.x_epsilon",
         "fedtext.trust.privacy.x_sampling_rate",
         "fedtext.trust.privacy.x_spent",
-        "fedtext.server.strategy.xǁFedTextStrategyǁprivate_mean",
+        "fedtext.server.release.xǁCentralPrivacyǁapply",
+        "fedtext.server.release.xǁCentralPrivacyǁdenominator",
+        "fedtext.server.release.xǁSecAggSumǁapply",
+        "fedtext.server.strategy.xǁFedTextStrategyǁrelease",
         "fedtext.server.strategy.xǁFedTextStrategyǁnote_privacy",
         # issue 69: Poisson cohorts (the draw, its rate, the release every round) and the PLD accountant
         "fedtext.trust.privacy.x_pld_accountant",
@@ -196,7 +204,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.trust.privacy.x_accounting",
         "fedtext.server.sampling.xǁClientSamplerǁpoisson_draw",
         "fedtext.server.sampling.xǁClientSamplerǁpoisson_rate",
-        "fedtext.server.strategy.xǁFedTextStrategyǁpoisson_release",
+        "fedtext.server.release.xǁReleaseStepǁevery_round",
     ),
     "shared": (  # the weighted means and the byte accounting every method's figures rest on; BBT's prompt
         "fedtext.trust.robust.x_weighted_mean",

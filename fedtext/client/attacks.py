@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedtext.common.config import RunConfig
-from fedtext.trust.robust import along
+from fedtext.trust.clipping import along
 
 
 @dataclass(frozen=True)

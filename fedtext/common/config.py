@@ -139,6 +139,30 @@ PRIVACY: dict[str, str] = {
     "dp-local": "uploads whose difference from the download is an update the server averages",
     "secagg": "a server that only sums uploads (SecAgg+ shows it their weighted sum alone)",
 }
+# What cannot compose around the server's release step (fedtext.server.release: SecAgg+, central DP,
+# update-clip, aggregator) and its sampling, one row per pair: (a setting, another, why). A config that
+# turns both on is refused with the first such row's line, ``{b}`` the other setting as the config spells it
+# (RunConfig.check_release_composition, RunConfig.release_settings). A method that cannot take a mechanism
+# at all is refused by its own config's declarations (MethodConfig.privacy, server_aggregation).
+COMPOSITION: tuple[tuple[str, str, str], ...] = (
+    ("dp=central", "aggregator", "dp=central bounds each client's say by dp-clip under the mean; {b} combines "
+                                 "updates another way (its sensitivity is not C/m): drop one"),
+    ("dp=central", "update-clip", "dp=central bounds each client's say by dp-clip under the mean; {b} combines "
+                                  "updates another way (its sensitivity is not C/m): drop one"),
+    ("secagg=true", "aggregator", "secagg=true shows the server only the sum of the uploads; {b} needs each "
+                                  "upload on its own"),
+    ("secagg=true", "update-clip", "secagg=true shows the server only the sum of the uploads; {b} needs each "
+                                   "upload on its own"),
+    ("secagg=true", "dp=central", "secagg=true shows the server only the sum of the uploads; {b} needs each "
+                                  "upload on its own (use dp=local with secagg: each client clips and noises "
+                                  "its own update)"),
+    ("client-sampling=poisson", "secagg=true", "client-sampling=poisson draws a cohort of any size, and secagg=true "
+                                               "fixes its shares and threshold before the round: use "
+                                               "client-sampling=fixed with secagg"),
+    ("client-sampling=poisson", "aggregator=krum", "aggregator=krum needs at least {krum_need} clients every round "
+                                                   "(n >= 2f + 3) and client-sampling=poisson may draw fewer: use "
+                                                   "client-sampling=fixed"),
+)
 # A method config's ``server_aggregation`` when its server's step is the mean of the uploaded arrays
 # (server-optimizer and proximal-mu compose with it), and its ``local_training`` when its clients
 # train with gradients through fedtext.client.numpy_client.gradient_steps (local terms apply).
@@ -767,12 +791,8 @@ class RunConfig:
         if not self.clients_per_round:
             raise ConfigError("client-sampling=poisson draws each participant with probability clients-per-round / "
                               "participants: set clients-per-round > 0 (the expected cohort)")
-        if self.secagg:
-            raise ConfigError("client-sampling=poisson draws a cohort of any size, and secagg=true fixes its shares "
-                              "and threshold before the round: use client-sampling=fixed with secagg")
-        if self.aggregator == "krum":  # check_krum's n >= 2f + 3 holds for clients-per-round, not for every draw
-            raise ConfigError(f"aggregator=krum needs at least {2 * self.krum_malicious + 3} clients every round "
-                              "(n >= 2f + 3) and client-sampling=poisson may draw fewer: use client-sampling=fixed")
+        # with secagg=true or aggregator=krum: COMPOSITION's rows, checked with the privacy keys (check_krum's
+        # n >= 2f + 3 holds for clients-per-round, not for every draw)
         if mc is not None and mc.min_clients_per_round > 1:
             raise ConfigError(f"{self.method} needs at least {mc.min_clients_per_round} clients every round; "
                               "client-sampling=poisson may draw fewer (use client-sampling=fixed)")
@@ -853,22 +873,8 @@ class RunConfig:
                                   f"{self.dp_noise / 2:g} (the update's noise (z^-2 - (2 sigma_b)^-2)^-1/2 exists only "
                                   f"for z < 2 sigma_b; sigma_b is {sigma_b:g}"
                                   f"{', clients-per-round / 20' if not self.dp_count_noise else ''})")
-        if self.dp == "central":
-            for wanted, key in ((self.aggregator != "mean", f"aggregator={self.aggregator}"),
-                                (self.update_clip > 0, f"update-clip={self.update_clip}")):
-                if wanted:
-                    raise ConfigError(f"dp=central bounds each client's say by dp-clip under the mean; {key} "
-                                      "combines updates another way (its sensitivity is not C/m): drop one")
+        self.check_release_composition()
         if self.secagg:
-            for wanted, key in ((self.aggregator != "mean", f"aggregator={self.aggregator}"),
-                                (self.update_clip > 0, f"update-clip={self.update_clip}"),
-                                (self.dp == "central", "dp=central")):
-                if wanted:
-                    raise ConfigError(f"secagg=true shows the server only the sum of the uploads; {key} needs each "
-                                      "upload on its own (use dp=local with secagg: each client clips and noises "
-                                      "its own update)" if key == "dp=central" else
-                                      f"secagg=true shows the server only the sum of the uploads; {key} needs "
-                                      "each upload on its own")
             if 0 < self.clients_per_round < 2:
                 raise ConfigError("secagg=true needs at least 2 clients per round (a sum of one upload is that "
                                   "upload); set clients-per-round >= 2")
@@ -876,6 +882,27 @@ class RunConfig:
                 raise ConfigError(f"secagg-shares={self.secagg_shares} and secagg-threshold={self.secagg_threshold} "
                                   f"need as many clients a round, got clients-per-round={self.clients_per_round} "
                                   "(secagg-shares=1: every client of the round holds shares)")
+
+    def release_settings(self) -> dict[str, str]:
+        """The settings of :data:`COMPOSITION`'s rows this config turns on, each as the config spells it
+        (``"aggregator"`` -> ``"aggregator=median"``)."""
+        on = {
+            "dp=central": self.dp == "central",
+            "secagg=true": self.secagg,
+            "aggregator": self.aggregator != "mean",
+            "aggregator=krum": self.aggregator == "krum",
+            "update-clip": self.update_clip > 0,
+            "client-sampling=poisson": self.client_sampling == "poisson",
+        }
+        spelled = {"aggregator": f"aggregator={self.aggregator}", "update-clip": f"update-clip={self.update_clip}"}
+        return {name: spelled.get(name, name) for name, wanted in on.items() if wanted}
+
+    def check_release_composition(self) -> None:
+        """One line for the first row of :data:`COMPOSITION` whose two settings this config both turns on."""
+        on = self.release_settings()
+        for a, b, why in COMPOSITION:
+            if a in on and b in on:
+                raise ConfigError(why.format(b=on[b], krum_need=2 * self.krum_malicious + 3))
 
     def privacy_wanted(self) -> list[str]:
         """The mechanisms of :data:`PRIVACY` this run asks for, as their keys say it

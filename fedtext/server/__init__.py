@@ -6,6 +6,8 @@
   or Poisson cohorts, seeded);
 * :mod:`~fedtext.server.validation`: every client result checked before aggregation, bad
   ones dropped with a logged reason; :mod:`~fedtext.server.secagg`: SecAgg+'s server side;
+* :mod:`~fedtext.server.release`: the one step between validation and a method's aggregation
+  (SecAgg+'s mean, central DP's clip-and-noise, ``update-clip``, the aggregator's rule);
 * :mod:`~fedtext.server.round_log`: a round's record (bytes up and down, queries, memory,
   times); :mod:`~fedtext.server.server_opt`: server optimisers (FedOpt);
 * :mod:`~fedtext.server.checkpoint`: the server's state after each round (``resume=``);

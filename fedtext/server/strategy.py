@@ -6,11 +6,14 @@ its client builds) says what the global arrays and uploads are and how to evalua
 them; a method's strategy overrides the smallest hooks:
 
 * :meth:`aggregate` -- the math on validated, decoded uploads
-  (:class:`fedtext.server.validation.Upload`: arrays by name); default :meth:`combine` (FedAvg's
-  example-weighted mean, or ``aggregator``'s robust rule after ``update-clip``'s norm bound:
+  (:class:`fedtext.server.validation.Upload`: arrays by name) as the release step left them;
+  default :meth:`combine` (FedAvg's example-weighted mean, or ``aggregator``'s robust rule:
   :mod:`fedtext.trust.robust`), then :meth:`server_update` (``server-optimizer``: FedAvgM, FedAdam, FedYogi, FedAdagrad,
   :mod:`fedtext.server.server_opt`; a method whose config declares ``server_aggregation = MEAN``
   and overrides :meth:`aggregate` passes its mean through :meth:`server_update` too);
+* :meth:`release` -- what the server does to the valid uploads before :meth:`aggregate`
+  (default: every mechanism the config turns on, :mod:`fedtext.server.release`); FedDPG
+  skips it in its unlearning round;
 * :meth:`download` -- what one client is sent (default: the global arrays; FedDLS
   sends each client the compressed updates it has not seen yet);
 * :meth:`fit_config` -- extra keys of the fit instruction;
@@ -24,13 +27,17 @@ them; a method's strategy overrides the smallest hooks:
   who trains a round, the method's check of the partitions, and which replies are
   uploads (FeS, FedDPG).
 
-The three jobs around those hooks live in their own modules, each held by the strategy:
+The four jobs around those hooks live in their own modules, each held by the strategy:
 
 * :mod:`fedtext.server.sampling` (``self.sampler``) -- who the clients are (asked once) and the
   seeded draws of who trains and who tests each round;
 * :mod:`fedtext.server.validation` (``self.validator``) -- every upload decoded once and checked,
   dropped with a logged reason when it fails (the round goes on with the rest), failed
   clients recorded under their partition ids, the run's drops counted;
+* :mod:`fedtext.server.release` (``self.release_step``) -- what the server does to the valid
+  uploads before the method's :meth:`aggregate` (SecAgg+'s mean, central DP's clip-and-noise,
+  ``update-clip``) and the rule :meth:`combine` takes the mean by (``aggregator``): one step,
+  :meth:`release`, one mechanism class each;
 * :mod:`fedtext.server.round_log` (``self.rounds``) -- the round's record (``self.record``),
   written when the round ends, then the checkpoint and, after the last round, the run's status.
 
@@ -52,15 +59,16 @@ from flwr.server.strategy import FedAvg
 
 from fedtext.common import comm
 
-from fedtext.server import checkpoint, secagg, server_opt
+from fedtext.server import checkpoint, server_opt
 
-from fedtext.trust import privacy, robust
+from fedtext.trust import privacy
 from fedtext.backbone import Backbone, EncodedBatch, backbone_for
 from fedtext.common.config import ConfigError, RunConfig
 from fedtext.learning.data import server_test
 from fedtext.learning.model import Model
 from fedtext.records.schema import RoundRecord
 from fedtext.records.writer import RunRecorder
+from fedtext.server.release import Released, ReleaseStep, RoundView
 from fedtext.server.round_log import RoundLog
 
 # CONNECT_TIMEOUT_S and TRAIN_SALT are only re-exported: both were defined here, and code outside
@@ -132,8 +140,8 @@ class FedTextStrategy(FedAvg):
         self.global_arrays: list[np.ndarray] = []
         # server-optimizer's state (m, v) lives here and is checkpointed beside checkpoint_attrs
         self.server_opt = server_opt.ServerOptimizer.from_config(cfg)
-        # dp=central: the clipping norm (adaptive clipping moves it) and the noise; None otherwise
-        self.central_dp = privacy.CentralDP(cfg) if cfg.dp == "central" else None
+        # SecAgg+'s mean, central DP, update-clip and aggregator's rule (fedtext.server.release)
+        self.release_step = ReleaseStep(cfg, self.model)
         # the accountant's counts, checkpointed with the server optimizer's state: rounds with a
         # central release, and the rounds each partition was sampled to train in (local DP's ε)
         self.dp_releases = 0
@@ -197,15 +205,10 @@ class FedTextStrategy(FedAvg):
 
     def combine(self, uploads: list[Upload], weights: list[int]) -> tuple[list[np.ndarray], dict[str, Scalar]]:
         """The round's "mean" of ``uploads`` (weights ``weights``: example counts, or FedDPG's
-        uniform ones): ``update-clip``'s norm bound on each update against the global arrays,
-        then ``aggregator`` (:mod:`fedtext.trust.robust`; default the weighted mean itself). Metrics:
-        ``clipped`` and ``clip_bound`` when ``update-clip`` is on."""
-        arrays = [u.array_list() for u in uploads]
-        metrics: dict[str, Scalar] = {}
-        if self.cfg.update_clip > 0 and self.global_arrays:
-            arrays, clipped, bound = robust.clip_updates(arrays, self.global_arrays, self.cfg.update_clip)
-            metrics = {"clipped": clipped, "clip_bound": bound}
-        return robust.combine(arrays, weights, self.cfg, self.global_arrays), metrics
+        uniform ones) by ``aggregator`` (:meth:`fedtext.server.release.ReleaseStep.combine`; default
+        the weighted mean itself), with no metrics of its own (``update-clip`` ran before, in
+        :meth:`release`, and reports there)."""
+        return self.release_step.combine([u.array_list() for u in uploads], weights, self.global_arrays), {}
 
     def server_update(self, server_round: int, mean: list[np.ndarray]) -> list[np.ndarray]:
         """x_{t+1} from ``mean``, the mean of this round's uploads: ``server-optimizer``'s step
@@ -355,15 +358,14 @@ class FedTextStrategy(FedAvg):
     ) -> tuple[Parameters | None, dict[str, Scalar]]:
         """Screen every reply (identity, declared metrics), validate the uploads, account
         bytes (of every result: a dropped one was still sent), then :meth:`aggregate` the
-        valid ones, once.
+        valid ones, once, as :meth:`release` leaves them.
 
-        ``secagg=true``: each result's parameters are the round's example-weighted mean
-        (:mod:`fedtext.server.secagg`, which says what validation can still check of it); it is cast
-        to the upload specs' dtypes, validated, and aggregated once, as one upload of the valid
-        results' examples (:func:`secagg_upload`). The round's bytes are the protocol's
+        The replies pass the release step's screen first (:mod:`fedtext.server.release`:
+        ``secagg=true``'s results each carry SecAgg+'s mean in float64, cast to the upload specs'
+        dtypes there so that validation checks it; :mod:`fedtext.server.secagg` says what it can
+        still check). Under SecAgg+ the round's bytes are the protocol's
         (:meth:`fedtext.server.round_log.RoundLog.secagg_sent`, after this hook)."""
-        if self.cfg.secagg:  # every result carries SecAgg+'s unmasked mean, in float64 (fedtext.server.secagg)
-            results = secagg.cast_mean(results, self.model.upload_specs())
+        results = self.release_step.screen(results)
         uploads = self.validate(self.validator.replies(self.record, results, "fit"), failures)
         self.rounds.fit_results(results, uploads, self.is_upload, self.simulated_seconds)
         # no valid upload: nothing to aggregate, but the Poisson mechanism releases its noise whatever arrived
@@ -373,46 +375,37 @@ class FedTextStrategy(FedAvg):
             return None, {}
         if uploads:
             self.validator.valid_rounds += 1
-        if self.cfg.secagg:  # never with Poisson cohorts (refused at config): uploads are there
-            uploads = secagg_upload(uploads)
-        release = None
-        if self.central_dp is not None:  # the method sees one upload: the noised mean of the clipped updates
-            uploads, release = self.private_mean(server_round, uploads)
-        arrays, metrics = self.aggregate(server_round, uploads)
+        released = self.release(server_round, uploads)
+        arrays, metrics = self.aggregate(server_round, released.uploads)
+        metrics = {**released.metrics, **metrics}
         self.record.method_metrics = {k: v for k, v in metrics.items() if isinstance(v, (int, float))}
-        self.note_privacy(release)
+        self.note_privacy(released.privacy)
         if arrays is None:
             return None, metrics
         self.global_arrays = [np.asarray(a) for a in arrays]
         return comm.encode(self.global_arrays), metrics
 
-    # ------------------------------------------------------------- privacy
-    def private_mean(self, server_round: int, uploads: list[Upload]) -> tuple[list[Upload], privacy.Release]:
-        """``dp=central``: the round's valid uploads replaced by one, ``x_t + Δ̃`` (FedKSeed: ``Δ̃``),
-        Δ̃ the noised mean of their clipped updates over the m clients sampled
-        (:meth:`fedtext.trust.privacy.CentralDP.release`), weight 1, so that the method's own
-        aggregation of it is post-processing."""
-        sent = self.global_arrays
-        updates = [self.model.update(sent, u.array_list()) for u in uploads]
-        if self.cfg.client_sampling == "poisson":  # the fixed denominator qN: the cohort's size is not released
-            m = self.cfg.clients_per_round
-        else:
-            m = max(self.sampled_this_round, len(uploads))
-        # no upload (a Poisson round): the noise alone, shaped as an update of the arrays sent
-        zeros = None if updates else [np.zeros(np.shape(a)) for a in self.model.update(sent, sent)]
-        release = self.central_dp.release(updates, m, server_round, zeros)
-        names = [spec.name for spec in self.model.upload_specs()]  # an Upload's arrays are keyed by them, in order
-        arrays = self.model.apply_update(sent, release.update)
-        self.dp_releases += 1
-        # the release stands for no one client: no proxy, weight 1, no metrics
-        merged = Upload(None, "dp-mean", 1, dict(zip(names, arrays, strict=True)), {})
-        return [merged], release
+    # ------------------------------------------------------- release, privacy
+    def release(self, server_round: int, uploads: list[Upload]) -> Released:
+        """The one release step (:meth:`fedtext.server.release.ReleaseStep.apply`): the round's valid
+        uploads through SecAgg+'s merge, central DP's noised mean (counted here: the accountant
+        composes one release per round) and ``update-clip``, whichever the config turned on, against
+        the global arrays the round's clients were sent and the m clients sampled."""
+        rnd = RoundView(server_round, self.global_arrays, self.sampled_this_round)
+        released = self.release_step.apply(rnd, uploads)
+        if released.privacy is not None:
+            self.dp_releases += 1
+        return released
+
+    @property
+    def central_dp(self) -> privacy.CentralDP | None:
+        """``dp=central``'s clipping norm (adaptive clipping moves it) and noise; ``None`` otherwise."""
+        return self.release_step.central_dp
 
     def poisson_release(self) -> bool:
-        """Whether this round releases under central DP whatever arrives: ``client-sampling=poisson``,
-        whose accountant composes one sampled Gaussian every round (a round that drew nobody, or whose
-        uploads were all dropped, still adds N(0, (z C / qN)²) to the global update)."""
-        return self.central_dp is not None and self.cfg.client_sampling == "poisson"
+        """Whether this round releases under central DP whatever arrives
+        (:meth:`fedtext.server.release.ReleaseStep.every_round`: Poisson cohorts)."""
+        return self.release_step.every_round()
 
     def privacy_state(self) -> dict[str, Any]:
         """The accountant's counts and adaptive clipping's C, for the checkpoint."""
@@ -486,15 +479,6 @@ class FedTextStrategy(FedAvg):
 
     def _is_eval_round(self, server_round: int) -> bool:
         return server_round % self.cfg.eval_every == 0 or server_round == self.cfg.num_server_rounds
-
-
-def secagg_upload(uploads: list[Upload]) -> list[Upload]:
-    """SecAgg+'s valid results as the one upload they all carry: the weighted mean, weighing
-    all their examples (FedAvg's mean of it, or FedKSeed's ``accumulate``, is the mean itself;
-    aggregating n copies of it would add float rounding and FedKSeed's outlier screen nothing)."""
-    first = uploads[0]
-    merged = Upload(first.proxy, "secagg-mean", sum(u.num_examples for u in uploads), first.arrays, {})
-    return [merged]
 
 
 def weighted_accuracy(metrics: list[tuple[int, dict[str, Scalar]]]) -> dict[str, Scalar]:

@@ -7,7 +7,8 @@ what the server releases by at most the clipping norm C.
 
 **Central** (DP-FedAvg, McMahan et al. 2018, Algorithm 1 with the fixed-denominator estimator
 ``f̃_f``; Flower's ``DifferentialPrivacyServerSideFixedClipping``). The server clips each valid
-update in L2 (Flower's ``clip_inputs_inplace``: ``Δ · min(1, C / ‖Δ‖)``, all arrays as one vector),
+update in L2 (:func:`fedtext.trust.clipping.clip`, Flower's ``clip_inputs_inplace``: ``Δ · min(1, C / ‖Δ‖)``,
+all arrays as one vector),
 then releases
 
     Δ̃ = (1/m) Σ_k clip_C(Δ_k) + N(0, (z C / m)² I)           (Flower's ``compute_stdv``)
@@ -64,14 +65,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from flwr.supercore.differential_privacy import (
-    clip_inputs_inplace,
-    compute_adaptive_noise_params,
-    compute_stdv,
-    get_norm,
-)
+from flwr.supercore.differential_privacy import compute_adaptive_noise_params, compute_stdv
 
 from fedtext.common.config import ConfigError, RunConfig
+from fedtext.trust.clipping import clip  # the one flat clip (Flower's FlatClip arithmetic, float64)
 
 # SeedSequence streams of the noise, one per use, so that no two draws share a stream
 CENTRAL_STREAM = 0x44501  # the server's noise on the mean update
@@ -89,16 +86,6 @@ def noise_rng(cfg: RunConfig, stream: int, server_round: int, partition_id: int 
 def gaussian(arrays: Sequence[np.ndarray], std: float, rng: np.random.Generator) -> list[np.ndarray]:
     """``arrays`` plus N(0, std²) noise on every element, in each array's dtype."""
     return [np.asarray(a + rng.normal(0.0, std, np.shape(a))).astype(np.asarray(a).dtype) for a in arrays]
-
-
-def clip(update: Sequence[np.ndarray], bound: float) -> tuple[list[np.ndarray], bool]:
-    """``update`` scaled to L2 norm at most ``bound`` (all arrays as one vector: Flower's FlatClip,
-    ``clip_inputs_inplace``), and whether it was under the bound (Andrew et al.'s b_k)."""
-    out = [np.array(a, dtype=np.float64) for a in update]
-    unclipped = get_norm(out) <= bound
-    if not unclipped:
-        clip_inputs_inplace(out, bound)
-    return out, bool(unclipped)
 
 
 @dataclass

@@ -2,8 +2,9 @@
 
 Every method whose server step is a mean of the uploaded arrays (its config declares
 ``server_aggregation = MEAN``: fedprompt, fedavg, fedlora, fedadapter, fedptuning-v2, feddpg,
-bbt-fed with ``average=z``) takes that mean through :meth:`fedtext.server.strategy.FedTextStrategy.combine`,
-which reads two keys:
+bbt-fed with ``average=z``) takes that mean through :meth:`fedtext.server.strategy.FedTextStrategy.combine`;
+two keys change it, both applied through the server's release step (:mod:`fedtext.server.release`:
+``update-clip`` on the uploads before the method's aggregation, ``aggregator`` as combine's rule):
 
 ``aggregator``
     * ``mean`` (default): FedAvg's example-weighted mean (:func:`weighted_mean`, Flower's
@@ -26,8 +27,8 @@ which reads two keys:
     a float64 result is cast back).
 
 ``update-clip``
-    Before combining, each update ``Δ_k = x_k − x_t`` (the upload minus the global arrays the
-    client was sent, all arrays as one vector) longer than ``update-clip × median_k ‖Δ_k‖`` is
+    Before the method aggregates (:class:`fedtext.server.release.UpdateClip`), each update
+    ``Δ_k = x_k − x_t`` (the upload minus the global arrays the client was sent, all arrays as one vector) longer than ``update-clip × median_k ‖Δ_k‖`` is
     scaled down to that length: FLAME's adaptive norm bound (Nguyen et al. 2022, §5: clip to the
     median of the round's update norms; ``update-clip=1`` is FLAME's bound, a larger factor
     leaves honest spread alone). Clipped, not dropped: the client still counts, its update no
@@ -50,6 +51,7 @@ import numpy as np
 from flwr.server.strategy.aggregate import aggregate_krum, aggregate_median, aggregate_trimmed_avg
 
 from fedtext.common.config import RunConfig
+from fedtext.trust.clipping import along, update_norms  # the one norm and scaling of an update (float64)
 
 Arrays = list[np.ndarray]
 
@@ -110,22 +112,6 @@ def combine(arrays: list[Arrays], weights: list[int], cfg: RunConfig, like: Arra
         return out
     dtypes = [a.dtype for a in (like or arrays[0])]
     return [np.asarray(a).astype(d, copy=False) for a, d in zip(out, dtypes, strict=True)]
-
-
-def update_norms(arrays: list[Arrays], reference: Arrays) -> np.ndarray:
-    """‖x_k − x_t‖₂ of each upload (all its arrays as one vector), in float64."""
-    # one float64 cast per difference: a float32 update's squares overflow float32 past |Δ| ~ 1.8e19
-    return np.asarray([np.sqrt(sum(float(np.sum(np.subtract(x, r, dtype=np.float64) ** 2))
-                                   for x, r in zip(upload, reference, strict=True)))
-                       for upload in arrays])
-
-
-def along(reference: Arrays, upload: Arrays, factor: float) -> Arrays:
-    """``x_t + factor · (x_k − x_t)`` per array, computed in float64 and cast back to the
-    upload's dtypes: an update scaled along its own direction (a clip, an attack)."""
-    # the difference cast once, to float64 (the sum with a float32 x_t is float64 by numpy's promotion)
-    return [(r + factor * np.subtract(x, r, dtype=np.float64)).astype(np.asarray(x).dtype)
-            for x, r in zip(upload, reference, strict=True)]
 
 
 def clip_updates(arrays: list[Arrays], reference: Arrays, factor: float) -> tuple[list[Arrays], int, float]:

@@ -76,7 +76,7 @@ def test_q_is_clients_per_round_over_the_most_participants_known_and_the_record_
     strat = _prompt_strategy(backbone, dp="central", clients_per_round=120, client_sampling="poisson",
                              client_ids="lazy")
     strat.sampler, strat.sampled_this_round = lazy, 0
-    strat.private_mean(1, [])
+    strat.release(1, [])
     strat.note_privacy(None)
     assert strat.record.privacy["sampling_rate"] == 0.04
     assert strat.record.privacy["epsilon"] == pytest.approx(privacy.epsilon(0.04, 1.0, 1, 1e-5))
@@ -91,7 +91,8 @@ def test_the_private_mean_divides_by_the_expected_cohort_not_the_one_drawn(backb
     strat.sampled_this_round = 5
     shape = strat.global_arrays[0].shape
     uploads = [Upload(None, str(i), 4, {"prompt": _unit(shape, i, 0.5).astype(np.float32)}, {}) for i in range(5)]
-    (merged,), release = strat.private_mean(1, uploads)
+    released = strat.release(1, uploads)
+    (merged,), release = released.uploads, released.privacy
     got = merged.arrays["prompt"].ravel()
     assert got[:5] == pytest.approx([0.25] * 5) and np.count_nonzero(got) == 5 and release.clipped == 0
     assert (merged.proxy, merged.partition_id, merged.num_examples, merged.metrics) == (None, "dp-mean", 1, {})
@@ -104,7 +105,8 @@ def test_a_round_that_drew_nobody_releases_the_noise_alone(backbone) -> None:
                              client_sampling="poisson")
     strat.sampled_this_round = 0
     assert strat.poisson_release()
-    (merged,), release = strat.private_mean(7, [])
+    released = strat.release(7, [])
+    (merged,), release = released.uploads, released.privacy
     sent = strat.global_arrays[0]
     want = privacy.noise_rng(strat.cfg, privacy.CENTRAL_STREAM, 7).normal(0.0, 0.25, sent.shape)
     assert merged.arrays["prompt"] == pytest.approx(want.astype(np.float32))

@@ -52,7 +52,8 @@ def test_clipping_comes_before_the_mean_and_the_denominator_is_the_clients_sampl
     strat = _strategy(backbone, dp="central", dp_clip=1.0, dp_noise=0.0)
     shape = strat.global_arrays[0].shape
     uploads = [_upload(0, 4, _unit(shape, 0, 10.0)), _upload(1, 4, _unit(shape, 1, 0.5))]
-    (merged,), release = strat.private_mean(1, uploads)
+    released = strat.release(1, uploads)
+    (merged,), release = released.uploads, released.privacy
     got = merged.arrays["prompt"].ravel()
     assert got[0] == pytest.approx(1 / 3) and got[1] == pytest.approx(0.5 / 3)
     assert np.count_nonzero(got) == 2 and merged.num_examples == 1
@@ -65,7 +66,8 @@ def test_every_client_weighs_the_same_whatever_it_claims(backbone) -> None:
     strat = _strategy(backbone, dp="central", dp_clip=10.0, dp_noise=0.0)
     strat.sampled_this_round = 2
     shape = strat.global_arrays[0].shape
-    (merged,), _ = strat.private_mean(1, [_upload(0, 1, _unit(shape, 0, 1.0)), _upload(1, 1000, _unit(shape, 0, 3.0))])
+    released = strat.release(1, [_upload(0, 1, _unit(shape, 0, 1.0)), _upload(1, 1000, _unit(shape, 0, 3.0))])
+    (merged,) = released.uploads
     assert merged.arrays["prompt"].ravel()[0] == pytest.approx(2.0)
 
 
@@ -205,7 +207,7 @@ def test_the_round_record_carries_epsilon_and_the_release(backbone) -> None:
     strat = _strategy(backbone, dp="central", dp_clip=0.5, dp_noise=2.0, clients_per_round=3)
     strat.sampler.partitions = lambda: list(range(10))
     shape = strat.global_arrays[0].shape
-    _, release = strat.private_mean(1, [_upload(0, 4, _unit(shape, 0, 1.0))])
+    release = strat.release(1, [_upload(0, 4, _unit(shape, 0, 1.0))]).privacy
     strat.note_privacy(release)
     entry = strat.record.privacy
     assert entry["epsilon"] == pytest.approx(privacy.epsilon(0.3, 2.0, 1, 1e-5))
@@ -225,7 +227,7 @@ def test_a_resumed_run_keeps_its_spent_rounds_and_its_clip(tmp_path, backbone, m
     strat = _strategy(backbone, dp="central", dp_clipping="adaptive", dp_noise=0.0, output_dir=str(tmp_path))
     strat.recorder = RunRecorder(tmp_path, strat.cfg.to_run_config())
     shape = strat.global_arrays[0].shape
-    strat.private_mean(1, [_upload(0, 4, _unit(shape, 0, 5.0))])
+    strat.release(1, [_upload(0, 4, _unit(shape, 0, 5.0))])
     strat.dp_sampled = {"0": 1, "4": 1}
     strat.save_checkpoint(1)
     ckpt = checkpoint.load(strat.recorder.dir, limits=type(strat).checkpoint_limits(strat.cfg, strat.model))
@@ -396,7 +398,7 @@ def test_the_strategy_steps_the_clip_over_the_clients_it_sampled(backbone) -> No
     strat = _strategy(backbone, dp="central", dp_clipping="adaptive", dp_clip=1.0, dp_noise=0.0)
     strat.sampled_this_round = 4
     shape = strat.global_arrays[0].shape
-    strat.private_mean(1, [_upload(0, 4, _unit(shape, 0, 0.5)), _upload(1, 4, _unit(shape, 1, 2.0))])
+    strat.release(1, [_upload(0, 4, _unit(shape, 0, 0.5)), _upload(1, 4, _unit(shape, 1, 2.0))])
     assert strat.central_dp.clip == pytest.approx(math.exp(0.05))
 
 

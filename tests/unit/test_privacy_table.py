@@ -1,4 +1,4 @@
-"""simulations.privacy's table (issue 59) from hand-made round records: no run, no model.
+"""The privacy studies' tables (simulations/studies/privacy.py, issue 59; privacy_cross_device.py, issue 69) from hand-made round records: no run, no model.
 
 What it must say: the start (round 0) beside each noise's final accuracy, the ε of the last round
 (∞ for clipping alone, no ε without DP), and the bytes per client-round once per method when every
@@ -14,7 +14,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from simulations import privacy, robust
+from simulations.studies import privacy
+from simulations.studies import privacy_cross_device as cross
 
 
 def _run(tmp: Path, label: str, seed: int, start: float, final: float, eps: float | None, dp: bool) -> dict[str, Any]:
@@ -36,18 +37,18 @@ def records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
             ("fedprompt-z1", 0): _run(tmp_path, "fedprompt-z1", 0, 0.7, 0.3, 5.46, True)}
     (tmp_path / "runs").mkdir()
     monkeypatch.setattr(privacy, "OUT", tmp_path)
-    monkeypatch.setattr(robust, "newest_runs", lambda out: runs)
+    monkeypatch.setattr(privacy, "finished_runs", lambda root: runs)
 
 
 def test_table_puts_the_start_beside_each_noise_and_the_last_rounds_epsilon(records: None) -> None:
-    lines = privacy.render().splitlines()
+    lines = privacy.table().splitlines()
     row = next(x for x in lines if x.startswith("| `fedprompt` | 0.650 |"))  # round 0: seed 0's 0.7, seed 1's 0.6
     assert "| 0.850 ± 0.071 (2) | 0.750 (1) | – | 0.300 (1) | – |" in row
     assert "| ε (every method) | | — | ∞ | 5.46 |" in lines
 
 
 def test_table_writes_one_byte_count_when_every_noise_sent_the_same(records: None) -> None:
-    assert any(x.startswith("| `fedprompt` | ") and x.endswith("| 400 / 400 |") for x in privacy.render().splitlines())
+    assert any(x.startswith("| `fedprompt` | ") and x.endswith("| 400 / 400 |") for x in privacy.table().splitlines())
 
 
 def _cross_device_run(tmp: Path, label: str, curve: dict[int, float], z: float | None) -> dict[str, Any]:
@@ -78,10 +79,10 @@ def test_the_cross_device_table_gives_the_gap_to_no_dp_and_both_accountants_epsi
             ("fedlora-none", 0): _cross_device_run(tmp_path, "lora-none", {0: 0.45, 4: 0.90}, None),
             ("fedlora-z1", 0): _cross_device_run(tmp_path, "lora-z1", {0: 0.45, 4: 0.88}, 1.0)}
     (tmp_path / "out" / "runs").mkdir(parents=True)
-    monkeypatch.setattr(privacy, "REPO", tmp_path)
-    monkeypatch.setattr(privacy, "CROSS_DEVICE_OUT", tmp_path / "out")
-    monkeypatch.setattr(robust, "newest_runs", lambda out: runs)
-    lines = privacy.render_cross_device().splitlines()
+    monkeypatch.setattr(cross, "REPO", tmp_path)
+    monkeypatch.setattr(cross, "OUT", tmp_path / "out")
+    monkeypatch.setattr(cross, "finished_runs", lambda root: runs)
+    lines = cross.table().splitlines()
     assert lines[0].startswith("`out` (4 rounds; server accuracy") and "accuracy at rounds 0, 2, 4 |" in lines[2]
     assert "| `fedprompt-none` | 0 | 0.800 | +0.0 pt | 0.550, 0.700, 0.800 | — | — | 10.0 (8–12) | — | — | 12,416 | 4 |" in lines
     assert "| `fedprompt-z0` | 0 | 0.810 | +1.0 pt | 0.550, 0.720, 0.810 | ∞ | ∞ | 10.0 (8–12) | 1.00 → 1.30 | 20 % |" \
@@ -94,9 +95,9 @@ def test_the_cross_device_table_gives_the_gap_to_no_dp_and_both_accountants_epsi
 
 
 def test_a_runs_twin_without_dp_swaps_only_its_noise_part() -> None:
-    assert privacy.no_dp_twin("bbt-fed-z12") == "bbt-fed-none"
-    assert privacy.no_dp_twin("fedprompt-z12-dir") == "fedprompt-none-dir"
-    assert privacy.no_dp_twin("fedprompt-none") == "fedprompt-none"
+    assert cross.no_dp_twin("bbt-fed-z12") == "bbt-fed-none"
+    assert cross.no_dp_twin("fedprompt-z12-dir") == "fedprompt-none-dir"
+    assert cross.no_dp_twin("fedprompt-none") == "fedprompt-none"
 
 
 # ------------------------------------------------------------------ issue 69, clause 3: where the noise goes
@@ -107,7 +108,7 @@ def test_a_releases_signal_is_the_clipped_sum_over_the_expected_cohort_at_the_me
     """By hand: C = median(5, 1, 2) = 2 (not the mean 8/3); clip (3, 4) to (1.2, 1.6); sum (1.2, 4.6) over
     m = 4 (the expected cohort, not the 3 that came) = (0.3, 1.15), norm 1.188486, signal 0.594243 C.
     z_Δ = (0.1⁻² - (2 σ_b)⁻²)^-½ with σ_b = m / 20 = 0.2: 0.103280; noise z_Δ √2 / 4 = 0.036515 C."""
-    s = privacy.release_stats(UPDATES, m=4, z=0.1, draws=8, seed=0)
+    s = cross.release_stats(UPDATES, m=4, z=0.1, draws=8, seed=0)
     assert (s["d"], s["updates"], s["m"], s["clip"]) == (2, 3, 4, 2.0)
     assert s["signal"] == pytest.approx(0.594243, abs=1e-6)
     assert s["z_delta"] == pytest.approx(0.103280, abs=1e-6)
@@ -117,11 +118,11 @@ def test_a_releases_signal_is_the_clipped_sum_over_the_expected_cohort_at_the_me
 
 
 def test_more_noise_turns_the_release_away_from_the_mean_and_the_draws_are_seeded() -> None:
-    quiet = privacy.release_stats(UPDATES, m=40, z=0.1, draws=64, seed=1)
-    loud = privacy.release_stats(UPDATES, m=40, z=3.0, draws=64, seed=1)
+    quiet = cross.release_stats(UPDATES, m=40, z=0.1, draws=64, seed=1)
+    loud = cross.release_stats(UPDATES, m=40, z=3.0, draws=64, seed=1)
     assert loud["noise"] > 25 * quiet["noise"] and loud["signal"] == quiet["signal"]
     assert -1.0 <= loud["cosine"] < quiet["cosine"] - 0.2
-    assert privacy.release_stats(UPDATES, m=40, z=3.0, draws=64, seed=1) == loud
+    assert cross.release_stats(UPDATES, m=40, z=3.0, draws=64, seed=1) == loud
 
 
 def test_the_release_table_lists_each_method_by_its_released_dimension(tmp_path: Path, monkeypatch) -> None:
@@ -131,13 +132,13 @@ def test_the_release_table_lists_each_method_by_its_released_dimension(tmp_path:
              "signal": 0.53, "noise": 2.73, "snr": 0.194, "cosine": 0.19, "fit_s": 141.6},
             {"method": "bbt-fed", "seed": 0, "z": 1.2, "m": 120, "d": 100, "updates": 118, "clip": 11.5,
              "signal": 0.51, "noise": 0.1, "snr": 5.1, "cosine": 0.98, "fit_s": 472.0}]
-    (profile / privacy.RELEASE_FILE).write_text(json.dumps({"rows": rows, "machine": "M", "date": "D"}))
-    monkeypatch.setattr(privacy, "REPO", tmp_path)
-    monkeypatch.setattr(privacy, "CROSS_DEVICE_OUT", out)
-    text = privacy.render_release()
+    (profile / cross.RELEASE_FILE).write_text(json.dumps({"rows": rows, "machine": "M", "date": "D"}))
+    monkeypatch.setattr(cross, "REPO", tmp_path)
+    monkeypatch.setattr(cross, "OUT", out)
+    text = cross.render_release()
     lines = [x for x in text.splitlines() if x.startswith("| `")]
     assert [x.split("`")[1] for x in lines] == ["bbt-fed", "fedlora"]  # smallest release first
     assert "| `fedlora` | 74,498 | 118 | 0.57 | 0.530 | 2.730 | 0.19 | 0.190 | 1.20 |" in lines
     assert "z = 1.2, m = 120; M, D" in text and "privacy_cross_device-cpu/release.json" in text
-    (profile / privacy.RELEASE_FILE).unlink()
-    assert "No release measurement yet" in privacy.render_release()
+    (profile / cross.RELEASE_FILE).unlink()
+    assert "No release measurement yet" in cross.render_release()

@@ -461,11 +461,12 @@ def ours_server(inputs: dict[str, Any]) -> Any:
         uploads.append(SimpleNamespace(array_list=lambda a=arrays: a, num_examples=n, partition_id=k, metrics={}))
     # eq. (1)'s mean as the server steps with server-optimizer=fedavg and aggregator=mean (the
     # defaults): the mean itself, through the strategy's own combine
+    from fedtext.server.release import ReleaseStep
     from fedtext.server.strategy import FedTextStrategy
 
-    cfg = SimpleNamespace(aggregator="mean", update_clip=0.0)
+    cfg = SimpleNamespace(aggregator="mean", update_clip=0.0, secagg=False, dp="none")
     strategy = SimpleNamespace(is_unlearn_round=lambda r: False, server_update=lambda r, mean: mean, cfg=cfg,
-                               global_arrays=[])
+                               global_arrays=[], release_step=ReleaseStep(cfg, None))
     strategy.combine = lambda ups, weights: FedTextStrategy.combine(strategy, ups, weights)
     arrays, _ = FedDPG.aggregate(strategy, 1, uploads)
     return [summary(a.reshape(-1)) for a in arrays]

@@ -1,16 +1,16 @@
-"""Robust aggregation against one lying client (issue 58): the T1 table.
+"""Robust aggregation against one lying client (issue 58): the T1 table, a study (:mod:`simulations.studies`).
 
-    python -m simulations.robust                  # every planned run not yet finished, then the table
-    python -m simulations.robust --seeds 0        # some seeds
-    python -m simulations.robust --table-only     # the table from the committed records
+    python -m simulations.compare simulations/experiments/robust_ag_news.toml               # runs, table
+    python -m simulations.compare simulations/experiments/robust_ag_news.toml --seeds 0     # some seeds
+    python -m simulations.compare simulations/experiments/robust_ag_news.toml --table-only  # from the records
 
-Runs ``simulations/experiments/robust_ag_news.toml`` (its header says the setting: T1 with 5
-clients per round, fedprompt, 3 seeds; each label is ``<aggregator>-<attack>``) through the
-server's own round loop in this process (:mod:`simulations.inprocess`: the ServerApp's server
-and strategy, the ClientApp's clients behind in-process proxies), not through Ray: the round
-math and the records are the same, and 60 runs fit 2 cores without 60 Ray start-ups. Records go
-to ``simulations/results/robust_ag_news/runs/``; a run already finished there (the compare
-runner's :func:`simulations.compare.finished_run`) is not run again.
+Its runs are ``simulations/experiments/robust_ag_news.toml`` (its header says the setting: T1
+with 5 clients per round, fedprompt, 3 seeds; each label is ``<aggregator>-<attack>``), run by the
+compare runner through the server's own round loop in this process (``engine = "inprocess"``:
+:mod:`simulations.inprocess`, the ServerApp's server and strategy, the ClientApp's clients behind
+in-process proxies), not through Ray: the round math and the records are the same, and 60 runs
+fit 2 cores without 60 Ray start-ups. Records go to ``simulations/results/robust_ag_news/runs/``;
+a run already finished there (:func:`simulations.compare.finished_run`) is not run again.
 
 The table (``table.md`` beside the runs, and the ``robust-table`` block of docs/reliability.md):
 final server accuracy, mean ± std over the seeds, one row per aggregator, one column per attack;
@@ -27,19 +27,17 @@ key, not committed) into ``drift.json``, which is.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
-from simulations import compare
+from simulations.compare import default_out
+from simulations.tables import finished_runs
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = REPO / "simulations" / "experiments" / "robust_ag_news.toml"
-OUT = REPO / "simulations" / "results" / "robust_ag_news"
+OUT = default_out(EXPERIMENT)  # simulations/results/robust_ag_news
 AGGREGATORS = {  # label prefix -> what the row says
     "mean": "mean (FedAvg)",
     "clip": "mean, update-clip=1 (FLAME)",
@@ -57,12 +55,12 @@ def split_label(label: str) -> tuple[str, str]:
     return agg, attack
 
 
-DRIFT = OUT / "drift.json"
+DRIFT = "drift.json"  # beside the runs, committed
 
 
-def write_drift() -> None:
-    """:data:`DRIFT`: each attacked run's drift (module docstring), from the checkpoints of the
-    finished runs (the newest per label and seed); runs without a checkpoint here are left as
+def finish(out: Path = OUT) -> None:
+    """``<out>/drift.json``: each attacked run's drift (module docstring), from the checkpoints of
+    the finished runs (the newest per label and seed); runs without a checkpoint here are left as
     ``drift.json`` had them."""
     from fedtext.server import checkpoint
     from fedtext.backbone import backbone_for
@@ -71,12 +69,13 @@ def write_drift() -> None:
     from fedtext.common.config import RunConfig
 
     finals: dict[tuple[str, int], tuple[Any, dict[str, Any]]] = {}
-    for (label, seed), run in newest_runs().items():
+    for (label, seed), run in finished_runs(out / "runs").items():
         try:
             finals[(label, seed)] = (checkpoint.load(run["dir"]).global_arrays, run["config"]["config"])
         except (FileNotFoundError, checkpoint.CheckpointError):
             continue
-    drift = json.loads(DRIFT.read_text()) if DRIFT.exists() else {}
+    path = out / DRIFT
+    drift = json.loads(path.read_text()) if path.exists() else {}
     initial: dict[int, list[Any]] = {}
     for (label, seed), (arrays, cfg) in sorted(finals.items()):
         agg, attack = split_label(label)
@@ -89,7 +88,7 @@ def write_drift() -> None:
             initial[seed] = rc.method_config.model_class()(rc, backbone_for(rc, labelled(rc).task)).initial_arrays()
         travel = _distance(honest[0], initial[seed])
         drift[f"{label}/{seed}"] = _distance(arrays, honest[0]) / travel
-    DRIFT.write_text(json.dumps(drift, indent=1, sort_keys=True) + "\n")
+    path.write_text(json.dumps(drift, indent=1, sort_keys=True) + "\n")
 
 
 def _distance(a: list[Any], b: list[Any]) -> float:
@@ -99,57 +98,16 @@ def _distance(a: list[Any], b: list[Any]) -> float:
                              for x, y in zip(a, b, strict=True))))
 
 
-def newest_runs(out: Path = OUT) -> dict[tuple[str, int], dict[str, Any]]:
-    """The finished runs under ``out`` (default :data:`OUT`) by (label, seed), the newest of each."""
-    from fedtext.records import load_run
-
-    newest: dict[tuple[str, int], dict[str, Any]] = {}
-    for folder in sorted((out / "runs").iterdir()):
-        run = load_run(folder)
-        if run["status"] != "finished":
-            continue
-        cfg = run["config"]["config"]
-        newest[(cfg["run-name"], int(cfg["seed"]))] = run  # sorted by time: the newest wins
-    return newest
-
-
-def run_all(seeds: list[int] | None, experiment: Path = EXPERIMENT, out: Path = OUT,
-            labels: list[str] | None = None, profile: str | None = None) -> None:
-    """Every planned run of ``experiment`` that has not finished under ``out``, one after another,
-    through the in-process round loop (simulations.privacy runs its sweep with it too); ``labels``:
-    only those of the experiment's labels; ``profile``: its ``[profile.<name>]`` setting
-    (:func:`simulations.compare.with_profile`, checked by :func:`simulations.compare.preflight`)."""
-    from fedtext.records import load_run
-    from simulations.inprocess import run
-
-    exp = compare.with_profile(compare.load_experiment(experiment), profile)
-    runs_dir = out / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    (out / "experiment.json").write_text(json.dumps({"name": experiment.stem, "file": str(experiment.relative_to(REPO)),
-                                                     "methods": exp["methods"], "seeds": exp["seeds"]}, indent=1) + "\n")
-    planned = [ov for ov in compare.plan(exp, seeds) if labels is None or ov["run-name"] in labels]
-    if profile is not None:
-        compare.preflight(planned, exp["requires"])
-    for i, ov in enumerate(planned, 1):
-        done = [load_run(p) for p in sorted(runs_dir.iterdir()) if p.is_dir()]
-        if compare.finished_run(compare.resolved({**ov, "output-dir": str(runs_dir)}), done):
-            print(f"[{i}/{len(planned)}] {ov['run-name']} seed={ov['seed']}: finished before", flush=True)
-            continue
-        t0 = time.time()
-        run({**ov, "output-dir": str(runs_dir)}, runs_dir, clients=int(exp["num-supernodes"]))
-        print(f"[{i}/{len(planned)}] {ov['run-name']} seed={ov['seed']}: {time.time() - t0:.0f} s", flush=True)
-
-
-def collect() -> dict[tuple[str, str], list[dict[str, Any]]]:
+def collect(out: Path = OUT) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """Finished runs by (aggregator, attack): the newest per seed, each with its final accuracy
     and the attacker's drops and the clipped updates summed over its rounds."""
-    newest = newest_runs()
-    drift = json.loads(DRIFT.read_text()) if DRIFT.exists() else {}
-    table: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    newest = finished_runs(out / "runs") if (out / "runs").exists() else {}
+    drift = json.loads((out / DRIFT).read_text()) if (out / DRIFT).exists() else {}
+    by_cell: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for (label, seed), run in sorted(newest.items()):
         rounds = [json.loads(x) for x in (Path(run["dir"]) / "rounds.jsonl").read_text().splitlines()]
         attackers = set(run["config"]["config"]["attack-partitions"].split(","))
-        table.setdefault(split_label(label), []).append({
+        by_cell.setdefault(split_label(label), []).append({
             "seed": seed,
             "accuracy": run["summary"]["final_accuracy"],
             "dropped": sum(1 for r in rounds for d in fit_drops(r) if d["client"] in attackers),
@@ -160,7 +118,7 @@ def collect() -> dict[tuple[str, str], list[dict[str, Any]]]:
                            + int((r.get("privacy") or {}).get("clipped", 0)) for r in rounds),
             "drift": drift.get(f"{label}/{seed}"),
         })
-    return table
+    return by_cell
 
 
 def fit_drops(record: dict[str, Any]) -> list[dict[str, str]]:
@@ -168,11 +126,12 @@ def fit_drops(record: dict[str, Any]) -> list[dict[str, str]]:
     return [d for d in record.get("dropped", []) if not d["reason"].startswith("evaluate reply")]
 
 
-def render() -> str:
-    """The table (module docstring) from the records under :data:`OUT`."""
-    table = collect()
-    if not table:
-        return "No finished run under simulations/results/robust_ag_news/runs yet (`python -m simulations.robust`).\n"
+def table(out: Path = OUT) -> str:
+    """The table (module docstring) from the records under ``out``."""
+    found = collect(out)
+    if not found:
+        return ("No finished run under simulations/results/robust_ag_news/runs yet "
+                "(`python -m simulations.compare simulations/experiments/robust_ag_news.toml`).\n")
 
     def cell(runs: list[dict[str, Any]]) -> str:
         acc = [r["accuracy"] for r in runs]
@@ -181,16 +140,16 @@ def render() -> str:
 
     lines = ["| aggregator | " + " | ".join(ATTACKS.values()) + " |", "|---" * (len(ATTACKS) + 1) + "|"]
     for agg, name in AGGREGATORS.items():
-        lines.append(f"| {name} | " + " | ".join(cell(table[(agg, a)]) if (agg, a) in table else "–"
+        lines.append(f"| {name} | " + " | ".join(cell(found[(agg, a)]) if (agg, a) in found else "–"
                                                  for a in ATTACKS) + " |")
-    lines += ["", "Drift of the final global prompt under each attack (module docstring of simulations/robust.py: "
+    lines += ["", "Drift of the final global prompt under each attack (module docstring of simulations/studies/robust.py: "
               "0 = as if honest, 1 = as far as the honest run's whole training moved it), mean and largest "
               "over the seeds:", "", "| aggregator | " + " | ".join(list(ATTACKS.values())[1:]) + " |",
               "|---" * len(ATTACKS) + "|"]
     for agg, name in AGGREGATORS.items():
         cells = []
         for a in list(ATTACKS)[1:]:
-            d = [r["drift"] for r in table.get((agg, a), []) if r["drift"] is not None]
+            d = [r["drift"] for r in found.get((agg, a), []) if r["drift"] is not None]
             cells.append(f"{statistics.mean(d):.2f} (max {max(d):.2f})" if d else "–")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += ["", "The attacker's uploads dropped / rounds it was sampled in, and updates clipped, over every "
@@ -199,26 +158,8 @@ def render() -> str:
     for what, key in (("attacker dropped / sampled", "dropped"), ("updates clipped", "clipped")):
         row = []
         for a in ATTACKS:
-            runs = [r for (agg, att), rs in table.items() if att == a for r in rs]
+            runs = [r for (agg, att), rs in found.items() if att == a for r in rs]
             total = sum(r[key] for r in runs)
             row.append(f"{total} / {sum(r['sampled'] for r in runs)}" if key == "dropped" else str(total))
         lines.append(f"| {what} | " + " | ".join(row) + " |")
     return "\n".join(lines) + "\n"
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="+", help="override the experiment's seeds")
-    ap.add_argument("--table-only", action="store_true", help="render the table from the records, run nothing")
-    args = ap.parse_args(argv)
-    if not args.table_only:
-        run_all(args.seeds)
-        write_drift()
-    text = render()
-    (OUT / "table.md").write_text(text)
-    print(text)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Issue 70, clause 3: a study is an experiment file plus a table module (:mod:`simulations.studies`),
+run by the one runner (:mod:`simulations.compare`) with the engine its file names.
+
+No Flower and, but for one in-process run of a tiny model, no run: the engines are replaced by
+stand-ins that leave a finished run's records (test_compare.py's ``record_run``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from fedtext.common.config import ConfigError
+from simulations import compare, tables
+
+from ..conftest import REPO
+from .test_compare import record_run, refuse_run
+
+EXPERIMENTS = sorted((REPO / "simulations" / "experiments").glob("*.toml"))
+STUDIES = sorted(p.stem for p in (REPO / "simulations" / "studies").glob("[!_]*.py"))
+SMALL = """methods = ["fedprompt"]
+seeds = [0, 1]
+num-supernodes = 2
+engine = "inprocess"
+{study}
+[run-config]
+num-server-rounds = 1
+"""
+
+
+def write(folder: Path, text: str) -> Path:
+    path = folder / "exp.toml"
+    path.write_text(text)
+    return path
+
+
+def recorder(started: list[Any]):
+    """An engine that records a finished run of what it was handed (and what else it was told)."""
+
+    def engine(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "",
+               gpus_per_client: float = 0.0) -> int:
+        started.append((overrides["seed"], num_supernodes, Path(overrides["output-dir"]).name))
+        record_run(overrides, 0.6)
+        return 0
+
+    return engine
+
+
+# ---------------------------------------------------------------- the studies there are
+@pytest.mark.parametrize("path", [p for p in EXPERIMENTS if "study" in tomllib.loads(p.read_text())],
+                         ids=lambda p: p.stem)
+def test_a_study_experiment_and_its_module_name_each_other(path: Path) -> None:
+    exp = compare.load_experiment(path)
+    module = importlib.import_module(f"simulations.studies.{exp['study']}")
+    assert module.EXPERIMENT == path and callable(module.table)
+    assert module.OUT == compare.default_out(path)
+
+
+def test_every_study_module_is_some_experiments_study() -> None:
+    named = {tomllib.loads(p.read_text()).get("study") for p in EXPERIMENTS}
+    assert set(STUDIES) <= named, set(STUDIES) - named
+    assert set(STUDIES) == {"privacy", "privacy_cross_device", "robust"}
+
+
+@pytest.mark.parametrize(("line", "words"), [
+    ('engine = "ray"', "engine = 'ray': one of flower, inprocess"),
+    ('study = "nope"', "study = 'nope': no simulations/studies/nope.py (studies: privacy, privacy_cross_device, robust)"),
+])
+def test_an_unknown_engine_or_study_is_one_line_before_anything_runs(tmp_path, line, words) -> None:
+    with pytest.raises(ConfigError, match=words.replace("(", "\\(").replace(")", "\\)")):
+        compare.load_experiment(write(tmp_path, f'methods = ["fedprompt"]\n{line}\n'))
+
+
+# ---------------------------------------------------------------- the one runner
+def test_the_engine_the_file_names_runs_each_planned_run_once(tmp_path, monkeypatch, capsys) -> None:
+    started: list[Any] = []
+    monkeypatch.setattr(compare, "run_one", refuse_run)  # the Flower engine is never asked
+    monkeypatch.setattr(compare, "run_in_process", recorder(started))
+    exp, out = write(tmp_path, SMALL.format(study="")), tmp_path / "out"
+    assert compare.main([str(exp), "--out", str(out)]) == 0
+    assert started == [(0, 2, "runs"), (1, 2, "runs")]
+    started.clear()
+    assert compare.main([str(exp), "--out", str(out)]) == 0  # a rerun starts nothing: both finished
+    assert started == [] and capsys.readouterr().out.count("skipped, finished as") == 2
+
+
+def test_a_study_writes_its_own_table_and_finishes_only_after_runs(tmp_path, monkeypatch) -> None:
+    calls: list[str] = []
+    study = SimpleNamespace(table=lambda out: f"STUDY TABLE of {out.name}\n", finish=lambda out: calls.append(out.name))
+    monkeypatch.setattr(compare, "load_study", lambda exp: study if exp.get("study") == "robust" else None)
+    monkeypatch.setattr(compare, "run_in_process", recorder([]))
+    exp, out = write(tmp_path, SMALL.format(study='study = "robust"')), tmp_path / "out"
+    assert compare.main([str(exp), "--out", str(out)]) == 0
+    assert (out / "table.md").read_text() == "STUDY TABLE of out\n" and calls == ["out"]
+    assert not (out / "table.csv").exists()  # the comparison table is not written for a study
+    monkeypatch.setattr(compare, "run_in_process", refuse_run)
+    assert compare.main([str(exp), "--out", str(out), "--table-only"]) == 0
+    assert calls == ["out"]  # --table-only computes nothing from the runs
+
+
+def test_experiment_json_keeps_the_files_methods_when_a_few_labels_run(tmp_path, monkeypatch) -> None:
+    """docs/privacy.md runs a sweep two labels at a time in processes side by side: each writes the
+    experiment's folder marker, which must still list the file's labels and seeds."""
+    monkeypatch.setattr(compare, "run_in_process", recorder([]))
+    text = SMALL.format(study="").replace('methods = ["fedprompt"]', 'methods = ["fedprompt", "fedavg"]')
+    exp, out = write(tmp_path, text), tmp_path / "out"
+    assert compare.main([str(exp), "--out", str(out), "--methods", "fedavg", "--seeds", "3"]) == 0
+    marker = json.loads((out / "experiment.json").read_text())
+    assert marker["methods"] == ["fedprompt", "fedavg"] and marker["seeds"] == [0, 1, 3]
+
+
+def test_in_process_runs_take_no_ray_options(tmp_path, capsys) -> None:
+    exp = write(tmp_path, SMALL.format(study=""))
+    assert compare.main([str(exp), "--out", str(tmp_path / "o"), "--ray-address", "auto"]) == 2
+    assert "runs in this process, without Ray" in capsys.readouterr().err
+
+
+def test_a_failed_in_process_run_is_counted_and_its_traceback_kept(tmp_path, monkeypatch, capsys) -> None:
+    import simulations.inprocess
+
+    def boom(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("round 1 exploded")
+
+    monkeypatch.setattr(simulations.inprocess, "run", boom)
+    exp, out = write(tmp_path, SMALL.format(study="")), tmp_path / "out"
+    assert compare.main([str(exp), "--out", str(out), "--seeds", "0"]) == 1
+    assert "failed: RuntimeError: round 1 exploded" in capsys.readouterr().out
+    assert "round 1 exploded" in (out / "fedprompt-s0.log").read_text()
+
+
+def test_one_real_in_process_run_through_the_runner(tmp_path, capsys) -> None:
+    """The in-process engine end to end on the demo task (fedprompt, 1 round of 2 clients, 2 local
+    steps): a finished run under ``<out>/runs``, counted by the table, skipped when run again."""
+    text = SMALL.format(study="").replace("seeds = [0, 1]", "seeds = [0]") + (
+        "shots-per-class = 2\nclient-test-size = 0\neval-size = 8\nmax-length = 32\nfedprompt.local-steps = 2\n")
+    exp, out = write(tmp_path, text), tmp_path / "out"
+    assert compare.main([str(exp), "--out", str(out)]) == 0
+    (run,) = tables.finished_runs(out / "runs").values()
+    assert run["summary"]["status"] == "finished" and run["config"]["config"]["num-server-rounds"] == 1
+    assert "| fedprompt | demo | iid | 1 |" in (out / "table.md").read_text()
+    capsys.readouterr()
+    assert compare.main([str(exp), "--out", str(out)]) == 0
+    assert "skipped, finished as" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- finished runs, read once
+def test_a_study_reads_the_newest_finished_run_of_each_seed(tmp_path) -> None:
+    """The compare table's rule (one_run_per_seed) for the studies too: a failed run is left out, a
+    seed finished twice counts its newest."""
+    runs_dir = tmp_path / "runs"
+    ov = {"method": "fedprompt", "run-name": "mean-none", "num-server-rounds": 1, "output-dir": str(runs_dir)}
+    record_run({**ov, "seed": 0}, 0.5)
+    newer = record_run({**ov, "seed": 0}, 0.7)
+    record_run({**ov, "seed": 1}, 0.9, status="failed")
+    found = tables.finished_runs(runs_dir)
+    assert list(found) == [("mean-none", 0)] and Path(found[("mean-none", 0)]["dir"]) == newer
