@@ -125,8 +125,9 @@ class SecAggSum(Mechanism):
     def apply(self, rnd: RoundView, uploads: list[Upload], out: Released) -> list[Upload]:
         if not uploads:  # never under SecAgg+ in practice (Poisson cohorts are refused with it)
             return uploads
-        first = uploads[0]
-        return [Upload(first.proxy, "secagg-mean", sum(u.num_examples for u in uploads), first.arrays, {})]
+        # every result carries the same unmasked mean: one upload of it, weighing all their examples, that
+        # stands for no one client (no proxy, no metrics), as central DP's release does
+        return [Upload(None, "secagg-mean", sum(u.num_examples for u in uploads), uploads[0].arrays, {})]
 
 
 class CentralPrivacy(Mechanism):

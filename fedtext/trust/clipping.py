@@ -42,7 +42,7 @@ def difference(upload: Sequence[np.ndarray], reference: Sequence[np.ndarray]) ->
 
 def update_norms(arrays: Sequence[Sequence[np.ndarray]], reference: Sequence[np.ndarray]) -> np.ndarray:
     """‖x_k − x_t‖₂ of each upload of ``arrays`` against ``reference`` (x_t), in float64."""
-    return np.asarray([norm(difference(upload, reference)) for upload in arrays], dtype=np.float64)
+    return np.asarray([norm(difference(upload, reference)) for upload in arrays])  # Python floats: float64
 
 
 def along(reference: Sequence[np.ndarray], upload: Sequence[np.ndarray], factor: float) -> Arrays:

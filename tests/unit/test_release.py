@@ -195,7 +195,10 @@ def test_secagg_hands_the_method_one_upload_of_all_the_examples(backbone) -> Non
     ups = [Upload(None, str(k), n, mean, {}) for k, n in enumerate((3, 5, 8))]
     (merged,) = strat.release(1, ups).uploads
     assert merged.num_examples == 16 and merged.partition_id == "secagg-mean" and merged.arrays is mean
+    assert merged.proxy is None and merged.metrics == {}  # it stands for no one client
     assert strat.dp_releases == 0
+    (alone,) = strat.release(1, ups[2:]).uploads  # the others dropped: one valid result is still the round's mean
+    assert alone.num_examples == 8 and alone.arrays is mean
 
 
 def test_secaggs_screen_casts_the_float64_mean_to_the_upload_specs(backbone) -> None:
