@@ -33,7 +33,17 @@ clients behind in-process proxies) instead of Flower's simulation engine in a fr
 (``"flower"``, the default): the same round math and records without a Ray start-up per run,
 for studies of many short runs. ``study = "<name>"`` makes the experiment a *study*
 (:mod:`simulations.studies`): ``simulations/studies/<name>.py`` makes its table from the
-finished runs, written as ``table.md`` instead of the comparison table.
+finished runs, written as ``table.md`` instead of the comparison table; a study module may
+bring engines of its own (its ``ENGINES``: the cost study's one client round in a fresh process,
+the memory study's round under a cgroup limit). A ``[method.<label>]`` table may also set the
+runner's own ``engine`` and ``num-supernodes`` for that label's runs (:data:`LABEL_KEYS`: the
+deployment bench runs one run-config under three engines, the scale study one per federation
+size); they are not run-config keys and never reach the run.
+
+After each run it starts, the runner appends one line to ``<out>/launches.jsonl``
+(:func:`launch_line`): the label, seed, holdout, engine, clients, the launch time, the wall
+seconds from launch to exit (process and Ray start-up included, which no run record can see),
+the exit status and the id of the finished run it left (``None`` if none).
 
 ``--profile paper`` runs the experiment's ``[profile.paper]`` instead (:func:`with_profile`):
 the paper's backbone, clients, shots, rounds and budgets, each key citing its source, for a
@@ -93,6 +103,10 @@ REPO = Path(__file__).resolve().parents[1]  # the checkout whose simulations/res
 NOT_COMPARED = frozenset({"output-dir", "resume", "stale-after-s"})
 
 
+# What a [method.<label>] table may set besides run-config keys: how the runner runs that label's
+# runs (the experiment's own ``engine`` / ``num-supernodes`` otherwise), never handed to the run.
+LABEL_KEYS = frozenset({"engine", "num-supernodes"})
+LAUNCHES = "launches.jsonl"  # <out>/launches.jsonl: one line per run the runner started (launch_line)
 EXPERIMENT_KEYS = frozenset({"methods", "seeds", "holdouts", "rotate-holdouts", "num-supernodes", "run-config", "method",
                              "description", "profile", "engine", "study"})
 # What a [profile.<name>] table may set: the experiment keys that say how the runs are
@@ -107,11 +121,13 @@ def load_experiment(path: Path) -> dict[str, Any]:
     unknown = set(exp) - EXPERIMENT_KEYS
     if unknown:
         raise ConfigError(f"{path}: unknown experiment keys {sorted(unknown)}")
-    if exp.get("engine", "flower") not in ENGINES:
-        raise ConfigError(f"{path}: engine = {exp['engine']!r}: one of {', '.join(sorted(ENGINES))}")
     if "study" in exp and not (STUDIES / f"{exp['study']}.py").is_file():
         raise ConfigError(f"{path}: study = {exp['study']!r}: no simulations/studies/{exp['study']}.py "
                           f"(studies: {', '.join(sorted(p.stem for p in STUDIES.glob('[!_]*.py')))})")
+    engines = engines_of(load_study(exp))
+    for where, table in [("", exp), *((f"[method.{label}] ", t) for label, t in exp.get("method", {}).items())]:
+        if table.get("engine", "flower") not in engines:
+            raise ConfigError(f"{path}: {where}engine = {table['engine']!r}: one of {', '.join(sorted(engines))}")
     for name, profile in exp.get("profile", {}).items():
         bad = set(profile) - PROFILE_KEYS
         if bad:
@@ -194,7 +210,7 @@ def plan(exp: dict[str, Any], seeds: list[int] | None) -> list[dict[str, Any]]:
     for i, seed in enumerate(seeds if seeds is not None else exp.get("seeds", [0])):
         for holdout in [holdouts[i % len(holdouts)]] if exp.get("rotate-holdouts") else holdouts:
             for label in labels:
-                own = flatten(exp.get("method", {}).get(label, {}))
+                own = {k: v for k, v in flatten(exp.get("method", {}).get(label, {})).items() if k not in LABEL_KEYS}
                 method = own.get("method", label)
                 ov = {**for_method(flatten(exp.get("run-config", {})), method), **own, "method": method, "seed": seed}
                 if label != method:
@@ -342,29 +358,64 @@ def load_study(exp: dict[str, Any]) -> Any | None:
     return importlib.import_module(f"simulations.studies.{exp['study']}") if "study" in exp else None
 
 
+def engines_of(study: Any | None) -> dict[str, Any]:
+    """The engines an experiment may name: the runner's (:data:`ENGINES`) and its study's own
+    (the study module's ``ENGINES``, if any)."""
+    return {**ENGINES, **getattr(study, "ENGINES", {})}
+
+
+def label_settings(exp: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per label of ``exp``: the runner's ``engine`` and ``num-supernodes`` for its runs, the
+    label's ``[method.<label>]`` value (:data:`LABEL_KEYS`) or else the experiment's."""
+    default = {"engine": exp.get("engine", "flower"), "num-supernodes": int(exp.get("num-supernodes", 4))}
+    return {label: {**default, **{k: v for k, v in flatten(exp.get("method", {}).get(label, {})).items()
+                                  if k in LABEL_KEYS}} for label in exp.get("methods", [])}
+
+
+def launch_line(ov: dict[str, Any], engine: str, clients: int, launched: float, wall_s: float, rc: int,
+                run: str | None) -> dict[str, Any]:
+    """The ``launches.jsonl`` line of one run the runner started (module doc)."""
+    return {"label": ov.get("run-name") or ov["method"], "seed": ov["seed"], "holdout": ov.get("holdout"),
+            "engine": engine, "num-supernodes": clients, "launched_epoch": round(launched, 3),
+            "wall_s": round(wall_s, 3), "exit": rc, "run": run}
+
+
 def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engine: str = "flower",
-                ray_address: str = "", gpus_per_client: float = 0.0) -> int:
+                ray_address: str = "", gpus_per_client: float = 0.0,
+                settings: dict[str, dict[str, Any]] | None = None, study: Any | None = None) -> int:
     """Every planned run not yet finished under ``<out>/runs`` (:func:`finished_run`), one after
-    another, by ``engine`` (:data:`ENGINES`); returns how many failed."""
+    another, by ``engine`` (:func:`engines_of` ``study``) with ``num_supernodes`` clients, or by
+    its label's own (``settings``: :func:`label_settings`); returns how many failed. Each run
+    started leaves a line in ``<out>/launches.jsonl`` (:func:`launch_line`)."""
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     recorded = list(runs_under(runs_dir))
+    engines = engines_of(study)
     failed = 0
     for i, ov in enumerate(runs, 1):
         ov = {**ov, "output-dir": str(runs_dir.resolve())}
         label = ov.get("run-name") or ov["method"]
+        own = (settings or {}).get(label, {"engine": engine, "num-supernodes": num_supernodes})
         held = f" holdout={ov['holdout']}" if ov.get("holdout") else ""
-        done = finished_run(resolved(ov), recorded)
+        planned = resolved(ov)
+        done = finished_run(planned, recorded)
         if done:
             print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held}: skipped, finished as {done}", flush=True)
             continue
-        print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({num_supernodes} clients)", flush=True)
+        clients = own["num-supernodes"]
+        by = f", {own['engine']}" if own["engine"] != engine else ""
+        print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({clients} clients{by})", flush=True)
         t0 = time.time()
         suffix = f"-{ov['holdout']}" if ov.get("holdout") else ""
-        rc = ENGINES[engine](ov, num_supernodes, out / f"{label}-s{ov['seed']}{suffix}.log", ray_address,
-                             gpus_per_client)
+        # looked up when the run starts, so that a test's stand-in for run_one is the one called
+        rc = engines[own["engine"]](ov, clients, out / f"{label}-s{ov['seed']}{suffix}.log", ray_address,
+                                    gpus_per_client)
+        wall = time.time() - t0
         failed += rc != 0
-        print(f"    done in {time.time() - t0:.0f} s (exit {rc})", flush=True)
+        left = finished_run(planned, list(runs_under(runs_dir)))
+        with (out / LAUNCHES).open("a") as fh:
+            fh.write(json.dumps(launch_line(ov, own["engine"], clients, t0, wall, rc, left)) + "\n")
+        print(f"    done in {wall:.0f} s (exit {rc})", flush=True)
     return failed
 
 
@@ -392,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
         runs = plan(exp, args.seeds)
         if args.profile and not args.table_only:
             preflight(runs, exp["requires"])
-        if exp.get("engine") == "inprocess" and (args.ray_address or args.gpus_per_client):
+        settings = label_settings(exp)
+        if any(s["engine"] == "inprocess" for s in settings.values()) and (args.ray_address or args.gpus_per_client):
             raise ConfigError("engine = \"inprocess\" runs in this process, without Ray: drop --ray-address and "
                               "--gpus-per-client")
     except (ConfigError, tomllib.TOMLDecodeError, FileNotFoundError) as exc:
@@ -411,9 +463,10 @@ def main(argv: list[str] | None = None) -> int:
         "seeds": sorted(set(listed["seeds"]) | {ov["seed"] for ov in runs}), "num-supernodes": n,
     }, indent=2) + "\n")
     failed = 0
-    if not args.table_only:
-        failed = run_planned(runs, out, n, exp.get("engine", "flower"), args.ray_address, args.gpus_per_client)
     study = load_study(exp)
+    if not args.table_only:
+        failed = run_planned(runs, out, n, exp.get("engine", "flower"), args.ray_address, args.gpus_per_client,
+                             settings, study)
     if study is not None:  # a study's own table (simulations.studies), from the finished runs
         if not args.table_only and hasattr(study, "finish"):
             study.finish(out)

@@ -104,6 +104,72 @@ def test_a_study_writes_its_own_table_and_finishes_only_after_runs(tmp_path, mon
     assert calls == ["out"]  # --table-only computes nothing from the runs
 
 
+LABELLED = """methods = ["small", "large"]
+seeds = [0]
+num-supernodes = 2
+engine = "inprocess"
+[run-config]
+num-server-rounds = 1
+[method.small]
+method = "fedprompt"
+[method.large]
+method = "fedprompt"
+num-supernodes = 7
+engine = "flower"
+"""
+
+
+def test_a_label_may_set_its_own_engine_and_clients_which_never_reach_the_run(tmp_path, monkeypatch) -> None:
+    """The deployment bench runs one run-config under several engines, the scale study one per federation
+    size: ``[method.<label>]``'s ``engine`` and ``num-supernodes`` are the runner's, not run-config keys."""
+    by_flower: list[Any] = []
+    by_process: list[Any] = []
+    monkeypatch.setattr(compare, "run_one", recorder(by_flower))
+    monkeypatch.setattr(compare, "run_in_process", recorder(by_process))
+    exp, out = write(tmp_path, LABELLED), tmp_path / "out"
+    assert compare.main([str(exp), "--out", str(out)]) == 0
+    assert by_process == [(0, 2, "runs")] and by_flower == [(0, 7, "runs")]
+    runs = tables.finished_runs(out / "runs")
+    assert set(runs) == {("small", 0), ("large", 0)}
+    for run in runs.values():  # neither key is in the recorded run-config
+        assert "engine" not in run["config"]["config"] and "num-supernodes" not in run["config"]["config"]
+
+
+def test_each_started_run_leaves_a_launch_line_with_its_wall_time_and_run(tmp_path, monkeypatch) -> None:
+    """The scale study's time from launch to round 0 needs the launch, which no run record holds."""
+    monkeypatch.setattr(compare, "run_one", recorder([]))
+
+    def fails(*args: Any) -> int:
+        return 3
+
+    monkeypatch.setattr(compare, "run_in_process", fails)
+    exp, out = write(tmp_path, LABELLED), tmp_path / "out"
+    assert compare.main([str(exp), "--out", str(out)]) == 1
+    small, large = (json.loads(line) for line in (out / compare.LAUNCHES).read_text().splitlines())
+    assert (small["label"], small["engine"], small["num-supernodes"], small["exit"], small["run"]) == (
+        "small", "inprocess", 2, 3, None)
+    (run_id,) = [Path(r["dir"]).name for r in tables.finished_runs(out / "runs").values()]
+    assert (large["label"], large["engine"], large["num-supernodes"], large["exit"], large["run"]) == (
+        "large", "flower", 7, 0, run_id)
+    assert large["launched_epoch"] >= small["launched_epoch"] + small["wall_s"] - 0.01 and large["wall_s"] >= 0
+    monkeypatch.setattr(compare, "run_one", refuse_run)
+    assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0  # skipped: no line
+    assert len((out / compare.LAUNCHES).read_text().splitlines()) == 2
+
+
+def test_a_study_may_bring_its_own_engine(tmp_path, monkeypatch) -> None:
+    started: list[Any] = []
+    study = SimpleNamespace(ENGINES={"cost": recorder(started)}, table=lambda out: "T\n")
+    monkeypatch.setattr(compare, "load_study", lambda exp: study if exp.get("study") == "robust" else None)
+    text = SMALL.format(study='study = "robust"').replace('engine = "inprocess"', 'engine = "cost"')
+    exp, out = write(tmp_path, text), tmp_path / "out"
+    assert compare.main([str(exp), "--out", str(out)]) == 0 and len(started) == 2
+    with pytest.raises(ConfigError, match="engine = 'cost': one of flower, inprocess$"):  # not without the study
+        compare.load_experiment(write(tmp_path, text.replace('study = "robust"', "")))
+    with pytest.raises(ConfigError, match=r"\[method.large\] engine = 'ray': one of"):
+        compare.load_experiment(write(tmp_path, LABELLED.replace('"flower"', '"ray"')))
+
+
 def test_experiment_json_keeps_the_files_methods_when_a_few_labels_run(tmp_path, monkeypatch) -> None:
     """docs/privacy.md runs a sweep two labels at a time in processes side by side: each writes the
     experiment's folder marker, which must still list the file's labels and seeds."""
