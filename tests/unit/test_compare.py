@@ -172,23 +172,6 @@ def test_the_note_names_missing_holdouts():
         "Fewer finished runs than the experiment asks for: feddls has 1 of 2 (missing seed 0 holdout dvd).\n")
 
 
-def test_parity_puts_each_seed_of_two_precisions_side_by_side(tmp_path):
-    """simulations.parity: per method, each precision's mean ± std over seeds, the mean and
-    largest same-seed difference, whether it is within the fp32 spread, bytes both ways."""
-    from simulations.parity import parity
-
-    for folder, accuracies in (("fp32", {0: 0.70, 1: 0.80}), ("bf16", {0: 0.72, 1: 0.79})):
-        for seed, acc in accuracies.items():
-            record_run({"method": "fedprompt", "seed": seed, "output-dir": str(tmp_path / folder / "runs")}, acc)
-    row = next(r for r in parity(tmp_path / "fp32", tmp_path / "bf16").splitlines() if r.startswith("| fedprompt"))
-    cells = [c.strip() for c in row.strip("|").split("|")]
-    # fp32 0.75 ± 0.0707 (sample std of 0.70, 0.80); bf16 0.755 ± 0.0495; differences +0.02, -0.01
-    assert cells[:7] == ["fedprompt", "2", "0.750 ± 0.071", "0.755 ± 0.049", "+0.005", "0.020", "yes"]
-    for pair in cells[7:10]:  # bytes up, down and queries: the fp32 figure, then the bf16 one
-        fp32, bf16 = pair.split(", ")
-        assert fp32 == bf16
-
-
 PROFILED = EXPERIMENT + """[method.bbt-fed]
 bbt-fed.popsize = 6
 [profile.paper]
