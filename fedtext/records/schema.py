@@ -62,7 +62,7 @@ DROP_REASON_BYTES = 300
 #   client_accuracy, client_post_accuracy: '"<id>": <float>, ' x 2, a float's repr <= 24 bytes          124
 #   dropped: its fit and its evaluate drop, '{"client": "<id>", "reason": "<reason>"}, ' each,
 #            the reason <= DROP_REASON_BYTES                                                2 x 362 = 724
-# = 920 bytes a client; 10,000 clients (the largest federation measured, simulations.scale) = 9.2 MB,
+# = 920 bytes a client; 10,000 clients (the largest federation measured, simulations/experiments/scale.toml) = 9.2 MB,
 # plus the fixed fields and a method's few scalar metrics (< 64 KiB): under 9.3 MB. Bound: 16 MiB.
 ROUND_LINE_MAX = 16 * 2**20
 
