@@ -3,9 +3,10 @@
 the ``client_fn`` Flower calls per message) through in-process client proxies, as Flower's own
 strategy tests do with mock proxies.
 
-Used where a Flower engine would show nothing more: the cost tables (``python -m
-simulations.costs``: a round's bytes, queries and server seconds from its records) and the
-test tiers (tests/inprocess.py adds the tests' tiny settings).
+Used where a Flower engine would show nothing more: the cost tables (the cost study's engine,
+:mod:`simulations.studies.costs`: a round's bytes, queries and server seconds from its records),
+the compare runner's ``engine = "inprocess"`` and the test tiers (tests/inprocess.py adds the
+tests' tiny settings).
 """
 
 from __future__ import annotations

@@ -70,15 +70,15 @@ BLOCKS: dict[str, Block] = {
     # docs/methods.md: every method's arrays, bytes and parameters, from its config and model
     "methods": Block("docs/methods.md", "tools.methods_doc:render"),
     # every method's costs at RoBERTa-large's shape (simulations/results/costs/roberta-large.json)
-    "costs-roberta-large": Block("docs/performance.md", "simulations.costs:render_summary"),
+    "costs-roberta-large": Block("docs/performance.md", "simulations.studies.costs:render_summary"),
     # the same at MiniLM-L6, RoBERTa-base and RoBERTa-large: time and memory against size
-    "costs-growth": Block("docs/performance.md", "simulations.costs:render_growth"),
+    "costs-growth": Block("docs/performance.md", "simulations.studies.costs:render_growth"),
     # each paper's stated costs beside fedtext's at the paper's shape, with the ratio
-    "costs-feddls": Block("docs/papers/feddls.md", "simulations.costs:render_feddls"),
-    "costs-fes": Block("docs/papers/fes.md", "simulations.costs:render_fes"),
-    "costs-fedbpt": Block("docs/papers/fedbpt.md", "simulations.costs:render_fedbpt"),
-    "costs-feddpg": Block("docs/papers/feddpg.md", "simulations.costs:render_feddpg"),
-    "costs-feddrs": Block("docs/papers/feddrs.md", "simulations.costs:render_feddrs"),
+    "costs-feddls": Block("docs/papers/feddls.md", "simulations.studies.costs:render_page:feddls"),
+    "costs-fes": Block("docs/papers/fes.md", "simulations.studies.costs:render_page:fes"),
+    "costs-fedbpt": Block("docs/papers/fedbpt.md", "simulations.studies.costs:render_page:fedbpt"),
+    "costs-feddpg": Block("docs/papers/feddpg.md", "simulations.studies.costs:render_page:feddpg"),
+    "costs-feddrs": Block("docs/papers/feddrs.md", "simulations.studies.costs:render_page:feddrs"),
     # a deployment round (node service) against a Ray round, per method (simulations/results/deployment)
     "deployment-rounds": Block("docs/performance.md", "simulations.deployment_bench:render"),
     # each method's client under 1 and 2 GB cgroup limits (simulations/results/memory/limits.json)

@@ -12,7 +12,7 @@ that loads offline (the default model's, a local folder) and whose vocabulary fi
 ``vocab_size``.
 
 The papers' backbones (RoBERTa-large in all five, RoBERTa-base in FedDPG's and FeS's
-tables, BERT-base in FeS's) are shapes for the cost tables (``python -m simulations.costs``):
+tables, BERT-base in FeS's) are shapes for the cost tables (simulations/studies/costs.py):
 their configurations are the published ``config.json`` files' fields. No package ships
 RoBERTa's byte-level BPE vocabulary, so the RoBERTa shapes read the offline default's
 WordPiece tokenizer (BERT-uncased, 30,522 of the 50,265 ids; its ``[PAD]`` is id 0, hence

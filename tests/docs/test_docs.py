@@ -82,7 +82,7 @@ def test_every_relative_link_and_image_resolves(page):
 
 def test_every_figure_is_a_committed_png_made_by_the_plot_command_on_its_page():
     """Figures of results come from ``simulations.plot`` on the records beside them (the cost
-    growth figure from ``simulations.costs --growth``); the dashboard's screenshots from the
+    growth figure from ``simulations.studies.costs --growth``); the dashboard's screenshots from the
     browser test, whose command the page gives."""
     shown = 0
     for page in PAGES:
@@ -103,7 +103,7 @@ def test_every_figure_is_a_committed_png_made_by_the_plot_command_on_its_page():
                 continue
             if path == REPO / "simulations" / "results" / "costs" / "growth.png":  # the cost records' figure
                 assert (path.parent / "roberta-large.json").is_file(), image
-                assert "python -m simulations.costs --growth" in text, (page, image)
+                assert "python -m simulations.studies.costs --growth" in text, (page, image)
                 shown += 1
                 continue
             assert path.parent.name == "figures" and (path.parent.parent / "runs").is_dir(), image

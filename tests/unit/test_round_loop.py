@@ -43,7 +43,7 @@ def test_every_method_runs_a_round_in_process(method: str, tmp_path: Path) -> No
 
 @pytest.mark.parametrize("method", list(METHODS))
 def test_every_method_runs_a_round_on_robertas_architecture(method: str, tmp_path: Path) -> None:
-    """The papers' backbone is RoBERTa (simulations/costs.py measures every method at its
+    """The papers' backbone is RoBERTa (simulations/studies/costs.py measures every method at its
     shape): its embeddings offset positions by the padding id and have one token type, and the
     shapes read a stand-in tokenizer with fewer ids (30,522) than the embedding has rows (50,265)."""
     rounds = one_round(method, tmp_path, **{**tiny_bert(method), "model": "tiny-roberta"})
