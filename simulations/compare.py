@@ -31,19 +31,25 @@ group held out in turn, at 1/len(holdouts) of the cost.
 process (:mod:`simulations.inprocess`: the ServerApp's server and strategy, the ClientApp's
 clients behind in-process proxies) instead of Flower's simulation engine in a fresh process
 (``"flower"``, the default): the same round math and records without a Ray start-up per run,
-for studies of many short runs. ``study = "<name>"`` makes the experiment a *study*
-(:mod:`simulations.studies`): ``simulations/studies/<name>.py`` makes its table from the
-finished runs, written as ``table.md`` instead of the comparison table; a study module may
-bring engines of its own (its ``ENGINES``: the cost study's one client round in a fresh process,
-the memory study's round under a cgroup limit). A ``[method.<label>]`` table may also set the
-runner's own ``engine`` and ``num-supernodes`` for that label's runs (:data:`LABEL_KEYS`: the
-deployment bench runs one run-config under three engines, the scale study one per federation
-size); they are not run-config keys and never reach the run.
+for studies of many short runs. ``engine = "deployment"`` runs each through Flower's deployment
+engine on this machine (:mod:`simulations.deployment`: a SuperLink and one SuperNode per
+partition on loopback, each behind fedtext's node service, as ``deploy/supernode.sh`` starts a
+node), the processes and messages of an edge deployment, without Ray. ``study = "<name>"``
+makes the experiment a *study* (:mod:`simulations.studies`): ``simulations/studies/<name>.py``
+makes its table from the finished runs, written as ``table.md`` instead of the comparison table;
+a study module may bring engines of its own (its ``ENGINES``: the cost study's one client round
+in a fresh process, the memory study's round under a cgroup limit, the deployment study's
+SuperNodes without warm ClientApp processes or without the node service). A
+``[method.<label>]`` table may also set the runner's own ``engine`` and ``num-supernodes`` for
+that label's runs (:data:`LABEL_KEYS`: the deployment study runs one run-config under four
+engines, the scale study one per federation size); they are not run-config keys and never reach
+the run.
 
 After each run it starts, the runner appends one line to ``<out>/launches.jsonl``
 (:func:`launch_line`): the label, seed, holdout, engine, clients, the launch time, the wall
 seconds from launch to exit (process and Ray start-up included, which no run record can see),
-the exit status and the id of the finished run it left (``None`` if none).
+this machine's 1-minute load average at launch and at exit (what else ran beside it), the exit
+status and the id of the finished run it left (``None`` if none).
 
 ``--profile paper`` runs the experiment's ``[profile.paper]`` instead (:func:`with_profile`):
 the paper's backbone, clients, shots, rounds and budgets, each key citing its source, for a
@@ -305,12 +311,40 @@ def run_one(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_
             gpus_per_client: float = 0.0) -> int:
     """One simulation in a fresh process (a private Ray per run, or the cluster at
     ``ray_address``; ``gpus_per_client``: Ray GPUs per client actor)."""
-    pairs = " ".join(f"{k}={_quote(v)}" for k, v in overrides.items())
-    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(num_supernodes), "--run-config", pairs]
+    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(num_supernodes), "--run-config",
+           pairs_text(overrides)]
     if ray_address:
         cmd += ["--ray-address", ray_address]
     if gpus_per_client:
         cmd += ["--gpus-per-client", str(gpus_per_client)]
+    return run_logged(cmd, log_path)
+
+
+def run_deployment(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "",
+                   gpus_per_client: float = 0.0, options: tuple[str, ...] = ()) -> int:
+    """One run through Flower's deployment engine on this machine (``engine = "deployment"``:
+    ``python -m simulations.deployment``, a SuperLink and ``num_supernodes`` SuperNodes on loopback,
+    each behind fedtext's node service), its record under the run's ``output-dir``; the launcher's
+    lines go to ``log_path``, its processes' logs to ``<log_path without .log>-logs/``.
+    ``options``: more of the launcher's flags (the deployment study's ``--warm-clientapps 0``,
+    ``--no-node-service``). No Ray: ``--ray-address`` and ``--gpus-per-client`` are refused
+    before anything runs (:func:`main`)."""
+    pairs = {k: v for k, v in overrides.items() if k != "output-dir"}  # the launcher's --output-dir sets it
+    cmd = [sys.executable, "-m", "simulations.deployment", "--num-supernodes", str(num_supernodes), "--run-config",
+           pairs_text(pairs), "--output-dir", str(overrides["output-dir"]),
+           "--logs", str(log_path.with_name(f"{log_path.stem}-logs")), *options]
+    return run_logged(cmd, log_path)
+
+
+def pairs_text(overrides: dict[str, Any]) -> str:
+    """``--run-config``'s ``key=value`` pairs of ``simulations.simulate`` and ``simulations.deployment``
+    (:func:`simulations.simulate.parse_pairs` reads them back)."""
+    return " ".join(f"{k}={_quote(v)}" for k, v in overrides.items())
+
+
+def run_logged(cmd: list[str], log_path: Path) -> int:
+    """``cmd`` in a fresh process, its output to ``log_path`` and its progress lines to the console;
+    its exit status."""
     with open(log_path, "w") as log:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines as they happen
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -347,7 +381,10 @@ def _quote(v: Any) -> str:
 
 #: The experiment's ``engine`` -> how one planned run is run (same arguments, the exit status). Looked up
 #: by name when a run starts, so that a test's stand-in for ``run_one`` is the one called.
-ENGINES = {"flower": lambda *args: run_one(*args), "inprocess": lambda *args: run_in_process(*args)}
+ENGINES = {"flower": lambda *args: run_one(*args), "inprocess": lambda *args: run_in_process(*args),
+           "deployment": lambda *args: run_deployment(*args)}
+# The runner's engines without Ray (``--ray-address`` and ``--gpus-per-client`` are refused for them) -> how each runs.
+WITHOUT_RAY = {"inprocess": "runs in this process", "deployment": "runs on Flower's deployment engine"}
 STUDIES = REPO / "simulations" / "studies"  # a study's table module: simulations/studies/<study>.py
 
 
@@ -373,11 +410,13 @@ def label_settings(exp: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def launch_line(ov: dict[str, Any], engine: str, clients: int, launched: float, wall_s: float, rc: int,
-                run: str | None) -> dict[str, Any]:
-    """The ``launches.jsonl`` line of one run the runner started (module doc)."""
+                run: str | None, load: tuple[float, float] | None = None) -> dict[str, Any]:
+    """The ``launches.jsonl`` line of one run the runner started (module doc); ``load``: the 1-minute
+    load average at launch and at exit."""
+    before, after = load if load is not None else (None, None)
     return {"label": ov.get("run-name") or ov["method"], "seed": ov["seed"], "holdout": ov.get("holdout"),
             "engine": engine, "num-supernodes": clients, "launched_epoch": round(launched, 3),
-            "wall_s": round(wall_s, 3), "exit": rc, "run": run}
+            "wall_s": round(wall_s, 3), "load_before": before, "load_after": after, "exit": rc, "run": run}
 
 
 def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engine: str = "flower",
@@ -405,6 +444,7 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         clients = own["num-supernodes"]
         by = f", {own['engine']}" if own["engine"] != engine else ""
         print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({clients} clients{by})", flush=True)
+        load = os.getloadavg()[0]
         t0 = time.time()
         suffix = f"-{ov['holdout']}" if ov.get("holdout") else ""
         # looked up when the run starts, so that a test's stand-in for run_one is the one called
@@ -414,7 +454,8 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         failed += rc != 0
         left = finished_run(planned, list(runs_under(runs_dir)))
         with (out / LAUNCHES).open("a") as fh:
-            fh.write(json.dumps(launch_line(ov, own["engine"], clients, t0, wall, rc, left)) + "\n")
+            fh.write(json.dumps(launch_line(ov, own["engine"], clients, t0, wall, rc, left,
+                                            (round(load, 2), round(os.getloadavg()[0], 2)))) + "\n")
         print(f"    done in {wall:.0f} s (exit {rc})", flush=True)
     return failed
 
@@ -444,9 +485,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.profile and not args.table_only:
             preflight(runs, exp["requires"])
         settings = label_settings(exp)
-        if any(s["engine"] == "inprocess" for s in settings.values()) and (args.ray_address or args.gpus_per_client):
-            raise ConfigError("engine = \"inprocess\" runs in this process, without Ray: drop --ray-address and "
-                              "--gpus-per-client")
+        without = sorted({s["engine"] for s in settings.values()} & set(WITHOUT_RAY))
+        if without and (args.ray_address or args.gpus_per_client):
+            raise ConfigError(f"engine = \"{without[0]}\" {WITHOUT_RAY[without[0]]}, without Ray: drop --ray-address "
+                              "and --gpus-per-client")
     except (ConfigError, tomllib.TOMLDecodeError, FileNotFoundError) as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2

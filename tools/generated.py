@@ -79,10 +79,10 @@ BLOCKS: dict[str, Block] = {
     "costs-fedbpt": Block("docs/papers/fedbpt.md", "simulations.studies.costs:render_page:fedbpt"),
     "costs-feddpg": Block("docs/papers/feddpg.md", "simulations.studies.costs:render_page:feddpg"),
     "costs-feddrs": Block("docs/papers/feddrs.md", "simulations.studies.costs:render_page:feddrs"),
-    # a deployment round (node service) against a Ray round, per method (simulations/results/deployment)
-    "deployment-rounds": Block("docs/performance.md", "simulations.deployment_bench:render"),
-    # each method's client under 1 and 2 GB cgroup limits (simulations/results/memory/limits.json)
-    "memory-limits": Block("docs/deployment.md", "simulations.memory_limits:render"),
+    # a deployment round (node service) against a Ray round, per method (simulations/results/deployment, deployment-t1)
+    "deployment-rounds": Block("docs/performance.md", "simulations.studies.deployment:render"),
+    # each method's client under 1 and 2 GB cgroup limits (simulations/results/memory/limits.json, memory-t1/ once measured)
+    "memory-limits": Block("docs/deployment.md", "simulations.studies.memory:render"),
     # the emulated arm64 SuperNode's round (simulations/results/edge/arm64)
     "arm64-round": Block("docs/deployment.md", "simulations.arm64_round:render"),
     # issue 58: each aggregator's T1 accuracy with one attacker (simulations/results/robust_ag_news)

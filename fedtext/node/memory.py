@@ -23,8 +23,9 @@ MB; an encoder layer's activations for a batch of 16 x 128 tokens ~25 MB).
 
 The working set is the cgroup's anonymous memory plus its mapped file pages
 (:func:`working_set_mb`), what the kernel cannot take back before it kills; without a cgroup
-limit, the process's resident memory. ``python -m simulations.memory_limits`` measures every method under 1 and 2
-GB (docs/deployment.md, "Memory on a small board").
+limit, the process's resident memory. ``python -m simulations.compare simulations/experiments/memory.toml`` (the
+memory study, :mod:`simulations.studies.memory`) measures every method under 1 and 2 GB (docs/deployment.md, "Memory
+on a small board").
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def node_limit_mb(node_config: Mapping[str, Any] | None = None) -> float | None:
 
 def options_for(cfg: Any) -> str:
     """The run-config changes that lower ``cfg``'s client's peak, for the one-line error, the
-    ones that moved most in ``python -m simulations.memory_limits`` first (docs/deployment.md:
+    ones that moved most in the memory study (:mod:`simulations.studies.memory`) first (docs/deployment.md:
     FeS's depth plan took FedFSL from over 1 GB to ~0.5 GB; bf16 and a batch of 4 left
     fedavg over 1 GB, whose AdamW keeps three copies of every weight)."""
     mcfg = cfg.method_config

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from simulations.papers import claims
-from simulations.papers.claims import Arm, Claim, Reference, Runs
+from simulations.papers.claims import Arm, Claim, Reference
 
 from .test_dashboard import _round, write_run
 

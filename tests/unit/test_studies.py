@@ -65,13 +65,14 @@ def test_a_study_experiment_and_its_module_name_each_other(path: Path) -> None:
 def test_every_study_module_is_some_experiments_study() -> None:
     named = {tomllib.loads(p.read_text()).get("study") for p in EXPERIMENTS}
     assert set(STUDIES) <= named, set(STUDIES) - named
-    assert set(STUDIES) == {"costs", "parity", "privacy", "privacy_cross_device", "robust", "scale"}
+    assert set(STUDIES) == {"costs", "deployment", "memory", "parity", "privacy", "privacy_cross_device", "robust",
+                            "scale"}
 
 
 @pytest.mark.parametrize(("line", "words"), [
-    ('engine = "ray"', "engine = 'ray': one of flower, inprocess"),
-    ('study = "nope"', "study = 'nope': no simulations/studies/nope.py (studies: costs, parity, privacy, "
-                       "privacy_cross_device, robust, scale)"),
+    ('engine = "ray"', "engine = 'ray': one of deployment, flower, inprocess"),
+    ('study = "nope"', "study = 'nope': no simulations/studies/nope.py (studies: costs, deployment, memory, parity, "
+                       "privacy, privacy_cross_device, robust, scale)"),
 ])
 def test_an_unknown_engine_or_study_is_one_line_before_anything_runs(tmp_path, line, words) -> None:
     with pytest.raises(ConfigError, match=words.replace("(", "\\(").replace(")", "\\)")):
@@ -165,7 +166,7 @@ def test_a_study_may_bring_its_own_engine(tmp_path, monkeypatch) -> None:
     text = SMALL.format(study='study = "robust"').replace('engine = "inprocess"', 'engine = "cost"')
     exp, out = write(tmp_path, text), tmp_path / "out"
     assert compare.main([str(exp), "--out", str(out)]) == 0 and len(started) == 2
-    with pytest.raises(ConfigError, match="engine = 'cost': one of flower, inprocess$"):  # not without the study
+    with pytest.raises(ConfigError, match="engine = 'cost': one of deployment, flower, inprocess$"):  # not without the study
         compare.load_experiment(write(tmp_path, text.replace('study = "robust"', "")))
     with pytest.raises(ConfigError, match=r"\[method.large\] engine = 'ray': one of"):
         compare.load_experiment(write(tmp_path, LABELLED.replace('"flower"', '"ray"')))

@@ -1,0 +1,233 @@
+"""Deployment rounds against simulation rounds, side by side (issue 57), a study (:mod:`simulations.studies`).
+
+    python -m simulations.compare simulations/experiments/deployment.toml               # the demo harness
+    python -m simulations.compare simulations/experiments/deployment.toml --profile t1  # FedDPG's Table 1
+    python -m simulations.compare simulations/experiments/deployment.toml --methods fedprompt-ray fedprompt-service
+    python -m simulations.compare simulations/experiments/deployment.toml --table-only  # from the record
+
+Its runs are ``simulations/experiments/deployment.toml``: per method, the same run-config under
+the runner's engines, one label each (``<method>-ray``: Flower's Ray simulation, engine
+``"flower"``; ``-service``: Flower's deployment engine with fedtext's node service, engine
+``"deployment"`` (:func:`simulations.compare.run_deployment`); and this study's own
+:data:`ENGINES`, ``-cold``: the node service without warm ClientApp processes, ``-plain``: no node
+service, each message's ClientApp process loading everything anew). The harness is the
+experiment's profile (:data:`HARNESSES`): ``demo`` (README's command: the demo task, 2
+SuperNodes, the run-config's defaults) and ``t1`` (``--profile t1``: FedDPG's Table 1 setting,
+AG News, 10 SuperNodes, 3 clients per round, 4 rounds).
+
+Per run (:func:`summarise`): the mean round time over the steady rounds (2 onwards: round 1 holds
+the process and actor start-ups of both engines, reported apart), and the round's parts from its
+record: the slowest fit, the process start-ups (``startup_s``: each ClientApp process starting
+Python and Flower, the service's or actor's imports), building the clients (``client_load_s``:
+data and backbone; cached in the service), evaluation, and what is left (``overhead_s``:
+messaging and polls); and, from the runner's ``launches.jsonl`` line of the run, its wall time
+and the load average before and after it. :func:`finish` writes them to ``<out>/<harness>.json``
+(:data:`HARNESSES`; machine, date, commit, and what a fresh process costs before it computes:
+:func:`process_costs`), one row per method and a part per engine, kept for the methods not run
+again; docs/performance.md's ``deployment-rounds`` block is :func:`render` of the committed
+records (``python tools/generated.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from fedtext.records import probes
+from simulations import compare
+from simulations.tables import finished_runs
+
+REPO = Path(__file__).resolve().parents[2]
+EXPERIMENT = REPO / "simulations" / "experiments" / "deployment.toml"
+OUT = compare.default_out(EXPERIMENT)  # simulations/results/deployment; a profile's: <OUT>-<profile>
+# harness -> the experiment's profile that runs it; its record is <default out of that profile>/<harness>.json
+HARNESSES: dict[str, str | None] = {"demo": None, "t1": "t1"}
+TARGET = 1.2  # the deployment round may take at most this many Ray rounds (issue 57)
+# the runner's engine of a run -> its part of the method's row (the record's names: "before" is the deployment
+# before the node service)
+PARTS = {"flower": "ray", "deployment": "service", "deployment-cold": "cold", "deployment-plain": "before"}
+# this study's deployment engines besides the runner's "deployment" (the node service and its warm ClientApp
+# processes, as deploy/supernode.sh starts a node) -> the launcher's flags (simulations.deployment)
+OPTIONS: dict[str, tuple[str, ...]] = {"deployment-cold": ("--warm-clientapps", "0"),
+                                       "deployment-plain": ("--no-node-service",)}
+# looked up when a run starts, so that a test's stand-in for compare.run_deployment is the one called
+ENGINES = {name: (lambda *args, options=options: compare.run_deployment(*args, options=options))
+           for name, options in OPTIONS.items()}
+
+
+def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean round time of the steady rounds (2 onwards) and the mean of each part over them."""
+    steady = [r for r in rounds if r["round"] >= 2]
+    first = next(r for r in rounds if r["round"] == 1)
+
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in steady if r.get(key) is not None]
+        return round(statistics.fmean(values), 2) if values else None
+
+    return {"round_s": mean("round_time_s"), "round1_s": first["round_time_s"], "fit_max_s": mean("client_fit_s_max"),
+            "startup_s": mean("startup_s"), "load_s": mean("client_load_s"), "eval_s": mean("client_eval_s"),
+            "server_eval_s": mean("server_eval_s"), "overhead_s": mean("overhead_s"),
+            "messages": round(statistics.fmean((r.get("num_clients") or 0) + (r.get("clients_evaluated") or 0)
+                                               for r in steady), 1),
+            "accuracy": [r["global_accuracy"] for r in rounds], "steady_rounds": [r["round"] for r in steady]}
+
+
+def process_costs(repeats: int = 3) -> dict[str, float]:
+    """What one fresh process pays before it computes (best of ``repeats``): starting Python and
+    importing the ClientApp the node service's shim loads (``fedtext.client_app``: Flower only),
+    against importing what a client without the service needs (``fedtext.node.node``: torch,
+    transformers, the data loaders). Not a run: measured by :func:`finish` beside the runs."""
+    def best(statement: str) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "-c", statement], cwd=REPO, check=True)
+            times.append(time.perf_counter() - t0)
+        return round(min(times), 2)
+
+    # flwr-clientapp, Flower's per-message process: its console script imports this first
+    return {"flower_clientapp_s": best("from flwr.supernode.cli import flwr_clientapp"),
+            "shim_process_s": best("import fedtext.client_app"), "client_process_s": best("import fedtext.node.node")}
+
+
+def launched_parts(out: Path, commit: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per method, per part (:data:`PARTS`): the newest finished run of each label under ``<out>/runs``
+    (:func:`simulations.tables.finished_runs`) that the runner launched (its ``launches.jsonl`` line):
+    its rounds (:func:`summarise`), the launch's wall time and load average, and the commit the run ran:
+    its record's, else ``commit`` (a deployment run's record names no commit: its code is the app bundle
+    ``flwr run`` packed from this checkout, which the record names by hash)."""
+    lines = [json.loads(line) for line in (out / compare.LAUNCHES).read_text().splitlines()] \
+        if (out / compare.LAUNCHES).exists() else []
+    launch = {line["run"]: line for line in lines if line["run"] is not None}  # the run it left -> its launch
+    parts: dict[str, dict[str, dict[str, Any]]] = {}
+    for run in finished_runs(out / "runs").values():
+        line = launch.get(Path(run["dir"]).name)
+        if line is None or line["engine"] not in PARTS:  # not launched by the runner here: no wall time
+            continue
+        ran = (run["config"].get("provenance") or {}).get("git_commit") or commit
+        parts.setdefault(run["config"]["config"]["method"], {})[PARTS[line["engine"]]] = {
+            **summarise(run["rounds"]), "wall_s": round(line["wall_s"], 1), "load_before": line.get("load_before"),
+            "load_after": line.get("load_after"), "commit": ran[:7]}
+    return parts
+
+
+def row_of(old: dict[str, Any], new: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A method's row: its parts (``new`` replacing ``old``'s part by part), the commits they ran
+    (each new part's own; an old part's is its row's), and each deployment part's round time in Ray
+    rounds (``ratio``: the node service's; ``ratio_cold``, ``ratio_before``)."""
+    parts = {name: new.get(name, old.get(name)) for name in PARTS.values() if name in new or name in old}
+    row: dict[str, Any] = {**parts, "commit": ", ".join(sorted({p.get("commit", old.get("commit", "")) for p in
+                                                                parts.values()}))}
+    if "ray" in parts:
+        for name, key in (("service", "ratio"), ("cold", "ratio_cold"), ("before", "ratio_before")):
+            if name in parts:
+                row[key] = round(parts[name]["round_s"] / parts["ray"]["round_s"], 2)
+    return row
+
+
+def finish(out: Path = OUT) -> None:
+    """``<out>/<harness>.json`` (module doc) from the finished runs under ``out`` and the runner's launch
+    lines; the harness is the profile the runner ran (``<out>/experiment.json``). A method is a row once
+    it has its Ray and node-service parts; rows of methods without new runs are kept as they were."""
+    from fedtext.node.service import WARM_CLIENTAPPS
+
+    marker = json.loads((out / "experiment.json").read_text())
+    harness = {profile: h for h, profile in HARNESSES.items()}.get(marker["profile"], marker["profile"])
+    exp = compare.with_profile(compare.load_experiment(Path(marker["file"])), marker["profile"])
+    path = out / f"{harness}.json"
+    record = json.loads(path.read_text()) if path.exists() else {}
+    commit = (probes.git_state()["git_commit"] or "")[:7]  # this checkout's, as each run record's provenance
+    record.update({"harness": harness, "supernodes": int(exp.get("num-supernodes", 4)),
+                   "run_config": compare.flatten(exp.get("run-config", {})), "target": TARGET,
+                   "process_costs": process_costs(), "warm_clientapps": WARM_CLIENTAPPS,
+                   "machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
+                   "commit": commit})
+    rows = record.setdefault("methods", {})
+    for method, new in launched_parts(out, commit).items():
+        row = row_of(rows.get(method, {}), new)
+        if "ratio" not in row:
+            print(f"deployment: {method} has no Ray and node-service pair yet ({', '.join(new)}): not a row",
+                  flush=True)
+            continue
+        rows[method] = row
+        print(f"{harness} {method}: ray {row['ray']['round_s']} s, service {row['service']['round_s']} s "
+              f"(x{row['ratio']})" + "".join(f", {e} {row[e]['round_s']} s (x{row[f'ratio_{e}']})"
+                                             for e in ("cold", "before") if e in row), flush=True)
+    path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def command(harness: str) -> str:
+    """The command that runs ``harness``'s labels."""
+    profile = HARNESSES[harness]
+    return (f"python -m simulations.compare {EXPERIMENT.relative_to(REPO)}"
+            + (f" --profile {profile}" if profile else ""))
+
+
+def harness_table(rec: dict[str, Any]) -> list[str]:
+    """The markdown lines of one harness's record."""
+    name = rec["harness"]
+    steady = ", ".join(str(r) for r in next(iter(rec["methods"].values()))["ray"]["steady_rounds"])
+    commits = sorted({r.get("commit", rec["commit"]) for r in rec["methods"].values()})
+    cold = any("cold" in r for r in rec["methods"].values())
+    warm = rec.get("warm_clientapps")  # absent: recorded before warm ClientApp processes (cold ones)
+    service = f"node service, {warm} warm ClientApp" if warm else "node service"
+    lines = [f"**{name}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
+             f"{', '.join(commits)} (each row's in the record); mean of rounds {steady}; `{command(name)}`)", "",
+             f"| method | Ray round | deployment round ({service}) | ratio | slowest fit | start-ups | "
+             f"client builds | overhead |{' cold ClientApps |' if cold else ''} without the service | load |",
+             f"|---|---|---|---|---|---|---|---|{'---|' if cold else ''}---|---|"]
+    for method, row in rec["methods"].items():
+        ray, svc = row["ray"], row["service"]
+        before = (f"{row['before']['round_s']:.1f} s (x{row['ratio_before']:.2f}; start-ups "
+                  f"{row['before']['startup_s'] or 0:.1f} s, builds {row['before']['load_s'] or 0:.1f} s)"
+                  if "before" in row else "-")
+        colds = ((f" {row['cold']['round_s']:.1f} s (x{row['ratio_cold']:.2f}; start-ups "
+                  f"{row['cold']['startup_s'] or 0:.1f} s) |" if "cold" in row else " - |") if cold else "")
+        ok = "" if row["ratio"] <= rec["target"] else " (over)"
+        lines.append(f"| {method} | {ray['round_s']:.1f} s | {svc['round_s']:.1f} s | x{row['ratio']:.2f}{ok} | "
+                     f"{svc['fit_max_s'] or 0:.1f} s | {svc['startup_s'] or 0:.1f} s | {svc['load_s'] or 0:.2f} s | "
+                     f"{svc['overhead_s'] or 0:.1f} s |{colds} {before} | {ray['load_before']:.1f} / "
+                     f"{svc['load_before']:.1f} |")
+    within = [m for m, r in rec["methods"].items() if r["ratio"] <= rec["target"]]
+    over = [m for m, r in rec["methods"].items() if r["ratio"] > rec["target"]]
+    fixed = statistics.fmean((r["service"]["startup_s"] or 0) + (r["service"]["overhead_s"] or 0)
+                             for r in rec["methods"].values())
+    lines += ["", f"Within x{rec['target']}: {', '.join(within) or 'none'}; over: {', '.join(over) or 'none'}. "
+                  f"What a deployment round pays that a Ray round does not, start-ups and overhead together: "
+                  f"{fixed:.1f} s on average over these methods, whatever their compute."]
+    costs = rec.get("process_costs")
+    if costs:
+        flower = (f"Flower's own per-message process (`flwr-clientapp`: Python and its command's imports) "
+                  f"{costs['flower_clientapp_s']:.2f} s before it pulls the message; "
+                  if "flower_clientapp_s" in costs else "")
+        lines += ["", f"A fresh process, before it computes (best of 3): {flower}Python + the shim's imports "
+                      f"(`fedtext.client_app`, Flower only) {costs['shim_process_s']:.2f} s, against Python + a "
+                      f"client's imports without the service (`fedtext.node.node`: torch, transformers, the data "
+                      f"loaders) {costs['client_process_s']:.2f} s, before the data and backbone it would then "
+                      f"build (the 'client builds' column without the service, over its messages per round)."]
+    return [*lines, ""]
+
+
+def records(paths: list[Path]) -> str:
+    """The tables of the records among ``paths`` that exist, one after the other."""
+    lines = [line for path in paths if path.exists() for line in harness_table(json.loads(path.read_text()))]
+    return "\n".join(lines).rstrip() + "\n" if lines else "(no record yet: " + command("demo") + ")\n"
+
+
+def table(out: Path = OUT) -> str:
+    """The tables of the harness records in ``out`` (``<harness>.json``, :data:`HARNESSES`)."""
+    return records([out / f"{harness}.json" for harness in HARNESSES])
+
+
+def render() -> str:
+    """docs/performance.md's ``deployment-rounds`` block: each harness's committed record, from its
+    profile's folder (``tools/generated.py``)."""
+    return records([compare.default_out(EXPERIMENT, profile) / f"{harness}.json"
+                    for harness, profile in HARNESSES.items()])

@@ -1,0 +1,282 @@
+"""The deployment study's and the memory study's own arithmetic (simulations/studies/deployment.py,
+simulations/studies/memory.py): which rounds count, which keys a harness passes, which engine runs a
+label and with which flags, which limit a label is not run at, what the tables say. Their runs are
+experiments (docs/performance.md, docs/deployment.md), not tests: here the runner's engines are
+stand-ins that leave records or cells, and nothing starts a process but git (the records' provenance)."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fedtext.common.registry import METHODS
+from fedtext.records import RunRecorder
+from simulations import compare
+from simulations.simulate import parse_pairs
+from simulations.studies import deployment, memory
+
+from ..conftest import REPO
+
+TABLE1 = REPO / "simulations" / "experiments" / "feddpg_table1_ag_news.toml"
+
+
+def _round(n: int, t: float, **kw) -> dict:
+    return {"round": n, "round_time_s": t, "client_fit_s_max": 1.0, "startup_s": 0.5, "client_load_s": 0.1,
+            "client_eval_s": 0.2, "server_eval_s": 0.3, "overhead_s": 0.4, "global_accuracy": 0.5,
+            "num_clients": 2, "clients_evaluated": 2, **kw}
+
+
+def harness(study: Any, profile: str | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """(the experiment with ``profile``, its label settings) of a study's file."""
+    exp = compare.with_profile(compare.load_experiment(study.EXPERIMENT), profile)
+    return exp, compare.label_settings(exp)
+
+
+# ---------------------------------------------------------------- the harnesses
+@pytest.mark.parametrize("study", [deployment, memory], ids=["deployment", "memory"])
+def test_the_t1_harness_is_feddpg_table_1s_run_config_and_clients(study) -> None:
+    """The t1 profile repeats feddpg_table1_ag_news.toml's keys (a profile cannot name another file): they
+    must stay that file's, and the demo harness is the defaults on 2 SuperNodes."""
+    table1 = tomllib.loads(TABLE1.read_text())
+    exp, settings = harness(study, "t1")
+    assert exp["run-config"] == compare.flatten(table1["run-config"])
+    assert {s["num-supernodes"] for s in settings.values()} == {table1["num-supernodes"]}
+    demo, settings = harness(study, None)
+    assert compare.flatten(demo.get("run-config", {})) == {} and {s["num-supernodes"] for s in settings.values()} == {2}
+    assert set(study.HARNESSES.values()) - {None} == set(tomllib.loads(study.EXPERIMENT.read_text())["profile"])
+
+
+def test_a_harness_passes_shared_keys_and_the_methods_own_only() -> None:
+    exp, settings = harness(deployment, "t1")
+    runs = {ov["run-name"]: ov for ov in compare.plan(exp, None)}
+    mine = runs["fedprompt-ray"]
+    assert settings["fedprompt-ray"]["num-supernodes"] == 10 and mine["shots-per-class"] == 8
+    assert mine["dataset"].endswith("shared/data/ag_news")
+    assert mine["fedprompt.local-steps"] == 6 and not any(k.startswith("fedavg.") for k in mine)
+    assert mine["eval-every"] == 2
+    # FeS's curriculum pacing reads the server's accuracy every round: each of its labels, on both harnesses
+    for profile in (None, "t1"):
+        fes = [ov for ov in compare.plan(harness(deployment, profile)[0], None) if ov["method"] == "fes"]
+        assert len(fes) == 3 and all(ov["eval-every"] == 1 for ov in fes)
+    pairs = {"method": "fedprompt", "flag": True, "p": "a b"}
+    assert compare.pairs_text(pairs) == "method=fedprompt flag=True p='a b'"
+    assert parse_pairs(compare.pairs_text(pairs)) == {**pairs, "flag": "True"}  # RunConfig reads "True" as true
+
+
+def test_each_deployment_label_runs_its_method_under_its_engine() -> None:
+    _, settings = harness(deployment, None)
+    by_engine: dict[str, set[str]] = {}
+    for label, s in settings.items():
+        by_engine.setdefault(s["engine"], set()).add(label.rsplit("-", 1)[1])
+    assert by_engine == {"flower": {"ray"}, "deployment": {"service"}, "deployment-cold": {"cold"},
+                         "deployment-plain": {"plain"}}
+    assert set(deployment.PARTS) == set(by_engine) and set(deployment.OPTIONS) | {"deployment"} == set(
+        deployment.PARTS) - {"flower"}
+
+
+def test_the_deployment_engines_hand_the_launcher_its_flags(tmp_path, monkeypatch) -> None:
+    """``engine = "deployment"`` is the launcher with the node service's defaults; the study's two add
+    ``--warm-clientapps 0`` (cold) and ``--no-node-service`` (plain)."""
+    commands: list[list[str]] = []
+    monkeypatch.setattr(compare, "run_logged", lambda cmd, log: commands.append(cmd) or 0)
+    ov = {"method": "fedprompt", "seed": 0, "run-name": "fedprompt-service", "output-dir": str(tmp_path / "runs")}
+    engines = compare.engines_of(deployment)
+    for name in ("deployment", "deployment-cold", "deployment-plain"):
+        assert engines[name](ov, 2, tmp_path / "fedprompt-service-s0.log", "", 0.0) == 0
+    service, cold, plain = commands
+    assert service[1:3] == ["-m", "simulations.deployment"]
+    flags = dict(zip(service[3::2], service[4::2], strict=False))
+    assert flags["--num-supernodes"] == "2" and flags["--output-dir"] == ov["output-dir"]
+    assert parse_pairs(flags["--run-config"]) == {"method": "fedprompt", "seed": 0, "run-name": "fedprompt-service"}
+    assert flags["--logs"] == str(tmp_path / "fedprompt-service-s0-logs")
+    assert cold == [*service, "--warm-clientapps", "0"] and plain == [*service, "--no-node-service"]
+
+
+@pytest.mark.parametrize("engine", ["deployment", "inprocess"])
+def test_engines_without_ray_take_no_ray_options(tmp_path, capsys, engine) -> None:
+    exp = tmp_path / "exp.toml"
+    exp.write_text(f'methods = ["fedprompt"]\nengine = "{engine}"\n')
+    assert compare.main([str(exp), "--out", str(tmp_path / "o"), "--gpus-per-client", "0.5"]) == 2
+    assert f'engine = "{engine}" {compare.WITHOUT_RAY[engine]}, without Ray' in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- the deployment study's record
+def test_the_steady_rounds_are_2_onwards_and_round_1_stands_apart() -> None:
+    out = deployment.summarise([_round(0, 1.0), _round(1, 30.0), _round(2, 10.0), _round(3, 12.0)])
+    assert out["round_s"] == 11.0 and out["round1_s"] == 30.0 and out["steady_rounds"] == [2, 3]
+    assert out["messages"] == 4.0 and out["accuracy"] == [0.5] * 4
+
+
+ROUND_S = {"flower": 4.0, "deployment": 5.0, "deployment-cold": 8.0}  # each engine's steady round, by its flags
+
+
+def leave_run(overrides: dict[str, Any], round_s: float) -> None:
+    """The records a finished 3-round run of ``overrides`` leaves, each steady round ``round_s``."""
+    rec = RunRecorder(overrides["output-dir"], {**compare.resolved(overrides), "resolved-task": "demo"})
+    for n, t in enumerate((1.0, 2 * round_s, round_s, round_s)):
+        rec.log_round(_round(n, t))
+    rec.finish("finished")
+
+
+def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monkeypatch) -> None:
+    """The runner runs each label by its engine (the Ray one, the launcher with or without flags);
+    finish makes a method's row of its parts, wall times and loads from the launch lines, ratios to
+    Ray's round; a rerun starts nothing, and a row not run again is kept."""
+    started: list[tuple[str, tuple[str, ...]]] = []
+
+    def flower(ov: dict[str, Any], *args: Any) -> int:
+        started.append((ov["run-name"], ()))
+        leave_run(ov, ROUND_S["flower"])
+        return 0
+
+    def launcher(ov: dict[str, Any], *args: Any, options: tuple[str, ...] = ()) -> int:
+        started.append((ov["run-name"], options))
+        leave_run(ov, ROUND_S["deployment-cold" if options else "deployment"])
+        return 0
+
+    monkeypatch.setattr(compare, "run_one", flower)
+    monkeypatch.setattr(compare, "run_deployment", launcher)
+    monkeypatch.setattr(deployment, "process_costs", lambda: {"shim_process_s": 0.3, "client_process_s": 1.8})
+    out = tmp_path / "out"
+    out.mkdir()
+    part = deployment.summarise([_round(n, 3.0) for n in range(4)])
+    kept = {"ray": {**part, "round_s": 2.0, "load_before": 1.0}, "service": {**part, "load_before": 1.0}, "ratio": 1.5,
+            "commit": "old"}
+    (out / "demo.json").write_text(json.dumps({"methods": {"bbt-fed": kept}}))
+    labels = ["fedprompt-ray", "fedprompt-service", "fedprompt-cold", "fes-service"]
+    assert compare.main([str(deployment.EXPERIMENT), "--out", str(out), "--methods", *labels]) == 0
+    assert started == [("fedprompt-ray", ()), ("fedprompt-service", ()),
+                       ("fedprompt-cold", ("--warm-clientapps", "0")), ("fes-service", ())]
+    rec = json.loads((out / "demo.json").read_text())
+    assert rec["harness"] == "demo" and rec["supernodes"] == 2 and rec["target"] == deployment.TARGET
+    assert rec["process_costs"]["client_process_s"] == 1.8 and rec["run_config"] == {}
+    assert list(rec["methods"]) == ["bbt-fed", "fedprompt"]  # fes has no Ray part: not a row yet
+    assert rec["methods"]["bbt-fed"] == kept
+    row = rec["methods"]["fedprompt"]
+    assert (row["ratio"], row["ratio_cold"]) == (1.25, 2.0) and "before" not in row
+    assert row["ray"]["round_s"] == 4.0 and row["ray"]["round1_s"] == 8.0 and row["service"]["steady_rounds"] == [2, 3]
+    launches = {line["label"]: line for line in map(json.loads, (out / compare.LAUNCHES).read_text().splitlines())}
+    assert row["cold"]["wall_s"] == round(launches["fedprompt-cold"]["wall_s"], 1)
+    assert row["cold"]["load_before"] == launches["fedprompt-cold"]["load_before"] is not None
+    assert row["commit"] == row["ray"]["commit"] and len(row["commit"]) in (0, 7)
+    table = (out / "table.md").read_text()
+    assert "| fedprompt | 4.0 s | 5.0 s | x1.25 (over) |" in table and "8.0 s (x2.00; start-ups 0.5 s)" in table
+    started.clear()
+    assert compare.main([str(deployment.EXPERIMENT), "--out", str(out), "--methods", *labels]) == 0
+    assert started == [] and json.loads((out / "demo.json").read_text())["methods"]["fedprompt"] == row
+    # a deployment run's record names no commit (its code is the app bundle, named by hash): the checkout's
+    (config,) = [p for p in (out / "runs").glob("*/config.json") if "fedprompt-service" in p.parent.name]
+    meta = json.loads(config.read_text())
+    config.write_text(json.dumps({**meta, "provenance": {**meta["provenance"], "git_commit": None}}))
+    parts = deployment.launched_parts(out, "abc1234")
+    assert parts["fedprompt"]["service"]["commit"] == "abc1234" and parts["fedprompt"]["ray"]["commit"] == row["commit"]
+
+
+def test_the_table_shows_the_warm_processes_and_the_cold_column_when_measured(tmp_path) -> None:
+    part = {"round_s": 4.0, "fit_max_s": 1.0, "startup_s": 0.5, "load_s": 0.0, "overhead_s": 0.4, "load_before": 1.0,
+            "steady_rounds": [2, 3]}
+    row = {"ray": {**part, "round_s": 3.2}, "service": part, "ratio": 1.25, "commit": "abc",
+           "cold": {**part, "round_s": 8.0, "startup_s": 3.5}, "ratio_cold": 2.5}
+    rec = {"harness": "demo", "supernodes": 2, "machine": "x86_64, 2 cores", "date": "2026-11-29", "commit": "abc",
+           "target": 1.2, "warm_clientapps": 1, "methods": {"fedprompt": row, "bbt-fed": {**row, "ratio": 1.1}}}
+    rec["methods"]["bbt-fed"].pop("cold"), rec["methods"]["bbt-fed"].pop("ratio_cold")
+    (tmp_path / "demo.json").write_text(json.dumps(rec))
+    table = deployment.table(tmp_path)
+    assert "`python -m simulations.compare simulations/experiments/deployment.toml`)" in table
+    assert "deployment round (node service, 1 warm ClientApp)" in table
+    assert "| fedprompt | 3.2 s | 4.0 s | x1.25 (over) | 1.0 s | 0.5 s | 0.00 s | 0.4 s | 8.0 s (x2.50; start-ups 3.5 s) |" \
+        in table
+    assert "| bbt-fed | 3.2 s | 4.0 s | x1.10 | 1.0 s | 0.5 s | 0.00 s | 0.4 s | - | - |" in table
+    assert "Within x1.2: bbt-fed; over: fedprompt." in table
+    del rec["warm_clientapps"]  # a record from before the warm processes: the table as it was
+    for r in rec["methods"].values():
+        r.pop("cold", None), r.pop("ratio_cold", None)
+    (tmp_path / "t1.json").write_text(json.dumps({**rec, "harness": "t1"}))
+    (tmp_path / "demo.json").unlink()
+    old = deployment.table(tmp_path)
+    assert "deployment round (node service) | ratio |" in old and "cold" not in old
+    assert "deployment.toml --profile t1`)" in old
+
+
+# ---------------------------------------------------------------- the memory study
+def test_every_registered_method_is_a_label_at_each_limit_the_smaller_first() -> None:
+    exp, settings = harness(memory, None)
+    plain = {label: s["engine"] for label, s in settings.items() if not memory.option_of(exp["method"][label])}
+    assert sorted(plain) == sorted(f"{m}-{mb}" for m in METHODS for mb in memory.LIMITS_MB)
+    assert all(engine == f"cgroup-{label.rsplit('-', 1)[1]}" for label, engine in plain.items())
+    order = exp["methods"]
+    assert all(order.index(f"{m}-1024") < order.index(f"{m}-2048") for m in METHODS)
+    assert memory.option_of(exp["method"]["fedavg-batch4-1024"]) == "fedavg.batch-size=4"
+    assert memory.option_of(exp["method"]["fedavg-bf16-1024"]) == "precision=bf16"
+
+
+def test_the_memory_table_words_each_outcome() -> None:
+    assert memory._cell({"outcome": "completed", "cgroup_peak_mb": 500.4, "peak_rss_mb": 700.6}) == "yes, 500 / 701 MB"
+    assert memory._cell({"outcome": "refused", "line": "x reached 950 MB", "guard_peak_mb": 950.2}) == \
+        "stopped at 950 MB (one line)"
+    assert memory._cell({"outcome": "refused", "line": "x would start with 1,200 MB"}) == "refused at once (one line)"
+    assert memory._cell({"outcome": "oom-killed"}) == "oom-killed" and memory._cell(None) == "-"
+
+
+OUTCOMES = {  # (method, limit) -> what the stand-in measures
+    ("fedprompt", 1024): {"outcome": "completed", "cgroup_peak_mb": 500.0, "peak_rss_mb": 700.0},
+    ("fedavg", 1024): {"outcome": "refused", "cgroup_peak_mb": 976.0, "line": "fedavg reached 942 MB",
+                       "guard_peak_mb": 942.0},
+    ("fedavg", 2048): {"outcome": "completed", "cgroup_peak_mb": 1058.0, "peak_rss_mb": 1324.0},
+}
+
+
+def test_a_client_completed_under_the_smaller_limit_is_not_run_again(tmp_path, monkeypatch) -> None:
+    measured: list[tuple[str, int, int]] = []
+
+    def run_limited(pairs: dict[str, Any], partitions: int, limit_mb: int, log_path: Path) -> dict[str, Any]:
+        measured.append((pairs["method"], limit_mb, partitions))
+        assert "run-name" not in pairs and "output-dir" not in pairs  # what the client allocates, no more
+        plain = set(pairs) == {"method", "seed"}  # an option's client (a run-config key of its own) fits here
+        found = OUTCOMES.get((pairs["method"], limit_mb) if plain else None,
+                             {"outcome": "completed", "cgroup_peak_mb": 600.0, "peak_rss_mb": 800.0})
+        return {"limit_mb": limit_mb, "wall_s": 1.0, **found}
+
+    monkeypatch.setattr(memory, "run_limited", run_limited)
+    out = tmp_path / "out"
+    labels = ["fedprompt-1024", "fedprompt-2048", "fedavg-1024", "fedavg-2048", "fedavg-batch4-1024"]
+    assert compare.main([str(memory.EXPERIMENT), "--out", str(out), "--methods", *labels]) == 0  # a refusal is an outcome
+    assert measured == [("fedprompt", 1024, 2), ("fedavg", 1024, 2), ("fedavg", 2048, 2), ("fedavg", 1024, 2)]
+    rec = json.loads((out / memory.RECORD).read_text())
+    assert rec["limits_mb"] == [1024, 2048] and list(rec["rows"]) == ["demo"]
+    fedprompt, fedavg = rec["rows"]["demo"]["fedprompt"], rec["rows"]["demo"]["fedavg"]
+    assert fedprompt["2048"] == {**fedprompt["1024"], "limit_mb": 2048, "implied_by_mb": 1024}
+    assert fedavg["1024"]["outcome"] == "refused" and fedavg["2048"]["outcome"] == "completed"
+    (option,) = rec["options"]
+    assert (option["harness"], option["method"], option["option"], option["limit_mb"]) == (
+        "demo", "fedavg", "fedavg.batch-size=4", 1024)
+    table = (out / "table.md").read_text()
+    assert "| fedprompt | yes, 500 / 700 MB | yes, 500 / 700 MB |" in table
+    assert "| fedavg | stopped at 942 MB (one line) | yes, 1058 / 1324 MB |" in table
+    assert "| demo | fedavg | `fedavg.batch-size=4` | 1024 MB | yes, 600 / 800 MB |" in table
+    monkeypatch.setitem(OUTCOMES, ("fedprompt", 1024), {"outcome": "failed (1)", "cgroup_peak_mb": 9.0})
+    measured.clear()  # measured again (no run record to skip); a failure is no outcome: exit 1
+    assert compare.main([str(memory.EXPERIMENT), "--out", str(out), "--methods", "fedprompt-1024"]) == 1
+    assert measured == [("fedprompt", 1024, 2)]
+    assert json.loads((out / memory.RECORD).read_text())["rows"]["demo"]["fedprompt"]["1024"]["outcome"] == "failed (1)"
+
+
+def test_the_docs_table_takes_each_harness_from_its_own_folder_first(tmp_path) -> None:
+    """The committed record holds both harnesses; a t1 record measured since, in --profile t1's folder,
+    replaces t1's rows and options, the demo's stay."""
+    cell = {"outcome": "completed", "cgroup_peak_mb": 500.0, "peak_rss_mb": 700.0, "limit_mb": 1024}
+    head = {"machine": "x86_64, 2 cores", "date": "2026-11-27", "commit": "abc", "limits_mb": [1024]}
+    both = {**head, "rows": {"demo": {"fedprompt": {"1024": cell}}, "t1": {"fedprompt": {"1024": cell}}},
+            "options": [{"harness": "t1", "method": "fedavg", "option": "x=1", **cell}]}
+    newer = {**head, "date": "2026-12-01", "rows": {"t1": {"fedprompt": {"1024": {"outcome": "oom-killed"}}}}}
+    (tmp_path / "a.json").write_text(json.dumps(both))
+    (tmp_path / "b.json").write_text(json.dumps(newer))
+    text = memory.tables(memory.harness_records([tmp_path / "a.json", tmp_path / "b.json", tmp_path / "none.json"]))
+    assert text.startswith("x86_64, 2 cores, 2026-11-27, commit abc; x86_64, 2 cores, 2026-12-01, commit abc: ")
+    assert "| fedprompt | yes, 500 / 700 MB | oom-killed |" in text and "Options" not in text
+    one = memory.tables(memory.harness_records([tmp_path / "a.json"]))
+    assert one.startswith("x86_64, 2 cores, 2026-11-27, commit abc: completed? ") and "| t1 | fedavg | `x=1` |" in one
