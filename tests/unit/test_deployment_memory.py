@@ -50,7 +50,11 @@ def test_the_t1_harness_is_feddpg_table_1s_run_config_and_clients(study) -> None
     assert set(study.HARNESSES.values()) - {None} == set(tomllib.loads(study.EXPERIMENT.read_text())["profile"])
 
 
-def test_a_harness_passes_shared_keys_and_the_methods_own_only() -> None:
+def test_a_harness_passes_shared_keys_and_the_methods_own_only(tmp_path, monkeypatch) -> None:
+    # T1's ../shared/data/ag_news, as an empty stand-in: a user's clone (and CI's) has no ../shared
+    (tmp_path / "checkout").mkdir()
+    (tmp_path / "shared" / "data" / "ag_news").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path / "checkout")
     exp, settings = harness(deployment, "t1")
     runs = {ov["run-name"]: ov for ov in compare.plan(exp, None)}
     mine = runs["fedprompt-ray"]
