@@ -73,7 +73,9 @@ experiment's overrides on the defaults) and the recorded one agree on variant, s
 holdout and every other key both have, except :data:`NOT_COMPARED` (where records go and
 how a run is watched). So an edited experiment file, or a changed default, reruns what it
 changes; a key added to the harness after a run was recorded does not (its default is
-taken to be the old behaviour). Failed, stale and unfinished runs are redone.
+taken to be the old behaviour). A run the runner launched with another number of clients
+(``launches.jsonl``: another partition, though the run-config is the same) is another run.
+Failed, stale and unfinished runs are redone.
 
 The table (markdown and CSV: final and best accuracy, KB up/down per client-round, total
 MB, model queries, peak client memory, wall time; mean ± std over seeds) is built from
@@ -419,6 +421,14 @@ def launch_line(ov: dict[str, Any], engine: str, clients: int, launched: float, 
             "wall_s": round(wall_s, 3), "load_before": before, "load_after": after, "exit": rc, "run": run}
 
 
+def launched_sizes(out: Path) -> dict[str, int]:
+    """Run id -> the number of clients the runner launched it with, from ``<out>/launches.jsonl``
+    (runs it started that left a run; a run recorded before the file existed is not in it)."""
+    path = out / LAUNCHES
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return {x["run"]: int(x["num-supernodes"]) for x in lines if x.get("run")}
+
+
 def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engine: str = "flower",
                 ray_address: str = "", gpus_per_client: float = 0.0,
                 settings: dict[str, dict[str, Any]] | None = None, study: Any | None = None) -> int:
@@ -429,19 +439,22 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
     runs_dir = out / "runs"
     runs_dir.mkdir(parents=True, exist_ok=True)
     recorded = list(runs_under(runs_dir))
+    sizes = launched_sizes(out)
     engines = engines_of(study)
     failed = 0
     for i, ov in enumerate(runs, 1):
         ov = {**ov, "output-dir": str(runs_dir.resolve())}
         label = ov.get("run-name") or ov["method"]
         own = (settings or {}).get(label, {"engine": engine, "num-supernodes": num_supernodes})
+        clients = own["num-supernodes"]
         held = f" holdout={ov['holdout']}" if ov.get("holdout") else ""
         planned = resolved(ov)
-        done = finished_run(planned, recorded)
+        # a run launched with another number of clients is another run (another partition), though its
+        # run-config is the same: the federation's size is the runner's, recorded in launches.jsonl only
+        done = finished_run(planned, [r for r in recorded if sizes.get(Path(r["dir"]).name, clients) == clients])
         if done:
             print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held}: skipped, finished as {done}", flush=True)
             continue
-        clients = own["num-supernodes"]
         by = f", {own['engine']}" if own["engine"] != engine else ""
         print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({clients} clients{by})", flush=True)
         load = os.getloadavg()[0]

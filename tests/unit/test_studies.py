@@ -159,6 +159,23 @@ def test_each_started_run_leaves_a_launch_line_with_its_wall_time_and_run(tmp_pa
     assert len((out / compare.LAUNCHES).read_text().splitlines()) == 2
 
 
+def test_a_run_launched_with_another_number_of_clients_is_run_again(tmp_path, monkeypatch, capsys) -> None:
+    """The federation's size is the runner's, not a run-config key: the partition changes with it, so a
+    finished run launched with 7 clients is not the run a label of 9 asks for (launches.jsonl says which)."""
+    started: list[Any] = []
+    monkeypatch.setattr(compare, "run_one", recorder(started))
+    monkeypatch.setattr(compare, "run_in_process", recorder([]))
+    exp, out = write(tmp_path, LABELLED), tmp_path / "out"
+    assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0 and started == [(0, 7, "runs")]
+    assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0 and len(started) == 1  # skipped
+    exp.write_text(LABELLED.replace("num-supernodes = 7", "num-supernodes = 9"))
+    assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0
+    assert started[1:] == [(0, 9, "runs")]
+    capsys.readouterr()
+    assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0 and len(started) == 2
+    assert "skipped, finished as" in capsys.readouterr().out  # the 9-client run is the one now
+
+
 def test_a_study_may_bring_its_own_engine(tmp_path, monkeypatch) -> None:
     started: list[Any] = []
     study = SimpleNamespace(ENGINES={"cost": recorder(started)}, table=lambda out: "T\n")
