@@ -1,7 +1,6 @@
 """How close fedtext runs to this machine's compute limit: one command, one table.
 
-    python -m simulations.bench                    # everything (about 10 minutes on 2 cores)
-    python -m simulations.bench --skip-simulation  # without the two Flower/Ray runs
+    python -m simulations.bench                    # parts 1 and 2 (about 7 minutes on 2 cores)
     python -m simulations.bench --precisions       # only part 4: fp32 against bf16 (about 8 minutes)
     python -m simulations.bench --model roberta-large  # only part 1, at the papers' backbone's shape
     python -m simulations.bench --model all-mpnet-base-v2  # only part 1, on the base-size checkpoint
@@ -25,11 +24,8 @@ Prints markdown tables headed by the machine and date:
    model and data does not hide it); the process's peak. The gradient-free methods again
    with ``max-client-memory-mb`` set to fedprompt's in-round peak
    (:meth:`fedtext.backbone.Backbone.chunk_tokens`), and the throughput they lose.
-3. **Flower + Ray.** A 10-client bbt-fed simulation (5 per round, 2 rounds) per
-   setting of torch threads x Ray actors tried; per round, its wall time against the time
-   some client or the server evaluation was computing (the run record's ``busy_s``) and
-   the time new Ray actors spent importing torch (``startup_s``, round 1): the rest is
-   Flower/Ray overhead.
+3. **Flower + Ray** is a study of the one runner since issue 70: ``python -m simulations.compare
+   simulations/experiments/ray_overhead.toml`` (:mod:`simulations.studies.ray_overhead`).
 4. **Precisions** (``--precisions``): fp32 against bf16 on this CPU (:func:`precision_tables`).
 """
 
@@ -42,9 +38,7 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -242,23 +236,6 @@ def client_in_subprocess(method: str, budget_mb: int = 0, precision: str = "fp32
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-# ------------------------------------------------------------ 3. Flower and Ray
-SIM_CONFIG = f"method=bbt-fed dataset={SST2} clients-per-round=5 num-server-rounds=2"
-
-
-def simulation(cpus_per_client: float, threads: int, out: Path) -> list[dict]:
-    """A 10-client bbt-fed simulation; its round records."""
-    from fedtext.records.reader import load_run
-
-    folder = out / f"cpus{cpus_per_client:g}-threads{threads}"
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
-    subprocess.run([sys.executable, "-m", "simulations.simulate", "--num-supernodes", "10",
-                    "--cpus-per-client", str(cpus_per_client), "--run-config", f"{SIM_CONFIG} output-dir={folder}"],
-                   capture_output=True, text=True, check=True, env=env)
-    run = next(folder.rglob("summary.json")).parent
-    return load_run(run)["rounds"]
-
-
 # ------------------------------------------------------------ 4. precisions
 PRECISION_METHODS = ("bbt-fed", "fedbpt", "feddls", "fedprompt", "fedavg")  # 3 gradient-free, 2 back-prop
 
@@ -317,7 +294,6 @@ def precision_tables(precisions: tuple[str, ...] = ("fp32", "bf16"), passes: int
 # ----------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--skip-simulation", action="store_true", help="leave out the Flower/Ray runs (part 3)")
     ap.add_argument("--client", help=argparse.SUPPRESS)  # internal: one client round, prints JSON
     ap.add_argument("--budget", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)  # internal, with --client
@@ -387,20 +363,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {x['fit_s']:.2f} s{loss} | {x['queries']:,} | {x['round_start_mb']:,.0f} MB | "
               f"{x['round_peak_mb']:,.0f} MB | {x['peak_rss_mb']:,.0f} MB |")
     print(flush=True)
-
-    if not args.skip_simulation:
-        print(f"| Ray actors x torch threads (10 clients, {SIM_CONFIG.split(' ', 2)[2]}) | round | wall | "
-              "client + server compute (busy) | actor start-up | overhead | share |\n"
-              "| --- | --- | --- | --- | --- | --- | --- |")
-        with tempfile.TemporaryDirectory() as tmp:
-            for cpus, threads in ((2.0, 2), (1.0, 1)):
-                actors = int((os.cpu_count() or 2) // cpus)
-                for rec in simulation(cpus, threads, Path(tmp)):
-                    if rec["round"] == 0:
-                        continue
-                    print(f"| {actors} x {threads} | {rec['round']} | {rec['round_time_s']:.1f} s | "
-                          f"{rec['busy_s']:.1f} s | {rec['startup_s'] or 0:.1f} s | {rec['overhead_s']:.2f} s | "
-                          f"{rec['overhead_s'] / rec['round_time_s']:.1%} |", flush=True)
     return 0
 
 

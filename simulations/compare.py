@@ -344,11 +344,11 @@ def pairs_text(overrides: dict[str, Any]) -> str:
     return " ".join(f"{k}={_quote(v)}" for k, v in overrides.items())
 
 
-def run_logged(cmd: list[str], log_path: Path) -> int:
-    """``cmd`` in a fresh process, its output to ``log_path`` and its progress lines to the console;
-    its exit status."""
+def run_logged(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
+    """``cmd`` in a fresh process (this one's environment with ``env`` over it), its output to
+    ``log_path`` and its progress lines to the console; its exit status."""
     with open(log_path, "w") as log:
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}  # progress lines as they happen
+        env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}  # progress lines as they happen
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         for line in proc.stdout:  # progress lines to the console, everything to the log
             log.write(line)

@@ -286,8 +286,8 @@ def test_every_paper_experiment_has_a_paper_profile_that_plans(path, tmp_path, m
     if path.stem == "demo_baselines":
         assert "profile" not in exp
         return
-    if path.stem in ("deployment", "memory", "scale"):  # studies of this machine's rounds, memory and federation
-        # sizes, not a paper's result
+    if path.stem in ("deployment", "memory", "ray_overhead", "scale"):  # studies of this machine's rounds, memory,
+        # Ray overhead and federation sizes, not a paper's result
         assert "paper" not in exp.get("profile", {})
         return
     paper = compare.with_profile(exp, "paper")

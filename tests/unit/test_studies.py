@@ -65,14 +65,14 @@ def test_a_study_experiment_and_its_module_name_each_other(path: Path) -> None:
 def test_every_study_module_is_some_experiments_study() -> None:
     named = {tomllib.loads(p.read_text()).get("study") for p in EXPERIMENTS}
     assert set(STUDIES) <= named, set(STUDIES) - named
-    assert set(STUDIES) == {"costs", "deployment", "memory", "parity", "privacy", "privacy_cross_device", "robust",
-                            "scale"}
+    assert set(STUDIES) == {"costs", "deployment", "memory", "parity", "privacy", "privacy_cross_device",
+                            "ray_overhead", "robust", "scale"}
 
 
 @pytest.mark.parametrize(("line", "words"), [
     ('engine = "ray"', "engine = 'ray': one of deployment, flower, inprocess"),
     ('study = "nope"', "study = 'nope': no simulations/studies/nope.py (studies: costs, deployment, memory, parity, "
-                       "privacy, privacy_cross_device, robust, scale)"),
+                       "privacy, privacy_cross_device, ray_overhead, robust, scale)"),
 ])
 def test_an_unknown_engine_or_study_is_one_line_before_anything_runs(tmp_path, line, words) -> None:
     with pytest.raises(ConfigError, match=words.replace("(", "\\(").replace(")", "\\)")):
