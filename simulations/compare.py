@@ -429,6 +429,17 @@ def launched_sizes(out: Path) -> dict[str, int]:
     return {x["run"]: int(x["num-supernodes"]) for x in lines if x.get("run")}
 
 
+def size_of(run: dict[str, Any], sizes: dict[str, int]) -> int | None:
+    """The number of clients ``run`` (a :func:`fedtext.records.load_run` dict) was launched with: its
+    ``launches.jsonl`` line's (``sizes``: :func:`launched_sizes`), else its record's provenance (the
+    simulated SuperNodes, or the nodes its grid had at the start); ``None`` where neither says."""
+    if (name := Path(run["dir"]).name) in sizes:
+        return sizes[name]
+    provenance = (run["config"] or {}).get("provenance") or {}
+    size = provenance.get("num_supernodes") or provenance.get("nodes_at_start")
+    return int(size) if size else None
+
+
 def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engine: str = "flower",
                 ray_address: str = "", gpus_per_client: float = 0.0,
                 settings: dict[str, dict[str, Any]] | None = None, study: Any | None = None) -> int:
@@ -451,7 +462,7 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         planned = resolved(ov)
         # a run launched with another number of clients is another run (another partition), though its
         # run-config is the same: the federation's size is the runner's, recorded in launches.jsonl only
-        done = finished_run(planned, [r for r in recorded if sizes.get(Path(r["dir"]).name, clients) == clients])
+        done = finished_run(planned, [r for r in recorded if size_of(r, sizes) in (clients, None)])
         if done:
             print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held}: skipped, finished as {done}", flush=True)
             continue
@@ -465,7 +476,14 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
                                     gpus_per_client)
         wall = time.time() - t0
         failed += rc != 0
-        left = finished_run(planned, list(runs_under(runs_dir)))
+        # the run this launch left is among the folders it made: an older finished run of the same run-config
+        # (another federation size) must not be named as this launch's
+        known = {Path(r["dir"]).name for r in recorded}
+        new = [r for r in runs_under(runs_dir) if Path(r["dir"]).name not in known]
+        recorded += new
+        left = finished_run(planned, new)
+        if left:
+            sizes[left] = clients
         with (out / LAUNCHES).open("a") as fh:
             fh.write(json.dumps(launch_line(ov, own["engine"], clients, t0, wall, rc, left,
                                             (round(load, 2), round(os.getloadavg()[0], 2)))) + "\n")

@@ -161,19 +161,46 @@ def test_each_started_run_leaves_a_launch_line_with_its_wall_time_and_run(tmp_pa
 
 def test_a_run_launched_with_another_number_of_clients_is_run_again(tmp_path, monkeypatch, capsys) -> None:
     """The federation's size is the runner's, not a run-config key: the partition changes with it, so a
-    finished run launched with 7 clients is not the run a label of 9 asks for (launches.jsonl says which)."""
+    finished run launched with 7 clients is not the run a label of 9 asks for (launches.jsonl says which),
+    and a failed 9-client launch leaves no line naming the older 7-client run as its own."""
     started: list[Any] = []
     monkeypatch.setattr(compare, "run_one", recorder(started))
     monkeypatch.setattr(compare, "run_in_process", recorder([]))
     exp, out = write(tmp_path, LABELLED), tmp_path / "out"
-    assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0 and started == [(0, 7, "runs")]
-    assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0 and len(started) == 1  # skipped
-    exp.write_text(LABELLED.replace("num-supernodes = 7", "num-supernodes = 9"))
-    assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0
-    assert started[1:] == [(0, 9, "runs")]
+    argv = [str(exp), "--out", str(out), "--methods", "large"]
+
+    def skipped_as() -> str:
+        text = capsys.readouterr().out
+        assert "skipped, finished as" in text, text
+        return text.split("skipped, finished as ", 1)[1].split()[0]
+
+    assert compare.main(argv) == 0 and started == [(0, 7, "runs")]
+    (seven,) = [p.name for p in (out / "runs").iterdir()]
     capsys.readouterr()
-    assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0 and len(started) == 2
-    assert "skipped, finished as" in capsys.readouterr().out  # the 9-client run is the one now
+    assert compare.main(argv) == 0 and len(started) == 1 and skipped_as() == seven
+    exp.write_text(LABELLED.replace("num-supernodes = 7", "num-supernodes = 9"))
+    monkeypatch.setattr(compare, "run_one", lambda *args: 1)  # the 9-client launch fails, leaving no run
+    assert compare.main(argv) == 1
+    assert json.loads((out / compare.LAUNCHES).read_text().splitlines()[-1])["run"] is None
+    monkeypatch.setattr(compare, "run_one", recorder(started))
+    assert compare.main(argv) == 0 and started[1:] == [(0, 9, "runs")]  # not the 7-client run again
+    (nine,) = [p.name for p in (out / "runs").iterdir() if p.name != seven]
+    capsys.readouterr()
+    assert compare.main(argv) == 0 and len(started) == 2 and skipped_as() == nine
+    exp.write_text(LABELLED)  # back to 7: the 7-client run is the one
+    assert compare.main(argv) == 0 and len(started) == 2 and skipped_as() == seven
+
+
+def test_a_run_without_a_launch_line_is_sized_by_its_records_provenance() -> None:
+    """Runs recorded before launches.jsonl existed (or elsewhere): the simulated SuperNodes, or the nodes the
+    grid had at the start, from the record; neither: any size."""
+    def run(provenance: dict[str, Any] | None) -> dict[str, Any]:
+        return {"dir": "/x/r1", "config": {"provenance": provenance} if provenance is not None else {}}
+
+    assert compare.size_of(run({"num_supernodes": 9, "nodes_at_start": 9}), {"r1": 7}) == 7  # the launch line first
+    assert compare.size_of(run({"num_supernodes": 9, "nodes_at_start": 3}), {}) == 9
+    assert compare.size_of(run({"num_supernodes": None, "nodes_at_start": 3000}), {}) == 3000  # in process
+    assert compare.size_of(run({}), {}) is None and compare.size_of(run(None), {}) is None
 
 
 def test_a_study_may_bring_its_own_engine(tmp_path, monkeypatch) -> None:
