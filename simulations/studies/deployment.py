@@ -144,12 +144,7 @@ def finish(out: Path = OUT) -> None:
     path = out / f"{harness}.json"
     record = json.loads(path.read_text()) if path.exists() else {}
     commit = (probes.git_state()["git_commit"] or "")[:7]  # this checkout's, as each run record's provenance
-    record.update({"harness": harness, "supernodes": int(exp.get("num-supernodes", 4)),
-                   "run_config": compare.flatten(exp.get("run-config", {})), "target": TARGET,
-                   "process_costs": process_costs(), "warm_clientapps": WARM_CLIENTAPPS,
-                   "machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
-                   "commit": commit})
-    rows = record.setdefault("methods", {})
+    rows = dict(record.get("methods", {}))
     for method, new in launched_parts(out, commit).items():
         row = row_of(rows.get(method, {}), new)
         if "ratio" not in row:
@@ -160,6 +155,17 @@ def finish(out: Path = OUT) -> None:
         print(f"{harness} {method}: ray {row['ray']['round_s']} s, service {row['service']['round_s']} s "
               f"(x{row['ratio']})" + "".join(f", {e} {row[e]['round_s']} s (x{row[f'ratio_{e}']})"
                                              for e in ("cold", "before") if e in row), flush=True)
+    # the record's header (machine, date, process costs) is of the runs its rows hold: a record is written
+    # only when a row changed, and never without a row (its table would have nothing to show)
+    if not rows or rows == record.get("methods"):
+        print(f"deployment: {path.name} {'unchanged' if rows else 'not written'}: no new Ray and node-service "
+              "pair", flush=True)
+        return
+    record.update({"harness": harness, "supernodes": int(exp.get("num-supernodes", 4)),
+                   "run_config": compare.flatten(exp.get("run-config", {})), "target": TARGET,
+                   "process_costs": process_costs(), "warm_clientapps": WARM_CLIENTAPPS,
+                   "machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
+                   "commit": commit, "methods": rows})
     path.write_text(json.dumps(record, indent=1) + "\n")
 
 

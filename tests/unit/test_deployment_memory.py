@@ -170,14 +170,31 @@ def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monke
     table = (out / "table.md").read_text()
     assert "| fedprompt | 4.0 s | 5.0 s | x1.25 (over) |" in table and "8.0 s (x2.00; start-ups 0.5 s)" in table
     started.clear()
+    written = (out / "demo.json").read_text()
+
+    def measured_again() -> dict[str, float]:
+        raise AssertionError("a rerun that started nothing measured the process costs again")
+
+    monkeypatch.setattr(deployment, "process_costs", measured_again)
     assert compare.main([str(deployment.EXPERIMENT), "--out", str(out), "--methods", *labels]) == 0
-    assert started == [] and json.loads((out / "demo.json").read_text())["methods"]["fedprompt"] == row
+    assert started == [] and (out / "demo.json").read_text() == written  # its header is of the runs it holds
     # a deployment run's record names no commit (its code is the app bundle, named by hash): the checkout's
     (config,) = [p for p in (out / "runs").glob("*/config.json") if "fedprompt-service" in p.parent.name]
     meta = json.loads(config.read_text())
     config.write_text(json.dumps({**meta, "provenance": {**meta["provenance"], "git_commit": None}}))
     parts = deployment.launched_parts(out, "abc1234")
     assert parts["fedprompt"]["service"]["commit"] == "abc1234" and parts["fedprompt"]["ray"]["commit"] == row["commit"]
+
+
+def test_a_first_run_without_a_ray_and_service_pair_writes_no_record_and_the_table_says_so(tmp_path,
+                                                                                            monkeypatch) -> None:
+    monkeypatch.setattr(compare, "run_deployment", lambda ov, *args, options=(): leave_run(ov, 5.0) or 0)
+    monkeypatch.setattr(deployment, "process_costs", lambda: {})
+    out = tmp_path / "out"
+    assert compare.main([str(deployment.EXPERIMENT), "--out", str(out), "--methods", "fedprompt-service"]) == 0
+    assert not (out / "demo.json").exists()
+    assert (out / "table.md").read_text().startswith("(no record yet: python -m simulations.compare")
+    assert compare.main([str(deployment.EXPERIMENT), "--out", str(out), "--table-only"]) == 0
 
 
 def test_the_table_shows_the_warm_processes_and_the_cold_column_when_measured(tmp_path) -> None:
