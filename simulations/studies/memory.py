@@ -225,9 +225,32 @@ def finish(out: Path = OUT) -> None:
             options.append({"harness": harness, "method": method, "option": option, **cell})
         else:
             rows.setdefault(method, {})[str(cell["limit_mb"])] = cell
+    for cells in rows.values():
+        rederive(cells)
+    by_option: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
+    for o in options:
+        by_option.setdefault((o["harness"], o["method"], o["option"]), {})[str(o["limit_mb"])] = o
+    for cells in by_option.values():
+        rederive(cells)
+    options = [o for cells in by_option.values() for o in cells.values()]
     if options:
         record["options"] = options
     path.write_text(json.dumps(record, indent=1) + "\n")
+
+
+def rederive(cells: dict[str, dict[str, Any]]) -> None:
+    """One client's cells by limit (``"1024"`` -> cell), in place: a cell implied by a smaller limit's
+    (``implied_by_mb``: not run again because the client completed there) follows that cell as it is now,
+    a copy at its own limit while it completed, gone (not measured) once it did not (a newer measurement
+    at the smaller limit ran out of memory): the cells never contradict each other."""
+    for key, cell in list(cells.items()):
+        source = cells.get(str(cell.get("implied_by_mb")))
+        if "implied_by_mb" not in cell:
+            continue
+        if source is None or source["outcome"] != "completed" or "implied_by_mb" in source:
+            del cells[key]
+        else:
+            cells[key] = {**source, "limit_mb": cell["limit_mb"], "implied_by_mb": source["limit_mb"]}
 
 
 def _cell(cell: dict[str, Any] | None) -> str:

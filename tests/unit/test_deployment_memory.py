@@ -283,7 +283,24 @@ def test_a_client_completed_under_the_smaller_limit_is_not_run_again(tmp_path, m
     measured.clear()  # measured again (no run record to skip); a failure is no outcome: exit 1
     assert compare.main([str(memory.EXPERIMENT), "--out", str(out), "--methods", "fedprompt-1024"]) == 1
     assert measured == [("fedprompt", 1024, 2)]
-    assert json.loads((out / memory.RECORD).read_text())["rows"]["demo"]["fedprompt"]["1024"]["outcome"] == "failed (1)"
+    fedprompt = json.loads((out / memory.RECORD).read_text())["rows"]["demo"]["fedprompt"]
+    assert fedprompt["1024"]["outcome"] == "failed (1)"
+    assert "2048" not in fedprompt  # its 2 GB cell was implied by the 1 GB one, which no longer completes
+
+
+def test_an_implied_cell_follows_its_source_and_goes_when_the_source_no_longer_completes() -> None:
+    done = {"outcome": "completed", "cgroup_peak_mb": 500.0, "limit_mb": 1024}
+    cells = {"1024": {**done, "cgroup_peak_mb": 510.0}, "2048": {**done, "limit_mb": 2048, "implied_by_mb": 1024}}
+    memory.rederive(cells)
+    assert cells["2048"] == {**done, "cgroup_peak_mb": 510.0, "limit_mb": 2048, "implied_by_mb": 1024}
+    measured = {"outcome": "completed", "cgroup_peak_mb": 900.0, "limit_mb": 2048}  # measured, not implied: kept
+    cells = {"1024": {"outcome": "oom-killed", "limit_mb": 1024}, "2048": measured}
+    memory.rederive(cells)
+    assert cells["2048"] == measured
+    cells = {"1024": {"outcome": "oom-killed", "limit_mb": 1024}, "2048": {**done, "limit_mb": 2048,
+                                                                           "implied_by_mb": 1024}}
+    memory.rederive(cells)
+    assert list(cells) == ["1024"]
 
 
 def test_the_docs_table_takes_each_harness_from_its_own_folder_first(tmp_path) -> None:
