@@ -92,14 +92,18 @@ class Cgroup:
         self.path = (CGROUP_V2 if self.v2 else CGROUP_V1) / name
         self.path.mkdir()
         limit = str(limit_mb * 2**20)
-        if self.v2:
-            (self.path / "memory.max").write_text(limit)
-            with contextlib.suppress(OSError):
-                (self.path / "memory.swap.max").write_text("0")
-        else:
-            (self.path / "memory.limit_in_bytes").write_text(limit)
-            with contextlib.suppress(OSError):  # swap accounted: the limit holds for memory + swap too
-                (self.path / "memory.memsw.limit_in_bytes").write_text(limit)
+        try:
+            if self.v2:  # OSError where the parent does not delegate the memory controller (a container)
+                (self.path / "memory.max").write_text(limit)
+                with contextlib.suppress(OSError):
+                    (self.path / "memory.swap.max").write_text("0")
+            else:
+                (self.path / "memory.limit_in_bytes").write_text(limit)
+                with contextlib.suppress(OSError):  # swap accounted: the limit holds for memory + swap too
+                    (self.path / "memory.memsw.limit_in_bytes").write_text(limit)
+        except OSError:
+            self.path.rmdir()  # no empty cgroup is left behind
+            raise
 
     def peak_mb(self) -> float:
         name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
@@ -177,7 +181,10 @@ def cgroup_round(overrides: dict[str, Any], num_supernodes: int, log_path: Path,
         cell = {k: v for k, v in fits[0].items() if k not in ("label", "config")}
         cell = {**cell, "limit_mb": limit_mb, "implied_by_mb": fits[0]["limit_mb"]}
     else:
-        cell = run_limited(client, num_supernodes, limit_mb, log_path)
+        try:
+            cell = run_limited(client, num_supernodes, limit_mb, log_path)
+        except (OSError, subprocess.TimeoutExpired) as exc:  # no cgroup here (not root, no controller), or hung
+            cell = {"limit_mb": limit_mb, "outcome": f"failed ({type(exc).__name__})", "tail": str(exc)[-600:]}
     label = overrides.get("run-name") or overrides["method"]
     with (out / CELLS).open("a") as fh:
         fh.write(json.dumps({"label": label, "config": client, **cell}) + "\n")

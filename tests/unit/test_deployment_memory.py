@@ -318,3 +318,32 @@ def test_the_docs_table_takes_each_harness_from_its_own_folder_first(tmp_path) -
     assert "| fedprompt | yes, 500 / 700 MB | oom-killed |" in text and "Options" not in text
     one = memory.tables(memory.harness_records([tmp_path / "a.json"]))
     assert one.startswith("x86_64, 2 cores, 2026-11-27, commit abc: completed? ") and "| t1 | fedavg | `x=1` |" in one
+
+
+def test_a_cgroup_that_cannot_be_made_is_a_failed_cell_and_the_sweep_goes_on(tmp_path, monkeypatch) -> None:
+    """Not root, or a parent that delegates no memory controller (a container): each label's cell says so,
+    the sweep measures the next label and writes the record."""
+    def no_cgroup(*args: Any) -> dict[str, Any]:
+        raise PermissionError(13, "Permission denied", "/sys/fs/cgroup/fedtext-mem-1")
+
+    monkeypatch.setattr(memory, "run_limited", no_cgroup)
+    out = tmp_path / "out"
+    assert compare.main([str(memory.EXPERIMENT), "--out", str(out), "--methods", "fedprompt-1024", "fedavg-1024"]) == 1
+    cells = json.loads((out / memory.RECORD).read_text())["rows"]["demo"]
+    assert cells["fedprompt"]["1024"]["outcome"] == cells["fedavg"]["1024"]["outcome"] == "failed (PermissionError)"
+
+
+def test_a_cgroup_whose_limit_cannot_be_written_is_removed(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(memory, "CGROUP_V2", tmp_path)
+    (tmp_path / "cgroup.controllers").write_text("cpu io\n")  # v2 without the memory controller delegated
+    real_write = Path.write_text
+
+    def refuse_memory_max(self: Path, *args: Any, **kwargs: Any) -> int:
+        if self.name == "memory.max":
+            raise OSError(2, "No such file or directory", str(self))
+        return real_write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", refuse_memory_max)
+    with pytest.raises(OSError):
+        memory.Cgroup(1024)
+    assert [p.name for p in tmp_path.iterdir()] == ["cgroup.controllers"]  # no empty cgroup left
