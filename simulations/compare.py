@@ -102,7 +102,7 @@ import pandas as pd
 
 from fedtext.common.config import ConfigError, RunConfig
 from fedtext.records.probes import machine_line
-from fedtext.records.reader import FINISHED, runs_under
+from fedtext.records.reader import FINISHED, load_run, runs_under
 from simulations.tables import compare_table, load_runs, one_run_per_seed, run_key, to_markdown
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout whose simulations/results/ takes its experiments
@@ -421,12 +421,18 @@ def launch_line(ov: dict[str, Any], engine: str, clients: int, launched: float, 
             "wall_s": round(wall_s, 3), "load_before": before, "load_after": after, "exit": rc, "run": run}
 
 
-def launched_sizes(out: Path) -> dict[str, int]:
-    """Run id -> the number of clients the runner launched it with, from ``<out>/launches.jsonl``
-    (runs it started that left a run; a run recorded before the file existed is not in it)."""
+def read_launches(out: Path) -> dict[str, dict[str, Any]]:
+    """Run id -> the ``<out>/launches.jsonl`` line (:func:`launch_line`) of the launch that left it, the
+    last line naming a run winning; launches that left no run are not kept, nor is a run recorded
+    before the file existed (or elsewhere)."""
     path = out / LAUNCHES
     lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return {x["run"]: int(x["num-supernodes"]) for x in lines if x.get("run")}
+    return {line["run"]: line for line in lines if line.get("run")}
+
+
+def launched_sizes(out: Path) -> dict[str, int]:
+    """Run id -> the number of clients the runner launched it with (:func:`read_launches`)."""
+    return {run: int(line["num-supernodes"]) for run, line in read_launches(out).items()}
 
 
 def size_of(run: dict[str, Any], sizes: dict[str, int]) -> int | None:
@@ -478,8 +484,8 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         failed += rc != 0
         # the run this launch left is among the folders it made: an older finished run of the same run-config
         # (another federation size) must not be named as this launch's
-        known = {Path(r["dir"]).name for r in recorded}
-        new = [r for r in runs_under(runs_dir) if Path(r["dir"]).name not in known]
+        known = {Path(r["dir"]).name for r in recorded}  # only the new folders are read, not every record again
+        new = [load_run(c.parent, runs_dir) for c in sorted(runs_dir.rglob("config.json")) if c.parent.name not in known]
         recorded += new
         left = finished_run(planned, new)
         if left:

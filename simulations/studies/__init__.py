@@ -25,3 +25,35 @@ A study module defines
 
 A new study is an experiment file and a module with those names, not a new script.
 """
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+# The deployment and memory studies' harnesses: harness -> the experiment's profile that runs it
+# (``demo``: the file itself; ``t1``: ``--profile t1``, FedDPG's Table 1 setting).
+HARNESSES: dict[str, str | None] = {"demo": None, "t1": "t1"}
+
+
+def harness_run(out: Path) -> tuple[str, dict[str, Any]]:
+    """(harness, the experiment as the runner ran it: its profile applied) of the runner's folder ``out``,
+    from its ``experiment.json``; a profile that is no harness is its own name."""
+    from simulations import compare
+
+    marker = json.loads((out / "experiment.json").read_text())
+    harness = {profile: h for h, profile in HARNESSES.items()}.get(marker["profile"], marker["profile"])
+    return harness, compare.with_profile(compare.load_experiment(Path(marker["file"])), marker["profile"])
+
+
+def measured_here() -> dict[str, str]:
+    """A study record's header: this machine, today, this checkout's commit (as each run record's
+    provenance names it)."""
+    from fedtext.records import probes
+
+    return {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
+            "commit": (probes.git_state()["git_commit"] or "")[:7]}

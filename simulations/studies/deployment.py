@@ -31,8 +31,6 @@ records (``python tools/generated.py``).
 from __future__ import annotations
 
 import json
-import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -40,15 +38,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fedtext.records import probes
 from simulations import compare
+from simulations.studies import HARNESSES, harness_run, measured_here
 from simulations.tables import finished_runs
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = REPO / "simulations" / "experiments" / "deployment.toml"
 OUT = compare.default_out(EXPERIMENT)  # simulations/results/deployment; a profile's: <OUT>-<profile>
 # harness -> the experiment's profile that runs it; its record is <default out of that profile>/<harness>.json
-HARNESSES: dict[str, str | None] = {"demo": None, "t1": "t1"}
 TARGET = 1.2  # the deployment round may take at most this many Ray rounds (issue 57)
 # the runner's engine of a run -> its part of the method's row (the record's names: "before" is the deployment
 # before the node service)
@@ -103,9 +100,7 @@ def launched_parts(out: Path, commit: str) -> dict[str, dict[str, dict[str, Any]
     its rounds (:func:`summarise`), the launch's wall time and load average, and the commit the run ran:
     its record's, else ``commit`` (a deployment run's record names no commit: its code is the app bundle
     ``flwr run`` packed from this checkout, which the record names by hash)."""
-    lines = [json.loads(line) for line in (out / compare.LAUNCHES).read_text().splitlines()] \
-        if (out / compare.LAUNCHES).exists() else []
-    launch = {line["run"]: line for line in lines if line["run"] is not None}  # the run it left -> its launch
+    launch = compare.read_launches(out)  # the run it left -> its launch
     parts: dict[str, dict[str, dict[str, Any]]] = {}
     for run in finished_runs(out / "runs").values():
         line = launch.get(Path(run["dir"]).name)
@@ -138,12 +133,11 @@ def finish(out: Path = OUT) -> None:
     it has its Ray and node-service parts; rows of methods without new runs are kept as they were."""
     from fedtext.node.service import WARM_CLIENTAPPS
 
-    marker = json.loads((out / "experiment.json").read_text())
-    harness = {profile: h for h, profile in HARNESSES.items()}.get(marker["profile"], marker["profile"])
-    exp = compare.with_profile(compare.load_experiment(Path(marker["file"])), marker["profile"])
+    harness, exp = harness_run(out)
     path = out / f"{harness}.json"
     record = json.loads(path.read_text()) if path.exists() else {}
-    commit = (probes.git_state()["git_commit"] or "")[:7]  # this checkout's, as each run record's provenance
+    here = measured_here()
+    commit = here["commit"]
     rows = dict(record.get("methods", {}))
     for method, new in launched_parts(out, commit).items():
         row = row_of(rows.get(method, {}), new)
@@ -163,9 +157,7 @@ def finish(out: Path = OUT) -> None:
         return
     record.update({"harness": harness, "supernodes": int(exp.get("num-supernodes", 4)),
                    "run_config": compare.flatten(exp.get("run-config", {})), "target": TARGET,
-                   "process_costs": process_costs(), "warm_clientapps": WARM_CLIENTAPPS,
-                   "machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
-                   "commit": commit, "methods": rows})
+                   "process_costs": process_costs(), "warm_clientapps": WARM_CLIENTAPPS, **here, "methods": rows})
     path.write_text(json.dumps(record, indent=1) + "\n")
 
 

@@ -40,21 +40,19 @@ import argparse
 import contextlib
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from fedtext.records import probes
 from simulations import compare
+from simulations.studies import HARNESSES, harness_run, measured_here
 
 REPO = Path(__file__).resolve().parents[2]
 EXPERIMENT = REPO / "simulations" / "experiments" / "memory.toml"
 OUT = compare.default_out(EXPERIMENT)  # simulations/results/memory; a profile's: <OUT>-<profile>
 # harness -> the experiment's profile that runs it (its rows are <default out of that profile>/limits.json's)
-HARNESSES: dict[str, str | None] = {"demo": None, "t1": "t1"}
 RECORD = "limits.json"  # <out>/limits.json: the harness's rows and options (finish), what the tables read
 CELLS = "cgroup.jsonl"  # <out>/cgroup.jsonl: one line per label the engine ran (run_limited), newest last
 LIMITS_MB = (1024, 2048)  # each one an engine, "cgroup-<MB>"
@@ -208,16 +206,12 @@ def finish(out: Path = OUT) -> None:
     """``<out>/limits.json`` from the engine's lines (the newest per label): per harness (the profile the
     runner ran, ``<out>/experiment.json``) and method, a cell per limit; an option's label (:func:`option_of`)
     an entry of ``options``. Cells and options not measured again are kept."""
-    marker = json.loads((out / "experiment.json").read_text())
-    harness = {profile: h for h, profile in HARNESSES.items()}.get(marker["profile"], marker["profile"])
-    exp = compare.with_profile(compare.load_experiment(Path(marker["file"])), marker["profile"])
+    harness, exp = harness_run(out)
     newest = {line["label"]: line for line in read_cells(out)}
     path = out / RECORD
     record = json.loads(path.read_text()) if path.exists() else {}
-    commit = (probes.git_state()["git_commit"] or "")[:7]  # this checkout's, as each run record's provenance
-    record.update({"machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
-                   "commit": commit, "limits_mb": sorted(set(record.get("limits_mb", []))
-                                                         | {line["limit_mb"] for line in newest.values()})})
+    record.update({**measured_here(), "limits_mb": sorted(set(record.get("limits_mb", []))
+                                                          | {line["limit_mb"] for line in newest.values()})})
     rows = record.setdefault("rows", {}).setdefault(harness, {})
     options = record.get("options", [])
     for label in exp.get("methods", []):

@@ -25,12 +25,11 @@ two launch-based columns. Above each table: the dates and machines of its runs, 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from fedtext.common.config import CLIENT_IDS
-from simulations.compare import LAUNCHES, default_out
+from simulations.compare import default_out, read_launches
 from simulations.tables import finished_runs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,14 +38,6 @@ OUT = default_out(EXPERIMENT)  # simulations/results/scale
 # column key -> (header, unit) of a row (:func:`measure`), in the table's order after ``clients``
 COLUMNS = {"to_round0_s": ("to end of round 0", "s"), "round1_s": ("round 1", "s"), "round2_s": ("round 2", "s"),
            "overhead2_s": ("overhead round 2", "s"), "server_rss_mb": ("server RSS", "MB"), "wall_s": ("wall", "s")}
-
-
-def launches(out: Path) -> dict[str, dict[str, Any]]:
-    """The runner's ``<out>/launches.jsonl`` lines by the id of the finished run each left (the last
-    line naming a run wins); lines of runs that left none are not kept."""
-    path = out / LAUNCHES
-    lines = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.is_file() else []
-    return {line["run"]: line for line in lines if line.get("run")}
 
 
 def measure(run: dict[str, Any], launch: dict[str, Any] | None) -> dict[str, Any]:
@@ -96,7 +87,7 @@ def table(out: Path = OUT) -> str:
     if not found:
         return ("No finished run under simulations/results/scale/runs yet "
                 "(`python -m simulations.compare simulations/experiments/scale.toml`).\n")
-    launched = launches(out)
+    launched = read_launches(out)
     rows = [measure(run, launched.get(Path(run["dir"]).name)) for run in found.values()]
     parts = []
     for ids in CLIENT_IDS:
