@@ -310,16 +310,19 @@ def missing_note(rows: pd.DataFrame, runs: list[dict[str, Any]]) -> str:
 
 
 def run_one(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "",
-            gpus_per_client: float = 0.0) -> int:
+            gpus_per_client: float = 0.0, cpus_per_client: float = 0.0, env: dict[str, str] | None = None) -> int:
     """One simulation in a fresh process (a private Ray per run, or the cluster at
-    ``ray_address``; ``gpus_per_client``: Ray GPUs per client actor)."""
+    ``ray_address``; ``gpus_per_client`` / ``cpus_per_client``: Ray GPUs / CPUs per client actor,
+    simulate's default where 0; ``env``: over this process's environment, e.g. torch's threads)."""
     cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(num_supernodes), "--run-config",
            pairs_text(overrides)]
     if ray_address:
         cmd += ["--ray-address", ray_address]
     if gpus_per_client:
         cmd += ["--gpus-per-client", str(gpus_per_client)]
-    return run_logged(cmd, log_path)
+    if cpus_per_client:
+        cmd += ["--cpus-per-client", str(cpus_per_client)]
+    return run_logged(cmd, log_path, env)
 
 
 def run_deployment(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "",

@@ -7,8 +7,8 @@ torch threads; a study (:mod:`simulations.studies`).
 Its runs are ``simulations/experiments/ray_overhead.toml``: one bbt-fed simulation of 10 clients
 (5 per round, 2 rounds) per setting, each label's engine a setting of this study's :data:`SETTINGS`
 (``ray-cpus2-threads2``: Ray CPUs per client actor, ``--cpus-per-client``, and torch's threads,
-``OMP_NUM_THREADS``), run through Flower's simulation engine in a fresh process as the runner's
-``flower`` engine runs it (:func:`simulations.compare.run_one`). On 2 cores, 2 CPUs a client is one
+``OMP_NUM_THREADS``), run through Flower's simulation engine in a fresh process by the runner's
+``flower`` engine (:func:`simulations.compare.run_one`). On 2 cores, 2 CPUs a client is one
 actor of 2 threads at a time, 1 CPU a client two actors of 1 thread.
 
 The table (``table.md`` beside the runs): per setting and round after round 0, its wall time
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,25 +36,13 @@ OUT = compare.default_out(EXPERIMENT)  # simulations/results/ray_overhead
 SETTINGS: dict[str, tuple[float, int]] = {"ray-cpus2-threads2": (2.0, 2), "ray-cpus1-threads1": (1.0, 1)}
 
 
-def run_setting(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str, gpus_per_client: float,
-                cpus: float, threads: int) -> int:
-    """One simulation as :func:`simulations.compare.run_one` runs it (a private Ray, or the cluster at
-    ``ray_address``), with ``cpus`` Ray CPUs per client actor and ``threads`` torch threads in every
-    process of the run (``OMP_NUM_THREADS``)."""
-    cmd = [sys.executable, "-m", "simulations.simulate", "--num-supernodes", str(num_supernodes),
-           "--cpus-per-client", str(cpus), "--run-config", compare.pairs_text(overrides)]
-    if ray_address:
-        cmd += ["--ray-address", ray_address]
-    if gpus_per_client:
-        cmd += ["--gpus-per-client", str(gpus_per_client)]
-    return compare.run_logged(cmd, log_path, {"OMP_NUM_THREADS": str(threads)})
-
-
 def _engine(cpus: float, threads: int) -> Any:
-    """The runner's engine of one setting (:data:`SETTINGS`)."""
+    """The runner's engine of one setting (:data:`SETTINGS`): :func:`simulations.compare.run_one` with
+    ``cpus`` Ray CPUs per client actor and ``threads`` torch threads in every process of the run."""
     def engine(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "",
                gpus_per_client: float = 0.0) -> int:
-        return run_setting(overrides, num_supernodes, log_path, ray_address, gpus_per_client, cpus, threads)
+        return compare.run_one(overrides, num_supernodes, log_path, ray_address, gpus_per_client,
+                               cpus_per_client=cpus, env={"OMP_NUM_THREADS": str(threads)})
 
     return engine
 
