@@ -11,6 +11,8 @@
 #                 shares a machine its share)
 #   --warm-clientapps N   ClientApp processes kept started ahead of need, each handed one task
 #                 (default: the node service's; 0: Flower's cold flwr-clientapp per message; fedtext.node.warm_exec)
+#   --warm-start S  how they are made: spawn (a new Python each) or fork (forked from a fork
+#                 server that imported Flower once; default: the node service's)
 #   --no-node-service   Flower's plain SuperNode: each message's ClientApp process loads
 #                 torch, the data and the backbone anew (docs/performance.md compares)
 # By default the SuperNode runs behind fedtext's node service (python -m fedtext.node.service:
@@ -30,7 +32,8 @@ while [ $# -gt 0 ]; do
     --insecure) insecure=1; shift ;;
     --port) port=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
-    --warm-clientapps) warm=(--warm-clientapps "$2"); shift 2 ;;
+    --warm-clientapps) warm+=(--warm-clientapps "$2"); shift 2 ;;
+    --warm-start) warm+=(--warm-start "$2"); shift 2 ;;
     --no-node-service) service=0; shift ;;
     *) echo "unknown argument '$1' (see the header of $0)" >&2; exit 2 ;;
   esac

@@ -22,6 +22,10 @@ goes either way above; its reply leaves masked.
 
 Both run the same :class:`fedtext.node.node.Node` on the same message and context, so the run's
 records are the same either way but for the timings (tests/unit/test_node_service.py).
+
+Outermost of all, :func:`fedtext.common.packing.packing_mod` unpacks a message whose small arrays
+the ServerApp's grid joined into one (one object on the wire instead of one per array) and marks
+the reply, packing it in kind; nothing inside sees a packed message.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from flwr.common import Context, parameters_to_ndarrays
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, RECORD_KEY_STATE
 from flwr.compat.common import recorddict_compat as compat
 
+from fedtext.common.packing import packing_mod
 from fedtext.node.service import node_service_mod
 from fedtext.common.quiet import quiet_ray_tip
 
@@ -99,8 +104,10 @@ def make_client_app(overrides: Mapping[str, Any] | None = None) -> ClientApp:
         return make_client({**context.run_config, **(overrides or {})}, context.node_config, context.state,
                            context.run_id)
 
-    # the first mod is the outermost: SecAgg+ masks the reply of the fit that the node service (or client_fn) ran
-    return ClientApp(client_fn=client_fn, mods=[secagg_mod, node_service_mod])
+    # the first mod is the outermost: a packed message is unpacked before anything reads it and its
+    # reply packed last (fedtext.common.packing); SecAgg+ masks the reply of the fit that the node
+    # service (or client_fn) ran
+    return ClientApp(client_fn=client_fn, mods=[packing_mod, secagg_mod, node_service_mod])
 
 
 app = make_client_app()

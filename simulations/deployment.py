@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from fedtext.common.config import DERIVED_KEYS, ConfigError, RunConfig
+from fedtext.node.warm_exec import WARM_STARTS
 
 REPO = Path(__file__).resolve().parents[1]
 CLIS = ("flwr", "flower-superlink", "flower-supernode")
@@ -237,22 +238,24 @@ def supernode_threads(num_supernodes: int, cores: int | None = None) -> int:
 
 
 def supernode_command(i: int, num_supernodes: int, superlink_port: int, node_service: bool,
-                      threads: int, warm: int | None = None) -> list[str]:
+                      threads: int, warm: int | None = None, warm_start: str | None = None) -> list[str]:
     """SuperNode ``i``'s command: ``flower-supernode`` holding partition i of N, behind fedtext's
     node service (``python -m fedtext.node.service --threads T -- flower-supernode ...``,
-    docs/deployment.md) unless ``node_service`` is false; ``warm``: the service's
-    ``--warm-clientapps`` (None: its default, :data:`fedtext.node.service.WARM_CLIENTAPPS`)."""
+    docs/deployment.md) unless ``node_service`` is false; ``warm``, ``warm_start``: the service's
+    ``--warm-clientapps`` and ``--warm-start`` (None: its defaults, :data:`fedtext.node.service.WARM_CLIENTAPPS`
+    and :data:`fedtext.node.warm_exec.WARM_START`)."""
     node = [cli("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{superlink_port}",
             "--port", str(free_port()), "--node-config", f"partition-id={i} num-partitions={num_supernodes}"]
     if not node_service:
         return node
     warm_args = [] if warm is None else ["--warm-clientapps", str(warm)]
+    warm_args += [] if warm_start is None else ["--warm-start", warm_start]
     return [sys.executable, "-m", "fedtext.node.service", "--threads", str(threads), *warm_args, "--", *node]
 
 
 def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, logs: Path,
            timeout_s: float = 3600.0, app: Path = REPO, node_service: bool = True,
-           warm: int | None = None) -> Path | None:
+           warm: int | None = None, warm_start: str | None = None) -> Path | None:
     """Run ``overrides`` on a loopback SuperLink with ``num_supernodes`` SuperNodes; return
     the run's record folder (None when none was written). Logs of every process go to
     ``logs``. ``app``: the app folder ``flwr run`` submits (default this checkout), or a
@@ -260,7 +263,8 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
     runs behind fedtext's node service (:mod:`fedtext.node.service`); without it every message
     starts a ClientApp process that loads everything anew. Either way each SuperNode's torch
     threads are its share of the cores (:func:`supernode_threads`). ``warm``: ClientApp processes
-    each SuperNode keeps ready (:mod:`fedtext.node.warm_exec`; None: the node service's default, 0: none)."""
+    each SuperNode keeps ready (:mod:`fedtext.node.warm_exec`; None: the node service's default, 0: none),
+    ``warm_start`` how they are made (None: the service's default)."""
     from fedtext.common.registry import METHODS
 
     output_dir = output_dir.resolve()
@@ -281,7 +285,8 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
         start_superlink(procs, port, logs)
         threads = supernode_threads(num_supernodes)
         for i in range(num_supernodes):  # OMP_NUM_THREADS: torch's threads in a ClientApp process
-            procs.start(f"supernode-{i}", supernode_command(i, num_supernodes, port, node_service, threads, warm),
+            procs.start(f"supernode-{i}", supernode_command(i, num_supernodes, port, node_service, threads, warm,
+                                                                      warm_start),
                         env={"OMP_NUM_THREADS": str(threads)})
         run = procs.start("flwr-run", [cli("flwr"), "run", str(app_dir), "local", "--stream",
                                        "--run-config", flwr_run_config(pairs)])
@@ -323,7 +328,10 @@ def main(argv: list[str] | None = None) -> int:
                          "everything anew (Flower's default; docs/performance.md compares)")
     ap.add_argument("--warm-clientapps", type=int, default=None,
                     help="ClientApp processes each SuperNode keeps started ahead of need (default: the node "
-                         "service's, 1; 0: Flower's cold flwr-clientapp per message; fedtext.node.warm_exec)")
+                         "service's; 0: Flower's cold flwr-clientapp per message; fedtext.node.warm_exec)")
+    ap.add_argument("--warm-start", choices=WARM_STARTS, default=None,
+                    help="how each SuperNode makes its ready ClientApp processes (default: the node service's; "
+                         "fork: forked from a fork server that imported Flower once; fedtext.node.warm_exec)")
     ap.add_argument("--app", default=str(REPO),
                     help="the app to run: a folder (default this checkout) or a .fab file that `flwr build` made")
     args = ap.parse_args(argv)
@@ -334,7 +342,8 @@ def main(argv: list[str] | None = None) -> int:
         base = record_overrides(Path(args.from_record)) if args.from_record else {}
         record = deploy({**base, **parse_pairs(args.run_config)}, args.num_supernodes, out,
                         Path(args.logs) if args.logs else out / "deployment-logs", args.timeout_s, Path(args.app),
-                        node_service=not args.no_node_service, warm=args.warm_clientapps)
+                        node_service=not args.no_node_service, warm=args.warm_clientapps,
+                        warm_start=args.warm_start)
     except ConfigError as exc:
         print(f"fedtext: configuration error: {exc}", file=sys.stderr)
         return 2

@@ -92,10 +92,13 @@ class NodeServiceError(RuntimeError):
 
 # ------------------------------------------------------------------------------ wire
 def send_frames(sock: socket.socket, *frames: bytes) -> None:
-    """Write ``frames``, each as its 8-byte length then its bytes."""
+    """Write ``frames``, each as its 8-byte length then its bytes (none for an empty frame: the
+    reader may have its whole reply with the last length and hang up, and a write of nothing to a
+    socket whose reader is gone still fails with a broken pipe)."""
     for frame in frames:
         sock.sendall(_LEN.pack(len(frame)))
-        sock.sendall(frame)
+        if frame:
+            sock.sendall(frame)
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
@@ -291,15 +294,19 @@ def serve(path: Path, threads: int = 0, ready: Callable[[], None] | None = None,
 
 
 # ------------------------------------------------------------------------------ the supervisor
-def with_service(node_args: list[str], sock: Path, idle_poll_s: float | None = None, warm: int = 0) -> list[str]:
+def with_service(node_args: list[str], sock: Path, idle_poll_s: float | None = None, warm: int = 0,
+                 warm_start: str | None = None) -> list[str]:
     """The SuperNode's command with ``node-service='<sock>'`` added to ``--node-config``
     (``--node-config`` added when absent); ``flower-supernode`` itself run through
     :mod:`fedtext.node.supernode` when ``idle_poll_s`` is given (its idle poll capped), with ``warm``
-    ClientApp processes kept ready when ``warm`` >= 1 (:mod:`fedtext.node.warm_exec`)."""
+    ClientApp processes kept ready when ``warm`` >= 1 (:mod:`fedtext.node.warm_exec`), made by
+    ``warm_start`` (None: its default)."""
     entry = f"{NODE_SERVICE_KEY}='{sock}'"
     out = list(node_args)
     if idle_poll_s is not None and out and Path(out[0]).name == "flower-supernode":
         warm_args = ["--warm-clientapps", str(warm)] if warm else []
+        if warm and warm_start is not None:
+            warm_args += ["--warm-start", warm_start]
         out = [sys.executable, "-m", "fedtext.node.supernode", "--idle-poll-s", str(idle_poll_s), *warm_args, *out[1:]]
     for i, arg in enumerate(out):
         if arg == "--node-config" and i + 1 < len(out):
@@ -349,7 +356,7 @@ def _raise_exit(signum: int, frame: object) -> None:
 
 
 def supervise(node_args: list[str], threads: int = 0, folder: Path | None = None,
-              idle_poll_s: float | None = None, warm: int = 0) -> int:
+              idle_poll_s: float | None = None, warm: int = 0, warm_start: str | None = None) -> int:
     """Start the service and ``node_args`` (``flower-supernode ...``) beside it; restart the
     service when it dies; stop it when the SuperNode exits. Returns the SuperNode's status."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -362,7 +369,7 @@ def supervise(node_args: list[str], threads: int = 0, folder: Path | None = None
     try:
         service = _start_service(folder, threads)
         print(f"fedtext: node service {service.pid} on {folder / SOCKET_NAME}", file=sys.stderr, flush=True)
-        node = subprocess.Popen(with_service(node_args, folder / SOCKET_NAME, idle_poll_s, warm))
+        node = subprocess.Popen(with_service(node_args, folder / SOCKET_NAME, idle_poll_s, warm, warm_start))
         restarts = 0
         while node.poll() is None:
             if service.poll() is not None:
@@ -380,6 +387,8 @@ def supervise(node_args: list[str], threads: int = 0, folder: Path | None = None
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fedtext.node.warm_exec import WARM_START, WARM_STARTS  # not at the top: the ClientApp shim imports this module
+
     ap = argparse.ArgumentParser(
         prog="python -m fedtext.node.service",
         description="Start a SuperNode with fedtext's node service beside it: "
@@ -392,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm-clientapps", type=int, default=WARM_CLIENTAPPS,
                     help=f"ClientApp processes the SuperNode keeps started ahead of need, each handed one task "
                          f"(default {WARM_CLIENTAPPS}; 0: Flower's cold flwr-clientapp per message; fedtext.node.warm_exec)")
+    ap.add_argument("--warm-start", choices=WARM_STARTS, default=None,
+                    help=f"how a ready ClientApp process is made (default {WARM_START}: a new Python; fork: forked "
+                         "from a fork server that imported Flower once; fedtext.node.warm_exec)")
     ap.add_argument("--folder", default="", help="the service's private folder (default: a new one, removed at exit)")
     ap.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the service itself, on this socket
     ap.add_argument("supernode", nargs=argparse.REMAINDER, help="-- flower-supernode and its arguments")
@@ -414,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
     idle = IDLE_POLL_S if args.idle_poll_s is None else args.idle_poll_s
     if not idle > 0:
         ap.error("--idle-poll-s must be > 0")
-    return supervise(node, args.threads, Path(args.folder) if args.folder else None, idle, args.warm_clientapps)
+    return supervise(node, args.threads, Path(args.folder) if args.folder else None, idle, args.warm_clientapps,
+                     args.warm_start)
 
 
 if __name__ == "__main__":

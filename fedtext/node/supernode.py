@@ -25,7 +25,9 @@ With ``--warm-clientapps N`` (N >= 1; the node service passes its own default,
 processes ready, each handed one task token over its standard input (:mod:`fedtext.node.warm_exec`):
 the SuperNode's own ``flower-superexec`` command, built by Flower, is run as ``python -m
 fedtext.node.warm_exec superexec --warm N -- <its arguments>`` (:func:`start_warm_superexec`).
-``--warm-clientapps 0`` keeps Flower's cold ``flwr-clientapp`` per message.
+``--warm-clientapps 0`` keeps Flower's cold ``flwr-clientapp`` per message. ``--warm-start fork``
+makes each ready process by forking it from a fork server that imported Flower once, instead of
+starting a new Python (:data:`fedtext.node.warm_exec.WARM_STARTS`).
 """
 
 from __future__ import annotations
@@ -66,32 +68,36 @@ def cap_idle_poll(cap: float) -> None:
     loop.time = CappedSleep(cap)  # the module's own name for `time`; nothing else changes
 
 
-def warm_superexec_command(command: list[str], warm: int) -> list[str]:
+def warm_superexec_command(command: list[str], warm: int, start: str | None = None) -> list[str]:
     """Flower's SuperExec command as the warm one: ``[flower-superexec, *args]`` becomes ``[python,
-    -m, fedtext.node.warm_exec, superexec, --warm, N, --, *args]``; any other command is unchanged."""
+    -m, fedtext.node.warm_exec, superexec, --warm, N, [--start S,] --, *args]``; any other command is
+    unchanged. ``start``: how its ready processes are made (None: the SuperExec's default)."""
     from fedtext.node.warm_exec import SUPEREXEC
 
     if not command or os.path.basename(str(command[0])) != SUPEREXEC:
         return list(command)
-    return [sys.executable, "-m", "fedtext.node.warm_exec", "superexec", "--warm", str(warm), "--", *command[1:]]
+    how = [] if start is None else ["--start", start]
+    return [sys.executable, "-m", "fedtext.node.warm_exec", "superexec", "--warm", str(warm), *how, "--",
+            *command[1:]]
 
 
 class WarmSuperExecLauncher:
     """The ``subprocess`` module as Flower's SuperNode loop sees it: its one ``Popen`` of
     ``flower-superexec`` starts :mod:`fedtext.node.warm_exec`'s SuperExec with the same arguments."""
 
-    def __init__(self, warm: int) -> None:
-        self.warm = warm
+    def __init__(self, warm: int, start: str | None = None) -> None:
+        self.warm, self.start = warm, start
 
     def __getattr__(self, name: str) -> Any:
         return getattr(subprocess, name)
 
     def Popen(self, args: Any, *rest: Any, **kwargs: Any) -> subprocess.Popen:  # noqa: N802 - Flower's name
-        return subprocess.Popen(warm_superexec_command(list(args), self.warm), *rest, **kwargs)
+        return subprocess.Popen(warm_superexec_command(list(args), self.warm, self.start), *rest, **kwargs)
 
 
-def start_warm_superexec(warm: int) -> bool:
-    """Make the SuperNode in this process start the warm SuperExec (``warm`` ready ClientApps);
+def start_warm_superexec(warm: int, start: str | None = None) -> bool:
+    """Make the SuperNode in this process start the warm SuperExec (``warm`` ready ClientApps, made
+    by ``start``: :data:`fedtext.node.warm_exec.WARM_STARTS`, None its default);
     False, with one line on stderr, where this Flower changed a part it relies on
     (:func:`fedtext.node.warm_exec.flower_contract_problems`): the node then runs Flower's cold ClientApps."""
     from fedtext.node.warm_exec import flower_contract_problems
@@ -103,7 +109,7 @@ def start_warm_superexec(warm: int) -> bool:
         return False
     import flwr.supernode.start_client_internal as loop
 
-    loop.subprocess = WarmSuperExecLauncher(warm)  # the module's own name for `subprocess`
+    loop.subprocess = WarmSuperExecLauncher(warm, start)  # the module's own name for `subprocess`
     return True
 
 
@@ -111,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fedtext.node.supernode", add_help=False)
     ap.add_argument("--idle-poll-s", type=float, default=IDLE_POLL_S)
     ap.add_argument("--warm-clientapps", type=int, default=0)
+    ap.add_argument("--warm-start", default=None)
     args, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
     if not args.idle_poll_s > 0:
         print(f"fedtext: --idle-poll-s must be > 0, got {args.idle_poll_s}", file=sys.stderr)
@@ -118,9 +125,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.warm_clientapps < 0:
         print(f"fedtext: --warm-clientapps must be >= 0, got {args.warm_clientapps}", file=sys.stderr)
         return 2
+    from fedtext.node.warm_exec import WARM_STARTS
+
+    if args.warm_start is not None and args.warm_start not in WARM_STARTS:
+        print(f"fedtext: --warm-start must be one of {', '.join(WARM_STARTS)}, got {args.warm_start!r}", file=sys.stderr)
+        return 2
     cap_idle_poll(args.idle_poll_s)
     if args.warm_clientapps:
-        start_warm_superexec(args.warm_clientapps)
+        start_warm_superexec(args.warm_clientapps, args.warm_start)
     os.environ.setdefault(TASK_POLL_ENV, str(TASK_POLL_S))  # inherited by the SuperExec the SuperNode starts
     from flwr.supernode.cli import flower_supernode
 

@@ -35,6 +35,19 @@ make wrong. The worker's flags are Flower's own (``add_args_flwr_app_common`` wi
 ``include_token_stdin``, :func:`flwr.common.args.try_obtain_flwr_app_token`) and its task is
 run by Flower's ``run_clientapp``. tests/unit/test_warm_exec.py pins each of these contracts.
 
+Spawned or forked (``--start``, :data:`WARM_STARTS`). A spawned worker is a new Python that imports
+Flower itself: ~0.7 s of CPU a process (measured), which on a busy node comes out of the round's
+compute even when it happens ahead of need. A forked worker comes from multiprocessing's fork
+server: one process per SuperExec that imports :data:`FORK_PRELOAD` once and forks a worker on
+request (~0.01 s of CPU each); the worker then runs exactly what a spawned one runs
+(:func:`worker_main`, with the token pipe as its standard input: :class:`ForkedWorker`). A task
+still gets a process of its own, single-use as Flower requires. What a forked worker inherits that a
+spawned one would make afresh: the modules the fork server imported (copy-on-write; fedtext's are
+dropped again, as in a spawned worker), the fork server's environment, working folder and
+``sys.path`` as they were when the SuperExec started it (the SuperExec's own), and its random
+state (NumPy's global generator is reseeded in each worker: :func:`run_with_stdin`). The fork
+server lives as long as the SuperExec or its last worker.
+
 The token. It never appears on a command line or in a log: a worker's command holds
 ``--token-stdin`` and the token arrives on the worker's standard input, a pipe only the
 SuperExec holds (a process of another user cannot open another's pipe; ``/proc/<pid>/fd`` is
@@ -75,6 +88,7 @@ import argparse
 import collections
 import hashlib
 import importlib
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -99,6 +113,18 @@ SHIM_IMPORTS = ("flwr.app", "flwr.app.message_type", "flwr.client", "flwr.client
                 "flwr.common", "flwr.common.secure_aggregation.secaggplus_constants", "flwr.compat.common",
                 "resource", "tomllib")
 SUPEREXEC = "flower-superexec"  # what Flower's SuperNode starts in subprocess isolation (start_client_internal.py)
+# How a ready ClientApp process is made: "spawn", a new Python (`python -m fedtext.node.warm_exec worker`: ~0.7 s of
+# CPU to import Flower, measured), or "fork", forked from multiprocessing's fork server, one process per SuperExec
+# that imported FORK_PRELOAD once (~0.01 s of CPU a process, measured 2026-11-30: docs/performance.md)
+WARM_STARTS = ("spawn", "fork")
+WARM_START = "spawn"
+LOST_STATUS = 255  # what multiprocessing reads as a forked worker's status when its fork server could not report
+# what the fork server imports once, so that a forked worker imports nothing before its task: the shim's imports
+# and the worker's own (worker_main's, and httpcore, which its first HTTP client imports). Not this module itself:
+# a worker of a SuperExec started as `python -m fedtext.node.warm_exec` runs it again as multiprocessing's __mp_main__,
+# which runpy warns about when the module is imported already
+FORK_PRELOAD = (*SHIM_IMPORTS, "fedtext.records.probes", "flwr.common.args",
+                "flwr.supercore.app_utils", "flwr.supercore.tls", "flwr.supernode.runtime.run_clientapp", "httpcore")
 
 
 @dataclass(frozen=True)
@@ -121,10 +147,13 @@ class WorkerKey:
                    spec.runtime_dependency_install, spec.parent_pid)
 
     def command(self) -> list[str]:
-        """The worker's command: ``flwr-clientapp``'s flags (Flower's ``SubprocessExecutor.launch``
-        order) with ``--token-stdin`` where that one has ``--token T``."""
-        args = [sys.executable, "-m", "fedtext.node.warm_exec", "worker",
-                "--runtime-api-address", self.runtime_api_address, "--token-stdin"]
+        """The worker's command: ``python -m fedtext.node.warm_exec worker`` and :meth:`worker_args`."""
+        return [sys.executable, "-m", "fedtext.node.warm_exec", "worker", *self.worker_args()]
+
+    def worker_args(self) -> list[str]:
+        """The worker's flags: ``flwr-clientapp``'s (Flower's ``SubprocessExecutor.launch`` order)
+        with ``--token-stdin`` where that one has ``--token T``."""
+        args = ["--runtime-api-address", self.runtime_api_address, "--token-stdin"]
         if self.insecure:
             args.append("--insecure")
         elif self.root_certificates_path is not None:
@@ -134,6 +163,114 @@ class WorkerKey:
         if self.runtime_dependency_install:
             args.append("--allow-runtime-dependency-installation")
         return args
+
+
+class PipeWriter:
+    """The write end of a forked worker's token pipe, as the pool writes a ``Popen``'s stdin."""
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+
+    def write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:  # a token line (129 bytes) is one write: under PIPE_BUF, so never split
+            view = view[os.write(self.conn.fileno(), view):]
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def run_with_stdin(reader: Any, target: Callable[[list[str]], int], argv: list[str]) -> None:
+    """A forked worker's body: the token pipe's read end becomes its standard input (file
+    descriptor 0, which multiprocessing pointed at /dev/null), then ``target(argv)`` runs as a
+    spawned worker's ``main`` would, its return value the exit status."""
+    os.dup2(reader.fileno(), 0)
+    reader.close()
+    sys.stdin = open(0)  # noqa: SIM115 - Flower's token reader closes it, and with it fd 0 (the pipe's last reader)
+    # Python's `random` reseeds itself in a forked child; NumPy's global generator does not, and every child of
+    # one fork server would draw the same numbers (SecAgg+'s stochastic rounding, Flower's quantize, uses it)
+    if "numpy.random" in sys.modules:
+        sys.modules["numpy.random"].seed()
+    sys.exit(target(argv))
+
+
+class ForkedWorker:
+    """A ready ClientApp process forked by multiprocessing's fork server (a process of this
+    SuperExec's that imported :data:`FORK_PRELOAD` once), seen through the part of
+    ``subprocess.Popen`` the pool uses: ``pid``, ``poll``, ``returncode`` (negative: the signal
+    that ended it, reported by the fork server), ``stdin``, ``terminate``, ``kill``, ``wait``.
+    The token travels as a spawned worker's does: down a pipe only this process holds the write
+    end of, which is the worker's standard input; the worker's command line is the fork server's.
+
+    A fork server that died cannot report its workers' ends: multiprocessing then reads every one
+    as status 255. :meth:`poll` counts such a worker as running while its process exists, and once
+    it is gone as :attr:`lost` (its end unknown: the pool fails its task as a killed one's, which
+    does nothing to a task that was answered). The worker is not in multiprocessing's list of
+    children, so this process's exit never waits for a running task (a spawned ``Popen`` does not
+    either); a new fork server starts with the next worker.
+
+    Parameters
+    ----------
+    target
+        What the process runs (:func:`worker_main`; tests give a stand-in), a module-level
+        function: multiprocessing hands it to the fork server by name.
+    argv
+        Its arguments (:meth:`WorkerKey.worker_args`).
+    """
+
+    def __init__(self, target: Callable[[list[str]], int], argv: list[str]) -> None:
+        ctx = fork_context()
+        reader, writer = ctx.Pipe(duplex=False)
+        self._proc = ctx.Process(target=run_with_stdin, args=(reader, target, argv), daemon=False)
+        try:
+            self._proc.start()
+        except BaseException:
+            writer.close()
+            raise
+        finally:
+            reader.close()  # the child has its own copy; the pipe's EOF then follows the writer alone
+        # multiprocessing joins its children at exit: the SuperExec would wait for every running task
+        getattr(multiprocessing.process, "_children", set()).discard(self._proc)
+        self.pid = int(self._proc.pid or 0)
+        self.stdin: PipeWriter | None = PipeWriter(writer)
+        self.lost = False  # ended while its fork server could not report how (poll)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.poll()
+
+    def poll(self) -> int | None:
+        code = self._proc.exitcode
+        if code == LOST_STATUS:  # the fork server's report, or its absence: is the process still there?
+            try:
+                os.kill(self.pid, 0)
+                return None
+            except ProcessLookupError:
+                self.lost = True
+            except PermissionError:  # another user's process took the pid: ours is gone
+                self.lost = True
+        return code
+
+    def terminate(self) -> None:
+        self._proc.terminate()
+
+    def kill(self) -> None:
+        self._proc.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._proc.join(timeout)
+        code = self.poll()
+        if code is None:
+            raise subprocess.TimeoutExpired(f"forked ClientApp process {self.pid}", timeout or 0.0)
+        return code
+
+
+def fork_context() -> Any:
+    """multiprocessing's fork-server context, its preload set to :data:`FORK_PRELOAD` (the server
+    starts with the first worker, ~1.3 s once, and serves this process's workers from then on)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(FORK_PRELOAD))
+    return ctx
 
 
 class WarmClientAppExecutor(SubprocessExecutor):
@@ -150,16 +287,26 @@ class WarmClientAppExecutor(SubprocessExecutor):
     fail_task : callable or None
         What is done with the token of a task whose process a signal killed (default
         :func:`fail_killed_task` on ``key``'s Runtime API); tests give a recorder.
+    start : str
+        How a ready process is made (:data:`WARM_STARTS`): ``"spawn"`` runs ``command``,
+        ``"fork"`` forks ``target`` from the fork server (:class:`ForkedWorker`).
+    target : callable or None
+        With ``start="fork"``: what a forked process runs on ``key``'s worker flags (default
+        :func:`worker_main`); tests give a stand-in.
     """
 
     def __init__(self, size: int, key: WorkerKey, command: list[str] | None = None,
-                 fail_task: Callable[[str], None] | None = None) -> None:
+                 fail_task: Callable[[str], None] | None = None, start: str = WARM_START,
+                 target: Callable[[list[str]], int] | None = None) -> None:
         if size < 1:
             raise ValueError(f"a warm pool needs size >= 1, got {size}")
-        self.size, self.key = size, key
+        if start not in WARM_STARTS:
+            raise ValueError(f"a warm pool starts its processes by {' or '.join(WARM_STARTS)}, got {start!r}")
+        self.size, self.key, self.start = size, key, start
         self._command = command or key.command()
-        self._ready: collections.deque[subprocess.Popen] = collections.deque()
-        self._busy: list[subprocess.Popen] = []  # handed a token; kept to reap them
+        self._target = target or worker_main
+        self._ready: collections.deque[Any] = collections.deque()  # subprocess.Popen or ForkedWorker
+        self._busy: list[Any] = []  # handed a token; kept to reap them
         self._tokens: dict[int, tuple[int, str]] = {}  # pid of a busy process -> (task id, its token)
         self._fail_task = fail_task or (lambda token: fail_killed_task(key, token))
         self.killed = 0  # handed processes a signal ended before their task was answered
@@ -170,7 +317,9 @@ class WarmClientAppExecutor(SubprocessExecutor):
         self._fill()
 
     # -------------------------------------------------------------------------------- the pool
-    def _start(self) -> subprocess.Popen:
+    def _start(self) -> Any:
+        if self.start == "fork":
+            return ForkedWorker(self._target, self.key.worker_args())
         return subprocess.Popen(self._command, stdin=subprocess.PIPE, close_fds=True)
 
     def _prune(self) -> None:
@@ -182,11 +331,12 @@ class WarmClientAppExecutor(SubprocessExecutor):
                 running.append(proc)
                 continue
             task_id, token = self._tokens.pop(proc.pid, (-1, ""))
-            if proc.returncode < 0 and token:  # a signal: Flower's exit handler did not run
+            lost = getattr(proc, "lost", False)  # a forked one whose end its fork server could not report
+            if (proc.returncode < 0 or lost) and token:  # a signal: Flower's exit handler did not run
                 self.killed += 1
-                log(WARNING, "fedtext: warm ClientApp process %d was killed (signal %d) with task %d: the task "
-                    "fails (Flower's error reply when its claim expires) and the round goes on", proc.pid,
-                    -proc.returncode, task_id)
+                how = "ended, its fork server gone (how unknown)," if lost else f"was killed (signal {-proc.returncode})"
+                log(WARNING, "fedtext: warm ClientApp process %d %s with task %d: the task fails (Flower's error "
+                    "reply when its claim expires) and the round goes on", proc.pid, how, task_id)
                 try:
                     self._fail_task(token)
                 except Exception as err:  # noqa: BLE001 - the SuperExec's loop must go on; Flower's expiry still runs
@@ -214,10 +364,19 @@ class WarmClientAppExecutor(SubprocessExecutor):
         each handed process at once made fedprompt's fit 1.0 -> 1.6 s and its evaluate 0.6 -> 0.8 s."""
         if not self.enabled:
             return
-        while len(self._ready) < (1 if self._busy else self.size):
-            self._ready.append(self._start())
+        while self.enabled and len(self._ready) < (1 if self._busy else self.size):
+            try:
+                self._ready.append(self._start())
+            except Exception as err:  # noqa: BLE001 - a fork server that cannot start: cold starts, not a dead SuperExec
+                self.early_exits += 1
+                log(WARNING, "fedtext: could not start a warm ClientApp process (%r)", err)
+                if self.early_exits >= MAX_EARLY_EXITS:
+                    self.enabled = False
+                    log(WARNING, "fedtext: %d warm ClientApp processes in a row failed before any task: every task "
+                        "now starts Flower's cold flwr-clientapp", self.early_exits)
+                return
 
-    def _hand(self, proc: subprocess.Popen, token: str) -> bool:
+    def _hand(self, proc: Any, token: str) -> bool:
         """Write ``token`` and a newline to ``proc``'s standard input and close it; False when the
         process is gone (it then counts as an early exit)."""
         if proc.poll() is not None or proc.stdin is None:
@@ -407,22 +566,27 @@ def superexec_args(argv: list[str]) -> argparse.Namespace:
     return ap.parse_known_args(argv)[0]
 
 
-def executor_factory(size: int, key: WorkerKey) -> Any:
-    """Flower's ``get_executor`` with the subprocess type answered by a warm pool of ``size``."""
+def executor_factory(size: int, key: WorkerKey, start: str = WARM_START) -> Any:
+    """Flower's ``get_executor`` with the subprocess type answered by a warm pool of ``size``
+    whose processes are made by ``start`` (:data:`WARM_STARTS`)."""
     from flwr.supercore.superexec.executor import factory
 
     def get_executor(executor_type: ExecutorType, executor_config: Any = None, **kwargs: Any) -> Any:
         if executor_type == ExecutorType.SUBPROCESS:
-            return WarmClientAppExecutor(size, key)
+            return WarmClientAppExecutor(size, key, start=start)
         return factory.get_executor(executor_type, executor_config, **kwargs)
 
     return get_executor
 
 
 def superexec_main(argv: list[str]) -> int:
-    """``python -m fedtext.node.warm_exec superexec --warm N -- <flower-superexec arguments>``."""
+    """``python -m fedtext.node.warm_exec superexec --warm N [--start spawn|fork] -- <flower-superexec
+    arguments>``."""
     ap = argparse.ArgumentParser(prog="python -m fedtext.node.warm_exec superexec")
     ap.add_argument("--warm", type=int, required=True, help="ClientApp processes kept ready (>= 1)")
+    ap.add_argument("--start", choices=WARM_STARTS, default=WARM_START,
+                    help=f"how a ready process is made (default {WARM_START}; fork: from a fork server that "
+                         "imported Flower once)")
     ap.add_argument("superexec", nargs=argparse.REMAINDER, help="-- and flower-superexec's arguments")
     args = ap.parse_args(argv)
     rest = args.superexec[1:] if args.superexec[:1] == ["--"] else args.superexec
@@ -438,7 +602,7 @@ def superexec_main(argv: list[str]) -> int:
     import flwr.supercore.superexec.run_superexec as run_superexec
     from flwr.supercore.cli.flower_superexec import flower_superexec
 
-    run_superexec.get_executor = executor_factory(args.warm, key)  # the module's own name, read per call
+    run_superexec.get_executor = executor_factory(args.warm, key, args.start)  # the module's own name, read per call
     sys.argv = ["flower-superexec", *rest]
     flower_superexec()
     return 0

@@ -9,7 +9,10 @@ does the same push-then-pull with asks 0.05 s apart, growing by half each time t
 :data:`REPLY_POLL_S`: a reply waits at most that long, and a message in flight costs at most
 ~4 asks a second (10 clients' messages: ~40 small requests a second to the SuperLink's
 ServerAppIo API, which listens on the server's own machine, not through the fleet proxy).
-Everything else is Flower's grid itself.
+It also unpacks every reply it pulls and packs what it pushes to a node whose replies say it
+unpacks (:mod:`fedtext.common.packing`: a payload of many small arrays travels as one object,
+not one request per array on every hop; fedtext's ClientApp marks its replies). Everything else
+is Flower's grid itself.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from flwr.app import Message, RecordDict
+from flwr.app import Error, Message, RecordDict
+from flwr.common.constant import ErrorCode
+from flwr.common.serde import make_message
 from flwr.server import Grid
+
+from fedtext.common.packing import LAYOUT_KEY, pack, unpack
 
 REPLY_POLL_S = 0.25  # the longest wait between two asks for replies (Flower's deployment grid: 3 s)
 FIRST_POLL_S = 0.05
@@ -29,6 +36,7 @@ class ReplyPollingGrid(Grid):
 
     def __init__(self, grid: Grid, cap_s: float = REPLY_POLL_S) -> None:
         self.grid, self.cap_s = grid, cap_s
+        self.unpackers: set[int] = set()  # node ids whose replies carried packing's mark
 
     @property
     def run(self):
@@ -45,20 +53,42 @@ class ReplyPollingGrid(Grid):
         return self.grid.get_node_ids()
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
+        """Flower's push, the content of each message to a node that unpacks packed first
+        (:func:`fedtext.common.packing.pack`; the caller's message is changed in place, its content
+        replaced; one that arrives packed already is pushed as it is)."""
+        messages = list(messages)
+        for m in messages:
+            if m.metadata.dst_node_id in self.unpackers and m.has_content() and LAYOUT_KEY not in m.content:
+                m.content = pack(m.content)
         return self.grid.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
-        return self.grid.pull_messages(message_ids)
+        """Flower's pull, each reply's content unpacked (:func:`fedtext.common.packing.unpack`);
+        a reply that carries packing's mark makes its node one that is sent packed messages. A reply
+        that cannot be unpacked becomes an error reply naming why (the strategy drops that client
+        with the reason; the round's other replies stand)."""
+        replies = list(self.grid.pull_messages(message_ids))
+        out = []
+        for r in replies:
+            if r.has_content() and LAYOUT_KEY in r.content:
+                self.unpackers.add(r.metadata.src_node_id)
+                try:
+                    r.content = unpack(r.content)
+                except ValueError as err:
+                    r = make_message(metadata=r.metadata, error=Error(
+                        code=ErrorCode.UNKNOWN, reason=f"fedtext: a packed reply could not be unpacked: {err}"))
+            out.append(r)
+        return out
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         """Flower's ``send_and_receive`` (push, then pull until every reply is in or ``timeout``
         passed), with waits 0.05 s, 0.075 s, ... up to ``cap_s`` between pulls."""
-        waiting = set(self.grid.push_messages(messages))
+        waiting = set(self.push_messages(messages))
         end = time.time() + (timeout or 0.0)
         replies: list[Message] = []
         wait = FIRST_POLL_S
         while timeout is None or time.time() < end:
-            got = list(self.grid.pull_messages(waiting))
+            got = list(self.pull_messages(waiting))
             replies.extend(got)
             waiting.difference_update(m.metadata.reply_to_message_id for m in got)
             if not waiting:

@@ -49,11 +49,17 @@ OUT = compare.default_out(EXPERIMENT)  # simulations/results/deployment; a profi
 TARGET = 1.2  # the deployment round may take at most this many Ray rounds (issue 57)
 # the runner's engine of a run -> its part of the method's row (the record's names: "before" is the deployment
 # before the node service)
-PARTS = {"flower": "ray", "deployment": "service", "deployment-cold": "cold", "deployment-plain": "before"}
+PARTS = {"flower": "ray", "deployment": "service", "deployment-fork": "fork", "deployment-cold": "cold",
+         "deployment-plain": "before"}
+# the parts besides the node service's own that a row may hold, each a column of the table when any row has it:
+# the same node service with its warm ClientApp processes forked from a fork server instead of spawned
+# (fedtext.node.warm_exec.WARM_STARTS), or with none; "before" (no node service) has its own column
+ALTERNATIVES = {"fork": "forked warm ClientApps", "cold": "cold ClientApps"}
 # this study's deployment engines besides the runner's "deployment" (the node service and its warm ClientApp
 # processes, as deploy/supernode.sh starts a node) -> the launcher's flags (simulations.deployment)
 OPTIONS: dict[str, tuple[str, ...]] = {"deployment-cold": ("--warm-clientapps", "0"),
-                                       "deployment-plain": ("--no-node-service",)}
+                                       "deployment-plain": ("--no-node-service",),
+                                       "deployment-fork": ("--warm-start", "fork")}
 # looked up when a run starts, so that a test's stand-in for compare.run_deployment is the one called
 ENGINES = {name: (lambda *args, options=options: compare.run_deployment(*args, options=options))
            for name, options in OPTIONS.items()}
@@ -116,13 +122,14 @@ def launched_parts(out: Path, commit: str) -> dict[str, dict[str, dict[str, Any]
 def row_of(old: dict[str, Any], new: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A method's row: its parts (``new`` replacing ``old``'s part by part), the commits they ran
     (each new part's own; an old part's is its row's), and each deployment part's round time in Ray
-    rounds (``ratio``: the node service's; ``ratio_cold``, ``ratio_before``)."""
+    rounds (``ratio``: the node service's; ``ratio_<part>`` for the others)."""
     parts = {name: new.get(name, old.get(name)) for name in PARTS.values() if name in new or name in old}
     row: dict[str, Any] = {**parts, "commit": ", ".join(sorted({p.get("commit", old.get("commit", "")) for p in
                                                                 parts.values()}))}
     if "ray" in parts:
-        for name, key in (("service", "ratio"), ("cold", "ratio_cold"), ("before", "ratio_before")):
-            if name in parts:
+        for name in parts:
+            if name != "ray":
+                key = "ratio" if name == "service" else f"ratio_{name}"
                 row[key] = round(parts[name]["round_s"] / parts["ray"]["round_s"], 2)
     return row
 
@@ -132,6 +139,7 @@ def finish(out: Path = OUT) -> None:
     lines; the harness is the profile the runner ran (``<out>/experiment.json``). A method is a row once
     it has its Ray and node-service parts; rows of methods without new runs are kept as they were."""
     from fedtext.node.service import WARM_CLIENTAPPS
+    from fedtext.node.warm_exec import WARM_START
 
     harness, exp = harness_run(out)
     path = out / f"{harness}.json"
@@ -148,7 +156,7 @@ def finish(out: Path = OUT) -> None:
         rows[method] = row
         print(f"{harness} {method}: ray {row['ray']['round_s']} s, service {row['service']['round_s']} s "
               f"(x{row['ratio']})" + "".join(f", {e} {row[e]['round_s']} s (x{row[f'ratio_{e}']})"
-                                             for e in ("cold", "before") if e in row), flush=True)
+                                             for e in (*ALTERNATIVES, "before") if e in row), flush=True)
     # the record's header (machine, date, process costs) is of the runs its rows hold: a record is written
     # only when a row changed, and never without a row (its table would have nothing to show)
     if not rows or rows == record.get("methods"):
@@ -157,7 +165,8 @@ def finish(out: Path = OUT) -> None:
         return
     record.update({"harness": harness, "supernodes": int(exp.get("num-supernodes", 4)),
                    "run_config": compare.flatten(exp.get("run-config", {})), "target": TARGET,
-                   "process_costs": process_costs(), "warm_clientapps": WARM_CLIENTAPPS, **here, "methods": rows})
+                   "process_costs": process_costs(), "warm_clientapps": WARM_CLIENTAPPS,
+                   "warm_start": WARM_START, **here, "methods": rows})
     path.write_text(json.dumps(record, indent=1) + "\n")
 
 
@@ -173,21 +182,24 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     name = rec["harness"]
     steady = ", ".join(str(r) for r in next(iter(rec["methods"].values()))["ray"]["steady_rounds"])
     commits = sorted({r.get("commit", rec["commit"]) for r in rec["methods"].values()})
-    cold = any("cold" in r for r in rec["methods"].values())
+    others = [p for p in ALTERNATIVES if any(p in r for r in rec["methods"].values())]
     warm = rec.get("warm_clientapps")  # absent: recorded before warm ClientApp processes (cold ones)
-    service = f"node service, {warm} warm ClientApp" if warm else "node service"
+    how = f" {rec['warm_start']}ed" if rec.get("warm_start") else ""  # absent: before fork (all spawned)
+    service = f"node service, {warm}{how} warm ClientApp" if warm else "node service"
     lines = [f"**{name}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
              f"{', '.join(commits)} (each row's in the record); mean of rounds {steady}; `{command(name)}`)", "",
              f"| method | Ray round | deployment round ({service}) | ratio | slowest fit | start-ups | "
-             f"client builds | overhead |{' cold ClientApps |' if cold else ''} without the service | load |",
-             f"|---|---|---|---|---|---|---|---|{'---|' if cold else ''}---|---|"]
+             f"client builds | overhead |{''.join(f' {ALTERNATIVES[p]} |' for p in others)} without the service "
+             f"| load |",
+             f"|---|---|---|---|---|---|---|---|{'---|' * len(others)}---|---|"]
     for method, row in rec["methods"].items():
         ray, svc = row["ray"], row["service"]
         before = (f"{row['before']['round_s']:.1f} s (x{row['ratio_before']:.2f}; start-ups "
                   f"{row['before']['startup_s'] or 0:.1f} s, builds {row['before']['load_s'] or 0:.1f} s)"
                   if "before" in row else "-")
-        colds = ((f" {row['cold']['round_s']:.1f} s (x{row['ratio_cold']:.2f}; start-ups "
-                  f"{row['cold']['startup_s'] or 0:.1f} s) |" if "cold" in row else " - |") if cold else "")
+        colds = "".join(f" {row[p]['round_s']:.1f} s (x{row[f'ratio_{p}']:.2f}; start-ups "
+                        f"{row[p]['startup_s'] or 0:.1f} s, overhead {row[p]['overhead_s'] or 0:.1f} s) |"
+                        if p in row else " - |" for p in others)
         ok = "" if row["ratio"] <= rec["target"] else " (over)"
         lines.append(f"| {method} | {ray['round_s']:.1f} s | {svc['round_s']:.1f} s | x{row['ratio']:.2f}{ok} | "
                      f"{svc['fit_max_s'] or 0:.1f} s | {svc['startup_s'] or 0:.1f} s | {svc['load_s'] or 0:.2f} s | "

@@ -65,7 +65,7 @@ def test_a_harness_passes_shared_keys_and_the_methods_own_only(tmp_path, monkeyp
     # FeS's curriculum pacing reads the server's accuracy every round: each of its labels, on both harnesses
     for profile in (None, "t1"):
         fes = [ov for ov in compare.plan(harness(deployment, profile)[0], None) if ov["method"] == "fes"]
-        assert len(fes) == 3 and all(ov["eval-every"] == 1 for ov in fes)
+        assert len(fes) == 4 and all(ov["eval-every"] == 1 for ov in fes)
     pairs = {"method": "fedprompt", "flag": True, "p": "a b"}
     assert compare.pairs_text(pairs) == "method=fedprompt flag=True p='a b'"
     assert parse_pairs(compare.pairs_text(pairs)) == {**pairs, "flag": "True"}  # RunConfig reads "True" as true
@@ -76,28 +76,29 @@ def test_each_deployment_label_runs_its_method_under_its_engine() -> None:
     by_engine: dict[str, set[str]] = {}
     for label, s in settings.items():
         by_engine.setdefault(s["engine"], set()).add(label.rsplit("-", 1)[1])
-    assert by_engine == {"flower": {"ray"}, "deployment": {"service"}, "deployment-cold": {"cold"},
-                         "deployment-plain": {"plain"}}
+    assert by_engine == {"flower": {"ray"}, "deployment": {"service"}, "deployment-fork": {"fork"},
+                         "deployment-cold": {"cold"}, "deployment-plain": {"plain"}}
     assert set(deployment.PARTS) == set(by_engine) and set(deployment.OPTIONS) | {"deployment"} == set(
         deployment.PARTS) - {"flower"}
 
 
 def test_the_deployment_engines_hand_the_launcher_its_flags(tmp_path, monkeypatch) -> None:
-    """``engine = "deployment"`` is the launcher with the node service's defaults; the study's two add
-    ``--warm-clientapps 0`` (cold) and ``--no-node-service`` (plain)."""
+    """``engine = "deployment"`` is the launcher with the node service's defaults; the study's three add
+    ``--warm-start fork`` (fork), ``--warm-clientapps 0`` (cold) and ``--no-node-service`` (plain)."""
     commands: list[list[str]] = []
     monkeypatch.setattr(compare, "run_logged", lambda cmd, log: commands.append(cmd) or 0)
     ov = {"method": "fedprompt", "seed": 0, "run-name": "fedprompt-service", "output-dir": str(tmp_path / "runs")}
     engines = compare.engines_of(deployment)
-    for name in ("deployment", "deployment-cold", "deployment-plain"):
+    for name in ("deployment", "deployment-cold", "deployment-plain", "deployment-fork"):
         assert engines[name](ov, 2, tmp_path / "fedprompt-service-s0.log", "", 0.0) == 0
-    service, cold, plain = commands
+    service, cold, plain, fork = commands
     assert service[1:3] == ["-m", "simulations.deployment"]
     flags = dict(zip(service[3::2], service[4::2], strict=False))
     assert flags["--num-supernodes"] == "2" and flags["--output-dir"] == ov["output-dir"]
     assert parse_pairs(flags["--run-config"]) == {"method": "fedprompt", "seed": 0, "run-name": "fedprompt-service"}
     assert flags["--logs"] == str(tmp_path / "fedprompt-service-s0-logs")
     assert cold == [*service, "--warm-clientapps", "0"] and plain == [*service, "--no-node-service"]
+    assert fork == [*service, "--warm-start", "fork"]
 
 
 @pytest.mark.parametrize("engine", ["deployment", "inprocess"])
@@ -168,7 +169,7 @@ def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monke
     assert row["cold"]["load_before"] == launches["fedprompt-cold"]["load_before"] is not None
     assert row["commit"] == row["ray"]["commit"] and len(row["commit"]) in (0, 7)
     table = (out / "table.md").read_text()
-    assert "| fedprompt | 4.0 s | 5.0 s | x1.25 (over) |" in table and "8.0 s (x2.00; start-ups 0.5 s)" in table
+    assert "| fedprompt | 4.0 s | 5.0 s | x1.25 (over) |" in table and "8.0 s (x2.00; start-ups 0.5 s, overhead" in table
     started.clear()
     written = (out / "demo.json").read_text()
 
@@ -209,7 +210,7 @@ def test_the_table_shows_the_warm_processes_and_the_cold_column_when_measured(tm
     table = deployment.table(tmp_path)
     assert "`python -m simulations.compare simulations/experiments/deployment.toml`)" in table
     assert "deployment round (node service, 1 warm ClientApp)" in table
-    assert "| fedprompt | 3.2 s | 4.0 s | x1.25 (over) | 1.0 s | 0.5 s | 0.00 s | 0.4 s | 8.0 s (x2.50; start-ups 3.5 s) |" \
+    assert "| fedprompt | 3.2 s | 4.0 s | x1.25 (over) | 1.0 s | 0.5 s | 0.00 s | 0.4 s | 8.0 s (x2.50; start-ups 3.5 s, overhead 0.4 s) |" \
         in table
     assert "| bbt-fed | 3.2 s | 4.0 s | x1.10 | 1.0 s | 0.5 s | 0.00 s | 0.4 s | - | - |" in table
     assert "Within x1.2: bbt-fed; over: fedprompt." in table

@@ -22,6 +22,11 @@ from fedtext.node import supernode
 from ..conftest import REPO
 
 
+def bare(name: str) -> SimpleNamespace:
+    """A message without content: the grid's packing (fedtext.common.packing) leaves it alone."""
+    return SimpleNamespace(name=name, has_content=lambda: False, metadata=SimpleNamespace(dst_node_id=1))
+
+
 class FakeGrid:
     """Replies to pushed message ids appear at given pull numbers; records the sleeps between pulls."""
 
@@ -35,7 +40,7 @@ class FakeGrid:
     def pull_messages(self, ids):
         self.pulls += 1
         ids = set(ids)
-        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i), has_content=lambda: False)
                 for i, n in self.ready_at.items() if i in ids and n == self.pulls]
 
 
@@ -43,11 +48,12 @@ def test_replies_are_pulled_with_growing_waits_capped_at_reply_poll_s(monkeypatc
     sleeps = []
     monkeypatch.setattr(grid_mod.time, "sleep", sleeps.append)
     fake = FakeGrid({"a": 1, "b": 12})
-    got = grid_mod.ReplyPollingGrid(fake).send_and_receive(["m1", "m2"])
+    sent = [bare("m1"), bare("m2")]
+    got = grid_mod.ReplyPollingGrid(fake).send_and_receive(sent)
     assert [m.metadata.reply_to_message_id for m in got] == ["a", "b"] and fake.pulls == 12
     assert sleeps[:4] == pytest.approx([0.05, 0.075, 0.1125, 0.16875])
     assert max(sleeps) == grid_mod.REPLY_POLL_S == 0.25 and len(sleeps) == 11
-    assert fake.pushed == ["m1", "m2"]
+    assert fake.pushed == sent
 
 
 def test_a_timeout_ends_the_pulls_with_the_replies_so_far(monkeypatch):
@@ -55,7 +61,7 @@ def test_a_timeout_ends_the_pulls_with_the_replies_so_far(monkeypatch):
     monkeypatch.setattr(grid_mod.time, "time", lambda: clock[0])
     monkeypatch.setattr(grid_mod.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     fake = FakeGrid({"a": 2, "b": 10_000})
-    got = grid_mod.ReplyPollingGrid(fake).send_and_receive(["m"], timeout=1.0)
+    got = grid_mod.ReplyPollingGrid(fake).send_and_receive([bare("m")], timeout=1.0)
     assert [m.metadata.reply_to_message_id for m in got] == ["a"]
     assert clock[0] == pytest.approx(1001.0) and 4 < fake.pulls < 10  # 0.05 + 0.075 + ... up to 1 s
 
@@ -69,8 +75,13 @@ def test_the_wrapper_is_a_flower_grid_that_delegates_the_rest():
         def __getattr__(self, name):
             return lambda *a: calls.append((name, a)) or name
 
+        def pull_messages(self, ids):
+            calls.append(("pull_messages", (ids,)))
+            return []
+
     g = grid_mod.ReplyPollingGrid(Inner())
-    assert g.run == "the run" and g.get_node_ids() == "get_node_ids" and g.pull_messages(["x"]) == "pull_messages"
+    assert g.run == "the run" and g.get_node_ids() == "get_node_ids" and g.pull_messages(["x"]) == []
+    assert calls[-1] == ("pull_messages", (["x"],))
     assert g.create_message("c", "train", 3, "1") == "create_message"
     assert calls[-1] == ("create_message", ("c", "train", 3, "1", None))
 

@@ -249,6 +249,24 @@ def test_peer_uid_and_frames_over_a_socket_pair():
             node_service.recv_frames(b, 1)
 
 
+def test_a_reply_ending_in_an_empty_frame_survives_a_reader_that_hung_up_after_its_length():
+    """A state frame of 0 bytes (a ClientApp with no state, e.g. get_properties) ends the reply at its
+    length: the reader has it all and closes. Writing the frame's nothing after that fails with a
+    broken pipe (seen as 'a request was not completed' on the first message of a run, 2026-11-30),
+    so send_frames writes only the length."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with a:
+        a.sendall(node_service._LEN.pack(0))
+        assert node_service.recv_frames(b, 1) == [b""]
+        b.close()
+        with pytest.raises(BrokenPipeError):
+            a.sendall(b"")  # the write send_frames leaves out
+    sent: list[bytes] = []
+    recorder = type("Recorder", (), {"sendall": lambda self, data: sent.append(bytes(data))})()
+    node_service.send_frames(recorder, b"ok", b"")
+    assert sent == [node_service._LEN.pack(2), b"ok", node_service._LEN.pack(0)]
+
+
 class _PeerCreds:
     """A socket whose SO_PEERCRED answer is ``struct ucred`` {pid, uid, gid} as given."""
 

@@ -162,6 +162,128 @@ def test_a_failing_fail_task_leaves_the_pool_serving(tmp_path, cold):
         assert pool.killed == 1 and len(pool._ready) == 1 and pool.enabled
 
 
+# ------------------------------------------------------------------ forked from the fork server
+def record_stdin(argv: list[str]) -> int:
+    """A forked worker's stand-in: writes what it reads on stdin to <argv[0]>/<pid>, then waits argv[1] s
+    (module level: multiprocessing hands it to the fork server by name)."""
+    data = sys.stdin.buffer.read()
+    Path(argv[0], str(os.getpid())).write_bytes(data)
+    time.sleep(float(argv[1]))
+    return 0
+
+
+def forked_pool(size: int, out: Path, wait_s: float = 0.0, **kw) -> WarmClientAppExecutor:
+    """A pool whose processes are forked stand-ins on ``[out, wait_s]`` (``WorkerKey.worker_args`` replaced)."""
+    key = dataclasses.replace(KEY)
+    object.__setattr__(key, "worker_args", lambda: [str(out), str(wait_s)])  # this key only (a frozen dataclass)
+    return WarmClientAppExecutor(size, key, start="fork", target=record_stdin, **kw)
+
+
+def test_a_forked_process_takes_its_token_over_stdin_never_its_command_line(tmp_path, cold):
+    with contextlib.closing(forked_pool(1, tmp_path)) as pool:
+        (first,) = pool._ready
+        assert isinstance(first, warm_exec.ForkedWorker) and first.poll() is None
+        # its command line is the fork server's (it is not this process's child: nothing of the task is in it)
+        assert "multiprocessing.forkserver" in Path(f"/proc/{first.pid}/cmdline").read_bytes().decode()
+        assert first._proc not in getattr(__import__("multiprocessing").process, "_children")  # exit never waits
+        assert pool.launch(spec()) == LaunchResult.accepted()
+        assert first.wait(timeout=60) == 0
+        assert (tmp_path / str(first.pid)).read_bytes() == f"{TOKEN}\n".encode()  # exactly one line
+        assert (pool.warm, pool.cold, cold) == (1, 0, [])
+        (second,) = pool._ready  # replaced at once, forked, not handed anything
+        assert isinstance(second, warm_exec.ForkedWorker) and second.pid != first.pid and second.poll() is None
+    assert second.poll() is not None and not pool._ready  # close() stops the idle one
+
+
+def test_a_forked_process_killed_by_a_signal_has_its_task_failed_with_its_token(tmp_path, cold):
+    """The fork server reports a signal's death as a Popen would (returncode -9): the pool fails that task."""
+    failed: list[str] = []
+    with contextlib.closing(forked_pool(1, tmp_path, wait_s=60, fail_task=failed.append)) as pool:
+        (proc,) = pool._ready
+        pool.launch(spec())
+        _wait_for(tmp_path / str(proc.pid), timeout=60)
+        proc.kill()
+        with pytest.raises(subprocess.TimeoutExpired):
+            pool._ready[0].wait(timeout=0.01)  # the replacement waits for its token
+        assert proc.wait(timeout=60) == -9
+        pool.reconcile()
+        assert failed == [TOKEN] and pool.killed == 1 and not pool._busy
+
+
+def test_a_pool_starts_its_processes_by_spawn_or_fork_only():
+    with pytest.raises(ValueError, match="spawn or fork, got 'thread'"):
+        WarmClientAppExecutor(1, KEY, command=["true"], start="thread")
+    assert warm_exec.WARM_START in warm_exec.WARM_STARTS
+
+
+def test_a_forked_worker_stopped_idle_exits_quietly(tmp_path):
+    """The real worker, forked from the fork server that imported FORK_PRELOAD: a worker whose stdin
+    closes with no token (the pool stopping it) exits 0."""
+    proc = warm_exec.ForkedWorker(warm_exec.worker_main, KEY.worker_args())
+    time.sleep(0.5)
+    assert proc.poll() is None  # waiting for its token
+    proc.stdin.close()
+    assert proc.wait(timeout=60) == 0
+
+
+def test_a_fork_server_that_cannot_start_a_worker_leaves_cold_starts_not_a_dead_superexec(cold, monkeypatch):
+    class Broken:
+        def __init__(self, *args):
+            raise EOFError("unexpected EOF")  # what multiprocessing raises when its fork server died at start
+
+    monkeypatch.setattr(warm_exec, "ForkedWorker", Broken)
+    with contextlib.closing(WarmClientAppExecutor(2, KEY, start="fork")) as pool:  # no exception out of here
+        assert not pool._ready and pool.early_exits == 1 and pool.enabled
+        for i in range(warm_exec.MAX_EARLY_EXITS):
+            pool.launch(spec(task_id=i + 1))
+        assert len(cold) == warm_exec.MAX_EARLY_EXITS and pool.warm == 0 and not pool.enabled
+
+
+class LostProcess:
+    """multiprocessing's view of a worker whose fork server died: status 255, whatever the process does."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid, self.exitcode = pid, warm_exec.LOST_STATUS
+
+
+def test_a_worker_whose_fork_server_died_runs_while_its_process_lives_and_is_then_lost(tmp_path):
+    worker = warm_exec.ForkedWorker.__new__(warm_exec.ForkedWorker)
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        worker.pid, worker._proc, worker.lost = alive.pid, LostProcess(alive.pid), False
+        assert worker.poll() is None and worker.returncode is None and not worker.lost
+    finally:
+        alive.kill()
+        alive.wait()
+    assert worker.poll() == warm_exec.LOST_STATUS and worker.lost  # gone: how it ended is unknown
+
+
+def test_a_lost_busy_worker_has_its_task_failed_as_a_killed_ones(tmp_path, cold):
+    failed: list[str] = []
+    with contextlib.closing(forked_pool(1, tmp_path, wait_s=60, fail_task=failed.append)) as pool:
+        (proc,) = pool._ready
+        pool.launch(spec())
+        _wait_for(tmp_path / str(proc.pid), timeout=60)
+        proc.kill()
+        proc.wait(timeout=60)
+        proc._proc = LostProcess(proc.pid)  # as if the fork server had died before it could report
+        pool.reconcile()
+        assert failed == [TOKEN] and pool.killed == 1 and proc.lost
+
+
+def test_the_fork_servers_preload_covers_what_a_worker_imports_before_its_task():
+    code = ("import sys; from fedtext.node import warm_exec; before = set(sys.modules); "
+            "[__import__(m) for m in warm_exec.FORK_PRELOAD]; after = set(sys.modules); "
+            "import fedtext.node.warm_exec, importlib; "
+            "[importlib.import_module(m) for m in warm_exec.SHIM_IMPORTS]; "
+            "from flwr.supernode.runtime import run_clientapp; "
+            "run_clientapp.RuntimeHttpClient.from_server_address(server_address='127.0.0.1:1', insecure=True, "
+            "root_certificates=None, interceptors=[], retry_invoker=run_clientapp.make_simple_http_retry_invoker())"
+            ".close(); print(sorted(m for m in set(sys.modules) - after if not m.startswith('encodings')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout  # the worker's first HTTP client imports nothing new
+
+
 def test_fail_killed_task_starts_the_task_then_pulls_its_message_with_the_token(monkeypatch):
     """The two calls run_clientapp's pull_task_input starts a task with, in that order, each tried once
     and each allowed to be refused (a task already RUNNING refuses the first), with the dead process's
@@ -231,6 +353,7 @@ def test_the_supernodes_superexec_command_becomes_the_warm_one():
     flower = ["flower-superexec", "--insecure", "--runtime-api-address", "127.0.0.1:9094", "--parent-pid", "12"]
     assert warm_superexec_command(flower, 2) == [sys.executable, "-m", "fedtext.node.warm_exec", "superexec",
                                                  "--warm", "2", "--", *flower[1:]]
+    assert warm_superexec_command(flower, 2, "fork")[3:9] == ["superexec", "--warm", "2", "--start", "fork", "--"]
     assert warm_superexec_command(["/venv/bin/flower-superexec", "--insecure"], 1)[-2:] == ["--", "--insecure"]
     assert warm_superexec_command(["flwr-clientapp", "--token", "x"], 1) == ["flwr-clientapp", "--token", "x"]
 
