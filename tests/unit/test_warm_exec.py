@@ -195,21 +195,6 @@ def test_a_forked_process_takes_its_token_over_stdin_never_its_command_line(tmp_
     assert second.poll() is not None and not pool._ready  # close() stops the idle one
 
 
-def test_a_forked_process_killed_by_a_signal_has_its_task_failed_with_its_token(tmp_path, cold):
-    """The fork server reports a signal's death as a Popen would (returncode -9): the pool fails that task."""
-    failed: list[str] = []
-    with contextlib.closing(forked_pool(1, tmp_path, wait_s=60, fail_task=failed.append)) as pool:
-        (proc,) = pool._ready
-        pool.launch(spec())
-        _wait_for(tmp_path / str(proc.pid), timeout=60)
-        proc.kill()
-        with pytest.raises(subprocess.TimeoutExpired):
-            pool._ready[0].wait(timeout=0.01)  # the replacement waits for its token
-        assert proc.wait(timeout=60) == -9
-        pool.reconcile()
-        assert failed == [TOKEN] and pool.killed == 1 and not pool._busy
-
-
 def test_a_pool_starts_its_processes_by_spawn_or_fork_only():
     with pytest.raises(ValueError, match="spawn or fork, got 'thread'"):
         WarmClientAppExecutor(1, KEY, command=["true"], start="thread")
@@ -258,17 +243,23 @@ def test_a_worker_whose_fork_server_died_runs_while_its_process_lives_and_is_the
     assert worker.poll() == warm_exec.LOST_STATUS and worker.lost  # gone: how it ended is unknown
 
 
-def test_a_lost_busy_worker_has_its_task_failed_as_a_killed_ones(tmp_path, cold):
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_forked_process_killed_with_its_task_has_the_task_failed_with_its_token(tmp_path, cold, lost):
+    """The fork server reports a signal's death as a Popen would (returncode -9), and a worker whose fork
+    server died before it could report is lost (its end unknown): either way the pool fails that task."""
     failed: list[str] = []
     with contextlib.closing(forked_pool(1, tmp_path, wait_s=60, fail_task=failed.append)) as pool:
         (proc,) = pool._ready
         pool.launch(spec())
         _wait_for(tmp_path / str(proc.pid), timeout=60)
         proc.kill()
-        proc.wait(timeout=60)
-        proc._proc = LostProcess(proc.pid)  # as if the fork server had died before it could report
+        with pytest.raises(subprocess.TimeoutExpired):
+            pool._ready[0].wait(timeout=0.01)  # the replacement waits for its token
+        assert proc.wait(timeout=60) == -9
+        if lost:
+            proc._proc = LostProcess(proc.pid)  # as if the fork server had died before it could report
         pool.reconcile()
-        assert failed == [TOKEN] and pool.killed == 1 and proc.lost
+        assert failed == [TOKEN] and pool.killed == 1 and not pool._busy and proc.lost == lost
 
 
 def test_the_fork_servers_preload_covers_what_a_worker_imports_before_its_task():
