@@ -54,8 +54,7 @@ def pack(content: RecordDict, mark: bool = False) -> RecordDict:
     ValueError
         ``content`` is packed already, or a record already has a key named :data:`PACKED_ARRAY`.
     """
-    if LAYOUT_KEY in content:
-        raise ValueError(f"message content already packed (it has '{LAYOUT_KEY}')")
+    _refuse_packed(content)
     layouts: dict[str, str] = {}
     records: dict = {}
     for name, record in content.items():
@@ -68,6 +67,11 @@ def pack(content: RecordDict, mark: bool = False) -> RecordDict:
         return content
     records[LAYOUT_KEY] = ConfigRecord(layouts)
     return RecordDict(records)
+
+
+def _refuse_packed(content: RecordDict) -> None:
+    if LAYOUT_KEY in content:
+        raise ValueError(f"message content already packed (it has '{LAYOUT_KEY}')")
 
 
 def _pack_record(name: str, record: ArrayRecord) -> tuple[ArrayRecord, str] | None:
@@ -164,6 +168,5 @@ def packing_mod(msg: Message, context: Context, call_next: ClientAppCallable) ->
 
 def marked(content: RecordDict) -> RecordDict:
     """``content`` with an empty layout record: nothing packed, but its sender unpacks."""
-    if LAYOUT_KEY in content:
-        raise ValueError(f"message content already packed (it has '{LAYOUT_KEY}')")
+    _refuse_packed(content)
     return RecordDict({**dict(content.items()), LAYOUT_KEY: ConfigRecord({})})

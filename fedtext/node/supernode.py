@@ -114,21 +114,18 @@ def start_warm_superexec(warm: int, start: str | None = None) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from fedtext.node.warm_exec import WARM_STARTS
+
     ap = argparse.ArgumentParser(prog="python -m fedtext.node.supernode", add_help=False)
     ap.add_argument("--idle-poll-s", type=float, default=IDLE_POLL_S)
     ap.add_argument("--warm-clientapps", type=int, default=0)
-    ap.add_argument("--warm-start", default=None)
+    ap.add_argument("--warm-start", choices=WARM_STARTS, default=None)
     args, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
     if not args.idle_poll_s > 0:
         print(f"fedtext: --idle-poll-s must be > 0, got {args.idle_poll_s}", file=sys.stderr)
         return 2
     if args.warm_clientapps < 0:
         print(f"fedtext: --warm-clientapps must be >= 0, got {args.warm_clientapps}", file=sys.stderr)
-        return 2
-    from fedtext.node.warm_exec import WARM_STARTS
-
-    if args.warm_start is not None and args.warm_start not in WARM_STARTS:
-        print(f"fedtext: --warm-start must be one of {', '.join(WARM_STARTS)}, got {args.warm_start!r}", file=sys.stderr)
         return 2
     cap_idle_poll(args.idle_poll_s)
     if args.warm_clientapps:

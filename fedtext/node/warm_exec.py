@@ -245,9 +245,7 @@ class ForkedWorker:
             try:
                 os.kill(self.pid, 0)
                 return None
-            except ProcessLookupError:
-                self.lost = True
-            except PermissionError:  # another user's process took the pid: ours is gone
+            except (ProcessLookupError, PermissionError):  # gone (or its pid now another user's process)
                 self.lost = True
         return code
 
@@ -351,10 +349,15 @@ class WarmClientAppExecutor(SubprocessExecutor):
             if proc.stdin is not None:
                 proc.stdin.close()
         self._ready = alive
+        self._switch_off_if_broken()
+
+    def _switch_off_if_broken(self) -> None:
+        """After :data:`MAX_EARLY_EXITS` ready processes in a row exited (or could not be started)
+        before any task, stop keeping any: every task then starts Flower's cold ClientApp."""
         if self.enabled and self.early_exits >= MAX_EARLY_EXITS:
             self.enabled = False
-            log(WARNING, "fedtext: %d warm ClientApp processes in a row exited before any task: "
-                "every task now starts Flower's cold flwr-clientapp", self.early_exits)
+            log(WARNING, "fedtext: %d warm ClientApp processes in a row exited or could not be started before any "
+                "task: every task now starts Flower's cold flwr-clientapp", self.early_exits)
             self.close()
 
     def _fill(self) -> None:
@@ -370,10 +373,7 @@ class WarmClientAppExecutor(SubprocessExecutor):
             except Exception as err:  # noqa: BLE001 - a fork server that cannot start: cold starts, not a dead SuperExec
                 self.early_exits += 1
                 log(WARNING, "fedtext: could not start a warm ClientApp process (%r)", err)
-                if self.early_exits >= MAX_EARLY_EXITS:
-                    self.enabled = False
-                    log(WARNING, "fedtext: %d warm ClientApp processes in a row failed before any task: every task "
-                        "now starts Flower's cold flwr-clientapp", self.early_exits)
+                self._switch_off_if_broken()
                 return
 
     def _hand(self, proc: Any, token: str) -> bool:
