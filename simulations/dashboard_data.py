@@ -195,7 +195,7 @@ def _hand_experiment(cfg: dict) -> str:
     """``sst2 · dirichlet α=0.5 · 16 shots``: the group of runs started by hand."""
     dataset = Path(str(cfg.get("dataset", "?"))).name or "?"
     partition = str(cfg.get("partition", "?"))
-    if partition == "dirichlet":
+    if partition.startswith("dirichlet"):
         partition += f" α={cfg.get('alpha')}"
     return f"{dataset} · {partition} · {cfg.get('shots-per-class', '?')} shots"
 

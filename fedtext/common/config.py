@@ -45,7 +45,7 @@ from fedtext.common.components import resolve
 from fedtext.common.errors import ConfigError  # defined in a leaf module, raised and caught as fedtext.common.config's
 from fedtext.common.metrics import MetricSpec
 
-PARTITIONS = ("iid", "dirichlet", "label", "domain")
+PARTITIONS = ("iid", "dirichlet", "dirichlet-client", "label", "domain")
 CLIENT_IDS = ("ask", "lazy")  # how the server learns partition ids: ask every client once, or from results
 HEADS = ("similarity", "tied", "mlm", "linear", "cls")
 PROMPT_HEADS = ("similarity", "tied", "mlm")  # heads of a frozen PLM (nothing to train)
@@ -395,11 +395,13 @@ class RunConfig:
     #: with `task=auto`: `|`-separated texts, one per label name, for the `similarity` head (`""`: `task.toml`'s, or
     #: the names)
     label_descriptions: str = ""  # task=auto: '|'-separated texts per label for the similarity head ("" = task.toml's or the names)
-    #: `iid`, `dirichlet` (label skew), `label` (the α → 0 limit of the Dirichlet skew, FedDRS §5.1: client i holds
-    #: only label i mod C, a label's rows split evenly over its clients; with as many clients as labels each label is
-    #: on exactly one client), `domain` (one client per domain)
-    partition: str = "iid"  # iid | dirichlet (label skew, see alpha) | label (alpha -> 0: client i holds only label i mod C) | domain (one client per domain)
-    alpha: float = 0.5  # Dirichlet concentration for partition=dirichlet (> 0; small = skewed)
+    #: `iid`, `dirichlet` (label skew: each label's rows split over the clients by Dir(α), so sizes vary),
+    #: `dirichlet-client` (label skew for cross-device populations: each client's label mix drawn from Dir(α), every
+    #: client the same number of rows, Hsu et al. 2019), `label` (the α → 0 limit of the Dirichlet skew, FedDRS §5.1:
+    #: client i holds only label i mod C, a label's rows split evenly over its clients; with as many clients as labels
+    #: each label is on exactly one client), `domain` (one client per domain)
+    partition: str = "iid"  # iid | dirichlet (label skew, see alpha) | dirichlet-client (each client's label mix ~ Dir(alpha), equal sizes) | label (alpha -> 0: client i holds only label i mod C) | domain (one client per domain)
+    alpha: float = 0.5  # Dirichlet concentration for partition=dirichlet and dirichlet-client (> 0; small = skewed)
     shots_per_class: int = 8  # few-shot labels per class per client; 0 = the whole local train split
     #: local test examples per client, held out of its partition (at most 1/5 of it); 0 = none
     client_test_size: int = 32  # local test examples per client (held out of its partition); 0 = none

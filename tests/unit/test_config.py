@@ -138,7 +138,7 @@ def test_the_generator_refuses_a_key_without_a_comment_and_takes_the_doc_comment
         ({"method": "fes", "fes.rho": 1.0}, "fes.rho must be > 1, got 1.0"),
         ({"method": "fedcls", "head": "similarity"}, "head=similarity does not fit method fedcls"),
         ({"task": "imdb"}, "unknown task 'imdb'"),
-        ({"partition": "pathological"}, "unknown partition 'pathological'; choose one of: iid, dirichlet, label, domain"),
+        ({"partition": "pathological"}, "unknown partition 'pathological'; choose one of: iid, dirichlet, dirichlet-client, label, domain"),
         ({"head": "softmax"}, "unknown head 'softmax'"),
         ({"head": "linear", "method": "fedprompt"}, "head=linear does not fit method fedprompt"),
         ({"num_server_rounds": 0}, "num-server-rounds must be >= 1, got 0"),

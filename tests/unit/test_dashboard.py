@@ -114,11 +114,14 @@ def test_experiments_from_compare_folders_legacy_folders_and_hand_runs(tmp_path)
     (legacy.parent / "table.md").write_text("| method |\n")
     write_run(results / "by-hand", "h1", "bbt-fed", 0, [_round(0, 0.5)], partition="dirichlet", alpha=0.5,
               dataset="../shared/data/sst2", **{"shots-per-class": 16})
+    write_run(results / "by-hand", "h2", "fedprompt", 0, [_round(0, 0.5)], partition="dirichlet-client", alpha=0.1,
+              dataset="../shared/data/sst2", **{"shots-per-class": 8})
     df = runs_table(results).set_index("run_id")
     assert df.loc["a1", "experiment"] == "exp-a" and df.loc["a1", "label"] == "fp-long"
     assert df.loc["a2", "label"] == "bbt-fed" and df.loc["a2", "options"] == "popsize=4"
     assert df.loc["l1", "experiment"] == "old_exp"
     assert df.loc["h1", "experiment"] == "sst2 · dirichlet α=0.5 · 16 shots"
+    assert df.loc["h2", "experiment"] == "sst2 · dirichlet-client α=0.1 · 8 shots"
     assert set(df.index[df["experiment"] == "exp-a"]) == {"a1", "a2"}
     # the experiment's own folder as the root: its experiment.json is inside it
     assert experiment_of(a / "a1", {}, root=a.parent) == "exp-a"

@@ -53,6 +53,33 @@ def test_an_impossible_dirichlet_draw_fails_the_same_way_every_time():
             partition_train(cfg, 0, 10)
 
 
+def test_dirichlet_client_gives_equal_clients_every_row_once_and_skews_by_alpha():
+    """partition=dirichlet-client (Hsu et al. 2019): sizes num_rows // N, the first
+    num_rows % N one more; each row on one client; small alpha concentrates a client's labels."""
+    def cut(alpha: float, seed: int = 0, n: int = 7) -> list[pd.DataFrame]:
+        cfg = RunConfig(partition="dirichlet-client", alpha=alpha, seed=seed)
+        return [partition_train(cfg, i, n) for i in range(n)]
+
+    parts = cut(0.5)
+    assert [len(p) for p in parts] == [138] + [137] * 6  # 960 = 7 x 137 + 1
+    rows = sorted(map(tuple, pd.concat(parts)[["text", "label", "domain"]].to_numpy().tolist()))
+    assert rows == sorted(map(tuple, make_demo().train[["text", "label", "domain"]].to_numpy().tolist()))
+    skew = [np.mean([p["label"].value_counts(normalize=True).max() for p in cut(a)]) for a in (0.05, 100.0)]
+    assert skew[0] > 0.85 > 0.65 > skew[1]
+    texts = [p["text"].tolist() for p in parts]
+    assert [p["text"].tolist() for p in cut(0.5)] == texts  # the seed decides
+    assert [p["text"].tolist() for p in cut(0.5, seed=1)] != texts
+
+
+def test_dirichlet_client_cuts_a_population_the_label_split_cannot():
+    """At ~10 rows a client, `dirichlet` (each label's rows split by Dir(alpha)) leaves clients
+    under its minimum size on every draw; `dirichlet-client` gives each client its share."""
+    with pytest.raises(ConfigError, match="partition=dirichlet alpha=0.5 seed=0: flwr-datasets could not"):
+        partition_train(RunConfig(partition="dirichlet", alpha=0.5, seed=0), 0, 96)
+    cfg = RunConfig(partition="dirichlet-client", alpha=0.5, seed=0)
+    assert {len(partition_train(cfg, i, 96)) for i in (0, 95)} == {10}
+
+
 def test_domain_partition_gives_one_client_per_domain():
     cfg = RunConfig(partition="domain")
     domains = [set(partition_train(cfg, i, 4)["domain"]) for i in range(4)]

@@ -1,0 +1,56 @@
+"""partition=dirichlet-client's cut (fedtext.learning.partitioners): Hsu et al. 2019's equal-size clients."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fedtext.learning.partitioners import client_dirichlet_indices
+
+
+def _cut(labels: np.ndarray, n: int, alpha: float, seed: int = 0) -> list[np.ndarray]:
+    return client_dirichlet_indices(labels, n, alpha, seed)
+
+
+def test_every_row_once_and_sizes_rows_over_n_the_first_remainder_one_more():
+    labels = np.repeat([0, 1, 2], [50, 30, 23])  # 103 rows = 10 x 10 + 3
+    parts = _cut(labels, 10, 0.5)
+    assert [len(p) for p in parts] == [11, 11, 11] + [10] * 7
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(103))
+
+
+def test_a_client_whose_mix_is_on_a_label_that_ran_out_gets_the_labels_left():
+    """alpha = 0.01: most mixes are ~all on one label (Gamma(0.01) underflows to 0 elsewhere), so
+    the common label is asked for more than its 90 rows; the clients it cannot serve take the
+    rare label's rows instead of failing (flwr-datasets' InnerDirichletPartitioner: 0 / 0, NaN)."""
+    labels = np.repeat([0, 1], [10, 90])
+    for seed in range(5):
+        parts = _cut(labels, 10, 0.01, seed)
+        assert [len(p) for p in parts] == [10] * 10
+        assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(100))
+
+
+def test_alpha_decides_the_skew_and_the_seed_the_cut():
+    labels = np.repeat([0, 1], [500, 500])
+
+    def top_share(alpha: float) -> float:
+        return float(np.mean([max(np.mean(labels[p] == 0), np.mean(labels[p] == 1)) for p in _cut(labels, 20, alpha)]))
+
+    assert top_share(0.05) > 0.8 > 0.6 > top_share(100.0)  # measured 0.85, 0.56
+    same, other = _cut(labels, 20, 0.5, seed=3), _cut(labels, 20, 0.5, seed=4)
+    assert all(np.array_equal(a, b) for a, b in zip(same, _cut(labels, 20, 0.5, seed=3)))
+    assert not all(np.array_equal(a, b) for a, b in zip(same, other))
+
+
+def test_labels_need_not_be_0_to_c_minus_1_and_a_client_gets_what_its_mix_asks():
+    """One client: it takes every row. Strings as labels are cut by their distinct values."""
+    labels = np.array(["neg"] * 3 + ["pos"] * 5)
+    (only,) = _cut(labels, 1, 0.5)
+    assert np.array_equal(np.sort(only), np.arange(8))
+
+
+@pytest.mark.parametrize(("n", "alpha", "match"), [(9, 0.5, "cannot give 9 clients"), (0, 0.5, "cannot give 0"),
+                                                   (2, 0.0, "alpha must be > 0")])
+def test_an_impossible_cut_says_why(n, alpha, match):
+    with pytest.raises(ValueError, match=match):
+        _cut(np.zeros(8, dtype=int), n, alpha)
