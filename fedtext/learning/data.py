@@ -652,7 +652,8 @@ def _partitioned(data: tuple[str, ...], partition: str, alpha: float, seed: int,
         raise ConfigError(
             f"partition={partition} alpha={alpha} seed={seed}: flwr-datasets could not split "
             f"{len(ds)} rows into {num_partitions} clients ({exc}); try another seed, a larger "
-            "alpha or fewer clients"
+            "alpha or fewer clients" + (", or partition=dirichlet-client (every client the same size)"
+                                        if partition == "dirichlet" else "")
         ) from None
     return partitioner
 

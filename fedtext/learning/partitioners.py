@@ -19,9 +19,10 @@ rest of those clients' rows are drawn again from their mix over the labels still
 flwr-datasets' ``InnerDirichletPartitioner`` implements the same scheme row by row; it is
 not used because (1) a client whose drawn mix is exactly 0 outside an exhausted label
 (common at α ≤ 0.1, where Gamma(α) underflows) renormalises 0 / 0 and fails with "Probabilities
-contain NaN", and (2) its Python loop over rows takes ~20 s at 67 K rows and 3,000 clients; this
-one draws by client and label with NumPy (a handful of passes: each either places every row
-or exhausts a label).
+contain NaN", and (2) it draws row by row in Python: reading all 3,000 partitions' sizes of
+SST-2 took 21.3 s with it against 9.8 s with this cut (2026-11-30, this 2-core EPYC beside two
+runs), which draws by client and label with NumPy (a handful of passes: each either places
+every row or exhausts a label).
 """
 
 from __future__ import annotations
