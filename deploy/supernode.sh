@@ -11,8 +11,8 @@
 #                 shares a machine its share)
 #   --warm-clientapps N   ClientApp processes kept started ahead of need, each handed one task
 #                 (default: the node service's; 0: Flower's cold flwr-clientapp per message; fedtext.node.warm_exec)
-#   --warm-start S  how they are made: spawn (a new Python each) or fork (forked from a fork
-#                 server that imported Flower once; default: the node service's)
+#   --warm-start S  how they are made: fork (forked from a fork server that imported Flower
+#                 once; the node service's default) or spawn (a new Python each)
 #   --no-node-service   Flower's plain SuperNode: each message's ClientApp process loads
 #                 torch, the data and the backbone anew (docs/performance.md compares)
 # By default the SuperNode runs behind fedtext's node service (python -m fedtext.node.service:

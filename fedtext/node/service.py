@@ -402,8 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"ClientApp processes the SuperNode keeps started ahead of need, each handed one task "
                          f"(default {WARM_CLIENTAPPS}; 0: Flower's cold flwr-clientapp per message; fedtext.node.warm_exec)")
     ap.add_argument("--warm-start", choices=WARM_STARTS, default=None,
-                    help=f"how a ready ClientApp process is made (default {WARM_START}: a new Python; fork: forked "
-                         "from a fork server that imported Flower once; fedtext.node.warm_exec)")
+                    help=f"how a ready ClientApp process is made (default {WARM_START}; fork: forked from a fork "
+                         "server that imported Flower once; spawn: a new Python; fedtext.node.warm_exec)")
     ap.add_argument("--folder", default="", help="the service's private folder (default: a new one, removed at exit)")
     ap.add_argument("--serve", default="", help=argparse.SUPPRESS)  # the service itself, on this socket
     ap.add_argument("supernode", nargs=argparse.REMAINDER, help="-- flower-supernode and its arguments")

@@ -25,9 +25,9 @@ With ``--warm-clientapps N`` (N >= 1; the node service passes its own default,
 processes ready, each handed one task token over its standard input (:mod:`fedtext.node.warm_exec`):
 the SuperNode's own ``flower-superexec`` command, built by Flower, is run as ``python -m
 fedtext.node.warm_exec superexec --warm N -- <its arguments>`` (:func:`start_warm_superexec`).
-``--warm-clientapps 0`` keeps Flower's cold ``flwr-clientapp`` per message. ``--warm-start fork``
-makes each ready process by forking it from a fork server that imported Flower once, instead of
-starting a new Python (:data:`fedtext.node.warm_exec.WARM_STARTS`).
+``--warm-clientapps 0`` keeps Flower's cold ``flwr-clientapp`` per message. ``--warm-start``
+says how each ready process is made: forked from a fork server that imported Flower once (the
+default, :data:`fedtext.node.warm_exec.WARM_START`) or a new Python (``spawn``).
 """
 
 from __future__ import annotations

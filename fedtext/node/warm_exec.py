@@ -115,9 +115,12 @@ SHIM_IMPORTS = ("flwr.app", "flwr.app.message_type", "flwr.client", "flwr.client
 SUPEREXEC = "flower-superexec"  # what Flower's SuperNode starts in subprocess isolation (start_client_internal.py)
 # How a ready ClientApp process is made: "spawn", a new Python (`python -m fedtext.node.warm_exec worker`: ~0.7 s of
 # CPU to import Flower, measured), or "fork", forked from multiprocessing's fork server, one process per SuperExec
-# that imported FORK_PRELOAD once (~0.01 s of CPU a process, measured 2026-11-30: docs/performance.md)
+# that imported FORK_PRELOAD once (~0.01 s of CPU a process, measured 2026-11-30: docs/performance.md). The
+# default is fork: 0.8-1.7 s a round faster on the demo's 2 cores in each of four methods (docs/performance.md), the
+# same records, token channel and single-use process; spawn stays for a platform without multiprocessing's fork
+# server (a pool whose fork server cannot start falls back to Flower's cold starts with one warning)
 WARM_STARTS = ("spawn", "fork")
-WARM_START = "spawn"
+WARM_START = "fork"
 LOST_STATUS = 255  # what multiprocessing reads as a forked worker's status when its fork server could not report
 # what the fork server imports once, so that a forked worker imports nothing before its task: the shim's imports
 # and the worker's own (worker_main's, and httpcore, which its first HTTP client imports). Not this module itself:

@@ -49,17 +49,22 @@ OUT = compare.default_out(EXPERIMENT)  # simulations/results/deployment; a profi
 TARGET = 1.2  # the deployment round may take at most this many Ray rounds (issue 57)
 # the runner's engine of a run -> its part of the method's row (the record's names: "before" is the deployment
 # before the node service)
-PARTS = {"flower": "ray", "deployment": "service", "deployment-fork": "fork", "deployment-cold": "cold",
-         "deployment-plain": "before"}
+PARTS = {"flower": "ray", "deployment": "service", "deployment-fork": "fork", "deployment-spawn": "spawn",
+         "deployment-cold": "cold", "deployment-plain": "before"}
 # the parts besides the node service's own that a row may hold, each a column of the table when any row has it:
-# the same node service with its warm ClientApp processes forked from a fork server instead of spawned
-# (fedtext.node.warm_exec.WARM_STARTS), or with none; "before" (no node service) has its own column
-ALTERNATIVES = {"fork": "forked warm ClientApps", "cold": "cold ClientApps"}
+# the same node service with its warm ClientApp processes made one way or the other (forked from a fork server,
+# or each a new Python: fedtext.node.warm_exec.WARM_STARTS), or with none; "before" (no node service) has its own
+ALTERNATIVES = {"fork": "forked warm ClientApps", "spawn": "spawned warm ClientApps", "cold": "cold ClientApps"}
+# how the warm ClientApp processes of a part were made: an explicit --warm-start, or the node service's default
+# of the checkout that ran it (the "service" part's; fedtext.node.warm_exec.WARM_START, "spawn" before 2026-11-30's
+# commit that made fork the default: a record written before then says so in its header's "warm_start")
+MADE = {"deployment-fork": "fork", "deployment-spawn": "spawn"}
 # this study's deployment engines besides the runner's "deployment" (the node service and its warm ClientApp
 # processes, as deploy/supernode.sh starts a node) -> the launcher's flags (simulations.deployment)
 OPTIONS: dict[str, tuple[str, ...]] = {"deployment-cold": ("--warm-clientapps", "0"),
                                        "deployment-plain": ("--no-node-service",),
-                                       "deployment-fork": ("--warm-start", "fork")}
+                                       "deployment-fork": ("--warm-start", "fork"),
+                                       "deployment-spawn": ("--warm-start", "spawn")}
 # looked up when a run starts, so that a test's stand-in for compare.run_deployment is the one called
 ENGINES = {name: (lambda *args, options=options: compare.run_deployment(*args, options=options))
            for name, options in OPTIONS.items()}
@@ -106,6 +111,8 @@ def launched_parts(out: Path, commit: str) -> dict[str, dict[str, dict[str, Any]
     its rounds (:func:`summarise`), the launch's wall time and load average, and the commit the run ran:
     its record's, else ``commit`` (a deployment run's record names no commit: its code is the app bundle
     ``flwr run`` packed from this checkout, which the record names by hash)."""
+    from fedtext.node.warm_exec import WARM_START
+
     launch = compare.read_launches(out)  # the run it left -> its launch
     parts: dict[str, dict[str, dict[str, Any]]] = {}
     for run in finished_runs(out / "runs").values():
@@ -115,7 +122,9 @@ def launched_parts(out: Path, commit: str) -> dict[str, dict[str, dict[str, Any]
         ran = (run["config"].get("provenance") or {}).get("git_commit") or commit
         parts.setdefault(run["config"]["config"]["method"], {})[PARTS[line["engine"]]] = {
             **summarise(run["rounds"]), "wall_s": round(line["wall_s"], 1), "load_before": line.get("load_before"),
-            "load_after": line.get("load_after"), "commit": ran[:7]}
+            "load_after": line.get("load_after"), "commit": ran[:7],
+            **({"warm_start": MADE.get(line["engine"], WARM_START)}
+               if line["engine"] in ("deployment", *MADE) else {})}
     return parts
 
 
@@ -147,6 +156,9 @@ def finish(out: Path = OUT) -> None:
     here = measured_here()
     commit = here["commit"]
     rows = dict(record.get("methods", {}))
+    for row in rows.values():  # a part measured before parts named their warm start: the record's header's
+        if record.get("warm_start") and "warm_start" not in row.get("service", {"warm_start": None}):
+            row["service"] = {**row["service"], "warm_start": record["warm_start"]}
     for method, new in launched_parts(out, commit).items():
         row = row_of(rows.get(method, {}), new)
         if "ratio" not in row:
@@ -184,7 +196,10 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     commits = sorted({r.get("commit", rec["commit"]) for r in rec["methods"].values()})
     others = [p for p in ALTERNATIVES if any(p in r for r in rec["methods"].values())]
     warm = rec.get("warm_clientapps")  # absent: recorded before warm ClientApp processes (cold ones)
-    how = f" {rec['warm_start']}ed" if rec.get("warm_start") else ""  # absent: before fork (all spawned)
+    # how the service column's warm processes were made: its parts' own, else the header's (absent: before fork,
+    # all spawned); a column of mixed parts says so
+    made = sorted({r["service"].get("warm_start", rec.get("warm_start")) or "" for r in rec["methods"].values()})
+    how = f" {'/'.join(f'{m}ed' for m in made)}" if all(made) else ""
     service = f"node service, {warm}{how} warm ClientApp" if warm else "node service"
     lines = [f"**{name}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
              f"{', '.join(commits)} (each row's in the record); mean of rounds {steady}; `{command(name)}`)", "",

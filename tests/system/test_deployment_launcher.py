@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, _env, processes_with_token, skip_without_recorded_data
+from fedtext.node.warm_exec import WARM_START
 from .fab import flwr_build
 
 BIN = Path(sys.executable).parent
@@ -265,9 +266,13 @@ def test_warm_clientapps_change_no_record_and_keep_the_token_off_every_command_l
         if warm.poll() is None:
             warm.kill()
     # a node's task token is never on a command line: the warm processes take it on stdin (Flower's cold
-    # flwr-clientapp has --token T; the SuperLink's flwr-serverapp, not a node's process, still does)
-    node_side = [c for c in commands if any(a.endswith(("flwr-clientapp", "fedtext.node.warm_exec")) for a in c)]
-    assert any("--token-stdin" in c for c in node_side) and not any("--token" in c for c in node_side), commands
+    # flwr-clientapp has --token T; the SuperLink's flwr-serverapp, not a node's process, still does). Every
+    # process of the run but the ServerApp's is checked, whichever way the warm ones were made: a spawned one
+    # has `python -m fedtext.node.warm_exec worker ... --token-stdin`, a forked one the fork server's command
+    node_side = [c for c in commands if not any(a.endswith("flwr-serverapp") for a in c)]
+    assert not any(a == "--token" or a.startswith("--token=") for c in node_side for a in c), commands
+    made = {"spawn": "--token-stdin", "fork": "from multiprocessing.forkserver import main"}[WARM_START]
+    assert any(made in a for c in node_side for a in c), (WARM_START, commands)  # the warm processes were seen
     assert warm.returncode == 0, output[-3000:]
     assert _handed(logs / "supernode-0.log") and "to a cold" not in (logs / "supernode-0.log").read_text()
     _served_like_inprocess([tmp_path / "cold"], COLD_CONFIG, tmp_path)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from fedtext.common.registry import METHODS
+from fedtext.node.warm_exec import WARM_START
 from fedtext.records import RunRecorder
 from simulations import compare
 from simulations.simulate import parse_pairs
@@ -65,7 +66,7 @@ def test_a_harness_passes_shared_keys_and_the_methods_own_only(tmp_path, monkeyp
     # FeS's curriculum pacing reads the server's accuracy every round: each of its labels, on both harnesses
     for profile in (None, "t1"):
         fes = [ov for ov in compare.plan(harness(deployment, profile)[0], None) if ov["method"] == "fes"]
-        assert len(fes) == 4 and all(ov["eval-every"] == 1 for ov in fes)
+        assert len(fes) == 5 and all(ov["eval-every"] == 1 for ov in fes)
     pairs = {"method": "fedprompt", "flag": True, "p": "a b"}
     assert compare.pairs_text(pairs) == "method=fedprompt flag=True p='a b'"
     assert parse_pairs(compare.pairs_text(pairs)) == {**pairs, "flag": "True"}  # RunConfig reads "True" as true
@@ -77,28 +78,29 @@ def test_each_deployment_label_runs_its_method_under_its_engine() -> None:
     for label, s in settings.items():
         by_engine.setdefault(s["engine"], set()).add(label.rsplit("-", 1)[1])
     assert by_engine == {"flower": {"ray"}, "deployment": {"service"}, "deployment-fork": {"fork"},
-                         "deployment-cold": {"cold"}, "deployment-plain": {"plain"}}
+                         "deployment-spawn": {"spawn"}, "deployment-cold": {"cold"}, "deployment-plain": {"plain"}}
     assert set(deployment.PARTS) == set(by_engine) and set(deployment.OPTIONS) | {"deployment"} == set(
         deployment.PARTS) - {"flower"}
 
 
 def test_the_deployment_engines_hand_the_launcher_its_flags(tmp_path, monkeypatch) -> None:
-    """``engine = "deployment"`` is the launcher with the node service's defaults; the study's three add
-    ``--warm-start fork`` (fork), ``--warm-clientapps 0`` (cold) and ``--no-node-service`` (plain)."""
+    """``engine = "deployment"`` is the launcher with the node service's defaults; the study's four add
+    ``--warm-start fork`` (fork), ``--warm-start spawn`` (spawn), ``--warm-clientapps 0`` (cold) and
+    ``--no-node-service`` (plain)."""
     commands: list[list[str]] = []
     monkeypatch.setattr(compare, "run_logged", lambda cmd, log: commands.append(cmd) or 0)
     ov = {"method": "fedprompt", "seed": 0, "run-name": "fedprompt-service", "output-dir": str(tmp_path / "runs")}
     engines = compare.engines_of(deployment)
-    for name in ("deployment", "deployment-cold", "deployment-plain", "deployment-fork"):
+    for name in ("deployment", "deployment-cold", "deployment-plain", "deployment-fork", "deployment-spawn"):
         assert engines[name](ov, 2, tmp_path / "fedprompt-service-s0.log", "", 0.0) == 0
-    service, cold, plain, fork = commands
+    service, cold, plain, fork, spawn = commands
     assert service[1:3] == ["-m", "simulations.deployment"]
     flags = dict(zip(service[3::2], service[4::2], strict=False))
     assert flags["--num-supernodes"] == "2" and flags["--output-dir"] == ov["output-dir"]
     assert parse_pairs(flags["--run-config"]) == {"method": "fedprompt", "seed": 0, "run-name": "fedprompt-service"}
     assert flags["--logs"] == str(tmp_path / "fedprompt-service-s0-logs")
     assert cold == [*service, "--warm-clientapps", "0"] and plain == [*service, "--no-node-service"]
-    assert fork == [*service, "--warm-start", "fork"]
+    assert fork == [*service, "--warm-start", "fork"] and spawn == [*service, "--warm-start", "spawn"]
 
 
 @pytest.mark.parametrize("engine", ["deployment", "inprocess"])
@@ -151,7 +153,7 @@ def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monke
     part = deployment.summarise([_round(n, 3.0) for n in range(4)])
     kept = {"ray": {**part, "round_s": 2.0, "load_before": 1.0}, "service": {**part, "load_before": 1.0}, "ratio": 1.5,
             "commit": "old"}
-    (out / "demo.json").write_text(json.dumps({"methods": {"bbt-fed": kept}}))
+    (out / "demo.json").write_text(json.dumps({"methods": {"bbt-fed": kept}, "warm_start": "spawn"}))
     labels = ["fedprompt-ray", "fedprompt-service", "fedprompt-cold", "fes-service"]
     assert compare.main([str(deployment.EXPERIMENT), "--out", str(out), "--methods", *labels]) == 0
     assert started == [("fedprompt-ray", ()), ("fedprompt-service", ()),
@@ -160,8 +162,10 @@ def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monke
     assert rec["harness"] == "demo" and rec["supernodes"] == 2 and rec["target"] == deployment.TARGET
     assert rec["process_costs"]["client_process_s"] == 1.8 and rec["run_config"] == {}
     assert list(rec["methods"]) == ["bbt-fed", "fedprompt"]  # fes has no Ray part: not a row yet
-    assert rec["methods"]["bbt-fed"] == kept
+    # the kept row's service part was measured under the old header's warm start; the new one under the default
+    assert rec["methods"]["bbt-fed"] == {**kept, "service": {**kept["service"], "warm_start": "spawn"}}
     row = rec["methods"]["fedprompt"]
+    assert row["service"]["warm_start"] == WARM_START and "warm_start" not in row["ray"] | row["cold"]
     assert (row["ratio"], row["ratio_cold"]) == (1.25, 2.0) and "before" not in row
     assert row["ray"]["round_s"] == 4.0 and row["ray"]["round1_s"] == 8.0 and row["service"]["steady_rounds"] == [2, 3]
     launches = {line["label"]: line for line in map(json.loads, (out / compare.LAUNCHES).read_text().splitlines())}
@@ -169,6 +173,8 @@ def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monke
     assert row["cold"]["load_before"] == launches["fedprompt-cold"]["load_before"] is not None
     assert row["commit"] == row["ray"]["commit"] and len(row["commit"]) in (0, 7)
     table = (out / "table.md").read_text()
+    made = "/".join(f"{m}ed" for m in sorted({"spawn", WARM_START}))  # the kept row's and the new one's
+    assert f"deployment round (node service, 2 {made} warm ClientApp" in table
     assert "| fedprompt | 4.0 s | 5.0 s | x1.25 (over) |" in table and "8.0 s (x2.00; start-ups 0.5 s, overhead" in table
     started.clear()
     written = (out / "demo.json").read_text()

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from flwr.supercore.constant import TaskType
@@ -31,6 +32,11 @@ def spec(task_type: TaskType = TaskType.CLIENT_APP, address: str = "127.0.0.1:90
     return ExecutionSpec(task_type=task_type, runtime_api_address=address, token=TOKEN, insecure=True,
                          root_certificates_path=None, runtime_dependency_install=False, parent_pid=os.getpid(),
                          suppress_output=False, task_id=task_id)
+
+
+def _spawned(size: int, **kw: Any) -> WarmClientAppExecutor:
+    """A pool whose ready processes run ``command`` (``start="spawn"``: the default forks Flower's worker)."""
+    return WarmClientAppExecutor(size, KEY, start="spawn", **kw)
 
 
 def stand_in(out: Path) -> list[str]:
@@ -55,7 +61,7 @@ def _wait_for(path: Path, timeout: float = 30.0) -> None:
 
 
 def test_a_task_goes_to_a_ready_process_over_its_stdin_never_its_command_line(tmp_path, cold):
-    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))) as pool:
+    with contextlib.closing(_spawned(1, command=stand_in(tmp_path))) as pool:
         (first,) = pool._ready
         assert TOKEN not in Path(f"/proc/{first.pid}/cmdline").read_bytes().decode()
         assert pool.launch(spec()) == LaunchResult.accepted()
@@ -71,7 +77,7 @@ def test_a_task_goes_to_a_ready_process_over_its_stdin_never_its_command_line(tm
 def test_a_pool_is_topped_up_only_once_its_tasks_are_done(tmp_path, cold):
     code = ("import os, sys, time; data = sys.stdin.buffer.read(); "
             "open(os.path.join(sys.argv[1], str(os.getpid())), 'wb').write(data); time.sleep(1.5)")
-    with contextlib.closing(WarmClientAppExecutor(2, KEY, command=[sys.executable, "-c", code, str(tmp_path)])) as pool:
+    with contextlib.closing(_spawned(2, command=[sys.executable, "-c", code, str(tmp_path)])) as pool:
         first, second = pool._ready
         pool.launch(spec())
         assert list(pool._ready) == [second]  # one left ready: no start-up beside the running task
@@ -87,7 +93,7 @@ def test_a_pool_is_topped_up_only_once_its_tasks_are_done(tmp_path, cold):
 
 
 def test_other_task_types_and_other_flags_start_cold_and_leave_the_ready_process(tmp_path, cold):
-    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))) as pool:
+    with contextlib.closing(_spawned(1, command=stand_in(tmp_path))) as pool:
         (ready,) = pool._ready
         pool.launch(spec(TaskType.SERVER_APP))
         pool.launch(spec(address="127.0.0.1:9095"))  # not the address the process was started for
@@ -97,7 +103,7 @@ def test_other_task_types_and_other_flags_start_cold_and_leave_the_ready_process
 
 def test_ready_processes_that_died_are_skipped_and_a_broken_pool_switches_off(tmp_path, cold):
     exits_at_once = [sys.executable, "-c", "pass"]  # before any token
-    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=exits_at_once)) as pool:
+    with contextlib.closing(_spawned(1, command=exits_at_once)) as pool:
         for i in range(warm_exec.MAX_EARLY_EXITS + 2):
             for proc in list(pool._ready):
                 proc.wait(timeout=30)
@@ -109,7 +115,7 @@ def test_ready_processes_that_died_are_skipped_and_a_broken_pool_switches_off(tm
 
 
 def test_a_process_that_dies_while_ready_is_replaced_between_polls(tmp_path, cold):
-    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=stand_in(tmp_path))) as pool:
+    with contextlib.closing(_spawned(1, command=stand_in(tmp_path))) as pool:
         (ready,) = pool._ready
         ready.kill()
         ready.wait(timeout=30)
@@ -126,7 +132,7 @@ def test_a_handed_process_killed_by_a_signal_has_its_task_failed_with_its_token(
     process's own token; a process that exits, 0 or not, answered its task through Flower."""
     waits = [sys.executable, "-c", "import sys, time; sys.stdin.buffer.read(); time.sleep(60)"]
     failed: list[str] = []
-    with contextlib.closing(WarmClientAppExecutor(2, KEY, command=waits, fail_task=failed.append)) as pool:
+    with contextlib.closing(_spawned(2, command=waits, fail_task=failed.append)) as pool:
         first, second = pool._ready
         pool.launch(spec(task_id=7))
         pool.launch(dataclasses.replace(spec(task_id=8), token="f" * 64))
@@ -140,7 +146,7 @@ def test_a_handed_process_killed_by_a_signal_has_its_task_failed_with_its_token(
         assert failed == ["f" * 64]  # once
     for code in (0, 1):  # exits of its own: Flower's run_clientapp answered (or its exit handler did)
         exits = [sys.executable, "-c", f"import sys; sys.stdin.buffer.read(); sys.exit({code})"]
-        with contextlib.closing(WarmClientAppExecutor(1, KEY, command=exits, fail_task=failed.append)) as pool:
+        with contextlib.closing(_spawned(1, command=exits, fail_task=failed.append)) as pool:
             (proc,) = pool._ready
             pool.launch(spec())
             proc.wait(timeout=30)
@@ -153,7 +159,7 @@ def test_a_failing_fail_task_leaves_the_pool_serving(tmp_path, cold):
         raise ConnectionError("the SuperNode is gone")
 
     waits = [sys.executable, "-c", "import sys, time; sys.stdin.buffer.read(); time.sleep(60)"]
-    with contextlib.closing(WarmClientAppExecutor(1, KEY, command=waits, fail_task=refuses)) as pool:
+    with contextlib.closing(_spawned(1, command=waits, fail_task=refuses)) as pool:
         (proc,) = pool._ready
         pool.launch(spec())
         proc.kill()
@@ -311,7 +317,7 @@ def test_fail_killed_task_starts_the_task_then_pulls_its_message_with_the_token(
 
 def test_a_pool_needs_at_least_one_process():
     with pytest.raises(ValueError, match="size >= 1"):
-        WarmClientAppExecutor(0, KEY, command=["true"])
+        _spawned(0, command=["true"])
 
 
 @pytest.mark.parametrize(("key", "flags"), [
