@@ -53,10 +53,13 @@ from pathlib import Path
 from typing import Any
 
 from fedtext.common.config import DERIVED_KEYS, ConfigError, RunConfig
-from fedtext.node.warm_exec import WARM_STARTS
+from fedtext.node.warm_exec import WARM_START, WARM_STARTS
 
 REPO = Path(__file__).resolve().parents[1]
 CLIS = ("flwr", "flower-superlink", "flower-supernode")
+# <logs>/nodes.json: how the launcher started its SuperNodes (write_nodes), read by the deployment study to say how
+# a run's warm ClientApp processes were made (a run whose logs have none predates it: spawned, the default then)
+NODES = "nodes.json"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -253,6 +256,18 @@ def supernode_command(i: int, num_supernodes: int, superlink_port: int, node_ser
     return [sys.executable, "-m", "fedtext.node.service", "--threads", str(threads), *warm_args, "--", *node]
 
 
+def write_nodes(logs: Path, node_service: bool, warm: int | None, warm_start: str | None) -> dict[str, Any]:
+    """``<logs>/nodes.json`` (:data:`NODES`): the node service or not, and its warm ClientApp processes,
+    the service's defaults resolved (:data:`fedtext.node.service.WARM_CLIENTAPPS`, :data:`WARM_START`)."""
+    from fedtext.node.service import WARM_CLIENTAPPS
+
+    warm = (WARM_CLIENTAPPS if warm is None else warm) if node_service else 0
+    nodes = {"node_service": node_service, "warm_clientapps": warm,
+             "warm_start": (warm_start or WARM_START) if warm else None}
+    (logs / NODES).write_text(json.dumps(nodes) + "\n")
+    return nodes
+
+
 def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, logs: Path,
            timeout_s: float = 3600.0, app: Path = REPO, node_service: bool = True,
            warm: int | None = None, warm_start: str | None = None) -> Path | None:
@@ -271,6 +286,7 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
     pairs = {**overrides, "output-dir": str(output_dir)}
     RunConfig.from_run_config(pairs, METHODS)  # fail before anything starts
     logs.mkdir(parents=True, exist_ok=True)
+    write_nodes(logs, node_service, warm, warm_start)
     output_dir.mkdir(parents=True, exist_ok=True)
     before = set(output_dir.glob("*/config.json"))
     home = Path(tempfile.mkdtemp(prefix="fedtext-flwr-home-"))
@@ -331,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                          "service's; 0: Flower's cold flwr-clientapp per message; fedtext.node.warm_exec)")
     ap.add_argument("--warm-start", choices=WARM_STARTS, default=None,
                     help="how each SuperNode makes its ready ClientApp processes (default: the node service's; "
-                         "fork: forked from a fork server that imported Flower once; fedtext.node.warm_exec)")
+                         "fork: forked from a fork server that imported Flower once; spawn: a new Python each; "
+                         "fedtext.node.warm_exec)")
     ap.add_argument("--app", default=str(REPO),
                     help="the app to run: a folder (default this checkout) or a .fab file that `flwr build` made")
     args = ap.parse_args(argv)

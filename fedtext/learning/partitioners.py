@@ -6,11 +6,13 @@ Two label skews are common in the FL literature, and they differ most at many sm
   the N clients by shares drawn from Dir(α). A client's size is then a sum of such shares: at
   3,000 clients of SST-2's 67,349 rows and α = 0.5 it is about Exp(mean 22), a third of the
   clients fall under 5 rows, and no redraw reaches a minimum size.
-- ``dirichlet-client`` (this module; Hsu, Qi and Brown 2019, "Measuring the effects of
-  non-identical data distribution for federated visual classification", §3, the split of
-  TensorFlow Federated's and FedDyn's cross-device experiments): each *client's* label mix
-  p_i is drawn from Dir(α) and every client holds the same number of rows,
-  ``num_rows // N`` (the first ``num_rows % N`` one more, so every row is used once).
+- ``dirichlet-client`` (this module; the scheme of Hsu, Qi and Brown 2019, "Measuring the
+  effects of non-identical data distribution for federated visual classification", §3, as
+  FedDyn's code and flwr-datasets' ``InnerDirichletPartitioner`` draw it): each *client's*
+  label mix p_i is drawn from Dir(α·1) and every client holds the same number of rows,
+  ``num_rows // N`` (the first ``num_rows % N`` one more, so every row is used once). Hsu et
+  al. write Dir(α·p) with p the labels' prior: on balanced labels (SST-2's are 56/44) this α is
+  their α / C, so α = 0.5 over 2 labels is their 1.0.
 
 When the clients' mixes ask a label for more rows than it has, the label's rows go to a
 random subset of the asking (one row at a time, uniformly over the rows asked for) and the
@@ -43,7 +45,7 @@ def client_dirichlet_indices(labels: np.ndarray, num_partitions: int, alpha: flo
     num_partitions : int
         N, the clients; at most the rows.
     alpha : float
-        The concentration of every label in Dir(α) (> 0; small = skewed).
+        The concentration of every label in Dir(α·1) (> 0; small = skewed).
     seed : int
         Seeds the mixes, the draws and the row order (same seed, same cut).
 
@@ -67,7 +69,7 @@ def client_dirichlet_indices(labels: np.ndarray, num_partitions: int, alpha: flo
     left = sizes.astype(np.int64)
     taken = np.zeros((num_partitions, len(classes)), dtype=np.int64)
     while left.sum():
-        # each pass places every row left or exhausts at least one label: <= C + 1 passes
+        # each pass places every row left or exhausts at least one label: at most C passes
         open_ = supply > 0
         p = mix * open_
         mass = p.sum(axis=1, keepdims=True)

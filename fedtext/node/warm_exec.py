@@ -303,6 +303,8 @@ class WarmClientAppExecutor(SubprocessExecutor):
             raise ValueError(f"a warm pool needs size >= 1, got {size}")
         if start not in WARM_STARTS:
             raise ValueError(f"a warm pool starts its processes by {' or '.join(WARM_STARTS)}, got {start!r}")
+        if command is not None and start != "spawn":  # a forked process runs `target`: a command would be ignored
+            raise ValueError(f"a warm pool runs a command only when it spawns its processes, not by {start}")
         self.size, self.key, self.start = size, key, start
         self._command = command or key.command()
         self._target = target or worker_main

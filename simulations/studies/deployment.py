@@ -30,6 +30,7 @@ records (``python tools/generated.py``).
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 import subprocess
@@ -55,10 +56,11 @@ PARTS = {"flower": "ray", "deployment": "service", "deployment-fork": "fork", "d
 # the same node service with its warm ClientApp processes made one way or the other (forked from a fork server,
 # or each a new Python: fedtext.node.warm_exec.WARM_STARTS), or with none; "before" (no node service) has its own
 ALTERNATIVES = {"fork": "forked warm ClientApps", "spawn": "spawned warm ClientApps", "cold": "cold ClientApps"}
-# how the warm ClientApp processes of a part were made: an explicit --warm-start, or the node service's default
-# of the checkout that ran it (the "service" part's; fedtext.node.warm_exec.WARM_START, "spawn" before 2026-11-30's
-# commit that made fork the default: a record written before then says so in its header's "warm_start")
-MADE = {"deployment-fork": "fork", "deployment-spawn": "spawn"}
+# the engines whose parts have warm ClientApp processes; how they were made is the launcher's <logs>/nodes.json
+# (simulations.deployment.write_nodes), else "spawn": a run whose logs have none was launched while spawn was the
+# node service's default (before 2026-11-30), and a record written then says so in its header ("warm_start", or
+# only "warm_clientapps" in the oldest)
+WARM_ENGINES = ("deployment", "deployment-fork", "deployment-spawn")
 # this study's deployment engines besides the runner's "deployment" (the node service and its warm ClientApp
 # processes, as deploy/supernode.sh starts a node) -> the launcher's flags (simulations.deployment)
 OPTIONS: dict[str, tuple[str, ...]] = {"deployment-cold": ("--warm-clientapps", "0"),
@@ -111,7 +113,7 @@ def launched_parts(out: Path, commit: str) -> dict[str, dict[str, dict[str, Any]
     its rounds (:func:`summarise`), the launch's wall time and load average, and the commit the run ran:
     its record's, else ``commit`` (a deployment run's record names no commit: its code is the app bundle
     ``flwr run`` packed from this checkout, which the record names by hash)."""
-    from fedtext.node.warm_exec import WARM_START
+    from simulations.deployment import NODES
 
     launch = compare.read_launches(out)  # the run it left -> its launch
     parts: dict[str, dict[str, dict[str, Any]]] = {}
@@ -123,9 +125,26 @@ def launched_parts(out: Path, commit: str) -> dict[str, dict[str, dict[str, Any]
         parts.setdefault(run["config"]["config"]["method"], {})[PARTS[line["engine"]]] = {
             **summarise(run["rounds"]), "wall_s": round(line["wall_s"], 1), "load_before": line.get("load_before"),
             "load_after": line.get("load_after"), "commit": ran[:7],
-            **({"warm_start": MADE.get(line["engine"], WARM_START)}
-               if line["engine"] in ("deployment", *MADE) else {})}
+            **({"warm_start": made(out / f"{launched_log(line)}-logs" / NODES)}
+               if line["engine"] in WARM_ENGINES else {})}
     return parts
+
+
+def launched_log(line: dict[str, Any]) -> str:
+    """The stem of a launch's log, ``<label>-s<seed>[-<holdout>]``: the runner's (:func:`simulations.compare.main`)."""
+    return f"{line['label']}-s{line['seed']}" + (f"-{line['holdout']}" if line.get("holdout") else "")
+
+
+def made(nodes: Path) -> str:
+    """How a deployment run's warm ClientApp processes were made: its launcher's ``nodes.json``, else
+    ``"spawn"`` (:data:`WARM_ENGINES`)."""
+    return (json.loads(nodes.read_text()).get("warm_start") if nodes.exists() else None) or "spawn"
+
+
+def header_start(record: dict[str, Any]) -> str | None:
+    """How the warm processes of a record's parts without their own were made: its header's
+    ``warm_start``, else ``"spawn"`` where it had warm processes at all (before fork existed)."""
+    return record.get("warm_start") or ("spawn" if record.get("warm_clientapps") else None)
 
 
 def row_of(old: dict[str, Any], new: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -155,10 +174,11 @@ def finish(out: Path = OUT) -> None:
     record = json.loads(path.read_text()) if path.exists() else {}
     here = measured_here()
     commit = here["commit"]
-    rows = dict(record.get("methods", {}))
-    for row in rows.values():  # a part measured before parts named their warm start: the record's header's
-        if record.get("warm_start") and "warm_start" not in row.get("service", {"warm_start": None}):
-            row["service"] = {**row["service"], "warm_start": record["warm_start"]}
+    old = header_start(record)
+    for row in record.get("methods", {}).values():  # parts measured before parts said how: the header's
+        if old and "warm_start" not in row["service"]:
+            row["service"]["warm_start"] = old  # in the record read: stamping alone is no change to write
+    rows = copy.deepcopy(record.get("methods", {}))
     for method, new in launched_parts(out, commit).items():
         row = row_of(rows.get(method, {}), new)
         if "ratio" not in row:
@@ -198,8 +218,8 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     warm = rec.get("warm_clientapps")  # absent: recorded before warm ClientApp processes (cold ones)
     # how the service column's warm processes were made: its parts' own, else the header's (absent: before fork,
     # all spawned); a column of mixed parts says so
-    made = sorted({r["service"].get("warm_start", rec.get("warm_start")) or "" for r in rec["methods"].values()})
-    how = f" {'/'.join(f'{m}ed' for m in made)}" if all(made) else ""
+    starts = sorted({r["service"].get("warm_start", header_start(rec)) or "" for r in rec["methods"].values()})
+    how = f" {'/'.join(f'{m}ed' for m in starts)}" if all(starts) else ""
     service = f"node service, {warm}{how} warm ClientApp" if warm else "node service"
     lines = [f"**{name}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
              f"{', '.join(commits)} (each row's in the record); mean of rounds {steady}; `{command(name)}`)", "",

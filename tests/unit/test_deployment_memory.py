@@ -17,6 +17,7 @@ from fedtext.common.registry import METHODS
 from fedtext.node.warm_exec import WARM_START
 from fedtext.records import RunRecorder
 from simulations import compare
+from simulations.deployment import write_nodes
 from simulations.simulate import parse_pairs
 from simulations.studies import deployment, memory
 
@@ -140,8 +141,12 @@ def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monke
         leave_run(ov, ROUND_S["flower"])
         return 0
 
-    def launcher(ov: dict[str, Any], *args: Any, options: tuple[str, ...] = ()) -> int:
+    def launcher(ov: dict[str, Any], clients: int, log: Path, *args: Any, options: tuple[str, ...] = ()) -> int:
         started.append((ov["run-name"], options))
+        logs = log.with_name(f"{log.stem}-logs")  # what simulations.deployment leaves there: how its nodes ran
+        logs.mkdir()
+        flags = dict(zip(options[::2], options[1::2], strict=False))
+        write_nodes(logs, True, 0 if "--warm-clientapps" in flags else None, flags.get("--warm-start"))
         leave_run(ov, ROUND_S["deployment-cold" if options else "deployment"])
         return 0
 
@@ -215,11 +220,20 @@ def test_the_table_shows_the_warm_processes_and_the_cold_column_when_measured(tm
     (tmp_path / "demo.json").write_text(json.dumps(rec))
     table = deployment.table(tmp_path)
     assert "`python -m simulations.compare simulations/experiments/deployment.toml`)" in table
-    assert "deployment round (node service, 1 warm ClientApp)" in table
+    # no "warm_start" anywhere: a record from before fork existed, its warm processes spawned
+    assert "deployment round (node service, 1 spawned warm ClientApp)" in table
     assert "| fedprompt | 3.2 s | 4.0 s | x1.25 (over) | 1.0 s | 0.5 s | 0.00 s | 0.4 s | 8.0 s (x2.50; start-ups 3.5 s, overhead 0.4 s) |" \
         in table
     assert "| bbt-fed | 3.2 s | 4.0 s | x1.10 | 1.0 s | 0.5 s | 0.00 s | 0.4 s | - | - |" in table
     assert "Within x1.2: bbt-fed; over: fedprompt." in table
+    # a part that says how its processes were made wins over the header; mixed parts say so
+    mixed = json.loads(json.dumps(rec))
+    mixed["methods"]["fedprompt"]["service"]["warm_start"] = "fork"
+    (tmp_path / "demo.json").write_text(json.dumps(mixed))
+    assert "deployment round (node service, 1 forked/spawned warm ClientApp)" in deployment.table(tmp_path)
+    mixed["methods"]["bbt-fed"]["service"]["warm_start"] = "fork"
+    (tmp_path / "demo.json").write_text(json.dumps({**mixed, "warm_start": "spawn"}))
+    assert "deployment round (node service, 1 forked warm ClientApp)" in deployment.table(tmp_path)
     del rec["warm_clientapps"]  # a record from before the warm processes: the table as it was
     for r in rec["methods"].values():
         r.pop("cold", None), r.pop("ratio_cold", None)
@@ -354,3 +368,19 @@ def test_a_cgroup_whose_limit_cannot_be_written_is_removed(tmp_path, monkeypatch
     with pytest.raises(OSError):
         memory.Cgroup(1024)
     assert [p.name for p in tmp_path.iterdir()] == ["cgroup.controllers"]  # no empty cgroup left
+
+
+def test_the_launcher_says_how_its_nodes_ran_and_a_run_without_it_was_spawned(tmp_path) -> None:
+    """simulations.deployment's <logs>/nodes.json resolves the node service's defaults; the study reads
+    how a part's warm processes were made from it, and "spawn" for a run launched before it existed."""
+    from fedtext.node.service import WARM_CLIENTAPPS
+
+    assert write_nodes(tmp_path, True, None, None) == {"node_service": True, "warm_clientapps": WARM_CLIENTAPPS,
+                                                       "warm_start": WARM_START}
+    assert deployment.made(tmp_path / "nodes.json") == WARM_START
+    assert write_nodes(tmp_path, True, 3, "spawn")["warm_start"] == deployment.made(tmp_path / "nodes.json") == "spawn"
+    assert write_nodes(tmp_path, True, 0, "fork") == {"node_service": True, "warm_clientapps": 0, "warm_start": None}
+    assert write_nodes(tmp_path, False, 2, "fork") == {"node_service": False, "warm_clientapps": 0, "warm_start": None}
+    assert deployment.made(tmp_path / "absent" / "nodes.json") == "spawn"
+    assert deployment.header_start({"warm_clientapps": 2}) == "spawn" and deployment.header_start({}) is None
+    assert deployment.header_start({"warm_clientapps": 2, "warm_start": "fork"}) == "fork"

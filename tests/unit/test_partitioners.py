@@ -54,3 +54,21 @@ def test_labels_need_not_be_0_to_c_minus_1_and_a_client_gets_what_its_mix_asks()
 def test_an_impossible_cut_says_why(n, alpha, match):
     with pytest.raises(ValueError, match=match):
         _cut(np.zeros(8, dtype=int), n, alpha)
+
+
+def test_an_over_asked_label_goes_to_random_askers_not_to_the_first_or_last_clients():
+    """10 clients with mixes near (1/2, 1/2) ask ~50 rows of a label that has 10: over 20 seeds
+    client 0 and client 9 each get ~20 of them (granting by client order would give one of them 0)."""
+    labels = np.repeat([0, 1], [90, 10])
+    got = np.zeros(10)
+    for seed in range(20):
+        got += [np.sum(labels[p] == 1) for p in _cut(labels, 10, 1e6, seed)]
+    assert got.sum() == 200 and 8 <= got[0] <= 32 and 8 <= got[9] <= 32, got
+
+
+def test_a_clients_rows_are_drawn_at_random_within_a_label_and_come_in_random_order():
+    labels = np.repeat([0, 1], [500, 500])
+    part = _cut(labels, 20, 1e6)[0]  # ~25 rows of each label
+    zeros = np.sort(part[labels[part] == 0])
+    assert zeros[-1] - zeros[0] + 1 > 2 * len(zeros)  # not the next rows of an unshuffled pool
+    assert np.count_nonzero(np.diff(labels[part])) > 4  # the labels interleave: not one label's block, then the other

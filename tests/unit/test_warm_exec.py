@@ -204,6 +204,8 @@ def test_a_forked_process_takes_its_token_over_stdin_never_its_command_line(tmp_
 def test_a_pool_starts_its_processes_by_spawn_or_fork_only():
     with pytest.raises(ValueError, match="spawn or fork, got 'thread'"):
         WarmClientAppExecutor(1, KEY, command=["true"], start="thread")
+    with pytest.raises(ValueError, match="runs a command only when it spawns its processes, not by fork"):
+        WarmClientAppExecutor(1, KEY, command=["true"], start="fork")
     assert warm_exec.WARM_START in warm_exec.WARM_STARTS
 
 
