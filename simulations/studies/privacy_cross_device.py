@@ -162,6 +162,12 @@ def no_dp_twin(label: str) -> str:
     return "-".join("none" if re.fullmatch(r"z\d+", part) else part for part in label.split("-"))
 
 
+def zero_noise_twin(label: str) -> str:
+    """The label of a run's twin at z = 0 (adaptive clipping, no noise): its noise part read as ``z0``
+    (``fedprompt-z12-dir`` -> ``fedprompt-z0-dir``); the gap's reference where no run without DP exists."""
+    return "-".join("z0" if re.fullmatch(r"z\d+", part) else part for part in label.split("-"))
+
+
 def cross_device_runs(out: Path) -> list[dict[str, Any]]:
     """The finished cross-device runs under ``out``, one per (label, seed) (the newest): the
     accuracy at each evaluated round, the cohorts drawn, the adaptive clip's path and ε by both
@@ -206,15 +212,17 @@ def table(out: Path | None = None) -> str:
         rows = cross_device_runs(out)
         if not rows:
             continue
-        plain = {(r["label"], r["seed"]): r["accuracy"] for r in rows if no_dp_twin(r["label"]) == r["label"]}
+        accuracy = {(r["label"], r["seed"]): r["accuracy"] for r in rows}
         evals = sorted({k for r in rows for k in r["curve"]})
         lines += [f"`{out.relative_to(REPO)}` ({rows[0]['rounds']} rounds; server accuracy on the whole test split):",
                   "", "| run | seed | accuracy | vs no DP | accuracy at rounds " + ", ".join(map(str, evals))
                   + " | ε RDP | ε PLD | clients a round | C first → last | clipped | bytes up | minutes |",
                   "|---" * 12 + "|"]
         for r in rows:
-            twin = (no_dp_twin(r["label"]), r["seed"])
-            gap = f"{100 * (r['accuracy'] - plain[twin]):+.1f} pt" if twin in plain else "–"
+            # against the same seed's run without DP, else (none ran: the -dir pair) its run at z = 0
+            gap = next((f"{100 * (r['accuracy'] - accuracy[(twin, r['seed'])]):+.1f} pt{note}"
+                        for twin, note in ((no_dp_twin(r["label"]), ""), (zero_noise_twin(r["label"]), " (vs z = 0)"))
+                        if (twin, r["seed"]) in accuracy and (note == "" or twin != r["label"])), "–")
             eps = r.get("epsilon") or {}
             cells = [f"{eps[a]:.2f}" if eps.get(a) is not None else ("∞" if eps else "—") for a in ("rdp", "pld")]
             clip = f"{r['clip'][0]:.2f} → {r['clip'][1]:.2f}" if "clip" in r else "—"

@@ -77,7 +77,10 @@ def test_the_cross_device_table_gives_the_gap_to_no_dp_and_both_accountants_epsi
             ("fedprompt-z0", 0): _cross_device_run(tmp_path, "z0", {0: 0.55, 2: 0.72, 4: 0.81}, 0.0),
             ("fedprompt-z1", 0): _cross_device_run(tmp_path, "z1", {0: 0.55, 2: 0.66, 4: 0.785}, 1.0),
             ("fedlora-none", 0): _cross_device_run(tmp_path, "lora-none", {0: 0.45, 4: 0.90}, None),
-            ("fedlora-z1", 0): _cross_device_run(tmp_path, "lora-z1", {0: 0.45, 4: 0.88}, 1.0)}
+            ("fedlora-z1", 0): _cross_device_run(tmp_path, "lora-z1", {0: 0.45, 4: 0.88}, 1.0),
+            ("fedprompt-z0-dir", 0): _cross_device_run(tmp_path, "z0-dir", {0: 0.55, 4: 0.70}, 0.0),
+            ("fedprompt-z1-dir", 0): _cross_device_run(tmp_path, "z1-dir", {0: 0.55, 4: 0.66}, 1.0),
+            ("fedprompt-z1-dir", 1): _cross_device_run(tmp_path, "z1-dir-s1", {0: 0.55, 4: 0.66}, 1.0)}
     (tmp_path / "out" / "runs").mkdir(parents=True)
     monkeypatch.setattr(cross, "REPO", tmp_path)
     monkeypatch.setattr(cross, "OUT", tmp_path / "out")
@@ -92,12 +95,18 @@ def test_the_cross_device_table_gives_the_gap_to_no_dp_and_both_accountants_epsi
     # each run against its own method's run without DP, not the last one listed
     assert "| `fedlora-z1` | 0 | 0.880 | -2.0 pt |" in "\n".join(lines)
     assert "| `fedlora-none` | 0 | 0.900 | +0.0 pt |" in "\n".join(lines)
+    # no run without DP of the -dir pair: the gap is to the same seed's run at z = 0, and says so
+    assert "| `fedprompt-z1-dir` | 0 | 0.660 | -4.0 pt (vs z = 0) |" in "\n".join(lines)
+    assert "| `fedprompt-z0-dir` | 0 | 0.700 | – |" in "\n".join(lines)  # not against itself
+    assert "| `fedprompt-z1-dir` | 1 | 0.660 | – |" in "\n".join(lines)  # seed 1 has no twin
 
 
 def test_a_runs_twin_without_dp_swaps_only_its_noise_part() -> None:
     assert cross.no_dp_twin("bbt-fed-z12") == "bbt-fed-none"
     assert cross.no_dp_twin("fedprompt-z12-dir") == "fedprompt-none-dir"
     assert cross.no_dp_twin("fedprompt-none") == "fedprompt-none"
+    assert cross.zero_noise_twin("fedprompt-z12-dir") == "fedprompt-z0-dir"
+    assert cross.zero_noise_twin("fedprompt-none") == "fedprompt-none"
 
 
 # ------------------------------------------------------------------ issue 69, clause 3: where the noise goes
