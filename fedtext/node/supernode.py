@@ -8,9 +8,11 @@ finds the node asleep: ~1.5 s on average before a fit starts and ~3 s before its
 (a node polls at once after a reply, finds nothing, and sleeps just as the server sends),
 where Flower's in-memory simulation grid polls every 0.1 s. This module runs Flower's own
 SuperNode, unchanged but for its sleeps: the idle one capped at ``--idle-poll-s`` (default
-:data:`IDLE_POLL_S`: a node then asks twice a second while idle) and its 0.5 s waits on its own
-state (the ClientApp's reply, an object's bytes: ~0.25 s on every message) at
-:data:`LOCAL_WAIT_S`. ``--idle-poll-s 3`` keeps Flower's idle poll.
+:data:`IDLE_POLL_S`: a node then asks twice a second while idle), and at ``--active-poll-s``
+(default :data:`ACTIVE_POLL_S`) for :data:`ACTIVE_WINDOW_S` after each reply it pushed (the
+round's next message is seconds away), and its 0.5 s waits on its own state (the ClientApp's
+reply, an object's bytes: ~0.25 s on every message) at :data:`LOCAL_WAIT_S`. ``--idle-poll-s 3
+--active-poll-s 3`` keeps Flower's idle poll.
 
 Its SuperExec (the process that starts a ClientApp for each message the SuperNode received)
 looks for new messages once a second by default: ~0.5 s more before every message. Flower has
@@ -40,6 +42,12 @@ import time
 from typing import Any
 
 IDLE_POLL_S = 0.5  # seconds between a SuperNode's polls while no message waits (Flower: 3)
+# seconds between polls for ACTIVE_WINDOW_S after the node pushed a reply: a round's next message (its evaluate,
+# the next round's fit) comes seconds later, and each waits half a poll on average: 0.25 s at 0.5, 0.05 s at 0.1
+# (two messages a round). A node not sampled for ACTIVE_WINDOW_S polls at IDLE_POLL_S: the fast polls are the
+# cohort's, ~10 small requests a second each, not the whole fleet's
+ACTIVE_POLL_S = 0.1
+ACTIVE_WINDOW_S = 30.0
 IDLE_SLEEP_S = 3.0  # Flower's idle sleep, the one IDLE_POLL_S caps (tests/unit/test_edge.py checks it is still 3)
 LOCAL_WAIT_S = 0.05  # the loop's waits on its own state (Flower: 0.5 s), a local read, not a request
 TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own switch (flwr/supercore/superexec/run_superexec.py)
@@ -48,24 +56,47 @@ TASK_POLL_S = 0.1  # seconds between the SuperExec's looks for a message to star
 
 class CappedSleep:
     """The ``time`` module as Flower's SuperNode loop sees it: its idle sleep (3 s, a poll of the
-    SuperLink) capped at ``cap`` s, its other sleeps (0.5 s waits on its own state: a reply from
-    the ClientApp, an object's bytes) at :data:`LOCAL_WAIT_S`."""
+    SuperLink) capped at ``cap`` s, or at ``active`` s within ``window`` s of the node's last reply
+    (:meth:`replied`), its other sleeps (0.5 s waits on its own state: a reply from the ClientApp,
+    an object's bytes) at :data:`LOCAL_WAIT_S`."""
 
-    def __init__(self, cap: float) -> None:
+    def __init__(self, cap: float, active: float | None = None, window: float = ACTIVE_WINDOW_S) -> None:
         self.cap = cap
+        self.active = cap if active is None else min(active, cap)
+        self.window = window
+        self.active_until = float("-inf")  # no reply yet: the idle cap
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
+    def replied(self) -> None:
+        """The node pushed a reply: poll at ``active`` for the next ``window`` seconds."""
+        self.active_until = time.monotonic() + self.window
+
     def sleep(self, seconds: float) -> None:
-        time.sleep(min(seconds, self.cap) if seconds >= IDLE_SLEEP_S else min(seconds, LOCAL_WAIT_S))
+        if seconds < IDLE_SLEEP_S:
+            time.sleep(min(seconds, LOCAL_WAIT_S))
+        else:
+            time.sleep(min(seconds, self.active if time.monotonic() < self.active_until else self.cap))
 
 
-def cap_idle_poll(cap: float) -> None:
-    """Cap the sleeps of Flower's SuperNode loop at ``cap`` seconds (this process only)."""
+def cap_idle_poll(cap: float, active: float | None = ACTIVE_POLL_S) -> None:
+    """Cap the sleeps of Flower's SuperNode loop at ``cap`` seconds, at ``active`` (at most ``cap``)
+    within :data:`ACTIVE_WINDOW_S` of a reply the node pushed (this process only; None: ``cap``)."""
     import flwr.supernode.start_client_internal as loop
 
-    loop.time = CappedSleep(cap)  # the module's own name for `time`; nothing else changes
+    clock = CappedSleep(cap, active)
+    push = getattr(loop._push_messages, "__wrapped__", loop._push_messages)  # Flower's, wrapped once
+
+    def pushed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return push(*args, **kwargs)
+        finally:
+            clock.replied()
+
+    pushed.__wrapped__ = push  # type: ignore[attr-defined]
+    loop.time = clock  # the module's own name for `time`; nothing else changes
+    loop._push_messages = pushed  # the loop calls it by the module's name after each message it pulled
 
 
 def warm_superexec_command(command: list[str], warm: int, start: str | None = None) -> list[str]:
@@ -118,16 +149,18 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m fedtext.node.supernode", add_help=False)
     ap.add_argument("--idle-poll-s", type=float, default=IDLE_POLL_S)
+    ap.add_argument("--active-poll-s", type=float, default=ACTIVE_POLL_S)
     ap.add_argument("--warm-clientapps", type=int, default=0)
     ap.add_argument("--warm-start", choices=WARM_STARTS, default=None)
     args, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
-    if not args.idle_poll_s > 0:
-        print(f"fedtext: --idle-poll-s must be > 0, got {args.idle_poll_s}", file=sys.stderr)
-        return 2
+    for flag, value in (("--idle-poll-s", args.idle_poll_s), ("--active-poll-s", args.active_poll_s)):
+        if not value > 0:
+            print(f"fedtext: {flag} must be > 0, got {value}", file=sys.stderr)
+            return 2
     if args.warm_clientapps < 0:
         print(f"fedtext: --warm-clientapps must be >= 0, got {args.warm_clientapps}", file=sys.stderr)
         return 2
-    cap_idle_poll(args.idle_poll_s)
+    cap_idle_poll(args.idle_poll_s, args.active_poll_s)
     if args.warm_clientapps:
         start_warm_superexec(args.warm_clientapps, args.warm_start)
     os.environ.setdefault(TASK_POLL_ENV, str(TASK_POLL_S))  # inherited by the SuperExec the SuperNode starts

@@ -6,9 +6,9 @@ that arrives just after an ask waits ~3 s, on every fit and every evaluate of ev
 where the simulation's in-memory grid asks every 0.1 s. :class:`ReplyPollingGrid` wraps
 whatever grid Flower hands the ServerApp (:class:`fedtext.server_app.FabAwareServerApp`) and
 does the same push-then-pull with asks 0.05 s apart, growing by half each time to at most
-:data:`REPLY_POLL_S`: a reply waits at most that long, and a message in flight costs at most
-~4 asks a second (10 clients' messages: ~40 small requests a second to the SuperLink's
-ServerAppIo API, which listens on the server's own machine, not through the fleet proxy).
+:data:`REPLY_POLL_S`: a reply waits at most that long, and a round's messages in flight cost
+at most ~10 asks a second (one ask names every message still waiting), small requests to the
+SuperLink's ServerAppIo API, which listens on the server's own machine, not through the fleet proxy.
 It also unpacks every reply it pulls and packs what it pushes to a node whose replies say it
 unpacks (:mod:`fedtext.common.packing`: a payload of many small arrays travels as one object,
 not one request per array on every hop; fedtext's ClientApp marks its replies). Everything else
@@ -27,7 +27,9 @@ from flwr.server import Grid
 
 from fedtext.common.packing import LAYOUT_KEY, pack, unpack
 
-REPLY_POLL_S = 0.25  # the longest wait between two asks for replies (Flower's deployment grid: 3 s)
+# the longest wait between two asks for replies (Flower's deployment grid: 3 s): a reply waits half of it on average,
+# twice a round (fit, evaluate); 0.25 s until 2026-11-30
+REPLY_POLL_S = 0.1
 FIRST_POLL_S = 0.05
 
 

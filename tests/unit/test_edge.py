@@ -51,8 +51,8 @@ def test_replies_are_pulled_with_growing_waits_capped_at_reply_poll_s(monkeypatc
     sent = [bare("m1"), bare("m2")]
     got = grid_mod.ReplyPollingGrid(fake).send_and_receive(sent)
     assert [m.metadata.reply_to_message_id for m in got] == ["a", "b"] and fake.pulls == 12
-    assert sleeps[:4] == pytest.approx([0.05, 0.075, 0.1125, 0.16875])
-    assert max(sleeps) == grid_mod.REPLY_POLL_S == 0.25 and len(sleeps) == 11
+    assert sleeps[:4] == pytest.approx([0.05, 0.075, 0.1, 0.1])  # x1.5 each time, capped
+    assert max(sleeps) == grid_mod.REPLY_POLL_S == 0.1 and len(sleeps) == 11
     assert fake.pushed == sent
 
 
@@ -63,7 +63,7 @@ def test_a_timeout_ends_the_pulls_with_the_replies_so_far(monkeypatch):
     fake = FakeGrid({"a": 2, "b": 10_000})
     got = grid_mod.ReplyPollingGrid(fake).send_and_receive([bare("m")], timeout=1.0)
     assert [m.metadata.reply_to_message_id for m in got] == ["a"]
-    assert clock[0] == pytest.approx(1001.0) and 4 < fake.pulls < 10  # 0.05 + 0.075 + ... up to 1 s
+    assert clock[0] == pytest.approx(1001.0) and fake.pulls == 11  # at 0, 0.05, 0.125, then every 0.1 s to 0.925
 
 
 def test_the_wrapper_is_a_flower_grid_that_delegates_the_rest():
@@ -92,6 +92,8 @@ def test_flowers_supernode_still_sleeps_3_s_where_fedtext_caps_it():
 
     source = inspect.getsource(loop)
     assert re.search(r"^import time$", source, re.MULTILINE) and "time.sleep(3)" in source
+    # the active poll's seam: the loop pushes each message's reply through the module's _push_messages
+    assert "_push_messages(" in inspect.getsource(loop.start_client_internal)
 
 
 def test_flowers_superexec_still_reads_its_poll_interval_from_the_variable_fedtext_sets():
@@ -108,13 +110,13 @@ def test_the_supernode_command_sets_the_superexec_poll_unless_given(monkeypatch)
     seen = []
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # main() hands Flower its own argv
     monkeypatch.setattr(cli, "flower_supernode", lambda: seen.append(os.environ.get(supernode.TASK_POLL_ENV)) or 0)
-    monkeypatch.setattr(supernode, "cap_idle_poll", lambda cap: seen.append(cap))
+    monkeypatch.setattr(supernode, "cap_idle_poll", lambda cap, active: seen.append((cap, active)))
     monkeypatch.delenv(supernode.TASK_POLL_ENV, raising=False)
-    assert supernode.main(["--idle-poll-s", "0.3", "--insecure"]) == 0
+    assert supernode.main(["--idle-poll-s", "0.3", "--active-poll-s", "0.2", "--insecure"]) == 0
     monkeypatch.setenv(supernode.TASK_POLL_ENV, "2")
     assert supernode.main(["--insecure"]) == 0
-    assert seen == [0.3, "0.1", supernode.IDLE_POLL_S, "2"]
-    assert supernode.main(["--idle-poll-s", "0"]) == 2
+    assert seen == [(0.3, 0.2), "0.1", (supernode.IDLE_POLL_S, supernode.ACTIVE_POLL_S), "2"]
+    assert supernode.main(["--idle-poll-s", "0"]) == 2 and supernode.main(["--active-poll-s", "-1"]) == 2
 
 
 def test_the_cap_shortens_only_sleeps_longer_than_it(monkeypatch):
@@ -128,8 +130,36 @@ def test_the_cap_shortens_only_sleeps_longer_than_it(monkeypatch):
     import flwr.supernode.start_client_internal as loop
 
     monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
+    monkeypatch.setattr(loop, "_push_messages", loop._push_messages)
     supernode.cap_idle_poll(0.4)
     assert isinstance(loop.time, supernode.CappedSleep) and loop.time.cap == 0.4
+
+
+def test_a_node_polls_fast_for_a_window_after_each_reply_it_pushed(monkeypatch):
+    """Idle: the cap; within ACTIVE_WINDOW_S of a reply: the active poll (never above the cap); after
+    the window: the cap again. cap_idle_poll hooks the reply on Flower's _push_messages, wrapped once."""
+    slept, now = [], [100.0]
+    monkeypatch.setattr(supernode.time, "sleep", slept.append)
+    monkeypatch.setattr(supernode.time, "monotonic", lambda: now[0])
+    clock = supernode.CappedSleep(0.5, 0.1, window=30.0)
+    clock.sleep(3)
+    clock.replied()
+    now[0] += 29.9
+    clock.sleep(3), clock.sleep(0.5)  # within the window; a local wait stays LOCAL_WAIT_S
+    now[0] += 0.2
+    clock.sleep(3)  # 30.1 s after the reply
+    assert slept == [0.5, 0.1, supernode.LOCAL_WAIT_S, 0.5]
+    assert supernode.CappedSleep(0.05, 0.1).active == 0.05 and supernode.CappedSleep(0.5).active == 0.5
+    import flwr.supernode.start_client_internal as loop
+
+    pushes = []
+    monkeypatch.setattr(loop, "time", loop.time)
+    monkeypatch.setattr(loop, "_push_messages", lambda **kw: pushes.append(kw) or "pushed")
+    supernode.cap_idle_poll(0.5)
+    supernode.cap_idle_poll(0.5)  # a second call wraps Flower's function, not the first wrapper
+    assert loop.time.active == supernode.ACTIVE_POLL_S and loop.time.active_until == float("-inf")
+    assert loop._push_messages(state="s") == "pushed" and pushes == [{"state": "s"}]
+    assert loop.time.active_until == now[0] + supernode.ACTIVE_WINDOW_S
 
 
 def test_a_boards_requirements_are_pyprojects_less_the_simulation_and_the_dashboard():
