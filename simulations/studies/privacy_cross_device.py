@@ -248,11 +248,13 @@ def finish(out: Path) -> list[Path]:
 
     rows = cross_device_runs(out)
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    for r in rows:
+    colors = plt.get_cmap("tab20")  # 20 distinct colours: the default cycle repeats after 10 runs
+    for i, r in enumerate(rows):
         eps = (r.get("epsilon") or {}).get("rdp")
         name = f"{r['label']} s{r['seed']}" + (f" (ε {eps:.2f} RDP)" if eps is not None else "")
         xs = sorted(r["curve"])
-        ax.plot(xs, [r["curve"][x] for x in xs], marker="o", label=name)
+        ax.plot(xs, [r["curve"][x] for x in xs], marker="o", label=name, color=colors(i % 20),
+                linestyle="--" if "-dir" in r["label"] else "-")
     ax.set_xlabel("round")
     ax.set_ylabel("server accuracy (the whole test split)")
     ax.set_title(f"{out.name}: 3,000 clients, Poisson q = 0.04, with and without central DP", fontsize=9)
