@@ -414,6 +414,12 @@ def label_settings(exp: dict[str, Any]) -> dict[str, dict[str, Any]]:
                                   if k in LABEL_KEYS}} for label in exp.get("methods", [])}
 
 
+def log_stem(label: str, seed: int, holdout: str | None = None) -> str:
+    """``<label>-s<seed>[-<holdout>]``: a launch's log is ``<out>/<stem>.log``, and a deployment run's
+    processes log to ``<out>/<stem>-logs/`` (:func:`run_deployment`)."""
+    return f"{label}-s{seed}" + (f"-{holdout}" if holdout else "")
+
+
 def launch_line(ov: dict[str, Any], engine: str, clients: int, launched: float, wall_s: float, rc: int,
                 run: str | None, load: tuple[float, float] | None = None) -> dict[str, Any]:
     """The ``launches.jsonl`` line of one run the runner started (module doc); ``load``: the 1-minute
@@ -479,10 +485,9 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({clients} clients{by})", flush=True)
         load = os.getloadavg()[0]
         t0 = time.time()
-        suffix = f"-{ov['holdout']}" if ov.get("holdout") else ""
         # looked up when the run starts, so that a test's stand-in for run_one is the one called
-        rc = engines[own["engine"]](ov, clients, out / f"{label}-s{ov['seed']}{suffix}.log", ray_address,
-                                    gpus_per_client)
+        rc = engines[own["engine"]](ov, clients, out / f"{log_stem(label, ov['seed'], ov.get('holdout'))}.log",
+                                    ray_address, gpus_per_client)
         wall = time.time() - t0
         failed += rc != 0
         # the run this launch left is among the folders it made: an older finished run of the same run-config

@@ -125,14 +125,10 @@ def launched_parts(out: Path, commit: str) -> dict[str, dict[str, dict[str, Any]
         parts.setdefault(run["config"]["config"]["method"], {})[PARTS[line["engine"]]] = {
             **summarise(run["rounds"]), "wall_s": round(line["wall_s"], 1), "load_before": line.get("load_before"),
             "load_after": line.get("load_after"), "commit": ran[:7],
-            **({"warm_start": made(out / f"{launched_log(line)}-logs" / NODES)}
+            **({"warm_start": made(out / f"{compare.log_stem(line['label'], line['seed'], line.get('holdout'))}-logs"
+                                   / NODES)}
                if line["engine"] in WARM_ENGINES else {})}
     return parts
-
-
-def launched_log(line: dict[str, Any]) -> str:
-    """The stem of a launch's log, ``<label>-s<seed>[-<holdout>]``: the runner's (:func:`simulations.compare.main`)."""
-    return f"{line['label']}-s{line['seed']}" + (f"-{line['holdout']}" if line.get("holdout") else "")
 
 
 def made(nodes: Path) -> str:

@@ -156,16 +156,21 @@ def render_release() -> str:
 CROSS_DEVICE_FIGURE = "accuracy_by_round"
 
 
+def _noise_twin(label: str, noise: str) -> str:
+    """``label`` with its noise part (``z12``, ``z0``) read as ``noise``."""
+    return "-".join(noise if re.fullmatch(r"z\d+", part) else part for part in label.split("-"))
+
+
 def no_dp_twin(label: str) -> str:
     """The label of a cross-device run's twin without DP: its noise part (``z12``, ``z0``) read as
     ``none`` (``fedlora-z12`` -> ``fedlora-none``, ``fedprompt-z12-dir`` -> ``fedprompt-none-dir``)."""
-    return "-".join("none" if re.fullmatch(r"z\d+", part) else part for part in label.split("-"))
+    return _noise_twin(label, "none")
 
 
 def zero_noise_twin(label: str) -> str:
     """The label of a run's twin at z = 0 (adaptive clipping, no noise): its noise part read as ``z0``
     (``fedprompt-z12-dir`` -> ``fedprompt-z0-dir``); the gap's reference where no run without DP exists."""
-    return "-".join("z0" if re.fullmatch(r"z\d+", part) else part for part in label.split("-"))
+    return _noise_twin(label, "z0")
 
 
 def cross_device_runs(out: Path) -> list[dict[str, Any]]:
