@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 from ..conftest import REPO, _env, processes_with_token, skip_without_recorded_data
+from fedtext.node.service import WARM_CLIENTAPPS
 from fedtext.node.warm_exec import WARM_START
+from simulations.deployment import NODES
 from .fab import flwr_build
 
 BIN = Path(sys.executable).parent
@@ -65,8 +67,12 @@ def test_the_launcher_runs_a_built_fab_and_a_recorded_config_on_two_supernodes_a
     rounds = [json.loads(line) for line in (run / "rounds.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == [0, 1] and rounds[1]["num_clients"] == 2 and rounds[1]["dropped"] == []
     assert json.loads((run / "summary.json").read_text())["status"] == "finished"
-    assert {p.name for p in (out / "deployment-logs").iterdir()} == {
-        "superlink.log", "supernode-0.log", "supernode-1.log", "flwr-run.log"}
+    logs = out / "deployment-logs"
+    assert {p.name for p in logs.iterdir()} == {
+        "superlink.log", "supernode-0.log", "supernode-1.log", "flwr-run.log", NODES}
+    # how the node service made its warm ClientApps, the defaults resolved (the study reads this)
+    assert json.loads((logs / NODES).read_text()) == {
+        "node_service": True, "warm_clientapps": WARM_CLIENTAPPS, "warm_start": WARM_START}
     assert processes_with_token(token) == []
 
 
