@@ -77,27 +77,32 @@ def test_a_clients_rows_are_drawn_at_random_within_a_label_and_come_in_random_or
 @pytest.mark.parametrize("alpha", [0.5, 2.0])
 def test_a_clients_label_share_varies_as_dirichlet_alpha_says(alpha):
     """Two balanced labels: a client's mix is Beta(α, α), whose variance is 1 / (4 (2α + 1)); its
-    50 rows add the sampling's E[p (1 - p)] / 50 = (1/2 - E[p²]) / 50. 2,000 clients measure it to
-    ~0.003 (drawn: 0.127-0.128 at α = 0.5), where Dir(α/C) (Hsu et al.'s α read as this one) gives 0.167."""
+    50 rows add the sampling's E[p (1 - p)] / 50 = (1/2 - E[p²]) / 50: 0.1275 at α = 0.5, 0.054 at 2.
+    Over 2,000 clients and seeds 0-3 measured 0.1287 and 0.0525 (one seed's spread ~0.003; the
+    over-asked label's excess drawn again pulls it down by ~0.001), where Dir(α/C), Hsu et al.'s α
+    read as this one, gives 0.167 and 0.087."""
     labels = np.repeat([0, 1], [50_000, 50_000])
-    share = np.array([np.mean(labels[p] == 0) for p in _cut(labels, 2000, alpha)])
+    measured = np.mean([np.var([np.mean(labels[p] == 0) for p in _cut(labels, 2000, alpha, seed)])
+                        for seed in range(4)])
     beta_var = 1 / (4 * (2 * alpha + 1))
-    assert share.var() == pytest.approx(beta_var + (0.5 - (beta_var + 0.25)) / 50, abs=0.006)
+    assert measured == pytest.approx(beta_var + (0.5 - (beta_var + 0.25)) / 50, abs=0.01)
 
 
 def test_a_client_whose_label_ran_out_draws_its_other_rows_by_its_mix_over_the_labels_left():
     """Label 0 has one row, so nearly every client's label-0 rows are drawn again over labels 1 and 2
     in the proportion of its own mix, m1 / (m1 + m2), not with label 0's share thrown onto one label.
     The cut's first draw from its seed is the clients' mixes (the function's order), so the test
-    reads them. 300 rows a client: measured mean squared gap 0.0009 over seeds 0-2; without the
-    renormalisation (the lost share left to numpy's last label) 0.0087."""
+    reads them. 300 rows a client, the squared gap's mean over the clients, then over seeds 0-7:
+    measured 0.0022 (one seed 0.0006-0.0060: the label of 1 and 2 that is over-asked at the end is
+    trimmed and drawn again); without the renormalisation (the lost share left to numpy's last
+    label) 0.0105 (one seed 0.0064-0.0134)."""
     n_clients, rows = 200, 300
     labels = np.repeat([0, 1, 2], [1, n_clients * rows // 2 - 1, n_clients * rows // 2])
     gaps = []
-    for seed in range(3):
+    for seed in range(8):
         mix = np.random.default_rng(seed).dirichlet(np.ones(3), size=n_clients)
         parts = _cut(labels, n_clients, 1.0, seed)
         ones = np.array([np.sum(labels[p] == 1) for p in parts])
         twos = np.array([np.sum(labels[p] == 2) for p in parts])
         gaps.append(np.mean((ones / (ones + twos) - mix[:, 1] / (mix[:, 1] + mix[:, 2])) ** 2))
-    assert np.mean(gaps) < 0.003, gaps
+    assert np.mean(gaps) < 0.005, gaps
