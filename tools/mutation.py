@@ -86,6 +86,7 @@ TARGETS: dict[str, tuple[str, ...]] = {
         "fedtext.methods.feddls.codecs.xǁQuantCodecǁencode",
         "fedtext.methods.feddls.codecs.xǁQuantCodecǁdecode",
         "fedtext.methods.feddls.codecs.x__principal_components",
+        "fedtext.methods.feddls.codecs.x__centred_svd",
         "clients.feddls.x_nearest_tokens",
         "clients.feddls.x_local_search",
         "strategies.feddls.xǁFedDLSǁaggregate",

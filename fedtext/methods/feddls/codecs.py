@@ -29,6 +29,7 @@ top of the previous p'); the others are absolute.
 from __future__ import annotations
 
 import functools
+import hashlib
 import warnings
 from typing import Any, ClassVar, Protocol
 
@@ -229,14 +230,41 @@ class QuantCodec(Codec):
         return (beta.astype(np.float32)[:, None] * (codes - self.k) / self.k).astype(np.float32)
 
 
-def _principal_components(vocab: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(mean ``[D]``, top-n principal components ``[n, D]``) of e(V)."""
-    if n > vocab.shape[1]:
-        raise ConfigError(f"feddls.pca-components={n} exceeds the embedding dimension {vocab.shape[1]}")
+def _centred_svd(vocab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mu ``[D]``, V^T ``[D, D]``) of e(V) - mu = U S V^T, in float64: every principal direction
+    of e(V), strongest first (App. E eqs. 13-16)."""
     v = vocab.astype(np.float64)
     mu = v.mean(0)
     _, _, vt = np.linalg.svd(v - mu, full_matrices=False)
-    return mu.astype(np.float32), vt[:n].astype(np.float32)
+    return mu, vt
+
+
+# :func:`_centred_svd` by the vocabulary's bytes: the SVD of MiniLM's [30522, 384] e(V) takes ~3 s on
+# one core, and every n (pca-components), config and backbone object of a process would redo it for
+# the same e(V) (the top n are a slice of one SVD). At most SVD_CACHE_SIZE vocabularies (MPNet-base's
+# D = 768: a 4.7 MB V^T each).
+_SVD_CACHE: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = {}
+SVD_CACHE_SIZE = 4
+
+
+def _cached_svd(vocab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_centred_svd` of ``vocab``, computed once a process per vocabulary (its shape, dtype
+    and bytes' digest)."""
+    key = (vocab.shape, vocab.dtype.str, hashlib.blake2b(np.ascontiguousarray(vocab).data, digest_size=16).digest())
+    if key not in _SVD_CACHE:
+        while len(_SVD_CACHE) >= SVD_CACHE_SIZE:
+            del _SVD_CACHE[next(iter(_SVD_CACHE))]  # the oldest vocabulary first
+        _SVD_CACHE[key] = _centred_svd(vocab)
+    return _SVD_CACHE[key]
+
+
+def _principal_components(vocab: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mean ``[D]``, top-n principal components ``[n, D]``) of e(V): the first n rows of
+    :func:`_centred_svd`'s V^T."""
+    if n > vocab.shape[1]:
+        raise ConfigError(f"feddls.pca-components={n} exceeds the embedding dimension {vocab.shape[1]}")
+    mu, vt = _cached_svd(vocab)
+    return mu.astype(np.float32), vt[:n].astype(np.float32)  # copies: no caller holds the cache's arrays
 
 
 class CodecSettings(Protocol):
