@@ -23,6 +23,17 @@ if "MUTANT_UNDER_TEST" in os.environ:
 
     torch.set_num_threads(1)
 
+    @pytest.fixture(autouse=True)
+    def _no_cache_across_tests():
+        """mutmut records, in one session, which tests call each function and later runs only those
+        on its mutants: a test that read what an earlier test cached (FedDLS's SVD of e(V), its codec)
+        would not be recorded, and its checks would never meet those functions' mutants."""
+        codecs = sys.modules.get("fedtext.methods.feddls.codecs")
+        if codecs is not None:
+            codecs._SVD_CACHE.clear()
+            codecs.codec_for.cache_clear()
+        yield
+
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 # tests/<tier>/: unit (math on mock results, configs, records, docs; no Ray, no Flower

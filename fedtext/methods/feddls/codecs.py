@@ -326,7 +326,7 @@ def make_codec(cfg: CodecSettings, vocab: np.ndarray) -> Codec:
 @functools.lru_cache(maxsize=4)
 def codec_for(cfg: CodecSettings, backbone: Any) -> Codec:
     """:func:`make_codec` on ``backbone``'s e(V), once per process (simulated clients are
-    rebuilt for every message; the PCA's SVD of e(V) takes about a second).
+    rebuilt for every message; :func:`_cached_svd` keeps the SVD of e(V) itself, ~3 s on one core).
 
     Parameters
     ----------
