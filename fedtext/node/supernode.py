@@ -30,6 +30,16 @@ fedtext.node.warm_exec superexec --warm N -- <its arguments>`` (:func:`start_war
 ``--warm-clientapps 0`` keeps Flower's cold ``flwr-clientapp`` per message. ``--warm-start``
 says how each ready process is made: forked from a fork server that imported Flower once (the
 default, :data:`fedtext.node.warm_exec.WARM_START`) or a new Python (``spawn``).
+
+The warm SuperExec is also woken rather than polled: the SuperNode writes a byte to a pipe
+whose read end only that SuperExec holds each time it pulled a message (Flower's
+``_pull_and_store_message``, which creates the message's task), and the SuperExec's sleep between
+its looks for a task ends at that byte (:class:`fedtext.node.warm_exec.WakeableSleep`). Its
+looks then fall back to Flower's own 1 s (:data:`WOKEN_TASK_POLL_S`) instead of 0.1 s. Why:
+ten polls a second of each SuperExec, each one a request its SuperNode serves, took 0.25 of the
+2 cores on T1's ten SuperNodes (measured 2026-11-30 by sampling every process's CPU through a
+round: docs/performance.md), CPU a round's fits then lacked; a woken SuperExec starts a task
+without even the 0.05 s a 0.1 s poll waits on average.
 """
 
 from __future__ import annotations
@@ -52,6 +62,9 @@ IDLE_SLEEP_S = 3.0  # Flower's idle sleep, the one IDLE_POLL_S caps (tests/unit/
 LOCAL_WAIT_S = 0.05  # the loop's waits on its own state (Flower: 0.5 s), a local read, not a request
 TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own switch (flwr/supercore/superexec/run_superexec.py)
 TASK_POLL_S = 0.1  # seconds between the SuperExec's looks for a message to start a ClientApp for (Flower: 1)
+# the same for a warm SuperExec, which its SuperNode wakes for each message it pulled: a look between wakes only
+# reaps and refills its pool (a missed wake would wait 0.5 s on average; none is known)
+WOKEN_TASK_POLL_S = 1.0
 
 
 class CappedSleep:
@@ -114,16 +127,52 @@ def warm_superexec_command(command: list[str], warm: int, start: str | None = No
 
 class WarmSuperExecLauncher:
     """The ``subprocess`` module as Flower's SuperNode loop sees it: its one ``Popen`` of
-    ``flower-superexec`` starts :mod:`fedtext.node.warm_exec`'s SuperExec with the same arguments."""
+    ``flower-superexec`` starts :mod:`fedtext.node.warm_exec`'s SuperExec with the same arguments,
+    and hands it ``wake_fd`` (the read end of the wake pipe; None: none) as ``--wake-fd``, which
+    this process then closes (the SuperExec's copy is the only one: a write to a pipe whose
+    SuperExec is gone fails at once instead of filling it)."""
 
-    def __init__(self, warm: int, start: str | None = None) -> None:
-        self.warm, self.start = warm, start
+    def __init__(self, warm: int, start: str | None = None, wake_fd: int | None = None) -> None:
+        self.warm, self.start, self.wake_fd = warm, start, wake_fd
 
     def __getattr__(self, name: str) -> Any:
         return getattr(subprocess, name)
 
     def Popen(self, args: Any, *rest: Any, **kwargs: Any) -> subprocess.Popen:  # noqa: N802 - Flower's name
-        return subprocess.Popen(warm_superexec_command(list(args), self.warm, self.start), *rest, **kwargs)
+        command = warm_superexec_command(list(args), self.warm, self.start)
+        if self.wake_fd is None or command == list(args):  # not the SuperExec: as Flower asked
+            return subprocess.Popen(command, *rest, **kwargs)
+        fd, self.wake_fd = self.wake_fd, None  # one SuperExec a SuperNode: the pipe is its alone
+        i = command.index("--")
+        command[i:i] = ["--wake-fd", str(fd)]
+        kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), fd)
+        try:
+            return subprocess.Popen(command, *rest, **kwargs)
+        finally:
+            os.close(fd)
+
+
+def wake_on_pull(fd: int) -> None:
+    """After each message the SuperNode in this process pulled from the SuperLink (Flower's
+    ``_pull_and_store_message`` returned its run id: the message's task exists), write one byte
+    to ``fd``, the wake pipe's write end (non-blocking: a full pipe already holds a wake, a closed
+    one has no SuperExec to wake)."""
+    import flwr.supernode.start_client_internal as loop
+
+    pull = getattr(loop._pull_and_store_message, "__wrapped__", loop._pull_and_store_message)  # Flower's, wrapped once
+    os.set_blocking(fd, False)
+
+    def pulled(*args: Any, **kwargs: Any) -> Any:
+        run_id = pull(*args, **kwargs)
+        if run_id is not None:
+            try:
+                os.write(fd, b"\0")
+            except (BlockingIOError, BrokenPipeError):
+                pass
+        return run_id
+
+    pulled.__wrapped__ = pull  # type: ignore[attr-defined]
+    loop._pull_and_store_message = pulled  # the loop calls it by the module's name each time round
 
 
 def start_warm_superexec(warm: int, start: str | None = None) -> bool:
@@ -140,7 +189,9 @@ def start_warm_superexec(warm: int, start: str | None = None) -> bool:
         return False
     import flwr.supernode.start_client_internal as loop
 
-    loop.subprocess = WarmSuperExecLauncher(warm, start)  # the module's own name for `subprocess`
+    read, write = os.pipe()  # not inheritable: only the SuperExec gets the read end (pass_fds), no one the write end
+    wake_on_pull(write)
+    loop.subprocess = WarmSuperExecLauncher(warm, start, read)  # the module's own name for `subprocess`
     return True
 
 
@@ -161,9 +212,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedtext: --warm-clientapps must be >= 0, got {args.warm_clientapps}", file=sys.stderr)
         return 2
     cap_idle_poll(args.idle_poll_s, args.active_poll_s)
-    if args.warm_clientapps:
-        start_warm_superexec(args.warm_clientapps, args.warm_start)
-    os.environ.setdefault(TASK_POLL_ENV, str(TASK_POLL_S))  # inherited by the SuperExec the SuperNode starts
+    woken = bool(args.warm_clientapps) and start_warm_superexec(args.warm_clientapps, args.warm_start)
+    # inherited by the SuperExec the SuperNode starts
+    os.environ.setdefault(TASK_POLL_ENV, str(WOKEN_TASK_POLL_S if woken else TASK_POLL_S))
     from flwr.supernode.cli import flower_supernode
 
     sys.argv = ["flower-supernode", *rest]

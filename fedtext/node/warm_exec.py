@@ -90,6 +90,7 @@ import hashlib
 import importlib
 import multiprocessing
 import os
+import select
 import subprocess
 import sys
 import time
@@ -548,7 +549,21 @@ def flower_contract_problems() -> list[str]:
                 and "entry.is_retrieved" in replies and "_store_error_replies" in inspect.getsource(
                     nodestate.InMemoryNodeState._on_task_tokens_expired))
 
+    def wake() -> bool:
+        import re
+
+        import flwr.supercore.superexec.run_superexec as rs
+        import flwr.supernode.start_client_internal as loop
+
+        return (re.search(r"^import time$", inspect.getsource(rs), re.MULTILINE) is not None
+                and "time.sleep(task_poll_interval)" in inspect.getsource(rs.run_superexec)
+                and "_pull_and_store_message(" in inspect.getsource(loop.start_client_internal)
+                and "state.create_task(" in inspect.getsource(
+                    getattr(loop._pull_and_store_message, "__wrapped__", loop._pull_and_store_message)))
+
     check("the SuperNode's Popen of flower-superexec (flwr/supernode/start_client_internal.py)", supernode)
+    check("the SuperExec's sleep between task polls and the SuperNode's pull that creates a task "
+          "(flwr/supercore/superexec/run_superexec.py, flwr/supernode/start_client_internal.py)", wake)
     check("the SuperExec's get_executor (flwr/supercore/superexec/run_superexec.py)", superexec)
     check("the executor's ExecutionSpec and its parent_pid (flwr/supercore/superexec/executor/types.py)", spec)
     check("--token-stdin of Flower's app arguments (flwr/common/args.py)", token_stdin)
@@ -584,14 +599,49 @@ def executor_factory(size: int, key: WorkerKey, start: str = WARM_START) -> Any:
     return get_executor
 
 
+class WakeableSleep:
+    """The ``time`` module as Flower's SuperExec loop sees it: its sleep between looks for a task
+    (``time.sleep(task_poll_interval)`` in ``run_superexec``) ends as soon as the wake pipe ``fd``
+    can be read, each byte there one message its SuperNode pulled (:func:`fedtext.node.supernode.wake_on_pull`),
+    and the bytes are drained: the loop then looks once for every wake, at once. At the pipe's end
+    (its SuperNode gone) the sleeps are Flower's plain ones again; the parent monitor ends this process."""
+
+    def __init__(self, fd: int | None) -> None:
+        self.fd = fd
+        self.wakes = 0  # sleeps a wake ended early
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    def sleep(self, seconds: float) -> None:
+        if self.fd is None:
+            time.sleep(seconds)
+            return
+        readable, _, _ = select.select([self.fd], [], [], seconds)
+        if not readable:
+            return
+        try:
+            data = os.read(self.fd, 4096)
+        except BlockingIOError:  # another reader took it: nothing to drain
+            data = b"\0"
+        if data:
+            self.wakes += 1
+            return
+        os.close(self.fd)
+        self.fd = None
+
+
 def superexec_main(argv: list[str]) -> int:
-    """``python -m fedtext.node.warm_exec superexec --warm N [--start spawn|fork] -- <flower-superexec
-    arguments>``."""
+    """``python -m fedtext.node.warm_exec superexec --warm N [--start spawn|fork] [--wake-fd FD] --
+    <flower-superexec arguments>``."""
     ap = argparse.ArgumentParser(prog="python -m fedtext.node.warm_exec superexec")
     ap.add_argument("--warm", type=int, required=True, help="ClientApp processes kept ready (>= 1)")
     ap.add_argument("--start", choices=WARM_STARTS, default=WARM_START,
                     help=f"how a ready process is made (default {WARM_START}; fork: from a fork server that "
                          "imported Flower once)")
+    ap.add_argument("--wake-fd", type=int, default=None,
+                    help="an inherited pipe whose bytes end the sleep between task polls (its SuperNode pulled a "
+                         "message: fedtext.node.supernode)")
     ap.add_argument("superexec", nargs=argparse.REMAINDER, help="-- and flower-superexec's arguments")
     args = ap.parse_args(argv)
     rest = args.superexec[1:] if args.superexec[:1] == ["--"] else args.superexec
@@ -608,6 +658,9 @@ def superexec_main(argv: list[str]) -> int:
     from flwr.supercore.cli.flower_superexec import flower_superexec
 
     run_superexec.get_executor = executor_factory(args.warm, key, args.start)  # the module's own name, read per call
+    if args.wake_fd is not None:
+        os.set_inheritable(args.wake_fd, False)  # not for the ClientApp processes it starts
+        run_superexec.time = WakeableSleep(args.wake_fd)  # the module's own name for `time`; nothing else changes
     sys.argv = ["flower-superexec", *rest]
     flower_superexec()
     return 0

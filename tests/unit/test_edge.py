@@ -117,6 +117,14 @@ def test_the_supernode_command_sets_the_superexec_poll_unless_given(monkeypatch)
     assert supernode.main(["--insecure"]) == 0
     assert seen == [(0.3, 0.2), "0.1", (supernode.IDLE_POLL_S, supernode.ACTIVE_POLL_S), "2"]
     assert supernode.main(["--idle-poll-s", "0"]) == 2 and supernode.main(["--active-poll-s", "-1"]) == 2
+    # a warm SuperExec is woken for each message: its polls fall back to Flower's 1 s; a Flower whose
+    # seams moved runs cold, polled every 0.1 s
+    monkeypatch.delenv(supernode.TASK_POLL_ENV)
+    monkeypatch.setattr(supernode, "start_warm_superexec", lambda warm, start: True)
+    assert supernode.main(["--warm-clientapps", "2"]) == 0 and seen[-1] == str(supernode.WOKEN_TASK_POLL_S) == "1.0"
+    monkeypatch.delenv(supernode.TASK_POLL_ENV)
+    monkeypatch.setattr(supernode, "start_warm_superexec", lambda warm, start: False)
+    assert supernode.main(["--warm-clientapps", "2"]) == 0 and seen[-1] == "0.1"
 
 
 def test_the_cap_shortens_only_sleeps_longer_than_it(monkeypatch):

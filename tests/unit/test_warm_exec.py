@@ -473,11 +473,89 @@ def test_a_supernode_with_the_pinned_flower_starts_the_warm_superexec(monkeypatc
 
     from fedtext.node import supernode
     monkeypatch.setattr(loop, "subprocess", subprocess)  # restored after the test
+    monkeypatch.setattr(loop, "_pull_and_store_message", loop._pull_and_store_message)
     started = []
-    monkeypatch.setattr(subprocess, "Popen", lambda args, *a, **k: started.append(args))
+    monkeypatch.setattr(subprocess, "Popen", lambda args, *a, **k: started.append((args, k)))
     assert supernode.start_warm_superexec(2) is True
+    fd = loop.subprocess.wake_fd
     loop.subprocess.Popen(["flower-superexec", "--insecure", "--runtime-api-address", "a:1"])
     loop.subprocess.Popen(["something-else"])
-    assert started == [[sys.executable, "-m", "fedtext.node.warm_exec", "superexec", "--warm", "2", "--", "--insecure",
-                        "--runtime-api-address", "a:1"], ["something-else"]]
+    assert started == [([sys.executable, "-m", "fedtext.node.warm_exec", "superexec", "--warm", "2", "--wake-fd",
+                         str(fd), "--", "--insecure", "--runtime-api-address", "a:1"], {"pass_fds": (fd,)}),
+                       (["something-else"], {})]
+    assert loop.subprocess.wake_fd is None  # the read end went to that SuperExec and is closed here
+    with pytest.raises(OSError):
+        os.fstat(fd)
     assert loop.subprocess.DEVNULL == subprocess.DEVNULL  # the rest of the module as it was
+
+
+# ------------------------------------------------------------------ the SuperExec woken by its SuperNode
+def test_a_pulled_message_wakes_the_superexec_and_an_empty_pull_does_not(monkeypatch):
+    """wake_on_pull writes one byte for each message Flower's pull returned a run id for, none for
+    an empty poll; a full pipe (a wake already waits) and a gone SuperExec are not errors."""
+    import flwr.supernode.start_client_internal as loop
+
+    from fedtext.node import supernode
+    answers = iter([None, 7, 8, None])
+    monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kw: next(answers))  # restored after the test
+    read, write = os.pipe()
+    supernode.wake_on_pull(write)
+    supernode.wake_on_pull(write)  # a second call wraps Flower's function, not the first wrapper
+    assert [loop._pull_and_store_message(state="s") for _ in range(4)] == [None, 7, 8, None]
+    os.set_blocking(read, False)
+    assert os.read(read, 100) == b"\0\0"  # two messages, two wakes
+    monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kw: 9)
+    supernode.wake_on_pull(write)
+    for _ in range(70_000):  # past a pipe's 64 KiB: the writes that no longer fit are dropped
+        loop._pull_and_store_message()
+    os.close(read)
+    assert loop._pull_and_store_message() == 9  # no reader: BrokenPipeError swallowed
+    os.close(write)
+
+
+def test_a_wake_ends_the_superexecs_sleep_at_once_and_its_end_restores_plain_sleeps(monkeypatch):
+    read, write = os.pipe()
+    clock = warm_exec.WakeableSleep(read)
+    t = time.monotonic()
+    clock.sleep(0.2)  # nothing written: the whole sleep
+    assert time.monotonic() - t >= 0.19 and clock.wakes == 0
+    os.write(write, b"\0\0\0")
+    t = time.monotonic()
+    clock.sleep(30)
+    assert time.monotonic() - t < 5 and clock.wakes == 1  # three wakes drained by one look
+    t = time.monotonic()
+    clock.sleep(0.2)
+    assert time.monotonic() - t >= 0.19 and clock.wakes == 1
+    assert clock.monotonic is time.monotonic  # the rest of the module as it was
+    os.close(write)
+    clock.sleep(30)  # the pipe's end: returns, and closes it
+    assert clock.fd is None
+    slept = []
+    monkeypatch.setattr(warm_exec.time, "sleep", slept.append)
+    clock.sleep(1.0)
+    assert slept == [1.0]
+
+
+def test_the_warm_superexec_sleeps_on_its_wake_pipe(monkeypatch):
+    """superexec_main with --wake-fd makes Flower's loop module see WakeableSleep as `time`, on a
+    copy of the fd its ClientApp processes do not inherit."""
+    import importlib
+
+    import flwr.supercore.superexec.run_superexec as rs
+
+    cli = importlib.import_module("flwr.supercore.cli.flower_superexec")  # the module, not the package's function
+
+    monkeypatch.setattr(rs, "time", rs.time)  # restored after the test
+    monkeypatch.setattr(rs, "get_executor", rs.get_executor)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))  # superexec_main hands Flower its own argv
+    read, write = os.pipe()
+    os.set_inheritable(read, True)
+    seen = []
+    monkeypatch.setattr(cli, "flower_superexec", lambda: seen.append((rs.time, os.get_inheritable(read))))
+    assert warm_exec.superexec_main(["--warm", "1", "--wake-fd", str(read), "--", "--insecure",
+                                     "--runtime-api-address", "a:1"]) == 0
+    (clock, inheritable), = seen
+    assert isinstance(clock, warm_exec.WakeableSleep) and clock.fd == read and inheritable is False
+    assert warm_exec.superexec_main(["--warm", "1", "--", "--runtime-api-address", "a:1"]) == 0
+    assert seen[-1][0] is clock  # no --wake-fd: the module's `time` left as it was
+    os.close(read), os.close(write)
