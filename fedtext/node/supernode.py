@@ -31,11 +31,12 @@ fedtext.node.warm_exec superexec --warm N -- <its arguments>`` (:func:`start_war
 says how each ready process is made: forked from a fork server that imported Flower once (the
 default, :data:`fedtext.node.warm_exec.WARM_START`) or a new Python (``spawn``).
 
-The warm SuperExec is also woken rather than polled: the SuperNode writes a byte to a pipe
-whose read end only that SuperExec holds each time it pulled a message (Flower's
-``_pull_and_store_message``, which creates the message's task), and the SuperExec's sleep between
-its looks for a task ends at that byte (:class:`fedtext.node.warm_exec.WakeableSleep`). Its
-looks then fall back to Flower's own 1 s (:data:`WOKEN_TASK_POLL_S`) instead of 0.1 s. Why:
+The warm SuperExec is also woken rather than polled (:func:`wake_superexec`): the SuperNode
+writes a byte to a pipe whose read end only that SuperExec holds each time it pulled a message
+(Flower's ``_pull_and_store_message``, which creates the message's task) and after it pushed the
+reply, and the SuperExec's sleep between its looks for a task ends at that byte
+(:class:`fedtext.node.warm_exec.WakeableSleep`). Its looks then fall back to Flower's own 1 s
+(:data:`WOKEN_TASK_POLL_S`) instead of 0.1 s. Why:
 ten polls a second of each SuperExec, each one a request its SuperNode serves, took 0.25 of the
 2 cores on T1's ten SuperNodes (measured 2026-11-30 by sampling every process's CPU through a
 round: docs/performance.md), CPU a round's fits then lacked; a woken SuperExec starts a task
@@ -62,8 +63,9 @@ IDLE_SLEEP_S = 3.0  # Flower's idle sleep, the one IDLE_POLL_S caps (tests/unit/
 LOCAL_WAIT_S = 0.05  # the loop's waits on its own state (Flower: 0.5 s), a local read, not a request
 TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own switch (flwr/supercore/superexec/run_superexec.py)
 TASK_POLL_S = 0.1  # seconds between the SuperExec's looks for a message to start a ClientApp for (Flower: 1)
-# the same for a warm SuperExec, which its SuperNode wakes for each message it pulled: a look between wakes only
-# reaps and refills its pool (a missed wake would wait 0.5 s on average; none is known)
+# the same for a warm SuperExec, which its SuperNode wakes for each message it pulled and each reply it pushed: a
+# look between wakes only reaps and refills its pool, or finds a task made some other way (the Runtime API's
+# create-task, which fedtext's ClientApps do not call), 0.5 s late on average
 WOKEN_TASK_POLL_S = 1.0
 
 
@@ -125,24 +127,54 @@ def warm_superexec_command(command: list[str], warm: int, start: str | None = No
             *command[1:]]
 
 
-class WarmSuperExecLauncher:
-    """The ``subprocess`` module as Flower's SuperNode loop sees it: its one ``Popen`` of
-    ``flower-superexec`` starts :mod:`fedtext.node.warm_exec`'s SuperExec with the same arguments,
-    and hands it ``wake_fd`` (the read end of the wake pipe; None: none) as ``--wake-fd``, which
-    this process then closes (the SuperExec's copy is the only one: a write to a pipe whose
-    SuperExec is gone fails at once instead of filling it)."""
+class Wake:
+    """The SuperNode's end of the pipe that wakes its warm SuperExec (module doc).
 
-    def __init__(self, warm: int, start: str | None = None, wake_fd: int | None = None) -> None:
-        self.warm, self.start, self.wake_fd = warm, start, wake_fd
+    :meth:`pipe` makes the pipe for a SuperExec being started and returns its read end (a SuperExec
+    started again gets a new one; the old write end is closed); :meth:`ring` writes one byte to the
+    current one, or does nothing before any pipe (a SuperNode in ``--isolation process`` starts none).
+    """
+
+    def __init__(self) -> None:
+        self.fd: int | None = None  # the write end, non-blocking
+        self.rung = 0  # bytes written
+
+    def pipe(self) -> int:
+        read, write = os.pipe()  # neither end inheritable: the read end goes to one SuperExec through pass_fds
+        os.set_blocking(write, False)
+        if self.fd is not None:
+            os.close(self.fd)
+        self.fd = write
+        return read
+
+    def ring(self) -> None:
+        if self.fd is None:
+            return
+        try:
+            os.write(self.fd, b"\0")
+            self.rung += 1
+        except OSError:  # full: wakes wait already; no reader: no SuperExec to wake; a wake never ends the node
+            pass
+
+
+class WarmSuperExecLauncher:
+    """The ``subprocess`` module as Flower's SuperNode loop sees it: its ``Popen`` of
+    ``flower-superexec`` starts :mod:`fedtext.node.warm_exec`'s SuperExec with the same arguments
+    and, when ``wake`` is given, the read end of a new wake pipe as ``--wake-fd`` (passed to that
+    process alone and closed here: a write to a pipe whose SuperExec is gone then fails at once
+    instead of filling it)."""
+
+    def __init__(self, warm: int, start: str | None = None, wake: Wake | None = None) -> None:
+        self.warm, self.start, self.wake = warm, start, wake
 
     def __getattr__(self, name: str) -> Any:
         return getattr(subprocess, name)
 
     def Popen(self, args: Any, *rest: Any, **kwargs: Any) -> subprocess.Popen:  # noqa: N802 - Flower's name
         command = warm_superexec_command(list(args), self.warm, self.start)
-        if self.wake_fd is None or command == list(args):  # not the SuperExec: as Flower asked
+        if self.wake is None or command == list(args):  # not the SuperExec, or not woken: as Flower asked
             return subprocess.Popen(command, *rest, **kwargs)
-        fd, self.wake_fd = self.wake_fd, None  # one SuperExec a SuperNode: the pipe is its alone
+        fd = self.wake.pipe()
         i = command.index("--")
         command[i:i] = ["--wake-fd", str(fd)]
         kwargs["pass_fds"] = (*kwargs.get("pass_fds", ()), fd)
@@ -152,23 +184,25 @@ class WarmSuperExecLauncher:
             os.close(fd)
 
 
-def wake_on_pull(fd: int) -> None:
-    """After each message the SuperNode in this process pulled from the SuperLink (Flower's
-    ``_pull_and_store_message`` returned its run id: the message's task exists), write one byte
-    to ``fd``, the wake pipe's write end (non-blocking: a full pipe already holds a wake, a closed
-    one has no SuperExec to wake)."""
+def wake_on_pull(wake: Wake) -> None:
+    """Ring ``wake`` after each message the SuperNode in this process pulled from the SuperLink
+    (Flower's ``_pull_and_store_message`` returned its run id: the message is stored and its task
+    created, unless its FAB failed verification, a harmless extra look), and again at the loop's
+    next pull, which comes right after it pushed that message's reply: the SuperExec then reaps
+    the task's process and readies another while the round aggregates, not beside the next task."""
     import flwr.supernode.start_client_internal as loop
 
     pull = getattr(loop._pull_and_store_message, "__wrapped__", loop._pull_and_store_message)  # Flower's, wrapped once
-    os.set_blocking(fd, False)
+    replied = [False]  # a message was pulled last time round, so its reply has been pushed since
 
     def pulled(*args: Any, **kwargs: Any) -> Any:
+        if replied[0]:
+            replied[0] = False
+            wake.ring()
         run_id = pull(*args, **kwargs)
         if run_id is not None:
-            try:
-                os.write(fd, b"\0")
-            except (BlockingIOError, BrokenPipeError):
-                pass
+            replied[0] = True
+            wake.ring()
         return run_id
 
     pulled.__wrapped__ = pull  # type: ignore[attr-defined]
@@ -177,8 +211,9 @@ def wake_on_pull(fd: int) -> None:
 
 def start_warm_superexec(warm: int, start: str | None = None) -> bool:
     """Make the SuperNode in this process start the warm SuperExec (``warm`` ready ClientApps, made
-    by ``start``: :data:`fedtext.node.warm_exec.WARM_STARTS`, None its default);
-    False, with one line on stderr, where this Flower changed a part it relies on
+    by ``start``: :data:`fedtext.node.warm_exec.WARM_STARTS`, None its default), woken for each
+    message where this Flower's seams for it are as pinned (:func:`wake_superexec`); False, with one
+    line on stderr, where this Flower changed a part the warm processes rely on
     (:func:`fedtext.node.warm_exec.flower_contract_problems`): the node then runs Flower's cold ClientApps."""
     from fedtext.node.warm_exec import flower_contract_problems
 
@@ -189,9 +224,27 @@ def start_warm_superexec(warm: int, start: str | None = None) -> bool:
         return False
     import flwr.supernode.start_client_internal as loop
 
-    read, write = os.pipe()  # not inheritable: only the SuperExec gets the read end (pass_fds), no one the write end
-    wake_on_pull(write)
-    loop.subprocess = WarmSuperExecLauncher(warm, start, read)  # the module's own name for `subprocess`
+    loop.subprocess = WarmSuperExecLauncher(warm, start)  # the module's own name for `subprocess`
+    return True
+
+
+def wake_superexec() -> bool:
+    """Wake the warm SuperExec that :func:`start_warm_superexec` set up for each message (a pipe,
+    :func:`wake_on_pull`); False, with one line on stderr, where this Flower moved the SuperExec's
+    sleep or the SuperNode's pull (:func:`fedtext.node.warm_exec.wake_contract_problems`): the warm
+    SuperExec is then polled every :data:`TASK_POLL_S` as before."""
+    import flwr.supernode.start_client_internal as loop
+
+    from fedtext.node.warm_exec import wake_contract_problems
+
+    problems = wake_contract_problems()
+    if problems or not isinstance(loop.subprocess, WarmSuperExecLauncher):
+        print(f"fedtext: the warm SuperExec is polled, not woken: this Flower changed {'; '.join(problems)}",
+              file=sys.stderr, flush=True)
+        return False
+    wake = Wake()
+    wake_on_pull(wake)
+    loop.subprocess.wake = wake
     return True
 
 
@@ -212,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedtext: --warm-clientapps must be >= 0, got {args.warm_clientapps}", file=sys.stderr)
         return 2
     cap_idle_poll(args.idle_poll_s, args.active_poll_s)
-    woken = bool(args.warm_clientapps) and start_warm_superexec(args.warm_clientapps, args.warm_start)
+    warm = bool(args.warm_clientapps) and start_warm_superexec(args.warm_clientapps, args.warm_start)
+    woken = warm and wake_superexec()
     # inherited by the SuperExec the SuperNode starts
     os.environ.setdefault(TASK_POLL_ENV, str(WOKEN_TASK_POLL_S if woken else TASK_POLL_S))
     from flwr.supernode.cli import flower_supernode

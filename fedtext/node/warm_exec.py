@@ -549,21 +549,7 @@ def flower_contract_problems() -> list[str]:
                 and "entry.is_retrieved" in replies and "_store_error_replies" in inspect.getsource(
                     nodestate.InMemoryNodeState._on_task_tokens_expired))
 
-    def wake() -> bool:
-        import re
-
-        import flwr.supercore.superexec.run_superexec as rs
-        import flwr.supernode.start_client_internal as loop
-
-        return (re.search(r"^import time$", inspect.getsource(rs), re.MULTILINE) is not None
-                and "time.sleep(task_poll_interval)" in inspect.getsource(rs.run_superexec)
-                and "_pull_and_store_message(" in inspect.getsource(loop.start_client_internal)
-                and "state.create_task(" in inspect.getsource(
-                    getattr(loop._pull_and_store_message, "__wrapped__", loop._pull_and_store_message)))
-
     check("the SuperNode's Popen of flower-superexec (flwr/supernode/start_client_internal.py)", supernode)
-    check("the SuperExec's sleep between task polls and the SuperNode's pull that creates a task "
-          "(flwr/supercore/superexec/run_superexec.py, flwr/supernode/start_client_internal.py)", wake)
     check("the SuperExec's get_executor (flwr/supercore/superexec/run_superexec.py)", superexec)
     check("the executor's ExecutionSpec and its parent_pid (flwr/supercore/superexec/executor/types.py)", spec)
     check("--token-stdin of Flower's app arguments (flwr/common/args.py)", token_stdin)
@@ -572,6 +558,30 @@ def flower_contract_problems() -> list[str]:
     check("a task's two starting calls and the expiry's error replies for retrieved messages "
           "(flwr/supernode/runtime/run_clientapp.py, flwr/supernode/nodestate/in_memory_nodestate.py)", expiry)
     return problems
+
+
+def wake_contract_problems() -> list[str]:
+    """What of Flower waking a warm SuperExec relies on has changed (empty: as in Flower 1.42): the
+    SuperExec's loop sleeping ``time.sleep(task_poll_interval)`` on its module's ``time``, and the
+    SuperNode's loop calling its module's ``_pull_and_store_message``, which creates the message's task
+    and returns its run id. A Flower that moved them runs the warm SuperExec polled
+    (:func:`fedtext.node.supernode.wake_superexec`)."""
+    import inspect
+    import re
+
+    try:
+        import flwr.supercore.superexec.run_superexec as rs
+        import flwr.supernode.start_client_internal as loop
+
+        pull = inspect.getsource(getattr(loop._pull_and_store_message, "__wrapped__", loop._pull_and_store_message))
+        ok = (re.search(r"^import time$", inspect.getsource(rs), re.MULTILINE) is not None
+              and "time.sleep(task_poll_interval)" in inspect.getsource(rs.run_superexec)
+              and "run_id = _pull_and_store_message(" in inspect.getsource(loop.start_client_internal)
+              and "state.create_task(" in pull and "return run_id" in pull)
+    except Exception:  # noqa: BLE001 - a missing module or name is a changed contract too
+        ok = False
+    return [] if ok else ["the SuperExec's sleep between task polls or the SuperNode's pull that creates a task "
+                          "(flwr/supercore/superexec/run_superexec.py, flwr/supernode/start_client_internal.py)"]
 
 
 # ------------------------------------------------------------------------------ the SuperExec
@@ -621,8 +631,8 @@ class WakeableSleep:
         if not readable:
             return
         try:
-            data = os.read(self.fd, 4096)
-        except BlockingIOError:  # another reader took it: nothing to drain
+            data = os.read(self.fd, 1)
+        except BlockingIOError:  # no byte after all: a look, as after a wake
             data = b"\0"
         if data:
             self.wakes += 1

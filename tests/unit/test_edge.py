@@ -111,7 +111,8 @@ def test_the_supernode_command_sets_the_superexec_poll_unless_given(monkeypatch)
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # main() hands Flower its own argv
     monkeypatch.setattr(cli, "flower_supernode", lambda: seen.append(os.environ.get(supernode.TASK_POLL_ENV)) or 0)
     monkeypatch.setattr(supernode, "cap_idle_poll", lambda cap, active: seen.append((cap, active)))
-    monkeypatch.delenv(supernode.TASK_POLL_ENV, raising=False)
+    monkeypatch.setenv(supernode.TASK_POLL_ENV, "x")  # so that monkeypatch restores the variable as it was
+    monkeypatch.delenv(supernode.TASK_POLL_ENV)
     assert supernode.main(["--idle-poll-s", "0.3", "--active-poll-s", "0.2", "--insecure"]) == 0
     monkeypatch.setenv(supernode.TASK_POLL_ENV, "2")
     assert supernode.main(["--insecure"]) == 0
@@ -119,11 +120,15 @@ def test_the_supernode_command_sets_the_superexec_poll_unless_given(monkeypatch)
     assert supernode.main(["--idle-poll-s", "0"]) == 2 and supernode.main(["--active-poll-s", "-1"]) == 2
     # a warm SuperExec is woken for each message: its polls fall back to Flower's 1 s; a Flower whose
     # seams moved runs cold, polled every 0.1 s
-    monkeypatch.delenv(supernode.TASK_POLL_ENV)
     monkeypatch.setattr(supernode, "start_warm_superexec", lambda warm, start: True)
-    assert supernode.main(["--warm-clientapps", "2"]) == 0 and seen[-1] == str(supernode.WOKEN_TASK_POLL_S) == "1.0"
+    for woken, poll in ((True, str(supernode.WOKEN_TASK_POLL_S)), (False, "0.1")):  # Flower's wake seams moved: polled
+        monkeypatch.delenv(supernode.TASK_POLL_ENV)
+        monkeypatch.setattr(supernode, "wake_superexec", lambda woken=woken: woken)
+        assert supernode.main(["--warm-clientapps", "2"]) == 0 and seen[-1] == poll
+    assert supernode.WOKEN_TASK_POLL_S == 1.0
     monkeypatch.delenv(supernode.TASK_POLL_ENV)
-    monkeypatch.setattr(supernode, "start_warm_superexec", lambda warm, start: False)
+    monkeypatch.setattr(supernode, "start_warm_superexec", lambda warm, start: False)  # cold: never woken
+    monkeypatch.setattr(supernode, "wake_superexec", lambda: pytest.fail("a cold SuperExec is not woken"))
     assert supernode.main(["--warm-clientapps", "2"]) == 0 and seen[-1] == "0.1"
 
 

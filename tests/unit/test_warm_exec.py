@@ -473,67 +473,99 @@ def test_a_supernode_with_the_pinned_flower_starts_the_warm_superexec(monkeypatc
 
     from fedtext.node import supernode
     monkeypatch.setattr(loop, "subprocess", subprocess)  # restored after the test
-    monkeypatch.setattr(loop, "_pull_and_store_message", loop._pull_and_store_message)
-    started = []
-    monkeypatch.setattr(subprocess, "Popen", lambda args, *a, **k: started.append((args, k)))
-    assert supernode.start_warm_superexec(2) is True
-    fd = loop.subprocess.wake_fd
+    monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kw: 5)  # Flower's pull, a message each time
+    monkeypatch.setattr(warm_exec, "wake_contract_problems", lambda: [])  # the stand-in is not Flower's source
+    started, copies = [], []
+
+    def popen(args, *a, **k):
+        started.append((args, k))
+        copies.extend(os.dup(fd) for fd in k.get("pass_fds", ()))  # what the SuperExec would hold
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    assert supernode.start_warm_superexec(2) is True and loop.subprocess.wake is None
+    assert supernode.wake_superexec() is True
+    wake = loop.subprocess.wake
     loop.subprocess.Popen(["flower-superexec", "--insecure", "--runtime-api-address", "a:1"])
     loop.subprocess.Popen(["something-else"])
+    (read,) = copies
     assert started == [([sys.executable, "-m", "fedtext.node.warm_exec", "superexec", "--warm", "2", "--wake-fd",
-                         str(fd), "--", "--insecure", "--runtime-api-address", "a:1"], {"pass_fds": (fd,)}),
-                       (["something-else"], {})]
-    assert loop.subprocess.wake_fd is None  # the read end went to that SuperExec and is closed here
-    with pytest.raises(OSError):
-        os.fstat(fd)
+                         started[0][0][7], "--", "--insecure", "--runtime-api-address", "a:1"],
+                        {"pass_fds": (int(started[0][0][7]),)}), (["something-else"], {})]
+    with pytest.raises(OSError):  # the read end went to that SuperExec alone and is closed here
+        os.fstat(int(started[0][0][7]))
+    assert loop._pull_and_store_message(state="s") == 5  # the SuperNode's loop pulls a message: the SuperExec wakes
+    os.set_blocking(read, False)
+    assert os.read(read, 10) == b"\0" and wake.rung == 1
+    os.close(read), os.close(wake.fd)
     assert loop.subprocess.DEVNULL == subprocess.DEVNULL  # the rest of the module as it was
 
 
-# ------------------------------------------------------------------ the SuperExec woken by its SuperNode
-def test_a_pulled_message_wakes_the_superexec_and_an_empty_pull_does_not(monkeypatch):
-    """wake_on_pull writes one byte for each message Flower's pull returned a run id for, none for
-    an empty poll; a full pipe (a wake already waits) and a gone SuperExec are not errors."""
+def test_a_flower_that_moved_the_wake_seams_polls_the_warm_superexec(monkeypatch, capsys):
     import flwr.supernode.start_client_internal as loop
 
     from fedtext.node import supernode
-    answers = iter([None, 7, 8, None])
+    monkeypatch.setattr(loop, "subprocess", subprocess)  # restored after the test
+    monkeypatch.setattr(loop, "_pull_and_store_message", loop._pull_and_store_message)
+    assert warm_exec.wake_contract_problems() == []
+    monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kw: None)  # no longer Flower's pull
+    assert len(warm_exec.wake_contract_problems()) == 1
+    assert supernode.start_warm_superexec(2) is True and supernode.wake_superexec() is False
+    assert loop.subprocess.wake is None and loop._pull_and_store_message(state="s") is None  # nothing wrapped
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "polled, not woken" in err
+
+
+# ------------------------------------------------------------------ the SuperExec woken by its SuperNode
+def test_the_superexec_is_woken_for_each_message_and_after_each_reply(monkeypatch):
+    """wake_on_pull rings for each message Flower's pull returned a run id for, again at the next pull (the
+    reply was pushed between them), never for an empty poll; a full pipe, a gone SuperExec or no pipe yet
+    are not errors."""
+    import flwr.supernode.start_client_internal as loop
+
+    from fedtext.node import supernode
+    answers = iter([None, 7, 8, None, None])
     monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kw: next(answers))  # restored after the test
-    read, write = os.pipe()
-    supernode.wake_on_pull(write)
-    supernode.wake_on_pull(write)  # a second call wraps Flower's function, not the first wrapper
-    assert [loop._pull_and_store_message(state="s") for _ in range(4)] == [None, 7, 8, None]
+    wake = supernode.Wake()
+    wake.ring()  # no pipe yet (no SuperExec started): nothing
+    read = wake.pipe()
+    supernode.wake_on_pull(wake)
+    supernode.wake_on_pull(wake)  # a second call wraps Flower's function, not the first wrapper
+    assert [loop._pull_and_store_message(state="s") for _ in range(5)] == [None, 7, 8, None, None]
     os.set_blocking(read, False)
-    assert os.read(read, 100) == b"\0\0"  # two messages, two wakes
-    monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kw: 9)
-    supernode.wake_on_pull(write)
-    for _ in range(70_000):  # past a pipe's 64 KiB: the writes that no longer fit are dropped
-        loop._pull_and_store_message()
+    assert os.read(read, 100) == b"\0" * 4 and wake.rung == 4  # 7, its reply, 8, its reply
+    for _ in range(70_000):  # past a pipe's 64 KiB: the rings that no longer fit are dropped
+        wake.ring()
+    assert 0 < wake.rung - 4 < 70_000
     os.close(read)
-    assert loop._pull_and_store_message() == 9  # no reader: BrokenPipeError swallowed
-    os.close(write)
+    wake.ring()  # no reader: BrokenPipeError swallowed
+    again = wake.pipe()  # a SuperExec started again gets a new pipe; the old write end is closed
+    wake.ring()
+    assert os.read(again, 1) == b"\0"
+    os.close(again), os.close(wake.fd)
 
 
-def test_a_wake_ends_the_superexecs_sleep_at_once_and_its_end_restores_plain_sleeps(monkeypatch):
+def test_a_wake_ends_the_superexecs_sleep_one_look_a_byte_and_its_end_restores_plain_sleeps():
     read, write = os.pipe()
     clock = warm_exec.WakeableSleep(read)
-    t = time.monotonic()
-    clock.sleep(0.2)  # nothing written: the whole sleep
-    assert time.monotonic() - t >= 0.19 and clock.wakes == 0
-    os.write(write, b"\0\0\0")
-    t = time.monotonic()
-    clock.sleep(30)
-    assert time.monotonic() - t < 5 and clock.wakes == 1  # three wakes drained by one look
-    t = time.monotonic()
-    clock.sleep(0.2)
-    assert time.monotonic() - t >= 0.19 and clock.wakes == 1
-    assert clock.monotonic is time.monotonic  # the rest of the module as it was
-    os.close(write)
+    try:
+        t = time.monotonic()
+        clock.sleep(0.2)  # nothing written: the whole sleep
+        assert time.monotonic() - t >= 0.19 and clock.wakes == 0
+        os.write(write, b"\0\0")  # two messages pulled while the loop was busy: two looks at once
+        t = time.monotonic()
+        clock.sleep(30), clock.sleep(30)
+        assert time.monotonic() - t < 5 and clock.wakes == 2
+        t = time.monotonic()
+        clock.sleep(0.2)
+        assert time.monotonic() - t >= 0.19 and clock.wakes == 2
+        assert clock.monotonic is time.monotonic  # the rest of the module as it was
+    finally:
+        os.close(write)
     clock.sleep(30)  # the pipe's end: returns, and closes it
     assert clock.fd is None
-    slept = []
-    monkeypatch.setattr(warm_exec.time, "sleep", slept.append)
-    clock.sleep(1.0)
-    assert slept == [1.0]
+    t = time.monotonic()
+    clock.sleep(0.2)  # Flower's plain sleep from then on
+    assert time.monotonic() - t >= 0.19 and clock.wakes == 2
 
 
 def test_the_warm_superexec_sleeps_on_its_wake_pipe(monkeypatch):
@@ -554,8 +586,10 @@ def test_the_warm_superexec_sleeps_on_its_wake_pipe(monkeypatch):
     monkeypatch.setattr(cli, "flower_superexec", lambda: seen.append((rs.time, os.get_inheritable(read))))
     assert warm_exec.superexec_main(["--warm", "1", "--wake-fd", str(read), "--", "--insecure",
                                      "--runtime-api-address", "a:1"]) == 0
-    (clock, inheritable), = seen
-    assert isinstance(clock, warm_exec.WakeableSleep) and clock.fd == read and inheritable is False
-    assert warm_exec.superexec_main(["--warm", "1", "--", "--runtime-api-address", "a:1"]) == 0
-    assert seen[-1][0] is clock  # no --wake-fd: the module's `time` left as it was
-    os.close(read), os.close(write)
+    try:
+        (clock, inheritable), = seen
+        assert isinstance(clock, warm_exec.WakeableSleep) and clock.fd == read and inheritable is False
+        assert warm_exec.superexec_main(["--warm", "1", "--", "--runtime-api-address", "a:1"]) == 0
+        assert seen[-1][0] is clock  # no --wake-fd: the module's `time` left as it was
+    finally:
+        os.close(read), os.close(write)
