@@ -34,13 +34,16 @@ default, :data:`fedtext.node.warm_exec.WARM_START`) or a new Python (``spawn``).
 The warm SuperExec is also woken rather than polled (:func:`wake_superexec`): the SuperNode
 writes a byte to a pipe whose read end only that SuperExec holds each time it pulled a message
 (Flower's ``_pull_and_store_message``, which creates the message's task) and after it pushed the
-reply, and the SuperExec's sleep between its looks for a task ends at that byte
-(:class:`fedtext.node.warm_exec.WakeableSleep`). Its looks then fall back to Flower's own 1 s
-(:data:`WOKEN_TASK_POLL_S`) instead of 0.1 s. Why:
+reply, and the SuperExec's sleep between its looks for a task ends at a message's byte (a
+reply's has its pool tidied: :class:`fedtext.node.warm_exec.WakeableSleep`). Its looks between
+messages then come every :data:`WOKEN_TASK_POLL_S` s instead of 0.1 s. Why:
 ten polls a second of each SuperExec, each one a request its SuperNode serves, took 0.25 of the
 2 cores on T1's ten SuperNodes (measured 2026-11-30 by sampling every process's CPU through a
 round: docs/performance.md), CPU a round's fits then lacked; a woken SuperExec starts a task
-without even the 0.05 s a 0.1 s poll waits on average.
+without even the 0.05 s a 0.1 s poll waits on average. And a look must not come while a message
+is half pulled: Flower's SuperNode creates the task before it pulls the message's objects, and a
+ClientApp started then finds them missing and backs off 1 s (the SuperNode's log then shows the
+task handed out before "Received successfully"); woken only once the pull returned, it does not.
 """
 
 from __future__ import annotations
@@ -63,10 +66,12 @@ IDLE_SLEEP_S = 3.0  # Flower's idle sleep, the one IDLE_POLL_S caps (tests/unit/
 LOCAL_WAIT_S = 0.05  # the loop's waits on its own state (Flower: 0.5 s), a local read, not a request
 TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own switch (flwr/supercore/superexec/run_superexec.py)
 TASK_POLL_S = 0.1  # seconds between the SuperExec's looks for a message to start a ClientApp for (Flower: 1)
-# the same for a warm SuperExec, which its SuperNode wakes for each message it pulled and each reply it pushed: a
-# look between wakes only reaps and refills its pool, or finds a task made some other way (the Runtime API's
-# create-task, which fedtext's ClientApps do not call), 0.5 s late on average
-WOKEN_TASK_POLL_S = 1.0
+# the same for a warm SuperExec, which its SuperNode wakes for each message it pulled (and has its pool tidied after
+# each reply it pushed): a look between wakes finds only a task made some other way (the Runtime API's create-task,
+# which fedtext's ClientApps do not call), 2.5 s late on average, or nothing; and each look may land while a message
+# is half pulled (its task made, its objects not yet there), which costs that ClientApp Flower's 1 s backoff, so
+# they are few (fedtext.node.warm_exec.WakeableSleep)
+WOKEN_TASK_POLL_S = 5.0
 
 
 class CappedSleep:
@@ -147,11 +152,12 @@ class Wake:
         self.fd = write
         return read
 
-    def ring(self) -> None:
+    def ring(self, byte: bytes) -> None:
+        """Write ``byte`` (:data:`fedtext.node.warm_exec.MESSAGE` or ``REPLIED``), or nothing before any pipe."""
         if self.fd is None:
             return
         try:
-            os.write(self.fd, b"\0")
+            os.write(self.fd, byte)
             self.rung += 1
         except OSError:  # full: wakes wait already; no reader: no SuperExec to wake; a wake never ends the node
             pass
@@ -185,12 +191,17 @@ class WarmSuperExecLauncher:
 
 
 def wake_on_pull(wake: Wake) -> None:
-    """Ring ``wake`` after each message the SuperNode in this process pulled from the SuperLink
-    (Flower's ``_pull_and_store_message`` returned its run id: the message is stored and its task
-    created, unless its FAB failed verification, a harmless extra look), and again at the loop's
-    next pull, which comes right after it pushed that message's reply: the SuperExec then reaps
-    the task's process and readies another while the round aggregates, not beside the next task."""
+    """Ring ``wake`` with :data:`~fedtext.node.warm_exec.MESSAGE` after each message the SuperNode in
+    this process pulled from the SuperLink (Flower's ``_pull_and_store_message`` returned its run id:
+    the message and all its objects are stored and its task created, unless its FAB failed
+    verification, a harmless extra look), and with :data:`~fedtext.node.warm_exec.REPLIED` at the
+    loop's next pull, which comes right after it pushed that message's reply: the SuperExec then
+    reaps the task's process and readies another while the round aggregates, not beside the next
+    task, and without looking for a task while the next message may be half pulled
+    (:class:`fedtext.node.warm_exec.WakeableSleep`)."""
     import flwr.supernode.start_client_internal as loop
+
+    from fedtext.node.warm_exec import MESSAGE, REPLIED
 
     pull = getattr(loop._pull_and_store_message, "__wrapped__", loop._pull_and_store_message)  # Flower's, wrapped once
     replied = [False]  # a message was pulled last time round, so its reply has been pushed since
@@ -198,11 +209,11 @@ def wake_on_pull(wake: Wake) -> None:
     def pulled(*args: Any, **kwargs: Any) -> Any:
         if replied[0]:
             replied[0] = False
-            wake.ring()
+            wake.ring(REPLIED)
         run_id = pull(*args, **kwargs)
         if run_id is not None:
             replied[0] = True
-            wake.ring()
+            wake.ring(MESSAGE)
         return run_id
 
     pulled.__wrapped__ = pull  # type: ignore[attr-defined]

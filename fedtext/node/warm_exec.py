@@ -105,6 +105,8 @@ from flwr.supercore.constant import ExecutorType, TaskType
 from flwr.supercore.superexec.executor.subprocess_executor import SubprocessExecutor
 from flwr.supercore.superexec.executor.types import ExecutionSpec, LaunchResult
 
+MESSAGE, REPLIED = b"\0", b"\1"  # wake bytes (WakeableSleep): a message pulled whole; a reply pushed
+TIDY_S = 0.05  # seconds between tidies while a handed process exits after its reply (WakeableSleep)
 MAX_EARLY_EXITS = 3  # workers that exit before any token, in a row, before the pool is switched off
 STOP_GRACE_S = 5.0  # seconds an idle worker gets to exit on SIGTERM before SIGKILL
 # What fedtext's ClientApp shim (fedtext.client_app and the fedtext modules it imports) imports from outside
@@ -417,6 +419,12 @@ class WarmClientAppExecutor(SubprocessExecutor):
         self._fill()
         return result
 
+    def tidy(self) -> bool:
+        """Between tasks, told by the SuperNode that a reply was pushed (:class:`WakeableSleep`):
+        :meth:`reconcile`; True while a handed process is still running (exiting after its reply)."""
+        self.reconcile()
+        return bool(self._busy)
+
     def reconcile(self) -> None:
         """Between Flower's task polls: reap, replace ready processes that died, and top the pool up
         once the tasks handed out are done."""
@@ -596,14 +604,18 @@ def superexec_args(argv: list[str]) -> argparse.Namespace:
     return ap.parse_known_args(argv)[0]
 
 
-def executor_factory(size: int, key: WorkerKey, start: str = WARM_START) -> Any:
+def executor_factory(size: int, key: WorkerKey, start: str = WARM_START,
+                     made: Callable[[WarmClientAppExecutor], None] | None = None) -> Any:
     """Flower's ``get_executor`` with the subprocess type answered by a warm pool of ``size``
-    whose processes are made by ``start`` (:data:`WARM_STARTS`)."""
+    whose processes are made by ``start`` (:data:`WARM_STARTS`), handed to ``made`` when made."""
     from flwr.supercore.superexec.executor import factory
 
     def get_executor(executor_type: ExecutorType, executor_config: Any = None, **kwargs: Any) -> Any:
         if executor_type == ExecutorType.SUBPROCESS:
-            return WarmClientAppExecutor(size, key, start=start)
+            pool = WarmClientAppExecutor(size, key, start=start)
+            if made is not None:
+                made(pool)
+            return pool
         return factory.get_executor(executor_type, executor_config, **kwargs)
 
     return get_executor
@@ -611,14 +623,31 @@ def executor_factory(size: int, key: WorkerKey, start: str = WARM_START) -> Any:
 
 class WakeableSleep:
     """The ``time`` module as Flower's SuperExec loop sees it: its sleep between looks for a task
-    (``time.sleep(task_poll_interval)`` in ``run_superexec``) ends as soon as the wake pipe ``fd``
-    can be read, each byte there one message its SuperNode pulled (:func:`fedtext.node.supernode.wake_on_pull`),
-    and the bytes are drained: the loop then looks once for every wake, at once. At the pipe's end
-    (its SuperNode gone) the sleeps are Flower's plain ones again; the parent monitor ends this process."""
+    (``time.sleep(task_poll_interval)`` in ``run_superexec``) is a wait on the wake pipe ``fd``, whose
+    bytes its SuperNode writes (:func:`fedtext.node.supernode.wake_on_pull`):
 
-    def __init__(self, fd: int | None) -> None:
+    * :data:`MESSAGE`, a message pulled and stored whole: the sleep ends and the loop looks for its
+      task at once. One byte a sleep: Flower's look claims one task, so two messages pulled while
+      the loop was busy get two looks, not one and then a full sleep.
+    * :data:`REPLIED`, a reply pushed: ``tidy`` reaps the task's process and readies another
+      (:meth:`WarmClientAppExecutor.tidy`), again every :data:`TIDY_S` while the process is still
+      exiting, and the sleep goes on. It does not look for a task: Flower's SuperNode creates a task
+      before it has pulled the message's objects, and a ClientApp that starts then finds them
+      missing and backs off 1 s, then 2 s (``pull_objects``' ``PULL_INITIAL_BACKOFF``): the start-ups
+      of 1-3.6 s a round that a look at the wrong moment cost (measured on the demo, 2026-11-30).
+
+    The sleep's full length passes with no byte only between messages (a look then finds a task made
+    some other way, or nothing). At the pipe's end (its SuperNode gone) the sleeps are Flower's plain
+    ones again; the parent monitor ends this process.
+    """
+
+    def __init__(self, fd: int | None, tidy: Callable[[], bool] | None = None) -> None:
         self.fd = fd
-        self.wakes = 0  # sleeps a wake ended early
+        self.tidy = tidy or (lambda: False)
+        self.wakes = 0  # sleeps a message ended early
+        self.replies = 0  # replies the SuperNode pushed
+        if fd is not None:
+            os.set_blocking(fd, False)  # a byte select saw is read without waiting, or not at all
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
@@ -627,18 +656,29 @@ class WakeableSleep:
         if self.fd is None:
             time.sleep(seconds)
             return
-        readable, _, _ = select.select([self.fd], [], [], seconds)
-        if not readable:
-            return
-        try:
-            data = os.read(self.fd, 1)
-        except BlockingIOError:  # no byte after all: a look, as after a wake
-            data = b"\0"
-        if data:
+        deadline = time.monotonic() + seconds
+        tidying = False  # a handed process is still exiting: tidy again in TIDY_S
+        while (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([self.fd], [], [], min(left, TIDY_S) if tidying else left)
+            if not readable:
+                if not tidying:
+                    return
+                tidying = self.tidy()
+                continue
+            try:
+                byte = os.read(self.fd, 1)
+            except BlockingIOError:  # no byte after all
+                continue
+            if not byte:  # the pipe's end
+                os.close(self.fd)
+                self.fd = None
+                return
+            if byte == REPLIED:
+                self.replies += 1
+                tidying = self.tidy()
+                continue
             self.wakes += 1
             return
-        os.close(self.fd)
-        self.fd = None
 
 
 def superexec_main(argv: list[str]) -> int:
@@ -650,8 +690,8 @@ def superexec_main(argv: list[str]) -> int:
                     help=f"how a ready process is made (default {WARM_START}; fork: from a fork server that "
                          "imported Flower once)")
     ap.add_argument("--wake-fd", type=int, default=None,
-                    help="an inherited pipe whose bytes end the sleep between task polls (its SuperNode pulled a "
-                         "message: fedtext.node.supernode)")
+                    help="an inherited pipe its SuperNode writes to: a message pulled ends the sleep between task "
+                         "polls, a reply pushed has the pool tidied (WakeableSleep; fedtext.node.supernode)")
     ap.add_argument("superexec", nargs=argparse.REMAINDER, help="-- and flower-superexec's arguments")
     args = ap.parse_args(argv)
     rest = args.superexec[1:] if args.superexec[:1] == ["--"] else args.superexec
@@ -667,10 +707,12 @@ def superexec_main(argv: list[str]) -> int:
     import flwr.supercore.superexec.run_superexec as run_superexec
     from flwr.supercore.cli.flower_superexec import flower_superexec
 
-    run_superexec.get_executor = executor_factory(args.warm, key, args.start)  # the module's own name, read per call
+    pools: list[WarmClientAppExecutor] = []
+    run_superexec.get_executor = executor_factory(args.warm, key, args.start, pools.append)  # the module's own name
     if args.wake_fd is not None:
         os.set_inheritable(args.wake_fd, False)  # not for the ClientApp processes it starts
-        run_superexec.time = WakeableSleep(args.wake_fd)  # the module's own name for `time`; nothing else changes
+        # the module's own name for `time`; nothing else changes
+        run_superexec.time = WakeableSleep(args.wake_fd, lambda: pools[-1].tidy() if pools else False)
     sys.argv = ["flower-superexec", *rest]
     flower_superexec()
     return 0

@@ -125,7 +125,7 @@ def test_the_supernode_command_sets_the_superexec_poll_unless_given(monkeypatch)
         monkeypatch.delenv(supernode.TASK_POLL_ENV)
         monkeypatch.setattr(supernode, "wake_superexec", lambda woken=woken: woken)
         assert supernode.main(["--warm-clientapps", "2"]) == 0 and seen[-1] == poll
-    assert supernode.WOKEN_TASK_POLL_S == 1.0
+    assert supernode.WOKEN_TASK_POLL_S == 5.0
     monkeypatch.delenv(supernode.TASK_POLL_ENV)
     monkeypatch.setattr(supernode, "start_warm_superexec", lambda warm, start: False)  # cold: never woken
     monkeypatch.setattr(supernode, "wake_superexec", lambda: pytest.fail("a cold SuperExec is not woken"))

@@ -495,7 +495,7 @@ def test_a_supernode_with_the_pinned_flower_starts_the_warm_superexec(monkeypatc
         os.fstat(int(started[0][0][7]))
     assert loop._pull_and_store_message(state="s") == 5  # the SuperNode's loop pulls a message: the SuperExec wakes
     os.set_blocking(read, False)
-    assert os.read(read, 10) == b"\0" and wake.rung == 1
+    assert os.read(read, 10) == warm_exec.MESSAGE and wake.rung == 1
     os.close(read), os.close(wake.fd)
     assert loop.subprocess.DEVNULL == subprocess.DEVNULL  # the rest of the module as it was
 
@@ -525,33 +525,36 @@ def test_the_superexec_is_woken_for_each_message_and_after_each_reply(monkeypatc
     from fedtext.node import supernode
     answers = iter([None, 7, 8, None, None])
     monkeypatch.setattr(loop, "_pull_and_store_message", lambda **kw: next(answers))  # restored after the test
+    message, replied = warm_exec.MESSAGE, warm_exec.REPLIED
+    assert message != replied
     wake = supernode.Wake()
-    wake.ring()  # no pipe yet (no SuperExec started): nothing
+    wake.ring(message)  # no pipe yet (no SuperExec started): nothing
     read = wake.pipe()
     supernode.wake_on_pull(wake)
     supernode.wake_on_pull(wake)  # a second call wraps Flower's function, not the first wrapper
     assert [loop._pull_and_store_message(state="s") for _ in range(5)] == [None, 7, 8, None, None]
     os.set_blocking(read, False)
-    assert os.read(read, 100) == b"\0" * 4 and wake.rung == 4  # 7, its reply, 8, its reply
+    # 7; its reply pushed (the next pull) and 8 pulled; 8's reply pushed; nothing for the empty polls
+    assert os.read(read, 100) == message + replied + message + replied and wake.rung == 4
     for _ in range(70_000):  # past a pipe's 64 KiB: the rings that no longer fit are dropped
-        wake.ring()
+        wake.ring(message)
     assert 0 < wake.rung - 4 < 70_000
     os.close(read)
-    wake.ring()  # no reader: BrokenPipeError swallowed
+    wake.ring(message)  # no reader: BrokenPipeError swallowed
     again = wake.pipe()  # a SuperExec started again gets a new pipe; the old write end is closed
-    wake.ring()
-    assert os.read(again, 1) == b"\0"
+    wake.ring(replied)
+    assert os.read(again, 1) == replied
     os.close(again), os.close(wake.fd)
 
 
-def test_a_wake_ends_the_superexecs_sleep_one_look_a_byte_and_its_end_restores_plain_sleeps():
+def test_a_message_ends_the_superexecs_sleep_one_look_a_byte_and_its_end_restores_plain_sleeps():
     read, write = os.pipe()
     clock = warm_exec.WakeableSleep(read)
     try:
         t = time.monotonic()
         clock.sleep(0.2)  # nothing written: the whole sleep
         assert time.monotonic() - t >= 0.19 and clock.wakes == 0
-        os.write(write, b"\0\0")  # two messages pulled while the loop was busy: two looks at once
+        os.write(write, warm_exec.MESSAGE * 2)  # two messages pulled while the loop was busy: two looks at once
         t = time.monotonic()
         clock.sleep(30), clock.sleep(30)
         assert time.monotonic() - t < 5 and clock.wakes == 2
@@ -566,6 +569,41 @@ def test_a_wake_ends_the_superexecs_sleep_one_look_a_byte_and_its_end_restores_p
     t = time.monotonic()
     clock.sleep(0.2)  # Flower's plain sleep from then on
     assert time.monotonic() - t >= 0.19 and clock.wakes == 2
+
+
+def test_a_reply_has_the_pool_tidied_until_its_process_exited_and_the_sleep_goes_on():
+    """REPLIED never ends the sleep (a look then could find the next message half pulled); it tidies the
+    pool, again every TIDY_S while the handed process is still exiting, and a MESSAGE after it ends the sleep."""
+    read, write = os.pipe()
+    busy = [3]  # the handed process exits on the third tidy
+
+    def tidy():
+        busy[0] -= 1
+        return busy[0] > 0
+
+    clock = warm_exec.WakeableSleep(read, tidy)
+    try:
+        os.write(write, warm_exec.REPLIED)
+        t = time.monotonic()
+        clock.sleep(0.5)
+        assert time.monotonic() - t >= 0.49 and busy == [0] and (clock.replies, clock.wakes) == (1, 0)
+        os.write(write, warm_exec.REPLIED + warm_exec.MESSAGE)
+        t = time.monotonic()
+        clock.sleep(30)
+        assert time.monotonic() - t < 5 and busy == [-1] and (clock.replies, clock.wakes) == (2, 1)
+    finally:
+        os.close(read), os.close(write)
+
+
+def test_tidy_reconciles_and_says_whether_a_handed_process_still_runs(tmp_path, cold):
+    pool = _spawned(1, command=stand_in(tmp_path))
+    try:
+        assert pool.launch(spec()) == LaunchResult.accepted() and pool._busy
+        handed = pool._busy[0]
+        handed.wait(timeout=30)
+        assert pool.tidy() is False and not pool._busy and len(pool._ready) == 1  # reaped, and another made ready
+    finally:
+        pool.close()
 
 
 def test_the_warm_superexec_sleeps_on_its_wake_pipe(monkeypatch):
@@ -589,6 +627,13 @@ def test_the_warm_superexec_sleeps_on_its_wake_pipe(monkeypatch):
     try:
         (clock, inheritable), = seen
         assert isinstance(clock, warm_exec.WakeableSleep) and clock.fd == read and inheritable is False
+        assert clock.tidy() is False  # no pool made yet (Flower makes it in run_superexec)
+        import flwr.supercore.constant as const
+
+        monkeypatch.setattr(WarmClientAppExecutor, "_fill", lambda self: None)  # no processes here
+        monkeypatch.setattr(WarmClientAppExecutor, "tidy", lambda self: "the pool's")
+        rs.get_executor(const.ExecutorType.SUBPROCESS, None)  # as run_superexec makes it
+        assert clock.tidy() == "the pool's"
         assert warm_exec.superexec_main(["--warm", "1", "--", "--runtime-api-address", "a:1"]) == 0
         assert seen[-1][0] is clock  # no --wake-fd: the module's `time` left as it was
     finally:
