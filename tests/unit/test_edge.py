@@ -118,8 +118,8 @@ def test_the_supernode_command_sets_the_superexec_poll_unless_given(monkeypatch)
     assert supernode.main(["--insecure"]) == 0
     assert seen == [(0.3, 0.2), "0.1", (supernode.IDLE_POLL_S, supernode.ACTIVE_POLL_S), "2"]
     assert supernode.main(["--idle-poll-s", "0"]) == 2 and supernode.main(["--active-poll-s", "-1"]) == 2
-    # a warm SuperExec is woken for each message: its polls fall back to Flower's 1 s; a Flower whose
-    # seams moved runs cold, polled every 0.1 s
+    # a warm SuperExec is woken for each message: its looks between messages come every WOKEN_TASK_POLL_S; one
+    # on a Flower whose wake seams moved stays warm, polled every 0.1 s, as a cold one is
     monkeypatch.setattr(supernode, "start_warm_superexec", lambda warm, start: True)
     for woken, poll in ((True, str(supernode.WOKEN_TASK_POLL_S)), (False, "0.1")):  # Flower's wake seams moved: polled
         monkeypatch.delenv(supernode.TASK_POLL_ENV)

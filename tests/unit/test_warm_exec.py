@@ -596,14 +596,36 @@ def test_a_reply_has_the_pool_tidied_until_its_process_exited_and_the_sleep_goes
 
 
 def test_tidy_reconciles_and_says_whether_a_handed_process_still_runs(tmp_path, cold):
-    pool = _spawned(1, command=stand_in(tmp_path))
+    """While the handed process runs, tidy says so and the pool keeps one ready; once it exited, tidy
+    reaps it, says so, and tops the pool up to its size."""
+    gate = tmp_path / "go"
+    code = ("import os, sys, time; sys.stdin.buffer.read(); "
+            f"[time.sleep(0.02) for _ in iter(lambda: os.path.exists({str(gate)!r}), True)]")
+    pool = _spawned(2, command=[sys.executable, "-c", code])
     try:
-        assert pool.launch(spec()) == LaunchResult.accepted() and pool._busy
-        handed = pool._busy[0]
-        handed.wait(timeout=30)
-        assert pool.tidy() is False and not pool._busy and len(pool._ready) == 1  # reaped, and another made ready
+        assert pool.launch(spec()) == LaunchResult.accepted()
+        assert pool.tidy() is True and len(pool._busy) == 1 and len(pool._ready) == 1
+        gate.touch()
+        pool._busy[0].wait(timeout=30)
+        assert pool.tidy() is False and not pool._busy and len(pool._ready) == 2
     finally:
+        gate.touch()
         pool.close()
+
+
+def test_a_sleep_that_keeps_tidying_ends_at_its_deadline_tidying_every_tidy_s():
+    read, write = os.pipe()
+    calls = []
+    clock = warm_exec.WakeableSleep(read, lambda: calls.append(time.monotonic()) or True)  # never done exiting
+    try:
+        os.write(write, warm_exec.REPLIED)
+        t = time.monotonic()
+        clock.sleep(0.3)
+        took = time.monotonic() - t
+        assert 0.29 <= took < 1.0 and 3 <= len(calls) <= 0.3 / warm_exec.TIDY_S + 2
+        assert min(b - a for a, b in zip(calls, calls[1:])) >= warm_exec.TIDY_S * 0.8
+    finally:
+        os.close(read), os.close(write)
 
 
 def test_the_warm_superexec_sleeps_on_its_wake_pipe(monkeypatch):
