@@ -17,8 +17,9 @@ reply, an object's bytes: ~0.25 s on every message) at :data:`LOCAL_WAIT_S`. ``-
 Its SuperExec (the process that starts a ClientApp for each message the SuperNode received)
 looks for new messages once a second by default: ~0.5 s more before every message. Flower has
 a switch for that one, the environment variable ``FLWR_SUPEREXEC_TASK_POLL_INTERVAL``; this
-module sets it to :data:`TASK_POLL_S` where it is not set (the SuperExec asks its own
-SuperNode on this device, not the SuperLink). ``python -m fedtext.node.service``
+module sets it, where it is not set, to :data:`TASK_POLL_S` for Flower's own SuperExec and to
+:data:`WOKEN_TASK_POLL_S` for a warm one it wakes (below; the SuperExec asks its own SuperNode on
+this device, not the SuperLink). ``python -m fedtext.node.service``
 starts the SuperNode through here (docs/deployment.md; tests/unit/test_node_service.py
 checks that Flower's loop still sleeps 3 s where this caps it).
 
@@ -37,14 +38,15 @@ writes a byte to a pipe whose read end only that SuperExec holds each time it pu
 reply, and the SuperExec's sleep between its looks for a task ends at a message's byte (a
 reply's has its pool tidied: :class:`fedtext.node.warm_exec.WakeableSleep`). Its looks between
 messages then come every :data:`WOKEN_TASK_POLL_S` s instead of 0.1 s. Why:
-ten polls a second of each SuperExec, each one a request its SuperNode serves, took 0.25 of the
-2 cores on T1's ten SuperNodes (measured 2026-11-30 by sampling every process's CPU through a
+ten polls a second of each SuperExec, each one a request its SuperNode serves, took about a
+third of a core on T1's ten SuperNodes (measured 2026-11-30 by sampling every process's CPU through a
 round: docs/performance.md), CPU a round's fits then lacked; a woken SuperExec starts a task
 without even the 0.05 s a 0.1 s poll waits on average. And a look must not come while a message
 is half pulled: Flower's SuperNode creates the task before it pulls the message's objects, and a
 ClientApp started then finds them missing and backs off 1 s (read in Flower's code: a look at
-each pushed reply, tried first, gave one round of each demo method start-ups of 1.3-3.6 s); woken
-only once the pull returned, it does not.
+each pushed reply and every 1 s, tried first, gave one round of each demo method start-ups of
+1.3-3.6 s); woken only once the pull returned, only its looks every :data:`WOKEN_TASK_POLL_S` s
+between messages can, rarely.
 """
 
 from __future__ import annotations
@@ -250,9 +252,10 @@ def wake_superexec() -> bool:
     from fedtext.node.warm_exec import wake_contract_problems
 
     problems = wake_contract_problems()
-    if problems or not isinstance(loop.subprocess, WarmSuperExecLauncher):
-        print(f"fedtext: the warm SuperExec is polled, not woken: this Flower changed {'; '.join(problems)}",
-              file=sys.stderr, flush=True)
+    if not isinstance(loop.subprocess, WarmSuperExecLauncher):
+        problems.append("no warm SuperExec to wake (start_warm_superexec did not set one up)")
+    if problems:
+        print(f"fedtext: the warm SuperExec is polled, not woken: {'; '.join(problems)}", file=sys.stderr, flush=True)
         return False
     wake = Wake()
     wake_on_pull(wake)

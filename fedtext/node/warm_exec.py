@@ -72,7 +72,7 @@ Flower's own ``CLIENT_APP_CRASHED`` error reply for every *retrieved*, unanswere
 (STARTING -> RUNNING) and then ``PullMessages`` (the message marked retrieved): a process killed
 between them leaves a RUNNING task whose message nobody pulled, which expires with no reply while the
 message waits for a task that will never come, and the run hangs until its timeout (read in Flower's
-code: the hang seen 3 times in 3 on 2026-11-29, issue 68). So the pool, between Flower's polls, finishes what the dead process started
+code: the hang seen 3 times in 3 on 2026-11-29, issue 68). So the pool, at its next look or tidy (within 5 s when woken: :class:`WakeableSleep`), finishes what the dead process started
 with its token (:func:`fail_killed_task`): ``PullTaskInput`` (a task still STARTING becomes RUNNING;
 one already RUNNING refuses, harmlessly) and ``PullMessages`` (the message, if still waiting, is
 marked retrieved). Every case is then Flower's own: the claim expires and the error reply reaches
@@ -588,8 +588,9 @@ def wake_contract_problems() -> list[str]:
               and "state.create_task(" in pull and "return run_id" in pull)
     except Exception:  # noqa: BLE001 - a missing module or name is a changed contract too
         ok = False
-    return [] if ok else ["the SuperExec's sleep between task polls or the SuperNode's pull that creates a task "
-                          "(flwr/supercore/superexec/run_superexec.py, flwr/supernode/start_client_internal.py)"]
+    return [] if ok else ["this Flower changed the SuperExec's sleep between task polls or the SuperNode's pull that "
+                          "creates a task (flwr/supercore/superexec/run_superexec.py, "
+                          "flwr/supernode/start_client_internal.py)"]
 
 
 # ------------------------------------------------------------------------------ the SuperExec
@@ -634,7 +635,7 @@ class WakeableSleep:
       exiting, and the sleep goes on. It does not look for a task: Flower's SuperNode creates a task
       before it has pulled the message's objects, and a ClientApp that starts then finds them
       missing and backs off 1 s, then 2 s (``pull_objects``' ``PULL_INITIAL_BACKOFF``): the start-ups
-      of 1-3.6 s a round that a look at the wrong moment cost (measured on the demo, 2026-11-30).
+      of 1.3-3.6 s a round that looks at the wrong moment cost (measured on the demo, 2026-11-30).
 
     The sleep's full length passes with no byte only between messages (a look then finds a task made
     some other way, or nothing). At the pipe's end (its SuperNode gone) the sleeps are Flower's plain
