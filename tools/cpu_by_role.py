@@ -31,6 +31,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from fedtext.records.probes import proc_stat_fields
+
 # a process's role: the first of these whose text its command line holds (order matters: the node service's
 # supervisor's command line holds flower-supernode too). A forked warm ClientApp keeps its fork server's command
 # line (multiprocessing's forkserver), so the two share a role
@@ -57,11 +59,10 @@ def snapshot() -> Snapshot:
         if not pid.isdigit():
             continue
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
+            fields = proc_stat_fields(pid)
             command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:  # ended since listed
+        except (OSError, ValueError):  # ended since listed
             continue
-        fields = stat[stat.rfind(")") + 2:].split()  # after the command name, which may hold spaces
         procs[int(pid)] = ((int(fields[11]) + int(fields[12])) / TICK, command)
     return time.time(), procs
 

@@ -24,13 +24,20 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
+def proc_stat_fields(pid: int | str = "self") -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name (which may hold spaces and
+    parentheses): index 0 is the state (field 3), 11 and 12 user and system ticks (fields 14,
+    15), 19 the start time (field 22). Raises OSError where it cannot be read."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2:].split()
+
+
 def process_start_time(pid: int | str = "self") -> float:
     """When process ``pid`` started, in epoch seconds: ``/proc/<pid>/stat``'s start time (clock
     ticks after boot) plus the boot time (``/proc/stat``'s ``btime``). Where ``/proc`` lacks
     them, now (a start-up interval then begins at the first line of Python that asks)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        ticks = int(stat[stat.rindex(")") + 2:].split()[19])  # field 22; the name may hold spaces
+        ticks = int(proc_stat_fields(pid)[19])  # field 22
         btime = next(int(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
                      if line.startswith("btime "))
         return btime + ticks / os.sysconf("SC_CLK_TCK")
