@@ -11,12 +11,13 @@ at most ~10 asks a second (one ask names every message still waiting), small req
 SuperLink's ServerAppIo API, which listens on the server's own machine, not through the fleet proxy.
 It also unpacks every reply it pulls and packs what it pushes to a node whose replies say it
 unpacks (:mod:`fedtext.common.packing`: a payload of many small arrays travels as one object,
-not one request per array on every hop; fedtext's ClientApp marks its replies). Everything else
-is Flower's grid itself.
+not one request per array on every hop; fedtext's ClientApp marks its replies). It pushes one
+call at a time (:meth:`ReplyPollingGrid.push_messages`). Everything else is Flower's grid itself.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 
@@ -39,6 +40,7 @@ class ReplyPollingGrid(Grid):
     def __init__(self, grid: Grid, cap_s: float = REPLY_POLL_S) -> None:
         self.grid, self.cap_s = grid, cap_s
         self.unpackers: set[int] = set()  # node ids whose replies carried packing's mark
+        self._push_lock = threading.Lock()  # one push at a time: push_messages says why
 
     @property
     def run(self):
@@ -57,12 +59,29 @@ class ReplyPollingGrid(Grid):
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """Flower's push, the content of each message to a node that unpacks packed first
         (:func:`fedtext.common.packing.pack`; the caller's message is changed in place, its content
-        replaced; one that arrives packed already is pushed as it is)."""
+        replaced; one that arrives packed already is pushed as it is), one call at a time.
+
+        Why one at a time. Flower's compat ``Server`` sends each client's message from its own
+        thread, so a round's messages, whose content is the same object tree (the global model and
+        config; only the metadata differs), are pushed in overlapping push sessions. Flower 1.42's
+        SuperLink preregisters the tree in each session and lists every object not yet *available*
+        as that session's to push: two overlapping sessions both list the whole content. Once the
+        first has pushed it, the nodes can pull and confirm both messages, which deletes the
+        content, and the second session's later pushes of the same objects are refused
+        (``store_object``: "not pre-registered"); Flower's grid raises ``ObjectPushError``, and the
+        compat proxy reports that client as failed although its message was delivered and answered
+        (CI, 2026-11-30: "evaluate failed: Failed to push object ... The push session may have
+        expired or been replaced", in tests/system/test_deploy.py and test_adversarial.py, once
+        SuperNodes began pulling within milliseconds). Pushed one after another, a push finds
+        the content available and lists only its own message's root: nothing is left to refuse, and
+        the content is sent once a round instead of once per overlapping thread.
+        tests/unit/test_edge.py replays both orders on Flower's own LinkState."""
         messages = list(messages)
         for m in messages:
             if m.metadata.dst_node_id in self.unpackers and m.has_content() and LAYOUT_KEY not in m.content:
                 m.content = pack(m.content)
-        return self.grid.push_messages(messages)
+        with self._push_lock:
+            return self.grid.push_messages(messages)
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:
         """Flower's pull, each reply's content unpacked (:func:`fedtext.common.packing.unpack`);

@@ -86,6 +86,90 @@ def test_the_wrapper_is_a_flower_grid_that_delegates_the_rest():
     assert calls[-1] == ("create_message", ("c", "train", 3, "1", None))
 
 
+def test_pushes_from_several_threads_go_one_at_a_time():
+    """Flower's compat Server pushes each client's message from its own thread: the grid lets one
+    push run at a time (ReplyPollingGrid.push_messages says why; the next test shows it on Flower)."""
+    import threading
+    import time
+
+    running, most, lock = [0], [0], threading.Lock()
+
+    class Inner:
+        def push_messages(self, messages):
+            with lock:
+                running[0] += 1
+                most[0] = max(most[0], running[0])
+            time.sleep(0.05)  # a push over HTTP: the other threads arrive meanwhile
+            with lock:
+                running[0] -= 1
+            return [m.name for m in messages]
+
+    g = grid_mod.ReplyPollingGrid(Inner())
+    start = threading.Barrier(4)
+    got = []
+
+    def push(i):
+        start.wait()
+        got.append(g.push_messages([bare(f"m{i}")]))
+
+    threads = [threading.Thread(target=push, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1 and sorted(got) == [["m0"], ["m1"], ["m2"], ["m3"]]
+
+
+def test_flowers_linkstate_refuses_content_pushed_again_after_both_messages_were_consumed(monkeypatch):
+    """Why the pushes are one at a time, replayed on Flower's own SuperLink state: two messages with one
+    content, pushed in overlapping sessions, both list the whole content to push; once the first has
+    pushed it and the nodes consumed both messages, the second session's pushes are refused (the
+    ObjectPushError CI saw). Pushed one after another, the second lists only its root and loses nothing.
+    A Flower that stops refusing fails the first assert: the grid's lock then only saves the second push."""
+    import numpy as np
+    from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
+    from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+    from flwr.superlink.federation.noop_federation_manager import NoOpFederationManager
+    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree
+    from flwr.supercore.object_store.in_memory_object_store import InMemoryObjectStore
+    from flwr.supercore.task_identity import TaskIdentity
+
+    run_id = 7
+    for key, value in (("_run_id", run_id), ("_node_id", 0), ("_task_id", 1)):  # what a ServerApp task has set
+        monkeypatch.setattr(TaskIdentity, key, value)
+
+    def replay(one_at_a_time: bool) -> tuple[int, int]:
+        state = InMemoryLinkState(NoOpFederationManager(), InMemoryObjectStore())
+        content = {"p": ArrayRecord({"w": Array(np.arange(4.0))}), "c": ConfigRecord({"lr": 0.1})}
+        sent = [Message(RecordDict(dict(content)), dst_node_id=n, message_type="evaluate", group_id="1")
+                for n in (1, 2)]
+        objects = [get_all_nested_objects(m) for m in sent]
+        sessions, listed, waiting = [], [], []  # per push: what Flower listed to push; what is not pushed yet
+
+        def push(i, ids):
+            assert all(state.store_object(run_id, sessions[i], o, objects[i][o].deflate()) for o in ids)
+            waiting[i] = [o for o in waiting[i] if o not in ids]
+
+        for i, m in enumerate(sent):
+            sessions.append(state.start_session(run_id))
+            listed.append(state.preregister_object_tree(get_object_tree(m), sessions[i]))
+            waiting.append(list(listed[i]))
+            if one_at_a_time:
+                push(i, listed[i])
+        if not one_at_a_time:
+            push(0, listed[0])
+            push(1, [sent[1].object_id])  # the second push sends its root, then its thread waits for a core
+        for m in sent:  # both nodes pulled their message and confirmed it: Flower deletes each tree
+            state.object_store.delete(m.object_id)
+        refused = [o for o in waiting[1] if not state.store_object(run_id, sessions[1], o, objects[1][o].deflate())]
+        return len(listed[1]), len(refused)
+
+    # overlapping: the second push listed its root and the whole content (RecordDict, ArrayRecord, Array,
+    # ConfigRecord, ...), and every object of the content it had not sent yet is refused
+    assert replay(one_at_a_time=False) == (6, 5)
+    assert replay(one_at_a_time=True) == (1, 0)  # one after another: it listed only its root, and lost nothing
+
+
 def test_flowers_supernode_still_sleeps_3_s_where_fedtext_caps_it():
     """A Flower upgrade that changes the SuperNode's idle wait shows here: the cap rests on it."""
     import flwr.supernode.start_client_internal as loop
