@@ -321,7 +321,7 @@ class FabAwareServerApp(ServerApp):
     Flower ran: ``server_fn`` gets a ``Context``, which carries the run id but not the FAB;
     Flower hands the FAB's id, version and hash to the grid (``grid.run``). They are kept
     in :attr:`fab` (:func:`fedtext.records.fab_fields`) before ``server_fn`` is called,
-    for the run's provenance. The grid it runs on asks for replies every ≤ 0.25 s instead of
+    for the run's provenance. The grid it runs on asks for replies every ≤ 0.1 s instead of
     Flower's 3 s (:class:`fedtext.server.grid.ReplyPollingGrid`)."""
 
     def __init__(self, server_fn: Callable[[Context], ServerAppComponents]) -> None:

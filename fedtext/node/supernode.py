@@ -280,6 +280,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedtext: --warm-clientapps must be >= 0, got {args.warm_clientapps}", file=sys.stderr)
         return 2
     cap_idle_poll(args.idle_poll_s, args.active_poll_s)
+    from fedtext.common.pulls import NODE_PULLS, quick_pulls
+
+    problems = quick_pulls(NODE_PULLS)  # a message's objects not there yet: asked again after 0.05 s, not 1 s
+    if problems:
+        print(f"fedtext: messages' objects are pulled with Flower's 1 s backoff: {'; '.join(problems)}",
+              file=sys.stderr, flush=True)
     warm = bool(args.warm_clientapps) and start_warm_superexec(args.warm_clientapps, args.warm_start)
     woken = warm and wake_superexec()
     # inherited by the SuperExec the SuperNode starts

@@ -12,11 +12,14 @@ SuperLink's ServerAppIo API, which listens on the server's own machine, not thro
 It also unpacks every reply it pulls and packs what it pushes to a node whose replies say it
 unpacks (:mod:`fedtext.common.packing`: a payload of many small arrays travels as one object,
 not one request per array on every hop; fedtext's ClientApp marks its replies). It pushes one
-call at a time (:meth:`ReplyPollingGrid.push_messages`). Everything else is Flower's grid itself.
+call at a time (:meth:`ReplyPollingGrid.push_messages`), and on Flower's deployment grid a reply's
+objects not there yet are asked for again after 0.05 s, not Flower's 1 s
+(:func:`fedtext.common.pulls.quick_pulls`). Everything else is Flower's grid itself.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -26,7 +29,10 @@ from flwr.common.constant import ErrorCode
 from flwr.common.serde import make_message
 from flwr.server import Grid
 
+from fedtext.common import pulls
 from fedtext.common.packing import LAYOUT_KEY, pack, unpack
+
+log = logging.getLogger("fedtext")
 
 # the longest wait between two asks for replies (Flower's deployment grid: 3 s): a reply waits half of it on average,
 # twice a round (fit, evaluate); 0.25 s until 2026-11-30
@@ -41,6 +47,10 @@ class ReplyPollingGrid(Grid):
         self.grid, self.cap_s = grid, cap_s
         self.unpackers: set[int] = set()  # node ids whose replies carried packing's mark
         self._push_lock = threading.Lock()  # one push at a time: push_messages says why
+        if type(grid).__module__ == pulls.SERVER_PULLS:  # Flower's deployment grid (HttpGrid) pulls objects there
+            problems = pulls.quick_pulls(pulls.SERVER_PULLS)
+            if problems:
+                log.warning("replies' objects are pulled with Flower's 1 s backoff: %s", "; ".join(problems))
 
     @property
     def run(self):

@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from fedtext.common import pulls
 from fedtext.server import grid as grid_mod
 from fedtext.node import supernode
 from ..conftest import REPO
@@ -170,6 +171,66 @@ def test_flowers_linkstate_refuses_content_pushed_again_after_both_messages_were
     assert replay(one_at_a_time=True) == (1, 0)  # one after another: it listed only its root, and lost nothing
 
 
+def test_quick_pulls_rebind_flowers_pull_objects_with_a_short_first_retry(monkeypatch):
+    """Both modules get Flower's own function with initial_backoff = FIRST_RETRY_S, once however often it runs;
+    a module without the seam is left alone, with the reason."""
+    import importlib
+    from types import ModuleType
+
+    flowers = pulls.flowers_pull_objects()
+    for name in (pulls.SERVER_PULLS, pulls.NODE_PULLS):
+        module = importlib.import_module(name)
+        monkeypatch.setattr(module, "pull_objects", flowers)  # restored after the test
+        for _ in range(2):
+            assert pulls.quick_pulls(name) == []
+            assert module.pull_objects.func is flowers and module.pull_objects.args == ()
+            assert module.pull_objects.keywords == {"initial_backoff": pulls.FIRST_RETRY_S} and pulls.FIRST_RETRY_S == 0.05
+    other = ModuleType("elsewhere")
+    assert pulls.pull_contract_problems(other) == ["elsewhere has no module-level pull_objects"]
+    other.pull_objects = lambda *a, **k: None
+    assert "elsewhere.pull_objects is not Flower's inflatable_utils.pull_objects" in pulls.pull_contract_problems(other)
+
+
+def test_an_object_not_there_yet_is_asked_again_after_the_first_retry_not_after_1_s(monkeypatch):
+    import functools
+    import time
+
+    from flwr.supercore.inflatable.inflatable_utils import ObjectUnavailableError
+
+    asks = []
+
+    def pull(object_id):
+        asks.append(time.monotonic())
+        if len(asks) == 1:  # registered, its bytes not pushed yet
+            raise ObjectUnavailableError(object_id)
+        return b"bytes"
+
+    quick = functools.partial(pulls.flowers_pull_objects(), initial_backoff=pulls.FIRST_RETRY_S)
+    assert quick(["a" * 64], pull) == {"a" * 64: b"bytes"}
+    assert len(asks) == 2 and 0.03 < asks[1] - asks[0] < 0.5  # Flower's default: 0.8-1.2 s
+
+
+def test_flowers_pulls_still_wait_1_s_first_and_are_called_by_the_names_fedtext_rebinds():
+    """A Flower upgrade that moves the pulls (or changes the 1 s that makes the rebinding worth it) shows here."""
+    import importlib
+
+    from flwr.supercore import constant
+
+    assert constant.PULL_INITIAL_BACKOFF == 1 and constant.PULL_BACKOFF_CAP == 10
+    for name in (pulls.SERVER_PULLS, pulls.NODE_PULLS):
+        assert pulls.pull_contract_problems(importlib.import_module(name)) == []
+
+
+def test_the_grid_makes_quick_pulls_only_on_flowers_deployment_grid(monkeypatch):
+    made = []
+    monkeypatch.setattr(pulls, "quick_pulls", lambda name: made.append(name) or [])
+    grid_mod.ReplyPollingGrid(FakeGrid({}))  # a simulation's grid (or a test's): nothing to rebind
+    assert made == []
+    deployment = type("HttpGrid", (FakeGrid,), {"__module__": pulls.SERVER_PULLS})
+    grid_mod.ReplyPollingGrid(deployment({}))
+    assert made == [pulls.SERVER_PULLS]
+
+
 def test_flowers_supernode_still_sleeps_3_s_where_fedtext_caps_it():
     """A Flower upgrade that changes the SuperNode's idle wait shows here: the cap rests on it."""
     import flwr.supernode.start_client_internal as loop
@@ -195,12 +256,15 @@ def test_the_supernode_command_sets_the_superexec_poll_unless_given(monkeypatch)
     monkeypatch.setattr(sys, "argv", list(sys.argv))  # main() hands Flower its own argv
     monkeypatch.setattr(cli, "flower_supernode", lambda: seen.append(os.environ.get(supernode.TASK_POLL_ENV)) or 0)
     monkeypatch.setattr(supernode, "cap_idle_poll", lambda cap, active: seen.append((cap, active)))
+    quick = []  # the SuperNode's pulls of a message's objects retried after 0.05 s (fedtext.common.pulls)
+    monkeypatch.setattr(pulls, "quick_pulls", lambda name: quick.append(name) or [])
     monkeypatch.setenv(supernode.TASK_POLL_ENV, "x")  # so that monkeypatch restores the variable as it was
     monkeypatch.delenv(supernode.TASK_POLL_ENV)
     assert supernode.main(["--idle-poll-s", "0.3", "--active-poll-s", "0.2", "--insecure"]) == 0
     monkeypatch.setenv(supernode.TASK_POLL_ENV, "2")
     assert supernode.main(["--insecure"]) == 0
     assert seen == [(0.3, 0.2), "0.1", (supernode.IDLE_POLL_S, supernode.ACTIVE_POLL_S), "2"]
+    assert quick == [pulls.NODE_PULLS] * 2
     assert supernode.main(["--idle-poll-s", "0"]) == 2 and supernode.main(["--active-poll-s", "-1"]) == 2
     # a warm SuperExec is woken for each message: its looks between messages come every WOKEN_TASK_POLL_S; one
     # on a Flower whose wake seams moved stays warm, polled every 0.1 s, as a cold one is
