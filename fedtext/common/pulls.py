@@ -9,9 +9,9 @@ fedtext's ServerApp asks for replies every ≤ 0.1 s (:mod:`fedtext.server.grid`
 SuperNodes poll every 0.1 s after a reply (:mod:`fedtext.node.supernode`), so an ask often lands
 in those milliseconds. Measured with ``FLWR_LOG_LEVEL=DEBUG`` (fedprompt's demo service row,
 2026-11-30): the ServerApp got a fit reply 9 ms after its SuperNode registered it, asked for its
-objects 4 ms later, 5 ms before the first of them arrived, and asked again 0.9 s later; the
-round's overhead was 1.4 s against 0.6-0.7 s in rounds without such a wait (docs/performance.md,
-"Pulls retried after 0.05 s").
+objects 4 ms later, 5 ms before the first of them arrived, and asked again 0.9 s later. With this
+module the demo's overhead column is 0.6 s a round in each short method, where it moved between 0.5
+and 3.4 s (docs/performance.md, "Pulls retried after 0.05 s").
 
 What. :func:`quick_pulls` rebinds a Flower module's own name ``pull_objects`` to Flower's
 function with ``initial_backoff`` = :data:`FIRST_RETRY_S`: an object not there yet is asked for
