@@ -18,8 +18,10 @@ function with ``initial_backoff`` = :data:`FIRST_RETRY_S`: an object not there y
 again after 0.05, 0.1, 0.2, 0.4 s, ... up to Flower's cap, with Flower's limits on tries and time
 unchanged (a few more small requests when an object is late, none otherwise). The modules:
 the ServerApp's deployment grid (``flwr.superlink.grid.http_grid``, :data:`SERVER_PULLS`) and the
-SuperNode's loop (``flwr.supernode.start_client_internal``, :data:`NODE_PULLS`). A ClientApp
-does not need it: its SuperNode starts the task once the message is whole.
+SuperNode's loop (``flwr.supernode.start_client_internal``, :data:`NODE_PULLS`). A ClientApp's
+pulls (``run_clientapp``, through ``inflatable_utils``' own ``pull_objects``) keep Flower's 1 s: a
+woken SuperExec starts its task once the message is whole (:mod:`fedtext.node.warm_exec`); a
+polling one can start it mid-pull, rarely, and that ClientApp then waits the 1 s.
 """
 
 from __future__ import annotations

@@ -72,19 +72,24 @@ class ReplyPollingGrid(Grid):
         replaced; one that arrives packed already is pushed as it is), one call at a time.
 
         Why one at a time. Flower's compat ``Server`` sends each client's message from its own
-        thread, so a round's messages, whose content is the same object tree (the global model and
-        config; only the metadata differs), are pushed in overlapping push sessions. Flower 1.42's
-        SuperLink preregisters the tree in each session and lists every object not yet *available*
-        as that session's to push: two overlapping sessions both list the whole content. Once the
-        first has pushed it, the nodes can pull and confirm both messages, which deletes the
-        content, and the second session's later pushes of the same objects are refused
-        (``store_object``: "not pre-registered"); Flower's grid raises ``ObjectPushError``, and the
+        thread (``grid.send_and_receive([message])`` per client proxy), so a round's messages, which
+        share most of their content (the global model and the config; a node sent packed messages
+        has its own tree), are pushed in overlapping push sessions. Flower 1.42's SuperLink
+        preregisters the tree in each session and lists every object not yet *available* as that
+        session's to push: two overlapping sessions both list the shared content, and the second
+        pushes it again, two objects at a time, its message's root last. The first session's
+        objects already make the content available, so once the second's root is in, its node can
+        pull and confirm the message, and with the other node's confirmation the content is
+        deleted: a content object of the second session still on its way is then refused
+        (``store_object``: "not pre-registered"), Flower's grid raises ``ObjectPushError``, and the
         compat proxy reports that client as failed although its message was delivered and answered
         (CI, 2026-11-30: "evaluate failed: Failed to push object ... The push session may have
         expired or been replaced", in tests/system/test_deploy.py and test_adversarial.py, once
-        SuperNodes began pulling within milliseconds). Pushed one after another, a push finds
-        the content available and lists only its own message's root: nothing is left to refuse, and
-        the content is sent once a round instead of once per overlapping thread.
+        SuperNodes began pulling within milliseconds). Pushed one after another, a push starts once
+        the previous one's objects are all in: it lists only what is not available then (its own
+        root, unless the content was consumed and deleted meanwhile, when it lists and pushes the
+        content again under its own references), so nothing it lists can be deleted under it, and
+        the content usually crosses once a round instead of once per overlapping thread.
         tests/unit/test_edge.py replays both orders on Flower's own LinkState."""
         messages = list(messages)
         for m in messages:
