@@ -49,7 +49,8 @@ After each run it starts, the runner appends one line to ``<out>/launches.jsonl`
 (:func:`launch_line`): the label, seed, holdout, engine, clients, the launch time, the wall
 seconds from launch to exit (process and Ray start-up included, which no run record can see),
 this machine's 1-minute load average at launch and at exit (what else ran beside it), the exit
-status and the id of the finished run it left (``None`` if none).
+status, the id of the finished run it left (``None`` if none) and the checkout's commit at launch
+(a deployment run's record names none: its code is the app bundle ``flwr run`` packed from the checkout).
 
 ``--profile paper`` runs the experiment's ``[profile.paper]`` instead (:func:`with_profile`):
 the paper's backbone, clients, shots, rounds and budgets, each key citing its source, for a
@@ -101,7 +102,7 @@ from typing import Any
 import pandas as pd
 
 from fedtext.common.config import ConfigError, RunConfig
-from fedtext.records.probes import machine_line
+from fedtext.records.probes import git_state, machine_line
 from fedtext.records.reader import FINISHED, load_run, runs_under
 from simulations.tables import compare_table, load_runs, one_run_per_seed, run_key, to_markdown
 
@@ -421,13 +422,16 @@ def log_stem(label: str, seed: int, holdout: str | None = None) -> str:
 
 
 def launch_line(ov: dict[str, Any], engine: str, clients: int, launched: float, wall_s: float, rc: int,
-                run: str | None, load: tuple[float, float] | None = None) -> dict[str, Any]:
+                run: str | None, load: tuple[float, float] | None = None,
+                commit: str | None = None) -> dict[str, Any]:
     """The ``launches.jsonl`` line of one run the runner started (module doc); ``load``: the 1-minute
-    load average at launch and at exit."""
+    load average at launch and at exit; ``commit``: the checkout's at launch (7 hex digits, None where
+    git cannot tell)."""
     before, after = load if load is not None else (None, None)
     return {"label": ov.get("run-name") or ov["method"], "seed": ov["seed"], "holdout": ov.get("holdout"),
             "engine": engine, "num-supernodes": clients, "launched_epoch": round(launched, 3),
-            "wall_s": round(wall_s, 3), "load_before": before, "load_after": after, "exit": rc, "run": run}
+            "wall_s": round(wall_s, 3), "load_before": before, "load_after": after, "exit": rc, "run": run,
+            "commit": commit}
 
 
 def read_launches(out: Path) -> dict[str, dict[str, Any]]:
@@ -484,6 +488,7 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         by = f", {own['engine']}" if own["engine"] != engine else ""
         print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({clients} clients{by})", flush=True)
         load = os.getloadavg()[0]
+        commit = (git_state()["git_commit"] or "")[:7] or None  # the code this launch runs, as the checkout has it
         t0 = time.time()
         # looked up when the run starts, so that a test's stand-in for run_one is the one called
         rc = engines[own["engine"]](ov, clients, out / f"{log_stem(label, ov['seed'], ov.get('holdout'))}.log",
@@ -500,7 +505,7 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
             sizes[left] = clients
         with (out / LAUNCHES).open("a") as fh:
             fh.write(json.dumps(launch_line(ov, own["engine"], clients, t0, wall, rc, left,
-                                            (round(load, 2), round(os.getloadavg()[0], 2)))) + "\n")
+                                            (round(load, 2), round(os.getloadavg()[0], 2)), commit)) + "\n")
         print(f"    done in {wall:.0f} s (exit {rc})", flush=True)
     return failed
 

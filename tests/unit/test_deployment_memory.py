@@ -164,7 +164,7 @@ def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monke
     assert started == [("fedprompt-ray", ()), ("fedprompt-service", ()),
                        ("fedprompt-cold", ("--warm-clientapps", "0")), ("fes-service", ())]
     rec = json.loads((out / "demo.json").read_text())
-    assert rec["harness"] == "demo" and rec["supernodes"] == 2 and rec["target"] == deployment.TARGET
+    assert rec["harness"] == "demo" and rec["supernodes"] == 2 and rec["target"] == deployment.TARGETS["demo"] == 1.2
     assert rec["process_costs"]["client_process_s"] == 1.8 and rec["run_config"] == {}
     assert list(rec["methods"]) == ["bbt-fed", "fedprompt"]  # fes has no Ray part: not a row yet
     # the kept row's service part was measured under the old header's warm start; the new one under the default
@@ -190,12 +190,14 @@ def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monke
     monkeypatch.setattr(deployment, "process_costs", measured_again)
     assert compare.main([str(deployment.EXPERIMENT), "--out", str(out), "--methods", *labels]) == 0
     assert started == [] and (out / "demo.json").read_text() == written  # its header is of the runs it holds
-    # a deployment run's record names no commit (its code is the app bundle, named by hash): the checkout's
+    # a deployment run's record names no commit (its code is the app bundle, named by hash): its launch line's, the
+    # checkout's when it started (else, where git could not tell, the checkout's at finish)
     (config,) = [p for p in (out / "runs").glob("*/config.json") if "fedprompt-service" in p.parent.name]
     meta = json.loads(config.read_text())
     config.write_text(json.dumps({**meta, "provenance": {**meta["provenance"], "git_commit": None}}))
     parts = deployment.launched_parts(out, "abc1234")
-    assert parts["fedprompt"]["service"]["commit"] == "abc1234" and parts["fedprompt"]["ray"]["commit"] == row["commit"]
+    assert parts["fedprompt"]["service"]["commit"] == (launches["fedprompt-service"]["commit"] or "abc1234")
+    assert parts["fedprompt"]["ray"]["commit"] == row["commit"]
 
 
 def test_a_first_run_without_a_ray_and_service_pair_writes_no_record_and_the_table_says_so(tmp_path,
@@ -384,3 +386,50 @@ def test_the_launcher_says_how_its_nodes_ran_and_a_run_without_it_was_spawned(tm
     assert deployment.made(tmp_path / "absent" / "nodes.json") == "spawn"
     assert deployment.header_start({"warm_clientapps": 2}) == "spawn" and deployment.header_start({}) is None
     assert deployment.header_start({"warm_clientapps": 2, "warm_start": "fork"}) == "fork"
+
+
+def test_each_harness_has_its_target_and_a_changed_target_alone_rewrites_only_the_target(tmp_path):
+    """The demo within x1.2, T1 within x1.3 (issue 68); a record whose rows are unchanged takes a new target
+    without a new header: its machine, date and process costs stay the runs' own."""
+    from simulations.studies import HARNESSES
+
+    assert set(deployment.TARGETS) == set(HARNESSES) and deployment.TARGETS == {"demo": 1.2, "t1": 1.3}
+    out = tmp_path / "out"
+    (out / "runs").mkdir(parents=True)
+    (out / "experiment.json").write_text(json.dumps({"file": str(deployment.EXPERIMENT), "profile": "t1"}))
+    part = deployment.summarise([_round(n, 3.0) for n in range(4)])
+    row = {"ray": {**part, "round_s": 2.0, "load_before": 1.0}, "service": {**part, "load_before": 1.0,
+                                                                           "warm_start": "fork"},
+           "ratio": 1.25, "commit": "old"}
+    old = {"harness": "t1", "target": 1.2, "date": "2026-11-30", "process_costs": {"shim_process_s": 0.4, "client_process_s": 2.0},
+           "warm_start": "fork", "methods": {"fedprompt": row}}
+    (out / "t1.json").write_text(json.dumps(old))
+    deployment.finish(out)
+    assert json.loads((out / "t1.json").read_text()) == {**old, "target": 1.3}
+    lines = "\n".join(deployment.harness_table({**json.loads((out / "t1.json").read_text()), "commit": "old",
+                                                 "machine": "x86_64, 2 cores", "supernodes": 10}))
+    assert "| x1.25 |" in lines and "Within x1.3: fedprompt; over: none." in lines
+
+
+def test_a_deployment_part_is_stamped_with_its_launch_lines_commit_not_the_checkouts_at_finish(tmp_path, monkeypatch):
+    """A deployment run's record names no commit (its code is the FAB): the launch line's, written when it started,
+    says which code ran; a line from before launch lines named one falls back to the checkout's at finish."""
+    rounds = [_round(n, t) for n, t in enumerate((1.0, 6.0, 3.0, 3.0))]
+    runs = {name: {"dir": str(tmp_path / "runs" / name), "rounds": rounds,
+                   "config": {"config": {"method": "fedprompt"}, "provenance": {"git_commit": None}}}
+            for name in ("r-ray", "r-service")}
+    monkeypatch.setattr(deployment, "finished_runs", lambda path: runs)
+    lines = {"r-ray": {"engine": "flower", "wall_s": 20.0, "commit": "aaaaaaa", "label": "fedprompt-ray", "seed": 0},
+             "r-service": {"engine": "deployment", "wall_s": 25.0, "commit": "bbbbbbb", "label": "fedprompt-service",
+                           "seed": 0}}
+    monkeypatch.setattr(compare, "read_launches", lambda out: lines)
+    parts = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
+    assert (parts["ray"]["commit"], parts["service"]["commit"]) == ("aaaaaaa", "bbbbbbb")
+    del lines["r-service"]["commit"]
+    assert deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]["service"]["commit"] == "ccccccc"
+
+
+def test_the_runner_writes_the_checkouts_commit_in_each_launch_line() -> None:
+    line = compare.launch_line({"method": "fedprompt", "seed": 0}, "flower", 2, 1.0, 2.0, 0, "r", None, "abcdef1")
+    assert line["commit"] == "abcdef1" and compare.launch_line({"method": "m", "seed": 0}, "flower", 2, 1.0, 2.0, 0,
+                                                                 None)["commit"] is None

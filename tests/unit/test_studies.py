@@ -154,6 +154,9 @@ def test_each_started_run_leaves_a_launch_line_with_its_wall_time_and_run(tmp_pa
     assert (large["label"], large["engine"], large["num-supernodes"], large["exit"], large["run"]) == (
         "large", "flower", 7, 0, run_id)
     assert large["launched_epoch"] >= small["launched_epoch"] + small["wall_s"] - 0.01 and large["wall_s"] >= 0
+    from fedtext.records.probes import git_state
+
+    assert small["commit"] == large["commit"] == ((git_state()["git_commit"] or "")[:7] or None)  # the code launched
     monkeypatch.setattr(compare, "run_one", refuse_run)
     assert compare.main([str(exp), "--out", str(out), "--methods", "large"]) == 0  # skipped: no line
     assert len((out / compare.LAUNCHES).read_text().splitlines()) == 2
