@@ -151,8 +151,9 @@ def row_of(old: dict[str, Any], new: dict[str, dict[str, Any]]) -> dict[str, Any
     (each new part's own; an old part's is its row's), and each deployment part's round time in Ray
     rounds (``ratio``: the node service's; ``ratio_<part>`` for the others)."""
     parts = {name: new.get(name, old.get(name)) for name in PARTS.values() if name in new or name in old}
-    row: dict[str, Any] = {**parts, "commit": ", ".join(sorted({p.get("commit", old.get("commit", "")) for p in
-                                                                parts.values()}))}
+    # a part measured before parts named their commit has its row's, itself a list: each commit once
+    ran = {c.strip() for p in parts.values() for c in p.get("commit", old.get("commit", "")).split(",")}
+    row: dict[str, Any] = {**parts, "commit": ", ".join(sorted(ran - {""}))}
     if "ray" in parts:
         for name in parts:
             if name != "ray":
@@ -219,7 +220,8 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     """The markdown lines of one harness's record."""
     name = rec["harness"]
     steady = ", ".join(str(r) for r in next(iter(rec["methods"].values()))["ray"]["steady_rounds"])
-    commits = sorted({r.get("commit", rec["commit"]) for r in rec["methods"].values()})
+    commits = sorted({c.strip() for r in rec["methods"].values() for c in r.get("commit", rec["commit"]).split(",")}
+                     - {""})
     others = [p for p in ALTERNATIVES if any(p in r for r in rec["methods"].values())]
     warm = rec.get("warm_clientapps")  # absent: recorded before warm ClientApp processes (cold ones)
     # how the service column's warm processes were made: its parts' own, else the header's (absent: before fork,

@@ -433,3 +433,20 @@ def test_the_runner_writes_the_checkouts_commit_in_each_launch_line() -> None:
     line = compare.launch_line({"method": "fedprompt", "seed": 0}, "flower", 2, 1.0, 2.0, 0, "r", None, "abcdef1")
     assert line["commit"] == "abcdef1" and compare.launch_line({"method": "m", "seed": 0}, "flower", 2, 1.0, 2.0, 0,
                                                                  None)["commit"] is None
+
+
+def test_a_rows_commits_are_each_named_once_however_often_the_row_is_made_again() -> None:
+    """A part without a commit of its own (measured before parts named one) has its row's, a list: the row's
+    list names each commit once, and making the row again from itself changes nothing (finish writes a record
+    only when a row changed)."""
+    part = {**deployment.summarise([_round(n, 3.0) for n in range(4)]), "load_before": 1.0}
+    old = {"ray": {**part, "round_s": 2.0, "commit": "bbbbbbb"}, "fork": {**part, "round_s": 3.0},
+           "commit": "aaaaaaa, bbbbbbb"}
+    row = deployment.row_of(old, {"service": {**part, "round_s": 2.5, "commit": "ccccccc"}})
+    assert row["commit"] == "aaaaaaa, bbbbbbb, ccccccc"
+    again = deployment.row_of(row, {"service": row["service"]})
+    assert again == row and again["ratio"] == 1.25 and again["ratio_fork"] == 1.5
+    lines = deployment.harness_table({"harness": "demo", "commit": "ddddddd", "machine": "x86_64, 2 cores",
+                                      "date": "2026-11-30", "supernodes": 2, "target": 1.2,
+                                      "methods": {"m": row}})
+    assert "commit aaaaaaa, bbbbbbb, ccccccc (each row's in the record)" in lines[0]
