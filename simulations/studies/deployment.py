@@ -191,7 +191,7 @@ def finish(out: Path = OUT) -> None:
                                              for e in (*ALTERNATIVES, "before") if e in row), flush=True)
     # the record's header (machine, date, process costs) is of the runs its rows hold: a record is written
     # only when a row changed, and never without a row (its table would have nothing to show)
-    target = TARGETS[harness]
+    target = TARGETS.get(harness, TARGETS["demo"])  # a profile that is no harness (its own name): the demo's
     if rows and rows == record.get("methods") and record.get("target") != target:
         # the harness's target changed, no measurement did: the header (machine, date, process costs) stays the runs'
         record["target"] = target
