@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -146,14 +147,19 @@ def header_start(record: dict[str, Any]) -> str | None:
     return record.get("warm_start") or ("spawn" if record.get("warm_clientapps") else None)
 
 
+def commits_in(lists: Iterable[str]) -> list[str]:
+    """Each commit named in ``lists`` (a part's one commit, or a row's ``"a, b"``) once, sorted."""
+    return sorted({c.strip() for text in lists for c in text.split(",")} - {""})
+
+
 def row_of(old: dict[str, Any], new: dict[str, dict[str, Any]]) -> dict[str, Any]:
     """A method's row: its parts (``new`` replacing ``old``'s part by part), the commits they ran
     (each new part's own; an old part's is its row's), and each deployment part's round time in Ray
     rounds (``ratio``: the node service's; ``ratio_<part>`` for the others)."""
     parts = {name: new.get(name, old.get(name)) for name in PARTS.values() if name in new or name in old}
     # a part measured before parts named their commit has its row's, itself a list: each commit once
-    ran = {c.strip() for p in parts.values() for c in p.get("commit", old.get("commit", "")).split(",")}
-    row: dict[str, Any] = {**parts, "commit": ", ".join(sorted(ran - {""}))}
+    row: dict[str, Any] = {**parts, "commit": ", ".join(commits_in(p.get("commit", old.get("commit", "")) for p in
+                                                                   parts.values()))}
     if "ray" in parts:
         for name in parts:
             if name != "ray":
@@ -220,8 +226,7 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     """The markdown lines of one harness's record."""
     name = rec["harness"]
     steady = ", ".join(str(r) for r in next(iter(rec["methods"].values()))["ray"]["steady_rounds"])
-    commits = sorted({c.strip() for r in rec["methods"].values() for c in r.get("commit", rec["commit"]).split(",")}
-                     - {""})
+    commits = commits_in(r.get("commit", rec["commit"]) for r in rec["methods"].values())
     others = [p for p in ALTERNATIVES if any(p in r for r in rec["methods"].values())]
     warm = rec.get("warm_clientapps")  # absent: recorded before warm ClientApp processes (cold ones)
     # how the service column's warm processes were made: its parts' own, else the header's (absent: before fork,
