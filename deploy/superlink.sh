@@ -19,6 +19,7 @@
 #   --allow-non-loopback  H is reachable from operators' machines only (a private admin
 #                 network or a firewall does that, not this script)
 # Runs in the foreground (`exec`): its PID is the SuperLink's. Stop it with `kill PID`.
+# Needs fedtext importable by ${PYTHON:-python3} (the project's environment, as deploy/supernode.sh).
 set -euo pipefail
 state=""; certs=""; insecure=0; host=127.0.0.1; port=9093; any_host=0
 while [ $# -gt 0 ]; do
@@ -51,4 +52,6 @@ if [ -n "$certs" ]; then
 else
   args+=(--insecure)
 fi
-exec flower-superlink "${args[@]}"
+# Flower's SuperLink, its Fleet API holding a SuperNode's empty pull up to 2 s until a message comes
+# (fedtext.server.superlink: messages reach nodes within milliseconds, idle nodes ask once per 2 s)
+exec "${PYTHON:-python3}" -m fedtext.server.superlink "${args[@]}"

@@ -221,10 +221,11 @@ def app_folder(app: Path, home: Path, env: dict[str, str]) -> Path:
 
 
 def start_superlink(procs: Processes, port: int, logs: Path, timeout_s: float = 120.0) -> subprocess.Popen:
-    """An insecure ``flower-superlink`` on 127.0.0.1:``port`` (log ``<logs>/superlink.log``),
+    """An insecure ``flower-superlink`` on 127.0.0.1:``port`` (log ``<logs>/superlink.log``), its empty
+    pulls held until a message comes (``python -m fedtext.server.superlink``, as deploy/superlink.sh),
     returned once it listens; raises ``RuntimeError`` if it exits or does not listen in time."""
-    link = procs.start("superlink", [cli("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
-                                     str(port), "--disable-runtime-dependency-installation"])
+    link = procs.start("superlink", [sys.executable, "-m", "fedtext.server.superlink", "--insecure", "--host",
+                                     "127.0.0.1", "--port", str(port), "--disable-runtime-dependency-installation"])
     deadline = time.time() + timeout_s
     while not listening(port):
         if link.poll() is not None or time.time() > deadline:

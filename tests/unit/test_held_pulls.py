@@ -1,0 +1,196 @@
+"""fedtext's SuperLink holds a SuperNode's empty pull until a message is stored (fedtext.server.superlink),
+and fedtext's SuperNode asks again at once after a held poll (fedtext.node.supernode.CappedSleep)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+import pytest
+
+from fedtext.node import supernode
+from fedtext.server import superlink
+
+
+class Answers:
+    """Flower's pull handler as the holder sees it: each call pops the next answer (a list of messages)
+    and runs ``on_call`` (a store landing while it answers)."""
+
+    def __init__(self, *answers: list[str], on_call=None) -> None:
+        self.answers, self.calls, self.on_call = list(answers), 0, on_call
+
+    def __call__(self, request=None, state=None, store=None):
+        self.calls += 1
+        if self.on_call:
+            self.on_call(self.calls)
+        return SimpleNamespace(messages_list=self.answers.pop(0) if len(self.answers) > 1 else self.answers[0])
+
+
+def test_a_pull_with_a_message_is_answered_at_once_and_an_empty_one_after_the_hold():
+    holder = superlink.Holder(hold_s=0.3)
+    handler = Answers(["m"])
+    t0 = time.monotonic()
+    assert holder.pull(handler, request="r").messages_list == ["m"] and handler.calls == 1
+    assert time.monotonic() - t0 < 0.1
+    handler = Answers([])
+    t0 = time.monotonic()
+    assert holder.pull(handler).messages_list == [] and handler.calls == 1  # nothing stored: asked once
+    assert 0.3 <= time.monotonic() - t0 < 1.0 and holder.held == 0
+
+
+def test_a_store_during_the_hold_answers_the_held_pull_within_milliseconds():
+    holder = superlink.Holder(hold_s=5.0)
+    handler = Answers([], ["m"])
+    threading.Timer(0.2, holder.stored).start()
+    t0 = time.monotonic()
+    assert holder.pull(handler).messages_list == ["m"] and handler.calls == 2
+    assert 0.2 <= time.monotonic() - t0 < 1.0
+
+
+def test_a_message_for_another_node_sends_the_pull_back_to_wait_out_its_hold():
+    holder = superlink.Holder(hold_s=0.6)
+    handler = Answers([])  # every ask finds nothing for this node
+    threading.Timer(0.1, holder.stored).start()
+    t0 = time.monotonic()
+    assert holder.pull(handler).messages_list == [] and handler.calls == 2
+    assert 0.6 <= time.monotonic() - t0 < 1.2  # the hold counts from the first ask, not from the store
+
+
+def test_a_store_between_the_empty_answer_and_the_wait_is_not_missed():
+    holder = superlink.Holder(hold_s=5.0)
+    handler = Answers([], ["m"], on_call=lambda n: n == 1 and holder.stored())  # stored while Flower answered
+    t0 = time.monotonic()
+    assert holder.pull(handler).messages_list == ["m"] and time.monotonic() - t0 < 0.5
+
+
+def test_pulls_beyond_max_held_are_answered_at_once():
+    holder = superlink.Holder(hold_s=2.0, max_held=1)
+    first = threading.Thread(target=holder.pull, args=(Answers([]),))
+    first.start()
+    deadline = time.monotonic() + 2
+    while holder.held < 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    handler = Answers([])
+    assert holder.pull(handler).messages_list == [] and handler.calls == 1 and time.monotonic() - t0 < 0.2
+    assert holder.held == 1  # the second pull took no slot
+    holder.stored()  # the first asks again, finds nothing, waits out its hold
+    first.join(timeout=5)
+    assert not first.is_alive() and holder.held == 0
+    with pytest.raises(ValueError):
+        superlink.Holder(hold_s=-1)
+    with pytest.raises(ValueError):
+        superlink.Holder(max_held=-1)
+
+
+def test_a_zero_hold_is_flowers_answer():
+    holder = superlink.Holder(hold_s=0.0)
+    handler = Answers([])
+    threading.Timer(0.05, holder.stored).start()
+    t0 = time.monotonic()
+    assert holder.pull(handler).messages_list == [] and handler.calls == 1 and time.monotonic() - t0 < 0.05
+
+
+def test_the_flower_seams_are_there_and_hold_pulls_wraps_each_once(monkeypatch):
+    import importlib
+
+    assert superlink.contract_problems() == []
+    handlers = importlib.import_module(superlink.HANDLERS)
+    flowers = handlers.pull_messages
+    monkeypatch.setattr(handlers, "pull_messages", flowers)  # restored after the test
+    stores = {cls: cls.store_message_ins for cls in superlink.link_states()}
+    for cls, store in stores.items():
+        monkeypatch.setattr(cls, "store_message_ins", store)
+    first, second = superlink.Holder(), superlink.Holder()
+    superlink.hold_pulls(first)
+    superlink.hold_pulls(second)  # a second call wraps Flower's functions, not the first wrappers
+    assert handlers.pull_messages.__wrapped__ is flowers
+    for cls, store in stores.items():
+        assert cls.store_message_ins.__wrapped__ is store and cls.store_message_ins.__fedtext_holder__ is second
+
+
+def test_a_store_notifies_only_when_flower_stored_the_message():
+    holder = superlink.Holder()
+    stored = superlink._notifying(lambda self, message: message, holder)
+    assert stored(None, "id") == "id" and holder.stores == 1
+    assert stored(None, None) is None and holder.stores == 1  # Flower refused it (returned None): no wake
+
+
+def test_flowers_state_wakes_a_held_pull_with_the_message_it_stored(monkeypatch):
+    """End to end on Flower's own InMemoryLinkState and Fleet handler: a node's pull is held, the
+    ServerApp's message for it is stored, and the held pull returns it well before the hold ends."""
+    import importlib
+
+    from flwr.app import ConfigRecord, Message, RecordDict
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.proto.fleet_pb2 import PullMessagesRequest
+    from flwr.proto.node_pb2 import Node
+    from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+    from flwr.superlink.federation.noop_federation_manager import NOOP_FEDERATION_ID, NoOpFederationManager
+    from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree
+    from flwr.supercore.object_store.in_memory_object_store import InMemoryObjectStore
+    from flwr.supercore.task_identity import TaskIdentity
+
+    handlers = importlib.import_module(superlink.HANDLERS)
+    monkeypatch.setattr(handlers, "pull_messages", handlers.pull_messages)
+    monkeypatch.setattr(InMemoryLinkState, "store_message_ins", InMemoryLinkState.store_message_ins)
+    holder = superlink.Holder(hold_s=5.0)
+    superlink.hold_pulls(holder)
+
+    state = InMemoryLinkState(NoOpFederationManager(), InMemoryObjectStore())
+    node_id = state.create_node("owner", "owner", b"key", heartbeat_interval=30)
+    state.activate_node(node_id, 30)
+    run_id = state.create_run(None, None, None, {}, NOOP_FEDERATION_ID, None, None, "serverapp")
+    for key, value in (("_run_id", run_id), ("_node_id", 0), ("_task_id", 1)):  # what a ServerApp task has set
+        monkeypatch.setattr(TaskIdentity, key, value)
+    msg = Message(RecordDict({"c": ConfigRecord({"lr": 0.1})}), dst_node_id=node_id, message_type="train",
+                  group_id="1")
+    msg.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID  # what the ServerApp's grid sets
+    request = PullMessagesRequest(node=Node(node_id=node_id))
+    got, took = [], []
+
+    def pull():
+        t0 = time.monotonic()
+        got.append(handlers.pull_messages(request=request, state=state, store=state.object_store))
+        took.append(time.monotonic() - t0)
+
+    puller = threading.Thread(target=pull)
+    puller.start()
+    time.sleep(0.3)  # the pull is held: nothing is stored for the node yet
+    assert puller.is_alive() and holder.held == 1
+    session = state.start_session(run_id)
+    state.preregister_object_tree(get_object_tree(msg), session)
+    for object_id, obj in get_all_nested_objects(msg).items():
+        state.store_object(run_id, session, object_id, obj.deflate())
+    msg.metadata.__dict__["_message_id"] = msg.object_id
+    assert state.store_message_ins(msg) is not None and holder.stores == 1
+    puller.join(timeout=5)
+    assert not puller.is_alive() and len(got[0].messages_list) == 1 and 0.3 <= took[0] < 2.0
+    assert got[0].messages_list[0].metadata.message_id == msg.object_id
+
+
+def test_a_node_asks_again_at_once_after_a_held_poll_and_sleeps_after_a_quick_one(monkeypatch):
+    """CappedSleep: an empty poll that took HELD_S or more since the last sleep returned, with no reply
+    pushed since, is followed by no sleep; a quick one (Flower's own SuperLink) by the usual sleep; the
+    first poll after a reply (the time since holds the message's handling) by the usual sleep."""
+    slept, now = [], [100.0]
+    monkeypatch.setattr(supernode.time, "sleep", lambda s: slept.append(s) or now.__setitem__(0, now[0] + s))
+    monkeypatch.setattr(supernode.time, "monotonic", lambda: now[0])
+    clock = supernode.CappedSleep(0.5, 0.1, window=30.0)
+    clock.sleep(3)  # the first poll: no sleep returned before it
+    now[0] += 0.01  # a quick empty poll
+    clock.sleep(3)
+    now[0] += supernode.HELD_S  # a held empty poll
+    clock.sleep(3)
+    assert slept == [0.5, 0.5] and clock.held == 1
+    clock.replied()
+    now[0] += 5.0  # the reply's handling, then a held poll: the time since the last sleep is not the poll's alone
+    clock.sleep(3)
+    now[0] += supernode.HELD_S + 1
+    clock.sleep(3)
+    assert slept == [0.5, 0.5, 0.1] and clock.held == 2
+    clock.sleep(0.5)  # a local wait resets the time since too
+    now[0] += 0.2
+    clock.sleep(3)
+    assert slept == [0.5, 0.5, 0.1, supernode.LOCAL_WAIT_S, 0.1] and clock.held == 2
