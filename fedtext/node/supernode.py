@@ -61,6 +61,8 @@ import sys
 import time
 from typing import Any
 
+from fedtext.common.pulls import HELD_S  # an empty poll at least this long was held by the SuperLink
+
 IDLE_POLL_S = 0.5  # seconds between a SuperNode's polls while no message waits (Flower: 3)
 # seconds between polls for ACTIVE_WINDOW_S after the node pushed a reply: a round's next message (its evaluate,
 # the next round's fit) comes seconds later, and each waits half a poll on average: 0.25 s at 0.5, 0.05 s at 0.1
@@ -70,9 +72,6 @@ ACTIVE_POLL_S = 0.1
 ACTIVE_WINDOW_S = 30.0
 IDLE_SLEEP_S = 3.0  # Flower's idle sleep, the one IDLE_POLL_S caps (tests/unit/test_edge.py checks it is still 3)
 LOCAL_WAIT_S = 0.05  # the loop's waits on its own state (Flower: 0.5 s), a local read, not a request
-# an empty poll that took this long was held by the SuperLink (fedtext.server.superlink, HOLD_S = 2 s), and the
-# node asks again at once; Flower's own SuperLink answers an empty poll in milliseconds (5-50 ms measured here)
-HELD_S = 1.0
 TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own switch (flwr/supercore/superexec/run_superexec.py)
 TASK_POLL_S = 0.1  # seconds between the SuperExec's looks for a message to start a ClientApp for (Flower: 1)
 # the same for a warm SuperExec, which its SuperNode wakes for each message it pulled (and has its pool tidied after
@@ -88,37 +87,36 @@ class CappedSleep:
     SuperLink) capped at ``cap`` s, or at ``active`` s within ``window`` s of the node's last reply
     (:meth:`replied`), its other sleeps (0.5 s waits on its own state: a reply from the ClientApp,
     an object's bytes) at :data:`LOCAL_WAIT_S`; no sleep at all after an empty poll that the SuperLink held
-    (:data:`HELD_S` or more since the last sleep, no reply pushed since: counted in :attr:`held`)."""
+    (:data:`HELD_S` or more since the last sleep or reply: counted in :attr:`held`)."""
 
     def __init__(self, cap: float, active: float | None = None, window: float = ACTIVE_WINDOW_S) -> None:
         self.cap = cap
         self.active = cap if active is None else min(active, cap)
         self.window = window
         self.active_until = float("-inf")  # no reply yet: the idle cap
-        self.woke = time.monotonic()  # when the last sleep returned
-        self.replied_since = True  # a reply pushed since (or no sleep yet): the time since is not a pull's alone
+        self.woke = time.monotonic()  # when the last sleep returned or a reply was pushed: a pull starts then
         self.held = 0  # empty polls the SuperLink held, each followed by no sleep
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
 
     def replied(self) -> None:
-        """The node pushed a reply: poll at ``active`` for the next ``window`` seconds."""
+        """The node pushed a reply: poll at ``active`` for the next ``window`` seconds (Flower's loop
+        pulls at once after a push, so the time from here to the next sleep is that pull's)."""
         self.active_until = time.monotonic() + self.window
-        self.replied_since = True
+        self.woke = time.monotonic()
 
     def sleep(self, seconds: float) -> None:
         if seconds < IDLE_SLEEP_S:
             time.sleep(min(seconds, LOCAL_WAIT_S))
         else:
-            # Flower's loop sleeps 3 s only right after a pull that found nothing; with no reply pushed since the
-            # last sleep returned, the time since is that pull's alone: HELD_S or more, and a SuperLink held it
-            # (fedtext.server.superlink), so ask again at once. After a reply it also holds the message's handling
-            held = not self.replied_since and time.monotonic() - self.woke >= HELD_S
+            # Flower's loop sleeps 3 s only right after a pull that found nothing, and pulls right after a sleep
+            # returned or a reply was pushed (self.woke): the time since is that pull's alone. HELD_S or more, and a
+            # SuperLink held it (fedtext.server.superlink) until its hold ran out: ask again at once
+            held = time.monotonic() - self.woke >= HELD_S
             if not held:
                 time.sleep(min(seconds, self.active if time.monotonic() < self.active_until else self.cap))
             self.held += held
-            self.replied_since = False
         self.woke = time.monotonic()
 
 

@@ -14,7 +14,9 @@ unpacks (:mod:`fedtext.common.packing`: a payload of many small arrays travels a
 not one request per array on every hop; fedtext's ClientApp marks its replies). It pushes one
 call at a time (:meth:`ReplyPollingGrid.push_messages`), and on Flower's deployment grid a reply's
 objects not there yet are asked for again after 0.05 s, not Flower's 1 s
-(:func:`fedtext.common.pulls.quick_pulls`). Everything else is Flower's grid itself.
+(:func:`fedtext.common.pulls.quick_pulls`). Against fedtext's SuperLink (:mod:`fedtext.server.superlink`),
+which holds an empty ask for replies up to 2 s until a reply is stored, an ask that came back empty
+after that hold is made again at once. Everything else is Flower's grid itself.
 """
 
 from __future__ import annotations
@@ -118,17 +120,23 @@ class ReplyPollingGrid(Grid):
 
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
         """Flower's ``send_and_receive`` (push, then pull until every reply is in or ``timeout``
-        passed), with waits 0.05 s, 0.075 s, ... up to ``cap_s`` between pulls."""
+        passed), with waits 0.05 s, 0.075 s, ... up to ``cap_s`` between pulls, and none after an empty
+        pull that took :data:`fedtext.common.pulls.HELD_S` or more (fedtext's SuperLink held it,
+        :mod:`fedtext.server.superlink`: a reply then comes back within milliseconds of being stored,
+        and a held ask can end up to its hold, 2 s, after ``timeout``)."""
         waiting = set(self.push_messages(messages))
         end = time.time() + (timeout or 0.0)
         replies: list[Message] = []
         wait = FIRST_POLL_S
         while timeout is None or time.time() < end:
+            asked = time.monotonic()
             got = list(self.pull_messages(waiting))
             replies.extend(got)
             waiting.difference_update(m.metadata.reply_to_message_id for m in got)
             if not waiting:
                 break
+            if not got and time.monotonic() - asked >= pulls.HELD_S:
+                continue  # fedtext's SuperLink held the ask until its hold ran out: ask again at once
             time.sleep(wait if timeout is None else max(0.0, min(wait, end - time.time())))
             wait = min(self.cap_s, wait * 1.5)
         return replies

@@ -1,4 +1,5 @@
-"""``flower-superlink`` whose Fleet API holds a SuperNode's empty pull until a message comes:
+"""``flower-superlink`` that holds an empty pull until what it asks for comes (a SuperNode's for its
+instructions, the ServerApp's for replies):
 ``python -m fedtext.server.superlink [--hold-s S] [--max-held N] <flower-superlink arguments>``.
 
 Why. Flower 1.42's SuperNodes poll: each asks the SuperLink for a message (``PullMessages``), and
@@ -12,22 +13,29 @@ round) the nodes that replied in the last 30 s asked ~70 times a second, and the
 3.3-4.5 CPU-s of a 10-14 s round, CPU the round's fits then lacked (docs/performance.md). Fewer
 polls mean later messages; a held poll has neither cost.
 
-What. Flower's own Fleet handler, ``fleet_handlers.pull_messages`` (``flwr/superlink/servicer/
-fleet/fleet_handlers.py``; the HTTP router and the gRPC servicer call it by that module name),
-is rebound to :meth:`Holder.pull`: it asks Flower's handler, and when that found no message it
-waits, up to ``--hold-s`` (:data:`HOLD_S`), for the LinkState to store one (Flower's
-``store_message_ins`` on both its states, wrapped once to notify: :func:`hold_pulls`), then asks
-Flower's handler again, so what a node receives, and when it is marked delivered, is Flower's
-handling unchanged. A message registered while a node is held reaches it within milliseconds, and
-an idle node asks once per ``--hold-s`` instead of twice a second. At most ``--max-held``
-(:data:`MAX_HELD`) pulls wait at once (each holds one of the server's worker threads, of which
-Starlette's pool has 40 for every API of the SuperLink); a pull beyond them is answered at once,
-as Flower would.
+The ServerApp asks for its messages' replies the same way, at most 0.1 s apart
+(:mod:`fedtext.server.grid`; Flower's grid every 3 s): ten requests a second through the SuperLink's
+Runtime API for the whole of every round, and a reply waits 0.05 s on average after it is stored.
 
-The SuperNode's side (:mod:`fedtext.node.supernode`): a poll that came back empty after at least
-:data:`fedtext.node.supernode.HELD_S` was held, and the node asks again at once instead of sleeping;
-against Flower's own ``flower-superlink`` every empty poll returns in milliseconds and the node
-sleeps as before. Nothing in Flower's protocol changes: a stock SuperNode polling this SuperLink
+What. Flower's own handlers, the Fleet API's ``pull_messages`` (``flwr/superlink/servicer/fleet/
+fleet_handlers.py``; the HTTP router and the gRPC servicer call it by that module's name) and the
+Runtime API's (``flwr/superlink/servicer/runtime/runtime_handlers.py``, the module the SuperLink
+hands its Runtime router), are rebound to :meth:`Holder.pull`: it asks Flower's handler, and when
+that found nothing it waits, up to ``--hold-s`` (:data:`HOLD_S`), for the LinkState to store a
+message (an instruction: ``store_message_ins``) or a reply (``store_message_res``; both on both of
+Flower's states, wrapped once to notify: :func:`hold_pulls`), then asks Flower's handler again, so
+what is returned, and when it is marked delivered, is Flower's handling unchanged. A message
+registered while its node is held reaches it within milliseconds, a reply its ServerApp likewise,
+and an idle node asks once per ``--hold-s`` instead of twice a second. At most ``--max-held``
+(:data:`MAX_HELD`) SuperNodes' pulls wait at once, and :data:`REPLY_HOLDS` ServerApps' (each holds one
+of the server's worker threads, of which Starlette's pool has 40 for every API of the SuperLink); a
+pull beyond them is answered at once, as Flower would. A ``flwr-agentapp``'s pull for its instructions
+(the Runtime API's other use) is held like a ServerApp's and woken by replies only: up to the hold late.
+
+The askers' side (:mod:`fedtext.node.supernode`, :mod:`fedtext.server.grid`): a pull that came back
+empty after at least :data:`fedtext.common.pulls.HELD_S` was held, and is made again at once instead of
+after a sleep; against Flower's own ``flower-superlink`` every empty pull returns in milliseconds and
+they sleep as before. Nothing in Flower's protocol changes: a stock SuperNode polling this SuperLink
 just sees a slower empty answer (its 3 s sleep then follows a 2 s hold). Behind nginx
 (deploy/fleet_proxy.py) a held pull is one request in progress for up to ``--hold-s``, far inside
 its ``proxy_read_timeout`` (300 s) and Flower's own 30 s client timeout.
@@ -44,8 +52,11 @@ from collections.abc import Callable
 from typing import Any
 
 HOLD_S = 2.0  # seconds an empty pull waits for a message (an idle SuperNode then asks once per 2 s, not twice a second)
-MAX_HELD = 16  # pulls held at once: each takes one of Starlette's 40 worker threads, which all of the SuperLink's APIs share
-HANDLERS = "flwr.superlink.servicer.fleet.fleet_handlers"  # the module whose pull_messages the Fleet API calls by name
+# SuperNodes' pulls held at once: each takes one of Starlette's 40 worker threads, which all of the SuperLink's APIs share
+MAX_HELD = 16
+REPLY_HOLDS = 4  # ServerApps' pulls for replies held at once (one per run in progress)
+FLEET_HANDLERS = "flwr.superlink.servicer.fleet.fleet_handlers"  # its pull_messages: a SuperNode's instructions
+RUNTIME_HANDLERS = "flwr.superlink.servicer.runtime.runtime_handlers"  # its pull_messages: the ServerApp's replies
 
 
 class Holder:
@@ -100,8 +111,11 @@ class Holder:
                 self.held -= 1
 
 
+STORES = ("store_message_ins", "store_message_res")  # what a held instruction pull, a held reply pull waits on
+
+
 def link_states() -> tuple[type, ...]:
-    """Flower's LinkState classes whose ``store_message_ins`` a held pull waits on (in-memory, SQL)."""
+    """Flower's LinkState classes whose :data:`STORES` a held pull waits on (in-memory, SQL)."""
     from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
     from flwr.server.superlink.linkstate.sql_linkstate import SqlLinkState
 
@@ -114,47 +128,62 @@ def contract_problems() -> list[str]:
     import inspect
 
     problems = []
-    handlers = importlib.import_module(HANDLERS)
-    if not callable(getattr(handlers, "pull_messages", None)):
-        problems.append(f"{HANDLERS} has no pull_messages")
-    from flwr.superlink.routers.fleet import router
+    for name in (FLEET_HANDLERS, RUNTIME_HANDLERS):
+        if not callable(getattr(importlib.import_module(name), "pull_messages", None)):
+            problems.append(f"{name} has no pull_messages")
+    from flwr.superlink import main as superlink_main
 
-    if "fleet_handlers.pull_messages(" not in inspect.getsource(router):
+    runtime_router = importlib.import_module("flwr.supercore.routers.runtime.router")
+    fleet_router = importlib.import_module("flwr.superlink.routers.fleet.router")
+
+    if "fleet_handlers.pull_messages(" not in inspect.getsource(fleet_router):
         problems.append("the Fleet HTTP router no longer calls fleet_handlers.pull_messages by the module's name")
+    if "handlers.pull_messages(" not in inspect.getsource(runtime_router):
+        problems.append("the Runtime HTTP router no longer calls its handlers' pull_messages")
+    if getattr(superlink_main, "_RUNTIME_HANDLERS", None) is not importlib.import_module(RUNTIME_HANDLERS):
+        problems.append(f"the SuperLink no longer hands its Runtime router the module {RUNTIME_HANDLERS}")
     for cls in link_states():
-        if "store_message_ins" not in vars(cls):
-            problems.append(f"{cls.__name__} has no store_message_ins of its own")
+        problems += [f"{cls.__name__} has no {m} of its own" for m in STORES if m not in vars(cls)]
     return problems
 
 
 def _notifying(store: Callable[..., Any], holder: Holder) -> Callable[..., Any]:
     @functools.wraps(store)
-    def store_message_ins(self: Any, message: Any) -> Any:
+    def stored(self: Any, message: Any) -> Any:
         message_id = store(self, message)
         if message_id is not None:  # stored (Flower returns None for a message it refused)
             holder.stored()
         return message_id
 
-    store_message_ins.__fedtext_holder__ = holder  # type: ignore[attr-defined]
-    return store_message_ins
+    stored.__fedtext_holder__ = holder  # type: ignore[attr-defined]
+    return stored
 
 
-def hold_pulls(holder: Holder) -> None:
-    """Rebind Flower's Fleet ``pull_messages`` to ``holder``'s and make both LinkStates' ``store_message_ins``
-    notify it, in this process (a second call replaces the first's holder: Flower's functions are wrapped once)."""
+def _holding(module: str, holder: Holder) -> None:
     import importlib
 
-    handlers = importlib.import_module(HANDLERS)
+    handlers = importlib.import_module(module)
     flowers = getattr(handlers.pull_messages, "__wrapped__", handlers.pull_messages)
 
     @functools.wraps(flowers)
     def pull_messages(*args: Any, **kwargs: Any) -> Any:
         return holder.pull(flowers, *args, **kwargs)
 
+    pull_messages.__fedtext_holder__ = holder  # type: ignore[attr-defined]
     handlers.pull_messages = pull_messages
+
+
+def hold_pulls(instructions: Holder, replies: Holder) -> None:
+    """In this process, rebind Flower's Fleet ``pull_messages`` (a SuperNode's) to ``instructions``' hold and
+    its Runtime ``pull_messages`` (the ServerApp's) to ``replies``', and make both LinkStates'
+    ``store_message_ins`` notify ``instructions`` and ``store_message_res`` notify ``replies`` (a second
+    call replaces the first's holders: Flower's functions are wrapped once)."""
+    _holding(FLEET_HANDLERS, instructions)
+    _holding(RUNTIME_HANDLERS, replies)
     for cls in link_states():
-        store = getattr(cls.store_message_ins, "__wrapped__", cls.store_message_ins)
-        cls.store_message_ins = _notifying(store, holder)
+        for method, holder in zip(STORES, (instructions, replies), strict=True):
+            store = getattr(getattr(cls, method), "__wrapped__", getattr(cls, method))
+            setattr(cls, method, _notifying(store, holder))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedtext: empty pulls are answered at once, as Flower does: {'; '.join(problems)}",
               file=sys.stderr, flush=True)
     else:
-        hold_pulls(Holder(args.hold_s, args.max_held))
+        hold_pulls(Holder(args.hold_s, args.max_held), Holder(args.hold_s, REPLY_HOLDS))
     from flwr.superlink.cli import flower_superlink
 
     sys.argv = ["flower-superlink", *rest]

@@ -67,6 +67,27 @@ def test_a_timeout_ends_the_pulls_with_the_replies_so_far(monkeypatch):
     assert clock[0] == pytest.approx(1001.0) and fake.pulls == 11  # at 0, 0.05, 0.125, then every 0.1 s to 0.925
 
 
+def test_an_ask_the_superlink_held_is_made_again_without_a_sleep(monkeypatch):
+    """Asks 2 and 3 come back empty after HELD_S (fedtext's SuperLink held them): no sleep follows them;
+    quick empty asks are followed by the growing waits as before."""
+    sleeps, clock = [], [50.0]
+    monkeypatch.setattr(grid_mod.time, "sleep", lambda s: sleeps.append(s) or clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(grid_mod.time, "monotonic", lambda: clock[0])
+    fake = FakeGrid({"a": 5})
+    pull = fake.pull_messages
+
+    def pull_messages(ids):
+        got = pull(ids)
+        if fake.pulls in (2, 3):
+            clock[0] += grid_mod.pulls.HELD_S  # held until its hold ran out
+        return got
+
+    fake.pull_messages = pull_messages
+    got = grid_mod.ReplyPollingGrid(fake).send_and_receive([bare("m")])
+    assert [m.metadata.reply_to_message_id for m in got] == ["a"] and fake.pulls == 5
+    assert sleeps == pytest.approx([0.05, 0.075])  # after asks 1 and 4 only
+
+
 def test_the_wrapper_is_a_flower_grid_that_delegates_the_rest():
     calls = []
 
@@ -306,16 +327,18 @@ def test_a_node_polls_fast_for_a_window_after_each_reply_it_pushed(monkeypatch):
     """Idle: the cap; within ACTIVE_WINDOW_S of a reply: the active poll (never above the cap); after
     the window: the cap again. cap_idle_poll hooks the reply on Flower's _push_messages, wrapped once."""
     slept, now = [], [100.0]
-    monkeypatch.setattr(supernode.time, "sleep", slept.append)
+    monkeypatch.setattr(supernode.time, "sleep", lambda s: slept.append(s) or now.__setitem__(0, now[0] + s))
     monkeypatch.setattr(supernode.time, "monotonic", lambda: now[0])
     clock = supernode.CappedSleep(0.5, 0.1, window=30.0)
     clock.sleep(3)
     clock.replied()
-    now[0] += 29.9
-    clock.sleep(3), clock.sleep(0.5)  # within the window; a local wait stays LOCAL_WAIT_S
+    for _ in range(298):  # quick empty polls (a few ms each) 0.1 s apart: 29.9 s after the reply
+        now[0] += 0.0003
+        clock.sleep(3)
+    clock.sleep(0.5)  # a local wait stays LOCAL_WAIT_S
     now[0] += 0.2
-    clock.sleep(3)  # 30.1 s after the reply
-    assert slept == [0.5, 0.1, supernode.LOCAL_WAIT_S, 0.5]
+    clock.sleep(3)  # 30.1 s after the reply, past the window
+    assert slept == [0.5] + [0.1] * 298 + [supernode.LOCAL_WAIT_S, 0.5] and clock.held == 0
     assert supernode.CappedSleep(0.05, 0.1).active == 0.05 and supernode.CappedSleep(0.5).active == 0.5
     import flwr.supernode.start_client_internal as loop
 

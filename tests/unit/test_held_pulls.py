@@ -92,22 +92,55 @@ def test_a_zero_hold_is_flowers_answer():
     assert holder.pull(handler).messages_list == [] and handler.calls == 1 and time.monotonic() - t0 < 0.05
 
 
+def keep_flowers(monkeypatch) -> None:
+    """Flower's pull handlers and LinkState stores restored after the test."""
+    import importlib
+
+    for name in (superlink.FLEET_HANDLERS, superlink.RUNTIME_HANDLERS):
+        handlers = importlib.import_module(name)
+        monkeypatch.setattr(handlers, "pull_messages", handlers.pull_messages)
+    for cls in superlink.link_states():
+        for method in superlink.STORES:
+            monkeypatch.setattr(cls, method, getattr(cls, method))
+
+
 def test_the_flower_seams_are_there_and_hold_pulls_wraps_each_once(monkeypatch):
+    """Fleet pulls (a SuperNode's) wait on stored instructions, Runtime pulls (the ServerApp's) on stored
+    replies, not the other way round; a second call wraps Flower's functions, not the first wrappers."""
     import importlib
 
     assert superlink.contract_problems() == []
-    handlers = importlib.import_module(superlink.HANDLERS)
-    flowers = handlers.pull_messages
-    monkeypatch.setattr(handlers, "pull_messages", flowers)  # restored after the test
-    stores = {cls: cls.store_message_ins for cls in superlink.link_states()}
-    for cls, store in stores.items():
-        monkeypatch.setattr(cls, "store_message_ins", store)
-    first, second = superlink.Holder(), superlink.Holder()
-    superlink.hold_pulls(first)
-    superlink.hold_pulls(second)  # a second call wraps Flower's functions, not the first wrappers
-    assert handlers.pull_messages.__wrapped__ is flowers
-    for cls, store in stores.items():
-        assert cls.store_message_ins.__wrapped__ is store and cls.store_message_ins.__fedtext_holder__ is second
+    keep_flowers(monkeypatch)
+    fleet, runtime = (importlib.import_module(n) for n in (superlink.FLEET_HANDLERS, superlink.RUNTIME_HANDLERS))
+    flowers = {m: m.pull_messages for m in (fleet, runtime)}
+    stores = {(cls, m): getattr(cls, m) for cls in superlink.link_states() for m in superlink.STORES}
+    superlink.hold_pulls(superlink.Holder(), superlink.Holder())
+    instructions, replies = superlink.Holder(), superlink.Holder()
+    superlink.hold_pulls(instructions, replies)
+    for module, holder in ((fleet, instructions), (runtime, replies)):
+        assert module.pull_messages.__wrapped__ is flowers[module] and module.pull_messages.__fedtext_holder__ is holder
+    for (cls, method), store in stores.items():
+        wrapped = getattr(cls, method)
+        assert wrapped.__wrapped__ is store
+        assert wrapped.__fedtext_holder__ is (instructions if method == "store_message_ins" else replies)
+
+
+def test_a_changed_flower_seam_is_named_and_the_superlink_still_starts_unheld(monkeypatch, capsys):
+    import importlib
+
+    from flwr.superlink import main as superlink_main
+
+    keep_flowers(monkeypatch)
+    monkeypatch.setattr(superlink_main, "_RUNTIME_HANDLERS", object())
+    assert superlink.contract_problems() == [
+        f"the SuperLink no longer hands its Runtime router the module {superlink.RUNTIME_HANDLERS}"]
+    started = []
+    monkeypatch.setattr("flwr.superlink.cli.flower_superlink", lambda: started.append(list(superlink.sys.argv)))
+    fleet = importlib.import_module(superlink.FLEET_HANDLERS)
+    flowers = fleet.pull_messages
+    assert superlink.main(["--insecure"]) == 0 and started == [["flower-superlink", "--insecure"]]
+    assert fleet.pull_messages is flowers and "answered at once" in capsys.readouterr().err
+    assert superlink.main(["--hold-s", "-1"]) == 2 and superlink.main(["--max-held", "-1"]) == 2
 
 
 def test_a_store_notifies_only_when_flower_stored_the_message():
@@ -132,11 +165,10 @@ def test_flowers_state_wakes_a_held_pull_with_the_message_it_stored(monkeypatch)
     from flwr.supercore.object_store.in_memory_object_store import InMemoryObjectStore
     from flwr.supercore.task_identity import TaskIdentity
 
-    handlers = importlib.import_module(superlink.HANDLERS)
-    monkeypatch.setattr(handlers, "pull_messages", handlers.pull_messages)
-    monkeypatch.setattr(InMemoryLinkState, "store_message_ins", InMemoryLinkState.store_message_ins)
-    holder = superlink.Holder(hold_s=5.0)
-    superlink.hold_pulls(holder)
+    handlers = importlib.import_module(superlink.FLEET_HANDLERS)
+    keep_flowers(monkeypatch)
+    holder, replies = superlink.Holder(hold_s=5.0), superlink.Holder(hold_s=5.0)
+    superlink.hold_pulls(holder, replies)
 
     state = InMemoryLinkState(NoOpFederationManager(), InMemoryObjectStore())
     node_id = state.create_node("owner", "owner", b"key", heartbeat_interval=30)
@@ -164,33 +196,34 @@ def test_flowers_state_wakes_a_held_pull_with_the_message_it_stored(monkeypatch)
     for object_id, obj in get_all_nested_objects(msg).items():
         state.store_object(run_id, session, object_id, obj.deflate())
     msg.metadata.__dict__["_message_id"] = msg.object_id
-    assert state.store_message_ins(msg) is not None and holder.stores == 1
+    assert state.store_message_ins(msg) is not None and holder.stores == 1 and replies.stores == 0
     puller.join(timeout=5)
     assert not puller.is_alive() and len(got[0].messages_list) == 1 and 0.3 <= took[0] < 2.0
     assert got[0].messages_list[0].metadata.message_id == msg.object_id
 
 
 def test_a_node_asks_again_at_once_after_a_held_poll_and_sleeps_after_a_quick_one(monkeypatch):
-    """CappedSleep: an empty poll that took HELD_S or more since the last sleep returned, with no reply
-    pushed since, is followed by no sleep; a quick one (Flower's own SuperLink) by the usual sleep; the
-    first poll after a reply (the time since holds the message's handling) by the usual sleep."""
+    """CappedSleep: an empty poll that took HELD_S or more since the last sleep returned or a reply was
+    pushed (Flower's loop pulls right after either) is followed by no sleep; a quick one (Flower's own
+    SuperLink) by the usual sleep, the active one within the window after a reply."""
     slept, now = [], [100.0]
     monkeypatch.setattr(supernode.time, "sleep", lambda s: slept.append(s) or now.__setitem__(0, now[0] + s))
     monkeypatch.setattr(supernode.time, "monotonic", lambda: now[0])
     clock = supernode.CappedSleep(0.5, 0.1, window=30.0)
-    clock.sleep(3)  # the first poll: no sleep returned before it
     now[0] += 0.01  # a quick empty poll
     clock.sleep(3)
     now[0] += supernode.HELD_S  # a held empty poll
     clock.sleep(3)
-    assert slept == [0.5, 0.5] and clock.held == 1
-    clock.replied()
-    now[0] += 5.0  # the reply's handling, then a held poll: the time since the last sleep is not the poll's alone
+    assert slept == [0.5] and clock.held == 1
+    now[0] += 5.0  # a message pulled and handled (its local waits)...
+    clock.sleep(0.5)
+    now[0] += 2.0
+    clock.replied()  # ...its reply pushed, then a held empty poll: asked again at once
+    now[0] += supernode.HELD_S
     clock.sleep(3)
-    now[0] += supernode.HELD_S + 1
+    assert slept == [0.5, supernode.LOCAL_WAIT_S] and clock.held == 2
+    now[0] += 0.02  # a quick empty poll within the window after the reply: the active poll
     clock.sleep(3)
-    assert slept == [0.5, 0.5, 0.1] and clock.held == 2
-    clock.sleep(0.5)  # a local wait resets the time since too
-    now[0] += 0.2
+    now[0] += supernode.HELD_S - 0.01  # just short of HELD_S: not held
     clock.sleep(3)
-    assert slept == [0.5, 0.5, 0.1, supernode.LOCAL_WAIT_S, 0.1] and clock.held == 2
+    assert slept == [0.5, supernode.LOCAL_WAIT_S, 0.1, 0.1] and clock.held == 2
