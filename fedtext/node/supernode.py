@@ -94,7 +94,9 @@ class CappedSleep:
         self.active = cap if active is None else min(active, cap)
         self.window = window
         self.active_until = float("-inf")  # no reply yet: the idle cap
-        self.woke = time.monotonic()  # when the last sleep returned or a reply was pushed: a pull starts then
+        # when the last sleep returned or a reply was pushed: a pull starts then (none yet: not a pull's start, so
+        # the first poll, which follows the node's registration, is never taken for a held one)
+        self.woke = float("inf")
         self.held = 0  # empty polls the SuperLink held, each followed by no sleep
 
     def __getattr__(self, name: str) -> Any:

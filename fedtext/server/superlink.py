@@ -27,9 +27,10 @@ Flower's states, wrapped once to notify: :func:`hold_pulls`), then asks Flower's
 what is returned, and when it is marked delivered, is Flower's handling unchanged. A message
 registered while its node is held reaches it within milliseconds, a reply its ServerApp likewise,
 and an idle node asks once per ``--hold-s`` instead of twice a second. At most ``--max-held``
-(:data:`MAX_HELD`) SuperNodes' pulls wait at once, and :data:`REPLY_HOLDS` ServerApps' (each holds one
-of the server's worker threads, of which Starlette's pool has 40 for every API of the SuperLink); a
-pull beyond them is answered at once, as Flower would. A ``flwr-agentapp``'s pull for its instructions
+(:data:`MAX_HELD`) SuperNodes' pulls wait at once, and as many of the ServerApps' (``--max-held-replies``;
+Flower's compat Server asks for each client's reply from a thread of its own): each holds one of the
+server's worker threads, of which Starlette's pool has 40 for every API of the SuperLink, and a pull
+beyond them is answered at once, as Flower would. A ``flwr-agentapp``'s pull for its instructions
 (the Runtime API's other use) is held like a ServerApp's and woken by replies only: up to the hold late.
 
 The askers' side (:mod:`fedtext.node.supernode`, :mod:`fedtext.server.grid`): a pull that came back
@@ -51,10 +52,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from fedtext.common.pulls import HELD_S  # how long an empty pull must take for fedtext's askers to call it held
+
 HOLD_S = 2.0  # seconds an empty pull waits for a message (an idle SuperNode then asks once per 2 s, not twice a second)
-# SuperNodes' pulls held at once: each takes one of Starlette's 40 worker threads, which all of the SuperLink's APIs share
-MAX_HELD = 16
-REPLY_HOLDS = 4  # ServerApps' pulls for replies held at once (one per run in progress)
+# pulls held at once, each kind: each takes one of Starlette's 40 worker threads, which all of the SuperLink's APIs
+# share, so both kinds together leave 16 for everything else (pushes, object transfers, heartbeats). SuperNodes hold
+# one each; a ServerApp one per client of a round (Flower's compat Server asks for each client's reply from its own
+# thread). A pull beyond the cap is answered at once, as Flower would
+MAX_HELD = 12
 FLEET_HANDLERS = "flwr.superlink.servicer.fleet.fleet_handlers"  # its pull_messages: a SuperNode's instructions
 RUNTIME_HANDLERS = "flwr.superlink.servicer.runtime.runtime_handlers"  # its pull_messages: the ServerApp's replies
 
@@ -112,6 +117,7 @@ class Holder:
 
 
 STORES = ("store_message_ins", "store_message_res")  # what a held instruction pull, a held reply pull waits on
+PUSHES = "store_message_and_object_tree"  # what both push APIs call: it stores through STORES, then commits
 
 
 def link_states() -> tuple[type, ...]:
@@ -143,14 +149,26 @@ def contract_problems() -> list[str]:
     if getattr(superlink_main, "_RUNTIME_HANDLERS", None) is not importlib.import_module(RUNTIME_HANDLERS):
         problems.append(f"the SuperLink no longer hands its Runtime router the module {RUNTIME_HANDLERS}")
     for cls in link_states():
-        problems += [f"{cls.__name__} has no {m} of its own" for m in STORES if m not in vars(cls)]
+        problems += [f"{cls.__name__} has no {m} of its own" for m in (*STORES, PUSHES) if m not in vars(cls)]
+    from flwr.proto.runtime_pb2 import PullAppMessagesResponse
+    from flwr.proto.fleet_pb2 import PullMessagesResponse
+
+    for response in (PullMessagesResponse, PullAppMessagesResponse):  # what Holder.pull reads of an answer
+        if "messages_list" not in response.DESCRIPTOR.fields_by_name:
+            problems.append(f"{response.__name__} has no messages_list")
     return problems
+
+
+def flowers(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` as Flower defined it: fedtext's wrapper (marked ``__fedtext_holder__``) taken off, any
+    other left on (a decorator of Flower's own is Flower's function)."""
+    return function.__wrapped__ if hasattr(function, "__fedtext_holder__") else function
 
 
 def _notifying(store: Callable[..., Any], holder: Holder) -> Callable[..., Any]:
     @functools.wraps(store)
-    def stored(self: Any, message: Any) -> Any:
-        message_id = store(self, message)
+    def stored(*args: Any, **kwargs: Any) -> Any:
+        message_id = store(*args, **kwargs)
         if message_id is not None:  # stored (Flower returns None for a message it refused)
             holder.stored()
         return message_id
@@ -159,15 +177,32 @@ def _notifying(store: Callable[..., Any], holder: Holder) -> Callable[..., Any]:
     return stored
 
 
+def _notifying_after(store: Callable[..., Any], instructions: Holder, replies: Holder) -> Callable[..., Any]:
+    """Flower's ``store_message_and_object_tree`` (what both push APIs call), notifying once it returned: its
+    inner ``store_message_ins``/``_res`` notify while its lock or SQL transaction is still open, and a pull
+    woken then finds the message only because its read waits for that lock (SQLite's, today); this wake
+    comes after the commit, whatever Flower's read does."""
+    @functools.wraps(store)
+    def stored(*args: Any, **kwargs: Any) -> Any:
+        result = store(*args, **kwargs)
+        message = args[1] if len(args) > 1 else kwargs["message"]
+        if result[0]:  # (stored, objects to push)
+            (replies if message.metadata.reply_to_message_id else instructions).stored()
+        return result
+
+    stored.__fedtext_holder__ = (instructions, replies)  # type: ignore[attr-defined]
+    return stored
+
+
 def _holding(module: str, holder: Holder) -> None:
     import importlib
 
     handlers = importlib.import_module(module)
-    flowers = getattr(handlers.pull_messages, "__wrapped__", handlers.pull_messages)
+    flowers_pull = flowers(handlers.pull_messages)
 
-    @functools.wraps(flowers)
+    @functools.wraps(flowers_pull)
     def pull_messages(*args: Any, **kwargs: Any) -> Any:
-        return holder.pull(flowers, *args, **kwargs)
+        return holder.pull(flowers_pull, *args, **kwargs)
 
     pull_messages.__fedtext_holder__ = holder  # type: ignore[attr-defined]
     handlers.pull_messages = pull_messages
@@ -176,33 +211,41 @@ def _holding(module: str, holder: Holder) -> None:
 def hold_pulls(instructions: Holder, replies: Holder) -> None:
     """In this process, rebind Flower's Fleet ``pull_messages`` (a SuperNode's) to ``instructions``' hold and
     its Runtime ``pull_messages`` (the ServerApp's) to ``replies``', and make both LinkStates'
-    ``store_message_ins`` notify ``instructions`` and ``store_message_res`` notify ``replies`` (a second
-    call replaces the first's holders: Flower's functions are wrapped once)."""
+    ``store_message_ins`` notify ``instructions`` and ``store_message_res`` notify ``replies``, and their
+    ``store_message_and_object_tree`` notify the one its message is for once it returned (a second call
+    replaces the first's holders: Flower's functions are wrapped once)."""
     _holding(FLEET_HANDLERS, instructions)
     _holding(RUNTIME_HANDLERS, replies)
     for cls in link_states():
         for method, holder in zip(STORES, (instructions, replies), strict=True):
-            store = getattr(getattr(cls, method), "__wrapped__", getattr(cls, method))
-            setattr(cls, method, _notifying(store, holder))
+            setattr(cls, method, _notifying(flowers(getattr(cls, method)), holder))
+        cls.store_message_and_object_tree = _notifying_after(flowers(cls.store_message_and_object_tree),
+                                                             instructions, replies)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fedtext.server.superlink", add_help=False)
     ap.add_argument("--hold-s", type=float, default=HOLD_S)
     ap.add_argument("--max-held", type=int, default=MAX_HELD)
+    ap.add_argument("--max-held-replies", type=int, default=MAX_HELD)
     args, rest = ap.parse_known_args(sys.argv[1:] if argv is None else argv)
     if not 0 <= args.hold_s <= 20:  # Flower's SuperNode gives a request 30 s
         print(f"fedtext: --hold-s must be within [0, 20] s, got {args.hold_s}", file=sys.stderr)
         return 2
-    if args.max_held < 0:
-        print(f"fedtext: --max-held must be >= 0, got {args.max_held}", file=sys.stderr)
-        return 2
+    for flag, value in (("--max-held", args.max_held), ("--max-held-replies", args.max_held_replies)):
+        if value < 0:
+            print(f"fedtext: {flag} must be >= 0, got {value}", file=sys.stderr)
+            return 2
+    if 0 < args.hold_s < HELD_S:
+        print(f"fedtext: a hold of {args.hold_s} s is shorter than the {HELD_S} s by which fedtext's SuperNodes and "
+              "ServerApp tell a held pull: they will sleep between pulls as against Flower's SuperLink",
+              file=sys.stderr, flush=True)
     problems = contract_problems()
     if problems:
         print(f"fedtext: empty pulls are answered at once, as Flower does: {'; '.join(problems)}",
               file=sys.stderr, flush=True)
     else:
-        hold_pulls(Holder(args.hold_s, args.max_held), Holder(args.hold_s, REPLY_HOLDS))
+        hold_pulls(Holder(args.hold_s, args.max_held), Holder(args.hold_s, args.max_held_replies))
     from flwr.superlink.cli import flower_superlink
 
     sys.argv = ["flower-superlink", *rest]

@@ -32,7 +32,7 @@ def test_a_pull_with_a_message_is_answered_at_once_and_an_empty_one_after_the_ho
     handler = Answers(["m"])
     t0 = time.monotonic()
     assert holder.pull(handler, request="r").messages_list == ["m"] and handler.calls == 1
-    assert time.monotonic() - t0 < 0.1
+    assert time.monotonic() - t0 < 0.25
     handler = Answers([])
     t0 = time.monotonic()
     assert holder.pull(handler).messages_list == [] and handler.calls == 1  # nothing stored: asked once
@@ -87,9 +87,9 @@ def test_pulls_beyond_max_held_are_answered_at_once():
 def test_a_zero_hold_is_flowers_answer():
     holder = superlink.Holder(hold_s=0.0)
     handler = Answers([])
-    threading.Timer(0.05, holder.stored).start()
+    threading.Timer(0.5, holder.stored).start()
     t0 = time.monotonic()
-    assert holder.pull(handler).messages_list == [] and handler.calls == 1 and time.monotonic() - t0 < 0.05
+    assert holder.pull(handler).messages_list == [] and handler.calls == 1 and time.monotonic() - t0 < 0.4
 
 
 def keep_flowers(monkeypatch) -> None:
@@ -100,7 +100,7 @@ def keep_flowers(monkeypatch) -> None:
         handlers = importlib.import_module(name)
         monkeypatch.setattr(handlers, "pull_messages", handlers.pull_messages)
     for cls in superlink.link_states():
-        for method in superlink.STORES:
+        for method in (*superlink.STORES, superlink.PUSHES):
             monkeypatch.setattr(cls, method, getattr(cls, method))
 
 
@@ -123,6 +123,23 @@ def test_the_flower_seams_are_there_and_hold_pulls_wraps_each_once(monkeypatch):
         wrapped = getattr(cls, method)
         assert wrapped.__wrapped__ is store
         assert wrapped.__fedtext_holder__ is (instructions if method == "store_message_ins" else replies)
+    for cls in superlink.link_states():
+        assert cls.store_message_and_object_tree.__fedtext_holder__ == (instructions, replies)
+        assert not hasattr(cls.store_message_and_object_tree.__wrapped__, "__fedtext_holder__")
+
+
+def test_a_push_wakes_the_holder_its_message_is_for_once_flower_stored_it():
+    instructions, replies = superlink.Holder(), superlink.Holder()
+    answers = iter([(True, []), (True, []), (False, [])])
+    push = superlink._notifying_after(lambda self, message, tree, session: next(answers), instructions, replies)
+    ins = SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=""))
+    res = SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id="m1"))
+    push(None, ins, "tree", "s")
+    assert (instructions.stores, replies.stores) == (1, 0)
+    push(None, message=res, tree="tree", session="s")
+    assert (instructions.stores, replies.stores) == (1, 1)
+    push(None, res, "tree", "s")  # Flower refused it: no wake
+    assert (instructions.stores, replies.stores) == (1, 1)
 
 
 def test_a_changed_flower_seam_is_named_and_the_superlink_still_starts_unheld(monkeypatch, capsys):
@@ -131,6 +148,7 @@ def test_a_changed_flower_seam_is_named_and_the_superlink_still_starts_unheld(mo
     from flwr.superlink import main as superlink_main
 
     keep_flowers(monkeypatch)
+    monkeypatch.setattr(superlink.sys, "argv", list(superlink.sys.argv))  # main() sets it for Flower's CLI
     monkeypatch.setattr(superlink_main, "_RUNTIME_HANDLERS", object())
     assert superlink.contract_problems() == [
         f"the SuperLink no longer hands its Runtime router the module {superlink.RUNTIME_HANDLERS}"]
@@ -141,6 +159,13 @@ def test_a_changed_flower_seam_is_named_and_the_superlink_still_starts_unheld(mo
     assert superlink.main(["--insecure"]) == 0 and started == [["flower-superlink", "--insecure"]]
     assert fleet.pull_messages is flowers and "answered at once" in capsys.readouterr().err
     assert superlink.main(["--hold-s", "-1"]) == 2 and superlink.main(["--max-held", "-1"]) == 2
+    assert superlink.main(["--max-held-replies", "-1"]) == 2
+    monkeypatch.setattr(superlink, "contract_problems", lambda: [])
+    monkeypatch.setattr(superlink, "hold_pulls", lambda *holders: started.append(holders))
+    assert superlink.main(["--hold-s", "0.5", "--max-held-replies", "3"]) == 0
+    assert "shorter than" in capsys.readouterr().err  # the askers would not tell its holds
+    instructions, replies = started[-2]
+    assert (instructions.hold_s, instructions.max_held, replies.max_held) == (0.5, superlink.MAX_HELD, 3)
 
 
 def test_a_store_notifies_only_when_flower_stored_the_message():
@@ -150,9 +175,11 @@ def test_a_store_notifies_only_when_flower_stored_the_message():
     assert stored(None, None) is None and holder.stores == 1  # Flower refused it (returned None): no wake
 
 
-def test_flowers_state_wakes_a_held_pull_with_the_message_it_stored(monkeypatch):
-    """End to end on Flower's own InMemoryLinkState and Fleet handler: a node's pull is held, the
-    ServerApp's message for it is stored, and the held pull returns it well before the hold ends."""
+@pytest.mark.parametrize("kind", ["memory", "sql"])
+def test_flowers_state_wakes_a_held_pull_with_the_message_it_stored(monkeypatch, tmp_path, kind):
+    """End to end on Flower's own LinkStates (in memory, and SQL on a file as deploy/superlink.sh runs it)
+    and Fleet handler: a node's pull is held, the ServerApp's message for it is pushed as Flower's push
+    API does it (store_message_and_object_tree), and the held pull returns it well before the hold ends."""
     import importlib
 
     from flwr.app import ConfigRecord, Message, RecordDict
@@ -160,9 +187,11 @@ def test_flowers_state_wakes_a_held_pull_with_the_message_it_stored(monkeypatch)
     from flwr.proto.fleet_pb2 import PullMessagesRequest
     from flwr.proto.node_pb2 import Node
     from flwr.server.superlink.linkstate.in_memory_linkstate import InMemoryLinkState
+    from flwr.server.superlink.linkstate.sql_linkstate import SqlLinkState
     from flwr.superlink.federation.noop_federation_manager import NOOP_FEDERATION_ID, NoOpFederationManager
     from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects, get_object_tree
     from flwr.supercore.object_store.in_memory_object_store import InMemoryObjectStore
+    from flwr.supercore.object_store.sql_object_store import SqlObjectStore
     from flwr.supercore.task_identity import TaskIdentity
 
     handlers = importlib.import_module(superlink.FLEET_HANDLERS)
@@ -170,7 +199,13 @@ def test_flowers_state_wakes_a_held_pull_with_the_message_it_stored(monkeypatch)
     holder, replies = superlink.Holder(hold_s=5.0), superlink.Holder(hold_s=5.0)
     superlink.hold_pulls(holder, replies)
 
-    state = InMemoryLinkState(NoOpFederationManager(), InMemoryObjectStore())
+    if kind == "memory":
+        state = InMemoryLinkState(NoOpFederationManager(), InMemoryObjectStore())
+    else:
+        store = SqlObjectStore(str(tmp_path / "state.db"))
+        store.initialize()
+        state = SqlLinkState(str(tmp_path / "state.db"), NoOpFederationManager(), store)
+        state.initialize()
     node_id = state.create_node("owner", "owner", b"key", heartbeat_interval=30)
     state.activate_node(node_id, 30)
     run_id = state.create_run(None, None, None, {}, NOOP_FEDERATION_ID, None, None, "serverapp")
@@ -191,12 +226,12 @@ def test_flowers_state_wakes_a_held_pull_with_the_message_it_stored(monkeypatch)
     puller.start()
     time.sleep(0.3)  # the pull is held: nothing is stored for the node yet
     assert puller.is_alive() and holder.held == 1
-    session = state.start_session(run_id)
-    state.preregister_object_tree(get_object_tree(msg), session)
+    session = state.start_session(run_id)  # as Flower's push API does it: the message and its tree, then its objects
+    msg.metadata.__dict__["_message_id"] = msg.object_id
+    stored, _ = state.store_message_and_object_tree(msg, get_object_tree(msg), session)
+    assert stored and holder.stores == 2 and replies.stores == 0  # inside Flower's store, and once it returned
     for object_id, obj in get_all_nested_objects(msg).items():
         state.store_object(run_id, session, object_id, obj.deflate())
-    msg.metadata.__dict__["_message_id"] = msg.object_id
-    assert state.store_message_ins(msg) is not None and holder.stores == 1 and replies.stores == 0
     puller.join(timeout=5)
     assert not puller.is_alive() and len(got[0].messages_list) == 1 and 0.3 <= took[0] < 2.0
     assert got[0].messages_list[0].metadata.message_id == msg.object_id
