@@ -102,7 +102,7 @@ from typing import Any
 import pandas as pd
 
 from fedtext.common.config import ConfigError, RunConfig
-from fedtext.records.probes import git_state, machine_line
+from fedtext.records.probes import machine_line, short_commit
 from fedtext.records.reader import FINISHED, load_run, runs_under
 from simulations.tables import compare_table, load_runs, one_run_per_seed, run_key, to_markdown
 
@@ -488,7 +488,7 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         by = f", {own['engine']}" if own["engine"] != engine else ""
         print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({clients} clients{by})", flush=True)
         load = os.getloadavg()[0]
-        commit = (git_state()["git_commit"] or "")[:7] or None  # the code this launch runs, as the checkout has it
+        commit = short_commit()  # the code this launch runs, as the checkout has it
         t0 = time.time()
         # looked up when the run starts, so that a test's stand-in for run_one is the one called
         rc = engines[own["engine"]](ov, clients, out / f"{log_stem(label, ov['seed'], ov.get('holdout'))}.log",

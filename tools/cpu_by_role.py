@@ -36,7 +36,8 @@ from fedtext.records.probes import proc_stat_fields
 # a process's role: the first of these whose text its command line holds (order matters: the node service's
 # supervisor's command line holds flower-supernode too). A forked warm ClientApp keeps its fork server's command
 # line (multiprocessing's forkserver), so the two share a role
-ROLES = (("superlink", "flower-superlink"), ("superlink", "fedtext.server.superlink"), ("node service", "--serve "), ("supernode", "fedtext.node.supernode"),
+ROLES = (("superlink", "flower-superlink"), ("superlink", "fedtext.server.superlink"), ("node service", "--serve "),
+         ("supernode", "fedtext.node.supernode"),
          ("supervisor", "fedtext.node.service"), ("supernode", "flower-supernode"),
          ("clientapp", "warm_exec worker"), ("clientapp", "flwr-clientapp"), ("fork server, forked clientapps", "multiprocessing.forkserver"),
          ("superexec", "superexec"), ("serverapp", "flwr-serverapp"), ("ray actor", "ray::"),

@@ -24,13 +24,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from fedtext.records.probes import proc_stat_fields  # noqa: E402
 from simulations.deployment import cli, free_port, listening  # noqa: E402
 
 
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and of its children (recursively), 0 once gone."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = proc_stat_fields(pid)
     except OSError:
         return 0.0
     own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

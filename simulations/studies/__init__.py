@@ -56,4 +56,4 @@ def measured_here() -> dict[str, str]:
     from fedtext.records import probes
 
     return {"machine": f"{platform.machine()}, {os.cpu_count()} cores", "date": time.strftime("%Y-%m-%d"),
-            "commit": (probes.git_state()["git_commit"] or "")[:7]}
+            "commit": probes.short_commit() or ""}
