@@ -191,9 +191,22 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
+# README's test command runs two pytest-xdist workers with ``--dist loadgroup``: every test that starts
+# processes, Ray or a browser (the integration and system tiers) is in this one group, so they run one after
+# another on one worker as before (their timeouts, ports and the session's Ray head assume it), while the other
+# worker runs the unit and docs tiers beside them: those are CPU-bound, the runs mostly wait (CI's rehearsal of
+# 2026-11-30: 0.85 of the 2 cores busy on average over the whole suite run serially)
+RUNS_GROUP = "runs"
+
+
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
     """Mark each test with its folder's tier; a test module outside the four tiers is a
-    usage error (it would run in no tier)."""
+    usage error (it would run in no tier). The integration and system tiers' tests share one
+    xdist group (``RUNS_GROUP``), and the modules that use tests/system's package-scoped
+    ``deployment`` are kept next to each other, in their random order: pytest-randomly shuffles
+    modules over the whole suite, and a package-scoped fixture is torn down whenever the next
+    test is outside its package, so test_deploy.py and test_adversarial.py each paid a deployment
+    (~25 s) instead of sharing one."""
     for item in items:
         try:
             parts = item.path.resolve().relative_to(TESTS).parts
@@ -203,6 +216,19 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
             raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/integration, tests/system or "
                                    "tests/docs")
         item.add_marker(parts[0])
+        if parts[0] in ("integration", "system"):
+            item.add_marker(pytest.mark.xdist_group(RUNS_GROUP))
+    items[:] = adjacent(items, {i.module for i in items if "deployment" in getattr(i, "fixturenames", ())})
+
+
+def adjacent(items: list, modules: set) -> list:
+    """``items`` with the tests of ``modules`` moved, in their order, to where the first of them was."""
+    first = next((k for k, i in enumerate(items) if getattr(i, "module", None) in modules), None)
+    if first is None:
+        return items
+    group = [i for i in items if getattr(i, "module", None) in modules]
+    rest = [i for i in items if getattr(i, "module", None) not in modules]
+    return rest[:first] + group + rest[first:]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # noqa: ARG001

@@ -620,10 +620,12 @@ def test_a_sleep_that_keeps_tidying_ends_at_its_deadline_tidying_every_tidy_s():
     try:
         os.write(write, warm_exec.REPLIED)
         t = time.monotonic()
-        clock.sleep(0.3)
+        clock.sleep(0.6)  # twelve TIDY_S: at least 3 tidies even when a loaded machine wakes select late
         took = time.monotonic() - t
-        assert 0.29 <= took < 1.0 and 3 <= len(calls) <= 0.3 / warm_exec.TIDY_S + 2
-        assert min(b - a for a, b in zip(calls, calls[1:])) >= warm_exec.TIDY_S * 0.8
+        assert 0.59 <= took < 1.5 and 3 <= len(calls) <= 0.6 / warm_exec.TIDY_S + 2
+        # every wait between tidies is TIDY_S but the last, which the deadline cuts short (by however late a
+        # loaded machine woke the ones before it)
+        assert min(b - a for a, b in zip(calls[:-1], calls[1:-1])) >= warm_exec.TIDY_S * 0.8
     finally:
         os.close(read), os.close(write)
 
