@@ -191,18 +191,46 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-# README's test command runs two pytest-xdist workers with ``--dist loadgroup``: every test that starts
-# processes, Ray or a browser (the integration and system tiers) is in this one group, so they run one after
-# another on one worker as before (their timeouts, ports and the session's Ray head assume it), while the other
-# worker runs the unit and docs tiers beside them: those are CPU-bound, the runs mostly wait (CI's rehearsal of
-# 2026-11-30: 0.85 of the 2 cores busy on average over the whole suite run serially)
+# README's test command runs two pytest-xdist workers (``-n 2``) scheduled by ``RunsTogether``: every test
+# that starts processes, Ray or a browser (the integration and system tiers) is in one work unit, so they run
+# one after another on one worker as before (their timeouts, ports and the session's Ray head assume it),
+# while the other worker runs the unit and docs tiers beside them: those are CPU-bound, the runs mostly wait
+# (CI's rehearsal of 2026-11-30: 0.85 of the 2 cores busy on average over the whole suite run serially).
+# Not xdist's own ``--dist loadgroup``: it groups by appending "@group" to ``item._nodeid``, which pytest 9.2
+# no longer reads (a node id is derived from ``item._id``), so every test became its own unit and the runs
+# spread over both workers.
 RUNS_GROUP = "runs"
+RUNS_TIERS = ("integration", "system")
+
+
+def work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to under xdist: ``RUNS_GROUP`` for the integration and system
+    tiers (one worker runs them in turn), the test itself otherwise (any worker, any time)."""
+    parts = nodeid.split("::", 1)[0].split("/")
+    return RUNS_GROUP if len(parts) > 2 and parts[0] == "tests" and parts[1] in RUNS_TIERS else nodeid
+
+
+try:
+    from xdist.scheduler import LoadScopeScheduling
+except ImportError:  # pytest-xdist is in the test extras; without it the suite runs in one process
+    LoadScopeScheduling = None
+
+if LoadScopeScheduling is not None:
+    class RunsTogether(LoadScopeScheduling):
+        """xdist's scope scheduling (a unit of work goes to one worker whole; the largest units first,
+        its default ``--loadscope-reorder``) with ``work_unit`` as the scope: the runs' unit, by far the
+        largest, starts at once on one worker, and the other worker takes the unit and docs tests."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    def pytest_xdist_make_scheduler(config, log):  # noqa: ARG001 - xdist's hook: ours, before its default
+        return RunsTogether(config, log)
 
 
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
     """Mark each test with its folder's tier; a test module outside the four tiers is a
-    usage error (it would run in no tier). The integration and system tiers' tests share one
-    xdist group (``RUNS_GROUP``), and the modules that use tests/system's package-scoped
+    usage error (it would run in no tier). The modules that use tests/system's package-scoped
     ``deployment`` are kept next to each other, in their random order: pytest-randomly shuffles
     modules over the whole suite, and a package-scoped fixture is torn down whenever the next
     test is outside its package, so test_deploy.py and test_adversarial.py each paid a deployment
@@ -216,8 +244,6 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
             raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/integration, tests/system or "
                                    "tests/docs")
         item.add_marker(parts[0])
-        if parts[0] in ("integration", "system"):
-            item.add_marker(pytest.mark.xdist_group(RUNS_GROUP))
     items[:] = adjacent(items, {i.module for i in items if "deployment" in getattr(i, "fixturenames", ())})
 
 

@@ -46,7 +46,7 @@ TIERS = ("unit", "docs", "integration", "system")  # tests/<tier>/ (tests/confte
 # under 20 (issue 55), so each tier has its share. A tier over its share names its slowest
 # tests in docs/testing.md: the place to look first.
 # The shares are sums of the tier's tests' own seconds. README's command runs two xdist workers
-# (tests/conftest.py, RUNS_GROUP): the integration and system tests one after another on one of
+# (tests/conftest.py, RunsTogether): the integration and system tests one after another on one of
 # them, so their shares (1,080 s) leave the rest of the 20 minutes to the test command's
 # `pip install` in CI's fresh environment and to pytest's collection; the unit and docs tiers run
 # on the other worker beside them (their tests' seconds there include sharing the 2 cores).

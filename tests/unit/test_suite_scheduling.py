@@ -1,0 +1,70 @@
+"""README's test command runs two xdist workers with tests/conftest.py's ``RunsTogether``: every
+integration and system test on one worker, one after another (their timeouts, ports and the session's
+Ray head assume it), the unit and docs tests on the other. Driven here through xdist's own scheduler with
+two stand-in workers, so that an xdist upgrade that moves the seam (``LoadScopeScheduling._split_scope``)
+or its order fails here and not as a flaky run in CI."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import RUNS_GROUP, adjacent, work_unit
+
+
+def test_the_runs_share_one_unit_of_work_and_every_other_test_is_its_own():
+    assert work_unit("tests/integration/test_a.py::test_x[1-2]") == RUNS_GROUP
+    assert work_unit("tests/system/test_b.py::TestC::test_y") == RUNS_GROUP
+    for nodeid in ("tests/unit/test_a.py::test_x", "tests/docs/test_d.py::test_z[integration]",
+                   "tests/unit/test_system_like.py::test_integration", "tests/unit/integration/x.py::t"):
+        assert work_unit(nodeid) == nodeid  # by the tier's folder only, not by a word in the name
+
+
+class _Worker:
+    """What xdist's scheduler calls on a worker: the indexes it is sent, and its shutdown."""
+
+    def __init__(self, name: str) -> None:
+        self.gateway, self.shutting_down, self.sent = SimpleNamespace(id=name), False, []
+
+    def send_runtest_some(self, indexes: list[int]) -> None:
+        self.sent.extend(indexes)
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+def test_xdists_scheduler_sends_every_run_to_one_worker_in_collection_order():
+    pytest.importorskip("xdist")
+    from tests.conftest import RunsTogether
+
+    collection = ["tests/unit/test_a.py::test_1", "tests/system/test_s.py::test_2",
+                  "tests/unit/test_a.py::test_3", "tests/integration/test_i.py::test_4",
+                  "tests/docs/test_d.py::test_5", "tests/system/test_s.py::test_6",
+                  "tests/unit/test_b.py::test_7", "tests/integration/test_j.py::test_8"]
+    config = SimpleNamespace(getvalue=lambda name: {"tx": ["2*popen"]}[name],
+                             option=SimpleNamespace(loadscopereorder=True))
+    scheduler = RunsTogether(config)
+    workers = [_Worker("gw0"), _Worker("gw1")]
+    for worker in workers:
+        scheduler.add_node(worker)
+        scheduler.add_node_collection(worker, collection)
+    scheduler.schedule()
+    done: set[int] = set()
+    while scheduler.workqueue:  # each worker asks for more as it completes what it was sent
+        for worker in workers:
+            for index in [i for i in worker.sent if i not in done]:
+                done.add(index)
+                scheduler.mark_test_complete(worker, index)
+    runs = [i for i, nodeid in enumerate(collection) if work_unit(nodeid) == RUNS_GROUP]
+    (runner,) = [w for w in workers if set(runs) & set(w.sent)]
+    assert runner.sent[:len(runs)] == runs  # the largest unit first, whole, in the collection's (random) order
+    other = next(w for w in workers if w is not runner)
+    assert not set(runs) & set(other.sent)
+    assert sorted(runner.sent + other.sent) == list(range(len(collection)))  # every test sent once
+
+
+def test_the_tests_of_modules_sharing_a_package_fixture_move_next_to_the_first_of_them():
+    items = [SimpleNamespace(module=m) for m in "a b c b d c e".split()]
+    assert "".join(i.module for i in adjacent(items, {"b", "c"})) == "abcbcde"  # their own order kept
+    assert adjacent(items, {"z"}) == items
