@@ -224,8 +224,20 @@ if LoadScopeScheduling is not None:
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
-    def pytest_xdist_make_scheduler(config, log):  # noqa: ARG001 - xdist's hook: ours, before its default
-        return RunsTogether(config, log)
+        def remove_node(self, node):
+            """xdist 3.8 puts a crashed worker's whole workload back in the queue, its finished units
+            too, which it then sends as empty lists; a worker holds its last test until more comes,
+            so with ~2,400 one-test units both workers would wait for ever (CI's 90 minutes) instead
+            of reporting the crash. Only the units with a test still to run go back."""
+            workload = self.assigned_work.get(node, {})
+            for scope in [scope for scope, unit in workload.items() if all(unit.values())]:
+                del workload[scope]
+            return super().remove_node(node)
+
+    @pytest.hookimpl(optionalhook=True)  # -p no:xdist leaves xdist importable but its hooks unregistered
+    def pytest_xdist_make_scheduler(config, log):
+        """``RunsTogether`` for ``-n N`` (xdist's "load"); any other ``--dist`` a user names is xdist's."""
+        return RunsTogether(config, log) if config.getvalue("dist") == "load" else None
 
 
 def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
@@ -262,4 +274,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:  # no
     ``-q`` hides), so that an order-dependent failure can be replayed exactly."""
     seed = getattr(config.option, "randomly_seed", None)
     if config.pluginmanager.hasplugin("randomly") and isinstance(seed, int):
-        terminalreporter.write_line(f"random test order: seed {seed} (replay: python -m pytest tests --randomly-seed={seed})")
+        replay = f"python -m pytest tests --randomly-seed={seed}"
+        if getattr(config.option, "numprocesses", None):  # the workers' split depends on timing: not replayed
+            replay += " (in one process: the same order, not the same split over the workers)"
+        terminalreporter.write_line(f"random test order: seed {seed} (replay: {replay})")

@@ -225,8 +225,10 @@ def minutes(seconds: float) -> str:
 
 def outcome(t: dict[str, Any]) -> str:
     """``1679 passed, 2 skipped, 2 deselected``: pytest's counts, without its warnings and time."""
-    return ", ".join(m.group(0) for m in re.finditer(r"\d+ (?:passed|failed|skipped|deselected|errors?)",
-                                                      t["test_summary"]))
+    counts = [m.group(0) for m in re.finditer(r"\d+ (?:passed|failed|skipped|deselected|errors?)", t["test_summary"])]
+    if t.get("deselected") and not any(c.endswith("deselected") for c in counts):  # xdist's summary leaves them out
+        counts.append(f"{len(t['deselected'])} deselected")
+    return ", ".join(counts)
 
 
 def where(t: dict[str, Any]) -> str:
@@ -288,6 +290,9 @@ def render_testing() -> str:
         out += ["", f"Beside another job (`python tools/timings.py measure --beside`: a second, identical measurement "
                 f"running at the same time on the same cores; {where(b)}): README's test command took "
                 f"{minutes(b['test_s'])}, against a budget of {minutes(BESIDE_BUDGET_S)} ({outcome(b)})."]
+        if b.get("test_command") != t.get("test_command"):  # README's command changed since: say which ran
+            out[-1] += (f" That was `{b.get('test_command')}`; README's command now is `{t.get('test_command')}`, "
+                        "not measured beside another job.")
     for tier in TIERS:
         mine = sorted((x for x in t["tests"] if x["tier"] == tier), key=lambda x: -x["s"])[:SLOWEST]
         if not mine:

@@ -34,34 +34,65 @@ class _Worker:
         self.shutting_down = True
 
 
-def test_xdists_scheduler_sends_every_run_to_one_worker_in_collection_order():
-    pytest.importorskip("xdist")
-    from tests.conftest import RunsTogether
+COLLECTION = ["tests/unit/test_a.py::test_1", "tests/system/test_s.py::test_2", "tests/unit/test_a.py::test_3",
+              "tests/integration/test_i.py::test_4", "tests/docs/test_d.py::test_5", "tests/system/test_s.py::test_6",
+              "tests/unit/test_b.py::test_7", "tests/integration/test_j.py::test_8"]
 
-    collection = ["tests/unit/test_a.py::test_1", "tests/system/test_s.py::test_2",
-                  "tests/unit/test_a.py::test_3", "tests/integration/test_i.py::test_4",
-                  "tests/docs/test_d.py::test_5", "tests/system/test_s.py::test_6",
-                  "tests/unit/test_b.py::test_7", "tests/integration/test_j.py::test_8"]
-    config = SimpleNamespace(getvalue=lambda name: {"tx": ["2*popen"]}[name],
+
+def _scheduler(dist: str = "load"):
+    """What README's ``-n 2`` gets from tests/conftest.py's hook, with two stand-in workers registered."""
+    pytest.importorskip("xdist")
+    from tests import conftest
+
+    config = SimpleNamespace(getvalue=lambda name: {"tx": ["2*popen"], "dist": dist}[name],
                              option=SimpleNamespace(loadscopereorder=True))
-    scheduler = RunsTogether(config)
+    scheduler = conftest.pytest_xdist_make_scheduler(config, None)
+    if scheduler is None:
+        return None, []
+    assert isinstance(scheduler, conftest.RunsTogether)
     workers = [_Worker("gw0"), _Worker("gw1")]
     for worker in workers:
         scheduler.add_node(worker)
-        scheduler.add_node_collection(worker, collection)
+        scheduler.add_node_collection(worker, COLLECTION)
     scheduler.schedule()
-    done: set[int] = set()
-    while scheduler.workqueue:  # each worker asks for more as it completes what it was sent
+    return scheduler, workers
+
+
+def _complete(scheduler, workers, done: set[int]) -> None:
+    """Each worker finishes what it was sent (and so asks for more), until nothing is left to send."""
+    for _ in range(len(COLLECTION) + 2):  # a scheduler that never empties its queue fails, not hangs
+        if not scheduler.workqueue:
+            break
         for worker in workers:
             for index in [i for i in worker.sent if i not in done]:
                 done.add(index)
                 scheduler.mark_test_complete(worker, index)
-    runs = [i for i, nodeid in enumerate(collection) if work_unit(nodeid) == RUNS_GROUP]
+    assert not scheduler.workqueue
+
+
+def test_xdists_scheduler_sends_every_run_to_one_worker_in_collection_order():
+    scheduler, workers = _scheduler()
+    _complete(scheduler, workers, set())
+    runs = [i for i, nodeid in enumerate(COLLECTION) if work_unit(nodeid) == RUNS_GROUP]
     (runner,) = [w for w in workers if set(runs) & set(w.sent)]
     assert runner.sent[:len(runs)] == runs  # the largest unit first, whole, in the collection's (random) order
     other = next(w for w in workers if w is not runner)
     assert not set(runs) & set(other.sent)
-    assert sorted(runner.sent + other.sent) == list(range(len(collection)))  # every test sent once
+    assert sorted(runner.sent + other.sent) == list(range(len(COLLECTION)))  # every test sent once
+
+
+def test_a_crashed_worker_gives_back_only_the_tests_it_had_not_run():
+    scheduler, workers = _scheduler()
+    other = next(w for w in workers if 1 not in w.sent)  # not the runs' worker: the one with ~2,400 units
+    finished = other.sent[0]
+    scheduler.mark_test_complete(other, finished)
+    scheduler.remove_node(other)  # it crashed: what it had not finished goes back to the queue
+    assert scheduler.workqueue and COLLECTION[finished] not in scheduler.workqueue
+    assert all(not all(unit.values()) for unit in scheduler.workqueue.values())  # no unit with nothing to run
+
+
+def test_another_dist_a_user_names_is_xdists():
+    assert _scheduler("loadfile")[0] is None and _scheduler("each")[0] is None
 
 
 def test_the_tests_of_modules_sharing_a_package_fixture_move_next_to_the_first_of_them():
