@@ -39,7 +39,8 @@ from fedtext.records.probes import proc_stat_fields
 ROLES = (("superlink", "flower-superlink"), ("superlink", "fedtext.server.superlink"), ("node service", "--serve "),
          ("supernode", "fedtext.node.supernode"),
          ("supervisor", "fedtext.node.service"), ("supernode", "flower-supernode"),
-         ("clientapp", "warm_exec worker"), ("clientapp", "flwr-clientapp"), ("fork server, forked clientapps", "multiprocessing.forkserver"),
+         ("clientapp", "warm_exec worker"), ("clientapp", "flwr-clientapp"),
+         ("fork server, forked clientapps", "multiprocessing.forkserver"),
          ("superexec", "superexec"), ("serverapp", "flwr-serverapp"), ("ray actor", "ray::"),
          ("ray", "ray/"), ("simulation", "simulations.simulate"), ("flwr run", "flwr run"),
          ("sampler", "cpu_by_role"))

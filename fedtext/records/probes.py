@@ -179,10 +179,10 @@ def git_state(path: Path = Path(__file__)) -> dict[str, Any]:
     return {"git_commit": commit.strip(), "git_dirty": None if status is None else bool(status.strip())}
 
 
-
 def short_commit() -> str | None:
     """This checkout's commit, 7 hex digits (:func:`git_state`), None where git cannot tell."""
     return (git_state()["git_commit"] or "")[:7] or None
+
 
 def package_versions() -> dict[str, str | None]:
     """Versions of :data:`PROVENANCE_PACKAGES` (None: not installed) and Python's, read from

@@ -58,8 +58,9 @@ def _scheduler(dist: str = "load"):
     return scheduler, workers
 
 
-def _complete(scheduler, workers, done: set[int]) -> None:
+def _complete(scheduler, workers) -> None:
     """Each worker finishes what it was sent (and so asks for more), until nothing is left to send."""
+    done: set[int] = set()
     for _ in range(len(COLLECTION) + 2):  # a scheduler that never empties its queue fails, not hangs
         if not scheduler.workqueue:
             break
@@ -72,7 +73,7 @@ def _complete(scheduler, workers, done: set[int]) -> None:
 
 def test_xdists_scheduler_sends_every_run_to_one_worker_in_collection_order():
     scheduler, workers = _scheduler()
-    _complete(scheduler, workers, set())
+    _complete(scheduler, workers)
     runs = [i for i, nodeid in enumerate(COLLECTION) if work_unit(nodeid) == RUNS_GROUP]
     (runner,) = [w for w in workers if set(runs) & set(w.sent)]
     assert runner.sent[:len(runs)] == runs  # the largest unit first, whole, in the collection's (random) order
