@@ -243,7 +243,8 @@ def check_prompt_fits(cfg: RunConfig, backbone: Any) -> None:
 RESUMABLE_CHANGES = checkpoint.RESUMABLE_CHANGES  # keys a resumed run may change
 
 
-def resume_checkpoint(cfg: RunConfig, config: dict[str, Any], limits: checkpoint.Limits) -> checkpoint.Checkpoint:
+def resume_checkpoint(cfg: RunConfig, config: dict[str, Any], limits: checkpoint.Limits,
+                      read: Callable[..., checkpoint.Checkpoint] = checkpoint.load) -> checkpoint.Checkpoint:
     """The checkpoint ``resume=`` names, after checking, before anything is loaded from it,
     that the run folder lies inside ``output-dir`` and that the run-config matches the run's.
 
@@ -251,7 +252,9 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any], limits: checkpoint
     ``limits`` (the run's model's: ``FedTextStrategy.checkpoint_limits``) or unpickled, a
     checkpoint whose signature does not verify or that belongs to another run: its run id
     must be the folder's, its method ``cfg.method``, its config hash that of the run-config
-    in ``config.json`` (which the resuming run-config was just compared with)."""
+    in ``config.json`` (which the resuming run-config was just compared with). ``read``:
+    :func:`fedtext.server.checkpoint.load`, or its ``peek`` for the same checks without the
+    arrays and state (a runner's check before it starts the resume)."""
     out = Path(cfg.output_dir).expanduser().resolve()
     run_dir = out / cfg.resume
     if not run_dir.resolve().is_relative_to(out) or run_dir.resolve() == out:
@@ -275,7 +278,7 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any], limits: checkpoint
         raise ConfigError(f"resume='{cfg.resume}' must use the run's own config; these differ: {diffs}")
     binding = checkpoint.Binding(run_dir.name, cfg.method, checkpoint.config_hash(stored))
     try:
-        ckpt = checkpoint.load(run_dir, binding, limits)
+        ckpt = read(run_dir, binding, limits)
     except FileNotFoundError:
         raise ConfigError(f"resume='{cfg.resume}': {run_dir} has no checkpoint (it never finished a round)") from None
     except checkpoint.CheckpointError as exc:
@@ -285,7 +288,8 @@ def resume_checkpoint(cfg: RunConfig, config: dict[str, Any], limits: checkpoint
     if ckpt.round >= cfg.num_server_rounds:
         raise ConfigError(f"resume='{cfg.resume}': the run already did {ckpt.round} rounds; "
                           f"set num-server-rounds above {ckpt.round} to continue it")
-    log.info("fedtext: resuming %s after round %d of %d", cfg.resume, ckpt.round, cfg.num_server_rounds)
+    if read is checkpoint.load:
+        log.info("fedtext: resuming %s after round %d of %d", cfg.resume, ckpt.round, cfg.num_server_rounds)
     return ckpt
 
 

@@ -49,8 +49,9 @@ After each run it starts, the runner appends one line to ``<out>/launches.jsonl`
 (:func:`launch_line`): the label, seed, holdout, engine, clients, the launch time, the wall
 seconds from launch to exit (process and Ray start-up included, which no run record can see),
 this machine's 1-minute load average at launch and at exit (what else ran beside it), the exit
-status, the id of the finished run it left (``None`` if none) and the checkout's commit at launch
-(a deployment run's record names none: its code is the app bundle ``flwr run`` packed from the checkout).
+status, the id of the finished run it left (``None`` if none), the checkout's commit at launch
+(a deployment run's record names none: its code is the app bundle ``flwr run`` packed from the checkout),
+and for a resume the run it resumed and the round its checkpoint held (``resumed``, ``resumed_after``).
 
 ``--profile paper`` runs the experiment's ``[profile.paper]`` instead (:func:`with_profile`):
 the paper's backbone, clients, shots, rounds and budgets, each key citing its source, for a
@@ -69,14 +70,28 @@ seed, number of clients) alone, so all methods of a seed see the same clients.
 
 A rerun skips every planned run that already *finished* under ``<out>/runs/`` (one line
 per skipped run), so an interrupted sweep continues where it stopped and a finished one
-starts nothing. *Same run* (:func:`same_run`): the planned run's full run-config (the
+starts nothing. A run of the same run-config and federation size that stopped before its
+last round (``failed``: an error or a signal, recorded; ``stale``: killed without a word, no
+heartbeat for ``stale-after-s``) and left a checkpoint is *resumed* from it (``resume=<its id>``,
+:func:`resumable_run`: the furthest such run), not redone: an hour-long run stopped after 40 of
+50 rounds costs 10 more rounds, not 50, and its records equal an uninterrupted run's round for
+round (``docs/records.md``). Its checkpoint's meta is checked first as the server checks it
+(signed with this user's key, bound to the run, the run's own config, rounds left); one that
+fails the check, whose resume its server already refused at that round, of an unknown federation
+size, or whose folder a live process still locks (:func:`fedtext.records.writer.hold_run`) is
+not resumed, the line saying why, and the run is redone from the start. The runner's own engines resume (:data:`RESUMES`); a study's runs only where
+the study says ``RESUMES = True`` (the accuracy studies): a timing study's launch is what it
+measures. SIGTERM, SIGHUP or SIGINT to the runner (:func:`_stop_on_signal`) records the
+in-process run it stops as ``failed`` and exits, or passes SIGTERM on to a run's own process
+(:func:`stop_child`): either way a rerun resumes it. *Same run* (:func:`same_run`): the planned run's full run-config (the
 experiment's overrides on the defaults) and the recorded one agree on variant, seed,
 holdout and every other key both have, except :data:`NOT_COMPARED` (where records go and
 how a run is watched). So an edited experiment file, or a changed default, reruns what it
 changes; a key added to the harness after a run was recorded does not (its default is
 taken to be the old behaviour). A run the runner launched with another number of clients
 (``launches.jsonl``: another partition, though the run-config is the same) is another run.
-Failed, stale and unfinished runs are redone.
+Failed, stale and unfinished runs without a checkpoint to resume are redone; a ``running``
+one (its heartbeat fresh: another process may still write it) is never taken over.
 
 The table (markdown and CSV: final and best accuracy, KB up/down per client-round, total
 MB, model queries, peak client memory, wall time; mean ± std over seeds) is built from
@@ -92,6 +107,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -103,7 +119,9 @@ import pandas as pd
 
 from fedtext.common.config import ConfigError, RunConfig
 from fedtext.records.probes import machine_line, short_commit
-from fedtext.records.reader import FINISHED, load_run, runs_under
+from fedtext.records.reader import FINISHED, load_run, run_status, runs_under
+from fedtext.records.signals import finish_open_runs
+from fedtext.records.writer import open_recorders, run_in_use
 from simulations.tables import compare_table, load_runs, one_run_per_seed, run_key, to_markdown
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout whose simulations/results/ takes its experiments
@@ -292,6 +310,93 @@ def finished_run(planned: dict[str, Any], runs: list[dict[str, Any]]) -> str | N
                 None)
 
 
+# The statuses of a run the runner resumes: it stopped before its last round, an error or a signal recorded
+# (``failed``) or killed without a word (``stale``: no heartbeat for stale-after-s). A ``running`` run's heartbeat is
+# fresh: its process may still be writing it, so it is never taken over; nor is a stale one whose folder a live process
+# on this machine still locks (fedtext.records.writer.hold_run: a suspended process).
+RESUMABLE = frozenset({"failed", "stale"})
+
+
+def resumable_run(overrides: dict[str, Any], planned: dict[str, Any], runs: list[dict[str, Any]],
+                  clients: int | None = None, sizes: dict[str, int] | None = None,
+                  failed_resumes: dict[str, int] | None = None) -> tuple[str | None, int | None, str]:
+    """``(run id, round, line)``: the run to resume among ``runs`` (:func:`fedtext.records.load_run`
+    dicts) that are :func:`same_run` as ``planned`` and stopped before their last round
+    (:data:`RESUMABLE`) with a checkpoint: of those launched with ``clients`` (:func:`size_of`
+    with ``sizes``; a run whose size is not known is not resumed: its partition may differ),
+    unlocked (:func:`fedtext.records.writer.run_in_use`), whose checkpoint passes the server's
+    own check (:func:`checkpoint_round`) and whose last resume did not fail before the server
+    reopened it at the same round (``failed_resumes``: :func:`failed_resumes`; a resume that
+    failed later, in a round, is tried again), the furthest (its checkpoint's round), the newest
+    of equals; and that round. Else ``None`` twice. The line says which run resumes after which
+    round, or why the stopped runs are not resumed (the run is then redone from the start), or is
+    empty where no run stopped part-way."""
+    from fedtext.server.checkpoint import FILE
+
+    stopped = [r for r in runs if r["config"] and isinstance(r["config"].get("config"), dict)
+               and run_status(r)[0] in RESUMABLE and (Path(r["dir"]) / FILE).is_file()
+               and same_run(planned, r["config"]["config"])]
+    why: list[str] = []
+    fit: list[tuple[int, str, dict[str, Any]]] = []
+    for run in sorted(stopped, key=lambda r: Path(r["dir"]).name, reverse=True):  # names begin with the start time
+        name = Path(run["dir"]).name
+        size = size_of(run, sizes or {}) if clients is not None else None
+        if clients is not None and size != clients:
+            why.append(f"{name}: launched with {size if size is not None else 'an unknown number of'} clients, "
+                       f"not {clients}")
+            continue
+        if run_in_use(Path(run["dir"])):
+            why.append(f"{name}: still open in a live process")
+            continue
+        try:
+            done = checkpoint_round({**overrides, "resume": name}, run["config"]["config"])
+        except Exception as exc:  # noqa: BLE001 - whatever the check meets (a refusal, an unreadable file), one line
+            why.append(f"{name}: {exc if isinstance(exc, ConfigError) else f'{type(exc).__name__}: {exc}'}")
+            continue
+        reopened = {e.get("from_round") for e in run["config"].get("resumed") or [] if isinstance(e, dict)}
+        if (failed_resumes or {}).get(name) == done and done not in reopened:
+            why.append(f"{name}: its resume after round {done} failed before, refused by the run's server "
+                       f"(see {LAUNCHES})")
+            continue
+        fit.append((done, name, run))
+    if fit:
+        done, name, run = max(fit, key=lambda f: (f[0], f[1]))
+        return name, done, f"resuming {name} after round {done} ({run_status(run)[0]})"
+    if why:
+        return None, None, f"not resumed ({'; '.join(why)}): redone from the start"
+    return None, None, ""
+
+
+def checkpoint_round(overrides: dict[str, Any], stored: dict[str, Any]) -> int:
+    """The round after which ``overrides`` (with ``resume``) would continue its run: the
+    server's own check (:func:`fedtext.server_app.resume_checkpoint`: the run folder, the
+    run-config against the run's, the checkpoint's signature with this user's key, its binding
+    to the run, rounds left) before anything starts, reading the checkpoint's meta alone
+    (:func:`fedtext.server.checkpoint.peek`: no array decompressed, nothing unpickled). The keys
+    the server derives from the data (:data:`fedtext.common.config.DERIVED_KEYS`) are the run's
+    own here, and the model's array count and sizes are not known: the server checks both
+    when the run starts, and a resume it refuses there fails its launch
+    (:func:`failed_resumes` keeps it from being tried again at the same round)."""
+    from fedtext.common.config import DERIVED_KEYS
+    from fedtext.common.registry import METHODS
+    from fedtext.server.checkpoint import UNBOUNDED, peek
+    from fedtext.server_app import resume_checkpoint
+
+    cfg = RunConfig.from_run_config(overrides, METHODS)
+    config = {**cfg.to_run_config(), **{k: stored[k] for k in DERIVED_KEYS if k in stored}}
+    return resume_checkpoint(cfg, config, UNBOUNDED, read=peek).round
+
+
+def failed_resumes(out: Path) -> dict[str, int]:
+    """Run id -> the round after which the last launch that resumed it started, where that
+    launch failed (``<out>/launches.jsonl``, :func:`launch_line`'s ``resumed`` and
+    ``resumed_after``; the last line of a run wins): :func:`resumable_run` does not try again
+    a resume its server refused."""
+    last = {line["resumed"]: line for line in launch_lines(out) if line.get("resumed")}
+    return {run: int(line["resumed_after"]) for run, line in last.items()
+            if line.get("exit") != 0 and isinstance(line.get("resumed_after"), int)}
+
+
 def missing_note(rows: pd.DataFrame, runs: list[dict[str, Any]]) -> str:
     """A note naming, per label, the planned (seed, holdout) runs the table ``rows``
     (:func:`simulations.tables.one_run_per_seed`'s) lack; ``""`` when none is missing."""
@@ -353,13 +458,41 @@ def run_logged(cmd: list[str], log_path: Path, env: dict[str, str] | None = None
     ``log_path`` and its progress lines to the console; its exit status."""
     with open(log_path, "w") as log:
         env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}  # progress lines as they happen
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        for line in proc.stdout:  # progress lines to the console, everything to the log
-            log.write(line)
-            log.flush()
-            if "fedtext round" in line or "configuration error" in line or "Error" in line:
-                print("   ", line.split("fedtext ", 1)[-1].rstrip(), flush=True)
-        return proc.wait()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                errors="replace")
+        try:
+            for line in proc.stdout:  # progress lines to the console, everything to the log
+                log.write(line)
+                log.flush()
+                if "fedtext round" in line or "configuration error" in line or "Error" in line:
+                    print("   ", line.split("fedtext ", 1)[-1].rstrip(), flush=True)
+            return proc.wait()
+        except BaseException:  # the runner stopped (_stop_on_signal): so does its run
+            stop_child(proc, log)
+            raise
+
+
+CHILD_STOP_S = 120.0  # what a stopped run's process gets to record itself and stop its own (a deployment's nodes)
+
+
+def stop_child(proc: subprocess.Popen, log: Any = None) -> None:
+    """SIGTERM to a run's process the runner started, then its wait (:data:`CHILD_STOP_S`, then
+    SIGKILL), its last output drained to ``log`` meanwhile (a child blocked on a full pipe would
+    never stop): it records itself ``failed: terminated by SIGTERM`` with its checkpoint, which a
+    rerun resumes, instead of running on unwatched beside the rerun's duplicate."""
+    if proc.poll() is not None:
+        return
+    print(f"    stopping the run's process {proc.pid} (SIGTERM; up to {CHILD_STOP_S:.0f} s)", file=sys.stderr,
+          flush=True)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        rest = proc.communicate(timeout=CHILD_STOP_S)[0]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rest = proc.communicate()[0]
+    if log is not None and rest:
+        log.write(rest)
+        log.flush()
 
 
 def run_in_process(overrides: dict[str, Any], num_supernodes: int, log_path: Path, ray_address: str = "",
@@ -370,11 +503,16 @@ def run_in_process(overrides: dict[str, Any], num_supernodes: int, log_path: Pat
     ``--gpus-per-client`` are refused before anything runs (:func:`main`)."""
     import traceback
 
+    from fedtext.records.signals import exit_reason
     from simulations.inprocess import run
 
     try:
         run(overrides, Path(overrides["output-dir"]), clients=num_supernodes)
     except Exception as exc:  # noqa: BLE001 - one failed run is recorded and counted, the sweep goes on
+        # the round loop records its own failures (RecordingServer.fit); one after the record opened and before the
+        # loop (the strategy's start, a restore) left the run open, read as ``running`` until its heartbeat went
+        # stale (stale-after-s): recorded now, as simulations.simulate records its run's
+        finish_open_runs("failed", exit_reason(exc))
         log_path.write_text(traceback.format_exc())
         print(f"    failed: {type(exc).__name__}: {exc} (traceback: {log_path})", flush=True)
         return 1
@@ -389,6 +527,9 @@ def _quote(v: Any) -> str:
 #: by name when a run starts, so that a test's stand-in for ``run_one`` is the one called.
 ENGINES = {"flower": lambda *args: run_one(*args), "inprocess": lambda *args: run_in_process(*args),
            "deployment": lambda *args: run_deployment(*args)}
+# The engines whose runs resume a run of the same run-config that stopped part-way (:func:`resumable_run`): the
+# runner's own. A study's own engines (its ``ENGINES``) measure a launch and always start afresh.
+RESUMES = frozenset(ENGINES)
 # The runner's engines without Ray (``--ray-address`` and ``--gpus-per-client`` are refused for them) -> how each runs.
 WITHOUT_RAY = {"inprocess": "runs in this process", "deployment": "runs on Flower's deployment engine"}
 STUDIES = REPO / "simulations" / "studies"  # a study's table module: simulations/studies/<study>.py
@@ -423,24 +564,29 @@ def log_stem(label: str, seed: int, holdout: str | None = None) -> str:
 
 def launch_line(ov: dict[str, Any], engine: str, clients: int, launched: float, wall_s: float, rc: int,
                 run: str | None, load: tuple[float, float] | None = None,
-                commit: str | None = None) -> dict[str, Any]:
+                commit: str | None = None, resumed_after: int | None = None) -> dict[str, Any]:
     """The ``launches.jsonl`` line of one run the runner started (module doc); ``load``: the 1-minute
     load average at launch and at exit; ``commit``: the checkout's at launch (7 hex digits, None where
-    git cannot tell)."""
+    git cannot tell); ``resumed``: the run it resumed (``ov``'s ``resume``, else None) and
+    ``resumed_after`` the round its checkpoint had (:func:`resumable_run`)."""
     before, after = load if load is not None else (None, None)
     return {"label": ov.get("run-name") or ov["method"], "seed": ov["seed"], "holdout": ov.get("holdout"),
             "engine": engine, "num-supernodes": clients, "launched_epoch": round(launched, 3),
             "wall_s": round(wall_s, 3), "load_before": before, "load_after": after, "exit": rc, "run": run,
-            "commit": commit}
+            "commit": commit, "resumed": ov.get("resume") or None, "resumed_after": resumed_after}
 
 
 def read_launches(out: Path) -> dict[str, dict[str, Any]]:
     """Run id -> the ``<out>/launches.jsonl`` line (:func:`launch_line`) of the launch that left it, the
     last line naming a run winning; launches that left no run are not kept, nor is a run recorded
     before the file existed (or elsewhere)."""
+    return {line["run"]: line for line in launch_lines(out) if line.get("run")}
+
+
+def launch_lines(out: Path) -> list[dict[str, Any]]:
+    """``<out>/launches.jsonl``'s lines (:func:`launch_line`), oldest first; none where it does not exist."""
     path = out / LAUNCHES
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return {line["run"]: line for line in lines if line.get("run")}
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def launched_sizes(out: Path) -> dict[str, int]:
@@ -481,12 +627,22 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         planned = resolved(ov)
         # a run launched with another number of clients is another run (another partition), though its
         # run-config is the same: the federation's size is the runner's, recorded in launches.jsonl only
-        done = finished_run(planned, [r for r in recorded if size_of(r, sizes) in (clients, None)])
+        same_size = [r for r in recorded if size_of(r, sizes) in (clients, None)]
+        done = finished_run(planned, same_size)
         if done:
             print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held}: skipped, finished as {done}", flush=True)
             continue
+        # a study resumes only where it says so (its RESUMES): a timing study's launch is what it measures
+        resumes = own["engine"] in RESUMES and (study is None or (getattr(study, "RESUMES", False)
+                                                                  and own["engine"] not in getattr(study, "ENGINES", {})))
+        # only a run known to have this federation size: a partition depends on it, the run-config does not say it
+        resumed, resumed_after, why = (resumable_run(ov, planned, recorded, clients, sizes, failed_resumes(out))
+                                       if resumes else (None, None, ""))
+        if resumed:
+            ov = {**ov, "resume": resumed}
         by = f", {own['engine']}" if own["engine"] != engine else ""
-        print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({clients} clients{by})", flush=True)
+        print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held} ({clients} clients{by}){': ' + why if why else ''}",
+              flush=True)
         load = os.getloadavg()[0]
         commit = short_commit()  # the code this launch runs, as the checkout has it
         t0 = time.time()
@@ -497,15 +653,16 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         failed += rc != 0
         # the run this launch left is among the folders it made: an older finished run of the same run-config
         # (another federation size) must not be named as this launch's
-        known = {Path(r["dir"]).name for r in recorded}  # only the new folders are read, not every record again
+        known = {Path(r["dir"]).name for r in recorded} - {resumed}  # only the new folders (and the resumed one) are
         new = [load_run(c.parent, runs_dir) for c in sorted(runs_dir.rglob("config.json")) if c.parent.name not in known]
-        recorded += new
+        recorded = [r for r in recorded if Path(r["dir"]).name != resumed] + new  # read again, not every record
         left = finished_run(planned, new)
         if left:
             sizes[left] = clients
         with (out / LAUNCHES).open("a") as fh:
             fh.write(json.dumps(launch_line(ov, own["engine"], clients, t0, wall, rc, left,
-                                            (round(load, 2), round(os.getloadavg()[0], 2)), commit)) + "\n")
+                                            (round(load, 2), round(os.getloadavg()[0], 2)), commit,
+                                            resumed_after)) + "\n")
         print(f"    done in {wall:.0f} s (exit {rc})", flush=True)
     return failed
 
@@ -584,5 +741,32 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
+def _stop_on_signal(signum: int, frame: object) -> None:
+    """SIGTERM/SIGHUP/SIGINT (``kill``, ``timeout``, a job scheduler, a closed terminal, Ctrl-C)
+    stop the runner and what it runs, each run recorded ``failed: terminated by <signal>`` with
+    its checkpoint kept, so that a rerun resumes it. An in-process run is recorded here and the
+    process exits at once (its round's queued clients would train on for minutes, the run already
+    read as stopped); a run in a process of its own is passed SIGTERM and waited for
+    (:func:`stop_child`, through the ``SystemExit`` raised here). Python's default ended the
+    runner at once and left that process running unwatched."""
+    for sig in STOP_SIGNALS:  # one clean-up, not one per repeated or further signal
+        signal.signal(sig, signal.SIG_IGN)
+    in_process = bool(open_recorders())
+    try:
+        finish_open_runs("failed", f"terminated by {signal.Signals(signum).name}")
+    finally:
+        if in_process:
+            sys.stdout.flush()
+            os._exit(128 + signum)
+        raise SystemExit(128 + signum)
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)  # what stops the runner (_stop_on_signal)
+
 if __name__ == "__main__":
+    # Here, not in main(): the tests call main() in pytest's own process, whose signals are pytest's. A signal the
+    # runner was started ignoring (nohup's SIGHUP, a background job's SIGINT) stays ignored
+    for _sig in STOP_SIGNALS:
+        if signal.getsignal(_sig) != signal.SIG_IGN:
+            signal.signal(_sig, _stop_on_signal)
     sys.exit(main())

@@ -273,7 +273,8 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
            timeout_s: float = 3600.0, app: Path = REPO, node_service: bool = True,
            warm: int | None = None, warm_start: str | None = None) -> Path | None:
     """Run ``overrides`` on a loopback SuperLink with ``num_supernodes`` SuperNodes; return
-    the run's record folder (None when none was written). Logs of every process go to
+    the run's record folder (a resumed run's, ``resume=``, is its own folder; None when none was
+    written). Logs of every process go to
     ``logs``. ``app``: the app folder ``flwr run`` submits (default this checkout), or a
     ``.fab`` file ``flwr build`` made (:func:`install_fab`). ``node_service``: each SuperNode
     runs behind fedtext's node service (:mod:`fedtext.node.service`); without it every message
@@ -314,8 +315,19 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
     finally:
         procs.stop_all()
         shutil.rmtree(home, ignore_errors=True)
+    return record_folder(output_dir, before, overrides)
+
+
+def record_folder(output_dir: Path, before: set[Path], overrides: dict[str, Any]) -> Path | None:
+    """The record folder a launch left in ``output_dir``: the newest whose ``config.json`` is not
+    in ``before`` (the ones there at launch), else, for ``resume=<run id>``, that run's own folder
+    (a resumed run writes on in it: the launcher said "wrote no record" and exited 1 after a
+    resume that finished); None when neither."""
     new = sorted(set(output_dir.glob("*/config.json")) - before)
-    return new[-1].parent if new else None
+    if new:
+        return new[-1].parent
+    resumed = overrides.get("resume")
+    return output_dir / str(resumed) if resumed and (output_dir / str(resumed) / "config.json").is_file() else None
 
 
 def _stop_on_signal(signum: int, frame: object) -> None:
@@ -331,7 +343,8 @@ def main(argv: list[str] | None = None) -> int:
     from simulations.simulate import parse_pairs
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, _stop_on_signal)
+        if signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored: the launch goes on
+            signal.signal(sig, _stop_on_signal)
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--num-supernodes", type=int, default=4, help="SuperNodes, one partition each (default 4)")

@@ -104,11 +104,13 @@ def run(run_config: dict[str, Any], tmp_path: Path, clients: int = 2,
     ``server_hook`` sees the built server (and its strategy) before the first round."""
     run_config = {**run_config, "output-dir": str(tmp_path)}
     cfg = RunConfig.from_run_config(run_config, METHODS)
-    server, server_config = build(cfg)
+    # the federation's size in the run's provenance, as a Flower simulation records its SuperNodes: the partition
+    # depends on it and the run-config does not say it (the compare runner resumes only a run of the planned size)
+    server, server_config = build(cfg, launch={"num_supernodes": clients})
     if server_hook is not None:
         server_hook(server)
     for pid in range(clients):
         server.client_manager().register(proxy(run_config, pid, clients))
     server.fit(num_rounds=server_config.num_rounds, timeout=None)
-    folder = next(p.parent for p in tmp_path.rglob("config.json"))
+    folder = server.recorder.dir  # this run's, not any run folder under tmp_path (the compare runner shares one)
     return folder, [json.loads(line) for line in (folder / "rounds.jsonl").read_text().splitlines()]

@@ -52,7 +52,8 @@ def install_signal_handlers() -> bool:
     open run before the process goes down the way it would have without us.
 
     The previous handler (Flower's graceful exit, Python's ``KeyboardInterrupt``) runs
-    next; where it was the default action, the process exits with ``128 + signum``.
+    next; where it was the default action, the process exits with ``128 + signum``. SIGHUP
+    under ``nohup`` stays ignored: it stops nothing, so it records nothing.
     Signal handlers can only be set from the main thread: elsewhere (a ServerApp inside
     ``run_simulation``) nothing is installed and ``False`` returned; the caller's main
     thread installs them instead (``simulations.simulate``).
@@ -65,6 +66,11 @@ def install_signal_handlers() -> bool:
             continue
         previous = signal.getsignal(sig)
         if getattr(previous, "_fedtext", False):
+            continue
+        # nohup's SIGHUP: the process was asked to outlive its terminal, and goes on training; marking its
+        # run failed (and unlocked) would let a rerun resume it under it. Another ignored signal (a background
+        # job's SIGINT, inherited) is still recorded: Flower stops a ServerApp whose SuperLink died with SIGINT
+        if sig == getattr(signal, "SIGHUP", None) and previous == signal.SIG_IGN:
             continue
 
         def handler(signum: int, frame: Any, previous: Any = previous) -> None:

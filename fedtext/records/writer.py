@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import logging
+import math
+import os
 import re
 import threading
 import time
@@ -17,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedtext.common.config import RUN_ID_CHARS
+from fedtext.common.config import RUN_ID_CHARS, ConfigError
 from fedtext.records.probes import launch_fields, machine, provenance
 from fedtext.records.reader import (
     DEFAULT_STALE_AFTER_S, FINISHED, HEARTBEAT_FILE, finite_record, progress_line, read_rounds,
@@ -25,6 +27,11 @@ from fedtext.records.reader import (
 )
 from fedtext.records.schema import ROUND_LINE_MAX
 from fedtext.common.tracking import Trackers
+
+try:  # POSIX: Linux, macOS, the boards
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no lock, a resume trusts the heartbeat alone
+    fcntl = None  # type: ignore[assignment]
 
 log = logging.getLogger("fedtext")
 
@@ -35,6 +42,54 @@ def open_recorders() -> list[RunRecorder]:
     """This process's recorders whose run has no summary yet (the one registry of open runs,
     kept by :class:`RunRecorder`; :func:`fedtext.records.signals.finish_open_runs` closes them)."""
     return list(_OPEN)
+
+
+def hold_run(run_dir: Path) -> int | None:
+    """An exclusive lock (``flock``) on the run folder itself, held by the process that writes
+    the run: the descriptor to close when it is done (:func:`release_run`), ``None`` where the
+    system or the folder's filesystem has no ``flock`` (a warning; the heartbeat alone then
+    tells a live writer). The kernel drops it when the process ends, SIGKILL included, so a
+    held lock means a live writer on this machine, whatever its heartbeat says (a suspended
+    process); over a network disk another machine's writer may not show. Raises
+    ``BlockingIOError`` when another open descriptor holds it (another process, or another
+    recorder of this one)."""
+    if fcntl is None:  # pragma: no cover
+        return None
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise
+    except OSError as exc:  # ENOLCK, EOPNOTSUPP: a filesystem without flock; the run goes on unlocked
+        os.close(fd)
+        log.warning("fedtext: %s cannot be locked (%s): a resume trusts its heartbeat alone", run_dir, exc)
+        return None
+    return fd
+
+
+def release_run(fd: int | None) -> None:
+    """Drop :func:`hold_run`'s lock and close its descriptor (``LOCK_UN`` first: a child forked
+    while it was held would otherwise keep it)."""
+    if fd is None or fcntl is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def run_in_use(run_dir: Path) -> bool:
+    """Whether a live process still writes the run in ``run_dir`` (:func:`hold_run`'s lock is
+    held): such a run is never resumed or taken over."""
+    try:
+        fd = hold_run(run_dir)
+    except BlockingIOError:
+        return True
+    except OSError:  # no such folder, not readable: no writer holds it through this path
+        return False
+    release_run(fd)
+    return False
 
 
 def run_folder_name(config: Mapping[str, Any], when: _dt.datetime | None = None) -> str:
@@ -124,7 +179,8 @@ class RunRecorder:
     ``stale-after-s / 10`` seconds (at most 30 s), so a reader tells a long round from a
     dead server. ``resume=True`` reopens the existing folder ``<output-dir>/<run_id>``:
     round lines after ``keep_rounds`` are cut (they were written after the checkpoint
-    the run resumes from) and an old ``summary.json`` (``failed``) is removed.
+    the run resumes from) and an old ``summary.json`` (``failed``) is removed; its
+    ``wall_time_s`` goes on from the last kept round's (the pause in between not counted).
 
     ``launch`` (:data:`~fedtext.records.probes.LAUNCH_FIELDS`) goes into ``config.json``'s
     ``provenance`` with the code's (:func:`provenance`); a resumed run records its own
@@ -141,7 +197,13 @@ class RunRecorder:
                  launch: Mapping[str, Any] | None = None, trackers: tuple[str, ...] = ()) -> None:
         self._tracker_names = tuple(trackers)
         if resume:
-            self._reopen(Path(output_dir).expanduser().resolve() / str(run_id), config, keep_rounds, launch)
+            run_dir = Path(output_dir).expanduser().resolve() / str(run_id)
+            try:  # before anything in the folder changes: a live writer keeps its run
+                lock = hold_run(run_dir)
+            except BlockingIOError:
+                raise ConfigError(f"resume='{run_dir.name}': the run is still open in a live process (its folder is "
+                                  f"locked); stop that process first") from None
+            self._open_holding(lock, self._reopen, run_dir, config, keep_rounds, launch)
             return
         base = run_id or run_folder_name(config)
         root = Path(output_dir).expanduser().resolve()
@@ -151,9 +213,24 @@ class RunRecorder:
             i += 1
             self.dir = root / f"{base}-{i}"
         self.dir.mkdir(parents=True)
+        self._open_holding(hold_run(self.dir), self._create, config, launch)  # new and empty: nobody holds it
+
+    def _open_holding(self, lock: int | None, step: Any, *args: Any) -> None:
+        """Run ``step`` (:meth:`_create` or :meth:`_reopen`) holding the folder's ``lock``
+        (:func:`hold_run`); a step that fails leaves the run never opened: nothing holds the folder."""
+        self._lock = lock
+        try:
+            step(*args)
+        except BaseException:
+            self._detach_log()
+            release_run(self._lock)
+            raise
+
+    def _create(self, config: dict[str, Any], launch: Mapping[str, Any] | None) -> None:
         self.run_id = self.dir.name
         self._attach_log()
         self.start = time.time()
+        self.worked_s = 0.0  # the seconds the run worked before this process took it over (a resumed run's)
         self.rounds: list[dict[str, Any]] = []
         self.config = config
         _write_json(self.dir / "config.json", {
@@ -169,11 +246,18 @@ class RunRecorder:
         self.dir, self.run_id, self.config = run_dir, run_dir.name, config
         self._attach_log()
         meta = json.loads((run_dir / "config.json").read_text())
-        self.start = float(meta.get("started_epoch", time.time()))
         # the rounds as written (read_rounds, not load_run: a random-weight run's accuracy stays in its record)
         kept = [r for r in read_rounds(run_dir / "rounds.jsonl", run_dir)[0]
                 if keep_rounds is None or r["round"] <= keep_rounds]
         self.rounds = kept
+        # wall_time_s goes on from the kept rounds' last: the time the run's processes worked up to its checkpoint
+        # and since the resume, not the pause between (a run stopped at night and resumed the next day took hours
+        # less than its first start's clock says); where no kept round says, the clock since the first start
+        worked = kept[-1].get("wall_time_s") if kept else None
+        if not (isinstance(worked, (int, float)) and 0 <= worked < math.inf):
+            worked = max(0.0, time.time() - float(meta.get("started_epoch", time.time())))
+        self.worked_s = float(worked)
+        self.start = time.time() - self.worked_s
         tmp = run_dir / "rounds.jsonl.tmp"
         tmp.write_text("".join(json.dumps(r) + "\n" for r in kept))
         tmp.replace(run_dir / "rounds.jsonl")
@@ -234,6 +318,10 @@ class RunRecorder:
         _OPEN.add(self)
         threading.Thread(target=self._beat_loop, name="fedtext-heartbeat", daemon=True).start()
 
+    def _release(self) -> None:
+        lock, self._lock = getattr(self, "_lock", None), None
+        release_run(lock)
+
     def beat(self) -> None:
         """Write the heartbeat (epoch seconds) atomically."""
         tmp = self.dir / f"{HEARTBEAT_FILE}.tmp"
@@ -269,19 +357,24 @@ class RunRecorder:
         the participant partitions no round aggregated an upload of, when the run reached its
         last round (:meth:`fedtext.server.round_log.RoundLog.never_trained`); ``None``: not known."""
         path = self.dir / "summary.json"
-        if path.exists():
+        if path.exists():  # closed before (or by another writer): the lock and the heartbeat go too
+            self._closed.set()
+            self._release()
             return json.loads(path.read_text())
         self._closed.set()
         _OPEN.discard(self)
-        summary = summarize(self.rounds)
-        summary.update(
-            run_id=self.run_id, status=status, error=error,
-            method=self.config.get("method"), dataset=self.config.get("dataset"),
-            partition=self.config.get("partition"), seed=self.config.get("seed"),
-            wall_time_s=round(time.time() - self.start, 2), partitions_never_trained=partitions_never_trained,
-        )
-        _write_json(path, summary)
-        self.beat()
+        try:
+            summary = summarize(self.rounds)
+            summary.update(
+                run_id=self.run_id, status=status, error=error,
+                method=self.config.get("method"), dataset=self.config.get("dataset"),
+                partition=self.config.get("partition"), seed=self.config.get("seed"),
+                wall_time_s=round(time.time() - self.start, 2), partitions_never_trained=partitions_never_trained,
+            )
+            _write_json(path, summary)
+            self.beat()
+        finally:
+            self._release()  # the run is closed: a rerun may resume it now
         if status != FINISHED:
             log.error("fedtext: run %s %s: %s", self.run_id, status, error)
         self.trackers.finish(summary)

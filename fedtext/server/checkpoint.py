@@ -264,7 +264,17 @@ def save(run_dir: str | Path, server_round: int, global_arrays: list[np.ndarray]
     return run_dir / FILE
 
 
-def load(run_dir: str | Path, binding: Binding | None = None, limits: Limits = UNBOUNDED) -> Checkpoint:
+def peek(run_dir: str | Path, binding: Binding | None = None, limits: Limits = UNBOUNDED) -> Checkpoint:
+    """:func:`load`'s checks up to the signature, the binding and the member list, reading the
+    meta alone: a :class:`Checkpoint` with its ``round`` and ``meta`` and no arrays or state
+    (nothing decompressed past the meta, nothing unpickled). What a runner asks before it
+    starts a resume (:func:`simulations.compare.resumable_run`); the run's server then loads
+    it whole. Raises as :func:`load` does."""
+    return load(run_dir, binding, limits, meta_only=True)
+
+
+def load(run_dir: str | Path, binding: Binding | None = None, limits: Limits = UNBOUNDED,
+         meta_only: bool = False) -> Checkpoint:
     """Read ``<run_dir>/checkpoint.npz`` (``FileNotFoundError`` when there is none).
 
     Parameters
@@ -277,6 +287,8 @@ def load(run_dir: str | Path, binding: Binding | None = None, limits: Limits = U
     limits
         What the run's model can hold (:meth:`Limits.for_model`); checked against the
         zip's declared sizes before anything is decompressed, and as a cap while it is.
+    meta_only
+        Stop after the member list, before the arrays and the state (:func:`peek`).
 
     Raises
     ------
@@ -299,13 +311,14 @@ def load(run_dir: str | Path, binding: Binding | None = None, limits: Limits = U
                               f"model can hold: refused")
     try:
         with zipfile.ZipFile(path) as zf:
-            return _read(path, zf, binding, limits)
+            return _read(path, zf, binding, limits, meta_only)
     except (zipfile.BadZipFile, zlib.error, EOFError, NotImplementedError) as exc:
         raise CheckpointError(f"{path}: not a readable checkpoint archive ({exc}): refused") from None
 
 
-def _read(path: Path, zf: zipfile.ZipFile, binding: Binding | None, limits: Limits) -> Checkpoint:
-    """:func:`load`'s steps 2-6 on the open archive."""
+def _read(path: Path, zf: zipfile.ZipFile, binding: Binding | None, limits: Limits,
+          meta_only: bool = False) -> Checkpoint:
+    """:func:`load`'s steps 2-6 on the open archive (``meta_only``: up to the member list)."""
     infos: dict[str, zipfile.ZipInfo] = {}
     for info in zf.infolist():
         name = info.filename.removesuffix(".npy")
@@ -349,6 +362,8 @@ def _read(path: Path, zf: zipfile.ZipFile, binding: Binding | None, limits: Limi
     if limits.global_bytes is not None and n != len(limits.global_bytes):
         raise CheckpointError(f"{path} holds {n} global arrays, this run's model has {len(limits.global_bytes)}: "
                               f"refused")
+    if meta_only:
+        return Checkpoint(int(meta["round"]), [], {}, meta)
     blobs: dict[str, np.ndarray] = {}
     for name in ["state", *(f"global_{i}" for i in range(n))]:
         nbytes, bound = int(signed[name]["bytes"]), limits.bound(name)

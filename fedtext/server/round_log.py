@@ -67,7 +67,8 @@ class RoundLog:
         self.partitions = partitions
         self.record = RoundRecord(round=0)
         self.down_bytes: dict[str, int] = {}  # cid -> bytes sent this round (simulated time)
-        self._t0 = time.time()
+        # wall_time_s: since the run began, less any pause before a resume (the recorder's worked_s)
+        self._t0 = time.time() - (recorder.worked_s if recorder is not None else 0.0)
 
     def begin(self, server_round: int) -> RoundRecord:
         """Start the record of ``server_round`` (its timer starts now)."""

@@ -34,6 +34,9 @@ from simulations import compare
 from simulations.tables import finished_runs
 
 REPO = Path(__file__).resolve().parents[2]
+# the compare runner resumes a run of this study that stopped part-way (its records are accuracies, not a launch's
+# time): simulations.compare.resumable_run
+RESUMES = True
 EXPERIMENT = REPO / "simulations" / "experiments" / "privacy_ag_news.toml"
 OUT = compare.default_out(EXPERIMENT)  # simulations/results/privacy_ag_news
 METHODS = ("fedprompt", "fedlora", "bbt-fed", "fedkseed")

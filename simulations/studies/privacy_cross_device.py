@@ -29,6 +29,9 @@ from simulations.studies.privacy import METHODS, record_updates, save_figure
 from simulations.tables import finished_runs
 
 REPO = Path(__file__).resolve().parents[2]
+# the compare runner resumes a run of this study that stopped part-way (its records are accuracies, not a launch's
+# time): simulations.compare.resumable_run
+RESUMES = True
 EXPERIMENT = REPO / "simulations" / "experiments" / "privacy_cross_device.toml"
 OUT = compare.default_out(EXPERIMENT)  # simulations/results/privacy_cross_device; a profile's: <OUT>-<profile>
 

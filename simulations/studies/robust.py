@@ -36,6 +36,9 @@ from simulations.compare import default_out
 from simulations.tables import finished_runs
 
 REPO = Path(__file__).resolve().parents[2]
+# the compare runner resumes a run of this study that stopped part-way (its records are accuracies, not a launch's
+# time): simulations.compare.resumable_run
+RESUMES = True
 EXPERIMENT = REPO / "simulations" / "experiments" / "robust_ag_news.toml"
 OUT = default_out(EXPERIMENT)  # simulations/results/robust_ag_news
 AGGREGATORS = {  # label prefix -> what the row says

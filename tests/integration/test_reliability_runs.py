@@ -179,3 +179,54 @@ def test_sigterm_is_recorded_as_terminated_by_sigterm(tmp_path):
     assert proc.returncode != 0
     run = load_run(_only(tmp_path / "term"))
     assert (run["status"], run["reason"]) == ("failed", "terminated by SIGTERM")
+
+
+# ---------------------------------------------------------------- the compare runner stopped: so is its run's process
+CHILD = """import signal, sys, time
+def stop(signum, frame):
+    open(sys.argv[1], "w").write(signal.Signals(signum).name)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop if sys.argv[2] == "records" else signal.SIG_IGN)
+print("fedtext round 1/3 | a run's progress line", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("child", ["records", "ignores SIGTERM"])
+def test_a_stopped_compare_runner_stops_the_run_process_it_started(child, tmp_path, monkeypatch):
+    """SIGTERM/SIGHUP/Ctrl-C end the runner as an exception (its _stop_on_signal, KeyboardInterrupt):
+    run_logged passes SIGTERM on to the run's process and waits for it to record itself, then SIGKILLs
+    one that does not stop within CHILD_STOP_S. Python's default left the process running unwatched."""
+    import builtins
+
+    from simulations import compare
+
+    monkeypatch.setattr(compare, "CHILD_STOP_S", 1.0)
+    started: list[subprocess.Popen] = []
+    popen = subprocess.Popen
+
+    def recording_popen(*args, **kwargs):
+        started.append(popen(*args, **kwargs))
+        return started[-1]
+
+    real_print, calls = builtins.print, []
+
+    def stopped(*args, **kwargs):  # the runner is stopped as it prints the run's first progress line
+        calls.append(args)
+        if len(calls) == 1:
+            raise KeyboardInterrupt
+        return real_print(*args, **kwargs)
+
+    monkeypatch.setattr(compare.subprocess, "Popen", recording_popen)
+    monkeypatch.setattr(builtins, "print", stopped)
+    mark = tmp_path / "got"
+    with pytest.raises(KeyboardInterrupt):
+        compare.run_logged([sys.executable, "-c", CHILD, str(mark), child], tmp_path / "run.log")
+    monkeypatch.undo()
+    [proc] = started
+    assert "stopping the run's process" in str(calls[1])  # it says why the runner waits
+    assert proc.poll() is not None  # waited for: nothing left running
+    if child == "records":
+        assert proc.returncode == 0 and mark.read_text() == "SIGTERM"
+    else:
+        assert proc.returncode == -signal.SIGKILL and not mark.exists()

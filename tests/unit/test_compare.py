@@ -4,6 +4,7 @@ replaced by a writer of the records a run leaves (:class:`fedtext.records.RunRec
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,13 @@ def write_experiment(folder: Path, text: str = EXPERIMENT, stem: str = "exp") ->
     return path
 
 
-def record_run(overrides: dict[str, Any], accuracy: float, status: str | None = FINISHED) -> Path:
+def record_run(overrides: dict[str, Any], accuracy: float, status: str | None = FINISHED, clients: int | None = 2) -> Path:
     """The records a run of ``overrides`` leaves in its ``output-dir``: ``config.json``
-    as :func:`fedtext.server_app.build` fills it, rounds 0-1, and a summary with ``status``
-    (None: none, as a run still going or killed by SIGKILL leaves it)."""
+    as :func:`fedtext.server_app.build` fills it (``clients`` SuperNodes in its provenance, the
+    experiments' 2), rounds 0-1, and a summary with ``status`` (None: none, as a run still
+    going or killed by SIGKILL leaves it)."""
     config = {**compare.resolved(overrides), "resolved-task": "sst2", "trainable-parameters": 100}
-    rec = RunRecorder(overrides["output-dir"], config)
+    rec = RunRecorder(overrides["output-dir"], config, launch={"num_supernodes": clients})
     for r in (0, 1):
         rec.log_round({"round": r, "global_accuracy": accuracy if r else 0.5, "bytes_up": 100 * r,
                        "bytes_down": 100 * r, "num_clients": 2 * r, "wall_time_s": float(r)})
@@ -295,3 +297,335 @@ def test_every_paper_experiment_has_a_paper_profile_that_plans(path, tmp_path, m
     runs = compare.plan(paper, None)
     assert {(ov.get("model"), ov.get("device")) for ov in runs} <= {("roberta-large", "cuda"), ("roberta-base", "cuda")}
     assert len(runs) >= len(exp["methods"])
+
+
+# ---------------------------------------------------------------- resuming a run that stopped part-way
+# fedprompt on the random 2-layer encoder (tests/inprocess.py), Poisson cohorts (q = 2 / 4) and central DP with
+# adaptive clipping: what a resumed round needs back from the checkpoint (C, the accountant's count, the draws)
+RESUMED = """methods = ["fedprompt"]
+seeds = [0]
+num-supernodes = 4
+engine = "inprocess"
+[run-config]
+model = "tiny-bert"
+weights = "random"
+num-server-rounds = 3
+clients-per-round = 2
+client-sampling = "poisson"
+shots-per-class = 4
+client-test-size = 0
+eval-size = 16
+prompt-length = 4
+max-length = 32
+dp = "central"
+dp-clipping = "adaptive"
+dp-noise = 0.5
+dp-count-noise = 1.0
+fedprompt.local-steps = 1
+"""
+COMPARED = ("round", "global_accuracy", "global_loss", "bytes_up", "bytes_down", "num_clients", "trained", "privacy")
+
+
+def test_a_run_stopped_part_way_is_resumed_from_its_checkpoint_and_equals_an_uninterrupted_one(
+        tmp_path, monkeypatch, capsys):
+    from fedtext.records import load_run
+    from fedtext.server import checkpoint
+    import simulations.inprocess as inprocess
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    exp, out = write_experiment(tmp_path, RESUMED), tmp_path / "out"
+    whole = inprocess.run
+
+    def stopped_in_round_2(run_config, tmp, clients=2, **kwargs):
+        def hook(server):
+            configure_fit = server.strategy.configure_fit
+
+            def stop(server_round, **kwargs):
+                if server_round == 2:
+                    raise RuntimeError("stopped by the test")
+                return configure_fit(server_round=server_round, **kwargs)
+
+            server.strategy.configure_fit = stop
+        return whole(run_config, tmp, clients, server_hook=hook)
+
+    monkeypatch.setattr(inprocess, "run", stopped_in_round_2)
+    assert compare.main([str(exp), "--out", str(out)]) == 1
+    [folder] = (out / "runs").iterdir()
+    stopped = load_run(folder)
+    assert stopped["summary"]["status"] == "failed" and "stopped by the test" in stopped["summary"]["error"]
+    capsys.readouterr()
+    monkeypatch.setattr(inprocess, "run", whole)
+    assert compare.main([str(exp), "--out", str(out)]) == 0
+    assert f"resuming {folder.name} after round 1 (failed)" in capsys.readouterr().out
+    assert [p.name for p in (out / "runs").iterdir()] == [folder.name]  # the same folder, no new run
+    resumed = load_run(folder)
+    assert resumed["summary"]["status"] == FINISHED and resumed["config"]["resumed"][0]["from_round"] == 1
+    walls = [r["wall_time_s"] for r in resumed["rounds"]]
+    assert walls == sorted(walls)  # the clock goes on across the resume
+    launch = [json.loads(line) for line in (out / compare.LAUNCHES).read_text().splitlines()][-1]
+    assert launch["resumed"] == launch["run"] == folder.name
+    # the uninterrupted run of the same experiment: the same rounds, DP and Poisson cohorts included
+    assert compare.main([str(exp), "--out", str(tmp_path / "whole")]) == 0
+    [other] = (tmp_path / "whole" / "runs").iterdir()
+    uninterrupted = load_run(other)["rounds"]
+    assert len(resumed["rounds"]) == len(uninterrupted) == 4
+    # the state a resume must bring back is in play: ε grows every round, adaptive clipping moves C
+    epsilons = [r["privacy"]["epsilon"] for r in uninterrupted[1:]]
+    assert epsilons == sorted(epsilons) and len(set(epsilons)) == 3
+    assert len({r["privacy"]["clip"] for r in uninterrupted[1:]}) == 3
+    for a, b in zip(resumed["rounds"], uninterrupted, strict=True):
+        assert {k: a.get(k) for k in COMPARED} == {k: b.get(k) for k in COMPARED}, a["round"]
+
+
+def test_a_stopped_run_whose_checkpoint_the_server_would_refuse_is_redone_saying_why(tmp_path, monkeypatch, capsys):
+    exp, out, started = write_experiment(tmp_path), tmp_path / "out", []
+    older = record_run(planned(exp, out, "fedprompt", 0), 0.6, status="failed")
+    (older / "checkpoint.npz").write_bytes(b"not a checkpoint")
+    older.rename(older.with_name("20200101-000000-" + older.name.split("-", 2)[2]))  # started earlier
+    folder = record_run(planned(exp, out, "fedprompt", 0), 0.6, status="failed")
+    (folder / "checkpoint.npz").write_bytes(b"not a checkpoint")
+    seen: list[dict[str, Any]] = []
+    fake = fake_run_one(started)
+    monkeypatch.setattr(compare, "run_one", lambda ov, *a: seen.append(ov) or fake(ov, *a))
+    assert compare.main([str(exp), "--out", str(out), "--methods", "fedprompt", "--seeds", "0"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "fedprompt seed=0" in x)
+    # each stopped run's reason, the newest first; then a fresh run
+    newer, older_name = f"{folder.name}: resume='{folder.name}': ", "; 20200101-000000-"
+    assert ": not resumed (" + newer in line and older_name in line and line.endswith("redone from the start")
+    assert line.index(newer) < line.index(older_name)
+    assert started == [("fedprompt", 0)] and "resume" not in seen[0]
+
+
+@pytest.mark.parametrize("status", [None, FINISHED])
+def test_a_running_or_finished_run_is_never_resumed(status, tmp_path, monkeypatch, capsys):
+    """A run whose heartbeat is fresh may still be written by its process; a finished one is skipped."""
+    exp, out, started = write_experiment(tmp_path), tmp_path / "out", []
+    folder = record_run(planned(exp, out, "fedprompt", 0), 0.6, status=status)
+    (folder / "checkpoint.npz").write_bytes(b"not a checkpoint")
+    monkeypatch.setattr(compare, "run_one", fake_run_one(started))
+    assert compare.main([str(exp), "--out", str(out), "--methods", "fedprompt", "--seeds", "0"]) == 0
+    assert "resum" not in capsys.readouterr().out
+    assert started == ([] if status == FINISHED else [("fedprompt", 0)])
+
+
+THREE_ROUNDS = EXPERIMENT.replace("num-server-rounds = 1", "num-server-rounds = 3")  # rounds left after round 1
+
+
+def stopped_run(exp: Path, out: Path, status: str | None = "failed", done: int = 1, clients: int | None = 2,
+                started: str | None = None) -> Path:
+    """:func:`record_run`'s records of fedprompt seed 0 stopped after round ``done`` with a checkpoint
+    signed by this user's key (the test's ``KEY_ENV``) and bound to the run, as the strategy saves it;
+    ``started``: another start stamp for its folder name (``20200101-000000``: an older run)."""
+    import numpy as np
+
+    from fedtext.server import checkpoint
+
+    folder = record_run(planned(exp, out, "fedprompt", 0), 0.6, status=status, clients=clients)
+    if started:
+        folder = folder.rename(folder.with_name(f"{started}-{folder.name.split('-', 2)[2]}"))
+        meta = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps({**meta, "run_id": folder.name}))
+    stored = json.loads((folder / "config.json").read_text())["config"]
+    checkpoint.save(folder, done, [np.zeros(4, np.float32)], {},
+                    binding=checkpoint.Binding(folder.name, "fedprompt", checkpoint.config_hash(stored)))
+    return folder
+
+
+@pytest.fixture()
+def own_key(tmp_path, monkeypatch):
+    from fedtext.server import checkpoint
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+
+
+def watching(monkeypatch, rc: int = 0) -> list[dict[str, Any]]:
+    """The overrides each launch gets; a launch records a finished run (rc 0) or nothing (rc != 0)."""
+    seen: list[dict[str, Any]] = []
+
+    def run_one(ov, *args):
+        seen.append(ov)
+        if rc == 0:
+            record_run(ov, 0.7)
+        return rc
+
+    monkeypatch.setattr(compare, "run_one", run_one)
+    return seen
+
+
+ONE = ["--methods", "fedprompt", "--seeds", "0"]
+
+
+def test_a_stopped_run_with_a_good_checkpoint_is_launched_with_resume_and_its_launch_line_says_so(
+        tmp_path, monkeypatch, capsys, own_key):
+    exp, out = write_experiment(tmp_path, THREE_ROUNDS), tmp_path / "out"
+    folder = stopped_run(exp, out, done=1)
+    seen = watching(monkeypatch)
+    assert compare.main([str(exp), "--out", str(out), *ONE]) == 0
+    assert f"resuming {folder.name} after round 1 (failed)" in capsys.readouterr().out
+    assert [ov.get("resume") for ov in seen] == [folder.name]
+    line = json.loads((out / compare.LAUNCHES).read_text().splitlines()[-1])
+    assert (line["resumed"], line["resumed_after"]) == (folder.name, 1)
+
+
+def test_a_resume_its_server_refused_is_not_tried_again_at_the_same_round(tmp_path, monkeypatch, capsys, own_key):
+    exp, out = write_experiment(tmp_path, THREE_ROUNDS), tmp_path / "out"
+    folder = stopped_run(exp, out, done=1)
+    seen = watching(monkeypatch, rc=1)  # the server refused it (a check the runner cannot make): no new record
+    assert compare.main([str(exp), "--out", str(out), *ONE]) == 1
+    assert compare.failed_resumes(out) == {folder.name: 1}
+    capsys.readouterr()
+    seen = watching(monkeypatch)
+    assert compare.main([str(exp), "--out", str(out), *ONE]) == 0
+    assert (f"not resumed ({folder.name}: its resume after round 1 failed before, refused by the run's server "
+            "(see launches.jsonl)): redone from the start") in capsys.readouterr().out
+    assert "resume" not in seen[0]
+
+
+def test_a_resume_that_failed_in_a_round_or_got_further_is_tried_again(tmp_path, own_key):
+    """Only a resume the server refused before reopening the run is not tried again: one that failed in a
+    round (an OOM, a lost node) reopened it (its ``resumed`` entry), and a later checkpoint is another try."""
+    exp, out = write_experiment(tmp_path, THREE_ROUNDS), tmp_path / "out"
+    folder = stopped_run(exp, out, done=2)
+    ov = planned(exp, out, "fedprompt", 0)
+    plan = compare.resolved(ov)
+    runs = [load_run_of(folder)]
+    assert compare.resumable_run(ov, plan, runs, 2, {}, {folder.name: 1})[:2] == (folder.name, 2)  # got further
+    assert compare.resumable_run(ov, plan, runs, 2, {}, {folder.name: 2})[0] is None  # refused at round 2
+    meta = json.loads((folder / "config.json").read_text())
+    meta["resumed"] = [{"from_round": 2}]  # the server reopened it, then the round failed
+    (folder / "config.json").write_text(json.dumps(meta))
+    assert compare.resumable_run(ov, plan, [load_run_of(folder)], 2, {}, {folder.name: 2})[:2] == (folder.name, 2)
+
+
+def test_the_last_launch_of_a_resumed_run_says_whether_its_resume_failed(tmp_path):
+    lines = [{"resumed": "r1", "resumed_after": 3, "exit": 1}, {"resumed": "r1", "resumed_after": 3, "exit": 0},
+             {"resumed": "r2", "resumed_after": 5, "exit": 0}, {"resumed": "r2", "resumed_after": 5, "exit": 2},
+             {"resumed": None, "exit": 1, "run": None}]
+    (tmp_path / compare.LAUNCHES).write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert compare.failed_resumes(tmp_path) == {"r2": 5}
+    assert compare.failed_resumes(tmp_path / "none") == {}
+
+
+def test_the_furthest_stopped_run_is_resumed_the_newest_of_equals(tmp_path, own_key):
+    exp, out = write_experiment(tmp_path, THREE_ROUNDS), tmp_path / "out"
+    further = stopped_run(exp, out, done=2, started="20200101-000000")  # older
+    newer = stopped_run(exp, out, done=1)
+    ov = planned(exp, out, "fedprompt", 0)
+    runs = [load_run_of(f) for f in (further, newer)]
+    assert compare.resumable_run(ov, compare.resolved(ov), runs, 2, {})[:2] == (further.name, 2)
+    same = stopped_run(exp, out, done=1)  # two at round 1, and the further one gone: the newest
+    runs = [load_run_of(f) for f in (newer, same)]
+    assert compare.resumable_run(ov, compare.resolved(ov), runs, 2, {})[:2] == (max(newer.name, same.name), 1)
+
+
+@pytest.mark.parametrize("why", ["other size", "unknown size", "locked", "study", "study's own engine"])
+def test_a_stopped_run_is_not_resumed_from_another_federation_size_a_live_writer_or_by_a_timing_study(
+        why, tmp_path, monkeypatch, capsys, own_key):
+    """A partition depends on the federation's size (not in the run-config): a run of another size, or of
+    one its record does not say, is not resumed; a stale run whose folder a live process still locks (a
+    suspended process) is that process's; a study without RESUMES, or with an engine of its own, measures a
+    launch."""
+    import time
+    from types import SimpleNamespace
+
+    from fedtext.records import HEARTBEAT_FILE
+
+    exp, out = write_experiment(tmp_path, THREE_ROUNDS), tmp_path / "out"
+    writer = None
+    if why == "locked":  # open, as its live process holds it, and silent past stale-after-s
+        ov = planned(exp, out, "fedprompt", 0)
+        writer = RunRecorder(ov["output-dir"], {**compare.resolved(ov), "resolved-task": "sst2"},
+                             launch={"num_supernodes": 2})
+        stored = json.loads((writer.dir / "config.json").read_text())["config"]
+        from fedtext.server import checkpoint
+        import numpy as np
+        checkpoint.save(writer.dir, 1, [np.zeros(4, np.float32)], {},
+                        binding=checkpoint.Binding(writer.dir.name, "fedprompt", checkpoint.config_hash(stored)))
+        writer._closed.set()  # its heartbeat thread stops: the run reads stale, as a suspended writer's does
+        (writer.dir / HEARTBEAT_FILE).write_text(f"{time.time() - 3600:.3f}\n")
+        assert compare.run_status(load_run_of(writer.dir))[0] == "stale"
+    else:
+        stopped_run(exp, out, clients={"other size": 3, "unknown size": None}.get(why, 2))
+    seen = watching(monkeypatch)
+    runs = [planned(exp, out, "fedprompt", 0)]
+    own = lambda ov, *a: seen.append(ov) or 0  # noqa: E731 - a study's engine of its own
+    study = {"study": SimpleNamespace(), "study's own engine": SimpleNamespace(RESUMES=True, ENGINES={"flower": own})}
+    try:
+        assert compare.run_planned(runs, out, 2, "flower", study=study.get(why)) == 0
+    finally:
+        if writer is not None:
+            writer.finish("failed", error="test")
+    text = capsys.readouterr().out
+    assert "resuming" not in text and "resume" not in seen[0]
+    reason = {"other size": "launched with 3 clients, not 2", "unknown size": "launched with an unknown number of "
+              "clients, not 2", "locked": "still open in a live process"}.get(why)
+    assert (reason in text) if reason else ("resum" not in text)
+    if why == "study":  # the same run where the study says it resumes
+        seen.clear()
+        stopped_run(exp, tmp_path / "again")
+        assert compare.run_planned([planned(exp, tmp_path / "again", "fedprompt", 0)], tmp_path / "again", 2,
+                                   "flower", study=SimpleNamespace(RESUMES=True)) == 0
+        assert "resume" in seen[0]
+
+
+def load_run_of(folder: Path) -> dict[str, Any]:
+    from fedtext.records import load_run
+
+    return load_run(folder)
+
+
+def test_an_in_process_run_that_fails_before_its_round_loop_is_recorded_failed_at_once(tmp_path, monkeypatch):
+    """The round loop records its own failures; one between the record's opening and the loop (here the
+    server's construction) left the run "running" until its heartbeat went stale."""
+    import fedtext.server_app
+
+    def broken(self, *args, **kwargs):
+        raise RuntimeError("broken before the loop")
+
+    monkeypatch.setattr(fedtext.server_app.RecordingServer, "__init__", broken)
+    out = tmp_path / "runs"
+    ov = {"method": "fedprompt", "model": "tiny-bert", "weights": "random", "num-server-rounds": 1,
+          "shots-per-class": 4, "client-test-size": 0, "eval-size": 16, "prompt-length": 4, "max-length": 32,
+          "seed": 0, "output-dir": str(out)}
+    assert compare.run_in_process(ov, 2, tmp_path / "failed.log") == 1
+    [folder] = out.iterdir()
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["status"] == "failed" and "broken before the loop" in summary["error"]
+    provenance = json.loads((folder / "config.json").read_text())["provenance"]
+    assert provenance["num_supernodes"] == 2  # the in-process federation's size, which a resume checks
+
+
+@pytest.mark.parametrize("engine", ["inprocess", "own process"])
+def test_sigterm_to_the_runner_records_its_open_run_and_stops_it(engine, tmp_path, monkeypatch):
+    """_stop_on_signal (installed by ``python -m simulations.compare``): an in-process run it stops is
+    recorded ``failed: terminated by SIGTERM`` (checkpoint kept) and the process exits at once; with no run
+    open here (a run in a process of its own), SystemExit unwinds the runner through run_logged, which stops
+    that process (tests/integration/test_reliability_runs.py). Every stop signal is ignored from then on."""
+    import signal
+
+    class Exited(Exception):
+        pass
+
+    def exit_now(code):
+        raise Exited(code)
+
+    import fedtext.records.signals
+
+    monkeypatch.setattr(compare.os, "_exit", exit_now)
+    rec = RunRecorder(tmp_path, {"method": "fedprompt", "seed": 0}) if engine == "inprocess" else None
+    # this test's run alone: not the open runs other tests of this process left
+    for module in (compare, fedtext.records.signals):
+        monkeypatch.setattr(module, "open_recorders", lambda: [rec] if rec else [])
+    before = {sig: signal.getsignal(sig) for sig in compare.STOP_SIGNALS}
+    try:
+        with pytest.raises(Exited if rec else SystemExit) as info:
+            compare._stop_on_signal(signal.SIGTERM, None)
+        assert {signal.getsignal(sig) for sig in compare.STOP_SIGNALS} == {signal.SIG_IGN}
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+    code = info.value.args[0] if rec else info.value.code
+    assert code == 128 + signal.SIGTERM
+    if rec is not None:
+        summary = json.loads((rec.dir / "summary.json").read_text())
+        assert (summary["status"], summary["error"]) == ("failed", "terminated by SIGTERM")

@@ -87,3 +87,20 @@ def test_app_must_be_a_fab_file_that_exists(tmp_path):
     for bad in (tmp_path / "app.zip", tmp_path / "absent.fab", tmp_path):
         with pytest.raises(ConfigError, match="not a .fab file"):
             install_fab(bad, tmp_path / "home", {})
+
+
+def test_the_launcher_names_the_folder_a_launch_wrote_or_the_one_it_resumed(tmp_path):
+    from simulations.deployment import record_folder
+
+    def run(name: str) -> Path:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text("{}")
+        return tmp_path / name
+
+    old = run("20260101-000000-fedprompt-demo-s0")
+    before = set(tmp_path.glob("*/config.json"))
+    assert record_folder(tmp_path, before, {}) is None  # nothing new, nothing resumed
+    assert record_folder(tmp_path, before, {"resume": old.name}) == old  # it wrote on in its own folder
+    assert record_folder(tmp_path, before, {"resume": "20260101-000001-gone"}) is None
+    new = run("20260102-000000-fedprompt-demo-s0")  # a new folder wins (a refused resume's failed record)
+    assert record_folder(tmp_path, before, {"resume": old.name}) == new

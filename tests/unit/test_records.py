@@ -451,3 +451,50 @@ def test_a_config_or_summary_over_the_bound_is_never_held_whole_and_one_at_the_b
     assert (d / "config.json").stat().st_size == RECORD_FILE_MAX
     config, problem = read_config(d / "config.json")
     assert problem is None and config["config"] == CONFIG
+
+
+def test_a_resumed_run_counts_the_time_it_worked_not_the_pause_before_its_resume(tmp_path):
+    """Stopped after round 2 (100 s, then 200 s of work), resumed a day later from round 1's
+    checkpoint: its clock goes on from round 1's 100 s, not from the first start's."""
+    from fedtext.server.round_log import RoundLog
+    from fedtext.common.registry import make_config
+
+    first = RunRecorder(tmp_path, {"method": "bbt-fed", "seed": 0})
+    for r, wall in ((0, 0.0), (1, 100.0), (2, 200.0)):
+        first.log_round({"round": r, "wall_time_s": wall})
+    first.finish("failed", error="terminated by SIGTERM")
+    meta = json.loads((first.dir / "config.json").read_text())
+    meta["started_epoch"] -= 86_400  # the first start, a day ago
+    (first.dir / "config.json").write_text(json.dumps(meta))
+    again = RunRecorder(tmp_path, {"method": "bbt-fed", "seed": 0}, run_id=first.run_id, resume=True, keep_rounds=1)
+    assert again.worked_s == 100.0
+    log = RoundLog(make_config("bbt-fed"), again, lambda r: None, lambda: None)
+    log.begin(2)
+    assert 100.0 <= log.record.to_json(log._t0)["wall_time_s"] < 160.0  # round 2 again: on from round 1's clock
+    again.finish()
+    assert 100.0 <= json.loads((first.dir / "summary.json").read_text())["wall_time_s"] < 160.0
+    assert RunRecorder(tmp_path / "fresh", {"method": "bbt-fed", "seed": 0}).worked_s == 0.0
+
+
+def test_a_run_open_in_a_live_process_is_locked_and_never_reopened_until_it_closes(tmp_path):
+    """The writer holds an flock on its run folder until it finishes (the kernel drops it when the
+    process dies, SIGKILL too): a resume, or a runner's check, meets it while the run is open."""
+    from fedtext.common.config import ConfigError
+    from fedtext.records.writer import run_in_use
+
+    config = {"method": "bbt-fed", "seed": 0}
+    rec = RunRecorder(tmp_path, config)
+    for r in (0, 1):
+        rec.log_round({"round": r, "wall_time_s": float(r)})
+    assert run_in_use(rec.dir)
+    files = {p.name: p.read_bytes() for p in rec.dir.iterdir() if p.name != "heartbeat"}
+    with pytest.raises(ConfigError, match=f"resume='{rec.run_id}': the run is still open in a live process"):
+        RunRecorder(tmp_path, config, run_id=rec.run_id, resume=True, keep_rounds=0)
+    # the refused resume changed nothing: no round cut, no resumed entry, no log line
+    assert {p.name: p.read_bytes() for p in rec.dir.iterdir() if p.name != "heartbeat"} == files
+    rec.finish("failed", error="stopped")
+    assert not run_in_use(rec.dir)
+    again = RunRecorder(tmp_path, config, run_id=rec.run_id, resume=True, keep_rounds=0)
+    assert run_in_use(rec.dir)
+    again.finish()
+    assert not run_in_use(rec.dir) and not run_in_use(tmp_path / "no-such-run")

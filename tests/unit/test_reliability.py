@@ -107,6 +107,8 @@ def test_checkpoint_round_trip_keeps_arrays_and_state(tmp_path, monkeypatch):
     checkpoint.save(tmp_path, 4, arrays, {"server": es, "synced": {"17": 3}})
     ck = checkpoint.load(tmp_path)
     assert ck.round == 4 and ck.state["synced"] == {"17": 3}
+    peeked = checkpoint.peek(tmp_path)  # the meta alone: no array, no state unpickled
+    assert (peeked.round, peeked.global_arrays, peeked.state, peeked.meta) == (4, [], {}, ck.meta)
     for a, b in zip(arrays, ck.global_arrays, strict=True):
         assert a.dtype == b.dtype and np.array_equal(a, b)
     # pycma's whole state survives: the restored ES continues exactly as the original
@@ -161,6 +163,13 @@ def test_a_checkpoint_not_signed_by_this_users_key_is_refused_before_anything_is
         _poison(run_dir, marker, keep_signature=attack == "tampered")
     with pytest.raises(checkpoint.CheckpointError, match="not signed" if attack == "unsigned" else "does not verify"):
         checkpoint.load(run_dir)
+    # peek (a runner's check before it resumes) refuses the same, but for an edited member: its signed meta is
+    # all peek reads, and the server's load refuses it when the run starts
+    if attack == "tampered":
+        assert checkpoint.peek(run_dir).round == 1
+    else:
+        with pytest.raises(checkpoint.CheckpointError, match="not signed" if attack == "unsigned" else "does not verify"):
+            checkpoint.peek(run_dir)
     assert not marker.exists()
 
 
@@ -616,3 +625,25 @@ def test_resume_of_a_garbled_config_json_is_one_line_saying_why(tmp_path, text, 
     assert str(err.value).startswith(f"resume='run': {out / 'run' / 'config.json'} is not a run's config record "
                                      f"({words}")
     assert "\n" not in str(err.value)
+
+
+def test_nohups_sighup_stays_ignored_and_the_other_signals_are_recorded():
+    """Under nohup SIGHUP is ignored: the process goes on training, so its run is not marked failed (and
+    unlocked for a rerun to resume under it). An inherited SIG_IGN of SIGINT (a background job's) still gets
+    the recording handler: Flower stops a ServerApp whose SuperLink died with SIGINT."""
+    import signal
+
+    from fedtext.records import install_signal_handlers
+
+    signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert install_signal_handlers()
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT):
+            assert getattr(signal.getsignal(sig), "_fedtext", False), sig
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
