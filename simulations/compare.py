@@ -627,8 +627,7 @@ def run_planned(runs: list[dict[str, Any]], out: Path, num_supernodes: int, engi
         planned = resolved(ov)
         # a run launched with another number of clients is another run (another partition), though its
         # run-config is the same: the federation's size is the runner's, recorded in launches.jsonl only
-        same_size = [r for r in recorded if size_of(r, sizes) in (clients, None)]
-        done = finished_run(planned, same_size)
+        done = finished_run(planned, [r for r in recorded if size_of(r, sizes) in (clients, None)])
         if done:
             print(f"[{i}/{len(runs)}] {label} seed={ov['seed']}{held}: skipped, finished as {done}", flush=True)
             continue
