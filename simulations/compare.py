@@ -120,7 +120,7 @@ import pandas as pd
 from fedtext.common.config import ConfigError, RunConfig
 from fedtext.records.probes import machine_line, short_commit
 from fedtext.records.reader import FINISHED, load_run, run_status, runs_under
-from fedtext.records.signals import finish_open_runs
+from fedtext.records.signals import finish_open_runs, install_unless_ignored
 from fedtext.records.writer import open_recorders, run_in_use
 from simulations.tables import compare_table, load_runs, one_run_per_seed, run_key, to_markdown
 
@@ -765,7 +765,5 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)  # what stops the 
 if __name__ == "__main__":
     # Here, not in main(): the tests call main() in pytest's own process, whose signals are pytest's. A signal the
     # runner was started ignoring (nohup's SIGHUP, a background job's SIGINT) stays ignored
-    for _sig in STOP_SIGNALS:
-        if signal.getsignal(_sig) != signal.SIG_IGN:
-            signal.signal(_sig, _stop_on_signal)
+    install_unless_ignored(STOP_SIGNALS, _stop_on_signal)
     sys.exit(main())

@@ -54,6 +54,7 @@ from typing import Any
 
 from fedtext.common.config import DERIVED_KEYS, ConfigError, RunConfig
 from fedtext.node.warm_exec import WARM_START, WARM_STARTS
+from fedtext.records.signals import install_unless_ignored
 
 REPO = Path(__file__).resolve().parents[1]
 CLIS = ("flwr", "flower-superlink", "flower-supernode")
@@ -342,9 +343,7 @@ def _stop_on_signal(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     from simulations.simulate import parse_pairs
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(sig) != signal.SIG_IGN:  # nohup's SIGHUP stays ignored: the launch goes on
-            signal.signal(sig, _stop_on_signal)
+    install_unless_ignored((signal.SIGTERM, signal.SIGHUP), _stop_on_signal)  # nohup's SIGHUP stays ignored
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--num-supernodes", type=int, default=4, help="SuperNodes, one partition each (default 4)")

@@ -1,7 +1,8 @@
 """Signal handling: a run ended by a signal (SIGTERM, SIGINT, SIGHUP, SIGQUIT) or an
 exception is recorded ``failed`` with its reason before the process goes down
 (:func:`install_signal_handlers`, :func:`finish_open_runs`, :func:`exit_reason`,
-:func:`signal_reason`)."""
+:func:`signal_reason`); a command-line tool's own stop handler goes in through
+:func:`install_unless_ignored`."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import signal
 import threading
 import traceback
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fedtext.records.writer import open_recorders
@@ -45,6 +47,18 @@ def signal_reason(signum: int, parent_at_start: int, parent_now: int) -> str:
         return (f"the SuperLink went away: the process that started the ServerApp (pid {parent_at_start}) "
                 f"had stopped ({name})")
     return f"terminated by {name}"
+
+
+def install_unless_ignored(signals: Iterable[signal.Signals], handler: Callable[[int, Any], None]) -> None:
+    """Set ``handler`` for each of ``signals`` the process was not started ignoring.
+
+    A signal inherited as ignored was ignored on purpose: nohup's SIGHUP (the process was
+    asked to outlive its terminal), a background job's SIGINT; it stays ignored, so that a
+    closed terminal does not stop a launch or a compare runner that nohup started. Call it
+    from the main thread (Python sets signal handlers only there)."""
+    for sig in signals:
+        if signal.getsignal(sig) != signal.SIG_IGN:
+            signal.signal(sig, handler)
 
 
 def install_signal_handlers() -> bool:

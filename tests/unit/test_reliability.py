@@ -647,3 +647,27 @@ def test_nohups_sighup_stays_ignored_and_the_other_signals_are_recorded():
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
+
+
+def test_a_tools_stop_handler_leaves_an_inherited_ignore_alone():
+    """install_unless_ignored (the compare runner's and the deployment launcher's stop handlers): a signal the
+    process was started ignoring (nohup's SIGHUP) stays ignored, the others get the handler; a version that
+    installs everywhere, or nowhere, fails here."""
+    import signal
+
+    from fedtext.records.signals import install_unless_ignored
+
+    def handler(signum: int, frame: object) -> None:  # never called: only installed
+        raise AssertionError(signum)
+
+    signals = (signal.SIGUSR1, signal.SIGUSR2)
+    before = {sig: signal.getsignal(sig) for sig in signals}
+    try:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR2, signal.SIG_DFL)
+        install_unless_ignored(signals, handler)
+        assert signal.getsignal(signal.SIGUSR1) == signal.SIG_IGN
+        assert signal.getsignal(signal.SIGUSR2) is handler
+    finally:
+        for sig, previous in before.items():
+            signal.signal(sig, previous)
