@@ -191,23 +191,41 @@ def _kill_group(pgid: int) -> None:
         pass
 
 
-# README's test command runs two pytest-xdist workers (``-n 2``) scheduled by ``RunsTogether``: every test
-# that starts processes, Ray or a browser (the integration and system tiers) is in one work unit, so they run
-# one after another on one worker as before (their timeouts, ports and the session's Ray head assume it),
-# while the other worker runs the unit and docs tiers beside them: those are CPU-bound, the runs mostly wait
-# (CI's rehearsal of 2026-11-30: 0.85 of the 2 cores busy on average over the whole suite run serially).
+# README's test command runs two pytest-xdist workers (``-n 2``) scheduled by ``RunsTogether``. Every test that
+# starts processes, Ray or a browser (the integration and system tiers) is in one of two work units, each run by
+# one worker, one test after another, the two units at the same time: ``RAY_GROUP``, the tests that run Flower's
+# simulation on Ray (the session's one Ray head, ``ray_head``, or ``flwr run``'s own), and ``RUNS_GROUP``, the rest
+# (real SuperLinks and SuperNodes, nginx, browsers, fresh interpreters; ports are free ones, ``free_port``, and
+# every process is found by its test's token). So one Ray head runs at a time and the deployment's package-scoped
+# fixture starts once, while the two kinds of runs, which mostly wait, overlap; a worker done with its unit takes
+# the unit and docs tests, one unit each. Before, both kinds were one unit: its worker ran ~17.5 of the suite's
+# ~23.5 minutes of tests one after another (docs/timings.json of 2026-12-01) while the other worker finished the
+# unit tier in ~6 and sat idle.
 # Not xdist's own ``--dist loadgroup``: it groups by appending "@group" to ``item._nodeid``, which pytest 9.2
 # no longer reads (a node id is derived from ``item._id``), so every test became its own unit and the runs
 # spread over both workers.
 RUNS_GROUP = "runs"
+RAY_GROUP = "runs-ray"
 RUNS_TIERS = ("integration", "system")
+RAY_MODULES = (  # the modules whose tests run Flower's simulation on Ray; a test using ``ray_head`` elsewhere is refused
+    "tests/integration/test_flower_engine.py",
+    "tests/integration/test_poisoned_uploads_flower.py",
+    "tests/integration/test_reliability_runs.py",
+    "tests/integration/test_resume_client_state_flower.py",
+    "tests/system/test_flwr_run.py",  # ``flwr run .``: the local SuperLink's simulation runtime starts a Ray of its own
+    "tests/system/test_ray_head.py",
+)
 
 
 def work_unit(nodeid: str) -> str:
-    """The unit of work a test belongs to under xdist: ``RUNS_GROUP`` for the integration and system
-    tiers (one worker runs them in turn), the test itself otherwise (any worker, any time)."""
-    parts = nodeid.split("::", 1)[0].split("/")
-    return RUNS_GROUP if len(parts) > 2 and parts[0] == "tests" and parts[1] in RUNS_TIERS else nodeid
+    """The unit of work a test belongs to under xdist: ``RAY_GROUP`` for the modules of ``RAY_MODULES``,
+    ``RUNS_GROUP`` for the rest of the integration and system tiers (one worker runs each group's tests in
+    turn), the test itself otherwise (any worker, any time)."""
+    path = nodeid.split("::", 1)[0]
+    parts = path.split("/")
+    if not (len(parts) > 2 and parts[0] == "tests" and parts[1] in RUNS_TIERS):
+        return nodeid
+    return RAY_GROUP if path in RAY_MODULES else RUNS_GROUP
 
 
 try:
@@ -218,8 +236,8 @@ except ImportError:  # pytest-xdist is in the test extras; without it the suite 
 if LoadScopeScheduling is not None:
     class RunsTogether(LoadScopeScheduling):
         """xdist's scope scheduling (a unit of work goes to one worker whole; the largest units first,
-        its default ``--loadscope-reorder``) with ``work_unit`` as the scope: the runs' unit, by far the
-        largest, starts at once on one worker, and the other worker takes the unit and docs tests."""
+        its default ``--loadscope-reorder``) with ``work_unit`` as the scope: the two runs' units, by far
+        the largest, start at once, one on each worker; each worker then takes unit and docs tests."""
 
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
@@ -246,7 +264,8 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
     ``deployment`` are kept next to each other, in their random order: pytest-randomly shuffles
     modules over the whole suite, and a package-scoped fixture is torn down whenever the next
     test is outside its package, so test_deploy.py and test_adversarial.py each paid a deployment
-    (~25 s) instead of sharing one."""
+    (~25 s) instead of sharing one. A test that uses the session's Ray head outside ``RAY_MODULES``
+    is a usage error too (its worker would start a second head beside the first)."""
     for item in items:
         try:
             parts = item.path.resolve().relative_to(TESTS).parts
@@ -256,6 +275,9 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ARG001
             raise pytest.UsageError(f"{item.nodeid}: a test lives in tests/unit, tests/integration, tests/system or "
                                    "tests/docs")
         item.add_marker(parts[0])
+        if "ray_head" in getattr(item, "fixturenames", ()) and work_unit("/".join(("tests", *parts))) != RAY_GROUP:
+            raise pytest.UsageError(f"{item.nodeid} uses the session's Ray head: its module goes in RAY_MODULES "
+                                    "(tests/conftest.py), so that one Ray head runs at a time")
     items[:] = adjacent(items, {i.module for i in items if "deployment" in getattr(i, "fixturenames", ())})
 
 

@@ -1,8 +1,8 @@
-"""README's test command runs two xdist workers with tests/conftest.py's ``RunsTogether``: every
-integration and system test on one worker, one after another (their timeouts, ports and the session's
-Ray head assume it), the unit and docs tests on the other. Driven here through xdist's own scheduler with
-two stand-in workers, so that an xdist upgrade that moves the seam (``LoadScopeScheduling._split_scope``)
-or its order fails here and not as a flaky run in CI."""
+"""README's test command runs two xdist workers with tests/conftest.py's ``RunsTogether``: the
+integration and system tests in two units, those on Ray (one Ray head at a time) and the rest, each unit
+on one worker, one test after another, the two at the same time; the unit and docs tests fill in. Driven
+here through xdist's own scheduler with two stand-in workers, so that an xdist upgrade that moves the seam
+(``LoadScopeScheduling._split_scope``) or its order fails here and not as a flaky run in CI."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import RUNS_GROUP, adjacent, work_unit
+from tests.conftest import RAY_GROUP, RAY_MODULES, REPO, RUNS_GROUP, adjacent, work_unit
 
 
-def test_the_runs_share_one_unit_of_work_and_every_other_test_is_its_own():
+def test_the_runs_share_two_units_of_work_and_every_other_test_is_its_own():
     assert work_unit("tests/integration/test_a.py::test_x[1-2]") == RUNS_GROUP
     assert work_unit("tests/system/test_b.py::TestC::test_y") == RUNS_GROUP
+    assert work_unit("tests/integration/test_flower_engine.py::test_x") == RAY_GROUP
+    assert work_unit("tests/system/test_ray_head.py::test_y[a]") == RAY_GROUP
+    assert work_unit("tests/system/test_flower_engine.py::test_x") == RUNS_GROUP  # by the whole path, not the name
     for nodeid in ("tests/unit/test_a.py::test_x", "tests/docs/test_d.py::test_z[integration]",
                    "tests/unit/test_system_like.py::test_integration", "tests/unit/integration/x.py::t"):
         assert work_unit(nodeid) == nodeid  # by the tier's folder only, not by a word in the name
@@ -34,9 +37,11 @@ class _Worker:
         self.shutting_down = True
 
 
+RAY = RAY_MODULES[0]
 COLLECTION = ["tests/unit/test_a.py::test_1", "tests/system/test_s.py::test_2", "tests/unit/test_a.py::test_3",
               "tests/integration/test_i.py::test_4", "tests/docs/test_d.py::test_5", "tests/system/test_s.py::test_6",
-              "tests/unit/test_b.py::test_7", "tests/integration/test_j.py::test_8"]
+              f"{RAY}::test_9", "tests/unit/test_b.py::test_7", "tests/integration/test_j.py::test_8",
+              f"{RAY}::test_10"]
 
 
 def _scheduler(dist: str = "load"):
@@ -71,24 +76,37 @@ def _complete(scheduler, workers) -> None:
     assert not scheduler.workqueue
 
 
-def test_xdists_scheduler_sends_every_run_to_one_worker_in_collection_order():
+def test_xdists_scheduler_starts_the_two_groups_of_runs_at_once_one_on_each_worker_in_collection_order():
     scheduler, workers = _scheduler()
     _complete(scheduler, workers)
     runs = [i for i, nodeid in enumerate(COLLECTION) if work_unit(nodeid) == RUNS_GROUP]
+    ray = [i for i, nodeid in enumerate(COLLECTION) if work_unit(nodeid) == RAY_GROUP]
     (runner,) = [w for w in workers if set(runs) & set(w.sent)]
-    assert runner.sent[:len(runs)] == runs  # the largest unit first, whole, in the collection's (random) order
-    other = next(w for w in workers if w is not runner)
-    assert not set(runs) & set(other.sent)
+    (other,) = [w for w in workers if w is not runner]
+    # each group whole on one worker, first (the largest units first), in the collection's (random) order
+    assert runner.sent[:len(runs)] == runs and other.sent[:len(ray)] == ray
+    assert not set(runs) & set(other.sent) and not set(ray) & set(runner.sent)
     assert sorted(runner.sent + other.sent) == list(range(len(COLLECTION)))  # every test sent once
+
+
+def test_every_module_named_to_run_on_ray_exists():
+    """A renamed module would leave ``RAY_MODULES`` and quietly join the other group, beside the Ray runs."""
+    assert len(set(RAY_MODULES)) == len(RAY_MODULES)
+    for module in RAY_MODULES:
+        assert (REPO / module).is_file(), module
+        assert module.split("/")[1] in ("integration", "system"), module
 
 
 def test_a_crashed_worker_gives_back_only_the_tests_it_had_not_run():
     scheduler, workers = _scheduler()
-    other = next(w for w in workers if 1 not in w.sent)  # not the runs' worker: the one with ~2,400 units
+    other = next(w for w in workers if 1 not in w.sent)  # not the worker of the larger group: the Ray group's
     finished = other.sent[0]
     scheduler.mark_test_complete(other, finished)
     scheduler.remove_node(other)  # it crashed: what it had not finished goes back to the queue
-    assert scheduler.workqueue and COLLECTION[finished] not in scheduler.workqueue
+    assert scheduler.workqueue
+    pending = {nodeid for unit in scheduler.workqueue.values() for nodeid, done in unit.items() if not done}
+    assert COLLECTION[finished] not in pending and set(other.sent) - {finished} <= {
+        COLLECTION.index(nodeid) for nodeid in pending}
     assert all(not all(unit.values()) for unit in scheduler.workqueue.values())  # no unit with nothing to run
 
 
