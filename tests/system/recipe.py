@@ -78,7 +78,9 @@ class Processes:
         return proc, log
 
     def stop_all(self) -> None:
-        """SIGTERM each group this test started, SIGKILL what is left after 10 s."""
+        """SIGTERM each group this test started, SIGKILL what is left after 10 s, and reap each
+        leader: a SIGKILL is delivered asynchronously, so without the last wait a loaded machine
+        (CI, 2026-12-01) could still see the leader running when the caller checks right after."""
         for proc in self.started:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -90,6 +92,9 @@ class Processes:
                 pass
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        for proc in self.started:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=30)  # a SIGKILLed leader ends at once; 30 s only bounds a stuck kernel
 
 
 def flwr_home(path: Path, name: str, address: str, ca: Path) -> Path:
