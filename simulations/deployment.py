@@ -175,6 +175,8 @@ class Processes:
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=30)  # reap it: a SIGKILL is delivered asynchronously (tests/system/recipe.py)
         for sig, grace in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
             left = processes_with(self.token)
             for pid in left:

@@ -79,7 +79,7 @@ class Processes:
 
     def stop_all(self) -> None:
         """SIGTERM each group this test started, SIGKILL what is left after 10 s, and reap each
-        leader: a SIGKILL is delivered asynchronously, so without the last wait a loaded machine
+        leader: a SIGKILL is delivered asynchronously, so without the wait after it a loaded machine
         (CI, 2026-12-01) could still see the leader running when the caller checks right after."""
         for proc in self.started:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -92,7 +92,6 @@ class Processes:
                 pass
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
-        for proc in self.started:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)  # a SIGKILLed leader ends at once; 30 s only bounds a stuck kernel
 
