@@ -7,8 +7,10 @@ stands for the public interface SuperNodes reach; two authenticated SuperNodes a
 unregistered one connect there (``deploy/supernode.sh``). The operator's ``flwr`` talks to
 127.0.0.1. Attackers connect from 127.0.0.3, another address, as a stranger's machine would.
 
-Every process is started in its own session, and :meth:`Processes.stop_all` stops exactly
-those process groups (the SuperLink, nginx or a SuperNode and what each spawned), by PID.
+Every process is started in its own session by the deployment launcher's
+:class:`simulations.deployment.Processes`, whose ``stop_all`` stops exactly those process groups
+(the SuperLink, nginx or a SuperNode and what each spawned), by PID, then any process still
+carrying the launch's token (a ClientApp that left its group), by PID.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -29,7 +30,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from simulations.deployment import free_port
+from simulations.deployment import Processes, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -62,38 +63,6 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float =
                 return
         time.sleep(0.5)
     raise AssertionError(f"nothing listens on {port} after {timeout} s:\n{log.read_text()[-2000:]}")
-
-
-class Processes:
-    """Processes this test started, each leading its own process group."""
-
-    def __init__(self, env: dict[str, str], logs: Path) -> None:
-        self.env, self.logs, self.started = env, logs, []
-
-    def start(self, name: str, cmd: list[str]) -> tuple[subprocess.Popen, Path]:
-        log = self.logs / f"{name}.log"
-        proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                                start_new_session=True)
-        self.started.append(proc)
-        return proc, log
-
-    def stop_all(self) -> None:
-        """SIGTERM each group this test started, SIGKILL what is left after 10 s, and reap each
-        leader: a SIGKILL is delivered asynchronously, so without the wait after it a loaded machine
-        (CI, 2026-12-01) could still see the leader running when the caller checks right after."""
-        for proc in self.started:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.time() + 10
-        for proc in self.started:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                pass
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)  # a SIGKILLed leader ends at once; 30 s only bounds a stuck kernel
 
 
 def flwr_home(path: Path, name: str, address: str, ca: Path) -> Path:
@@ -158,12 +127,13 @@ def deployment(tmp: Path) -> Iterator[SimpleNamespace]:
     flwr_home(home, "lab", f"127.0.0.1:{port}", certs / "ca.crt")  # the operator, on the SuperLink host
     procs = Processes(env, tmp)
     try:
-        link, link_log = procs.start("superlink", ["bash", "deploy/superlink.sh", "--state", str(tmp / "state"),
-                                                   "--certs", str(certs), "--port", str(port)])
-        proxy, proxy_log = procs.start("fleet-proxy", [
+        link = procs.start("superlink", ["bash", "deploy/superlink.sh", "--state", str(tmp / "state"),
+                                         "--certs", str(certs), "--port", str(port)])
+        proxy = procs.start("fleet-proxy", [
             sys.executable, "deploy/fleet_proxy.py", "--listen", f"{PUBLIC}:{fleet_port}",
             "--superlink", f"127.0.0.1:{port}", "--certs", str(certs), "--dir", str(tmp / "proxy"),
             "--methods", *METHODS, "--nginx", NGINX])
+        link_log, proxy_log = tmp / "superlink.log", tmp / "fleet-proxy.log"  # Processes.start's <logs>/<name>.log
         wait_for_port(port, link, link_log)
         wait_for_port(fleet_port, proxy, proxy_log, host=PUBLIC)
         cap = int(proxy_log.read_text().split("body cap ", 1)[1].split(" ", 1)[0].replace(",", ""))
@@ -180,7 +150,7 @@ def deployment(tmp: Path) -> Iterator[SimpleNamespace]:
         for i in range(3):
             nodes.append(procs.start(f"supernode-{i}", [
                 "bash", "deploy/supernode.sh", "--partition", str(i), "--num-partitions", "3" if i == 2 else "2",
-                "--superlink", f"{PUBLIC}:{fleet_port}", "--certs", str(certs), "--port", str(free_port())])[0])
+                "--superlink", f"{PUBLIC}:{fleet_port}", "--certs", str(certs), "--port", str(free_port())]))
         deadline = time.time() + 90
         while True:
             listed = flwr_json(env, "supernode", "ls", "lab")["nodes"]

@@ -168,7 +168,13 @@ def test_legitimate_nodes_keep_training_while_400_slow_requests_are_open(deploym
     with SlowRequests(d.fleet_port, d.certs / "ca.crt", header=340, body=60) as slow:
         open_at_start = slow.open
         summary, rounds = run_method(d, "fedprompt", "fedprompt.local-steps=2")
-        open_at_end = slow.open
+        # the 340 header requests opened together, so nginx closes them together every HEADER_TIMEOUT_S and
+        # they reconnect in a wave (a TLS handshake each on 2 cores): a run ending inside that wave saw 305
+        # open (2026-12-02). Still held at the end means back above 360 within one timeout, not at one instant.
+        open_at_end, deadline = slow.open, time.time() + HEADER_TIMEOUT_S
+        while open_at_end < 360 and time.time() < deadline:
+            time.sleep(0.2)
+            open_at_end = max(open_at_end, slow.open)
     print(f"slow requests open at the run's start {open_at_start}, at its end {open_at_end}; closed by nginx "
           f"{slow.closed}; longest lived header {max(slow.lifetimes['header'], default=0):.1f} s, "
           f"body {max(slow.lifetimes['body'], default=0):.1f} s")
