@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             if not mounted(target):
                 subprocess.run(["mount", *kind, str(target)], check=True)
                 mounts.append(target)
-        start_superlink(procs, port, logs)
+        start_superlink(procs, port)
         # inside the root: its own environment, its own Python (aarch64, emulated)
         board_env = ["/usr/bin/env", "-i", f"PATH={VENV}/bin:/usr/bin:/bin", "HOME=/root", "HF_HUB_OFFLINE=1",
                      "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1", "PYTHONUNBUFFERED=1"]

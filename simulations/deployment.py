@@ -156,10 +156,14 @@ class Processes:
         self.token = uuid.uuid4().hex
         self.env, self.logs, self.started = {**env, TOKEN_VAR: self.token}, logs, []
 
+    def log(self, name: str) -> Path:
+        """Where :meth:`start` writes the output of the process it started as ``name``."""
+        return self.logs / f"{name}.log"
+
     def start(self, name: str, cmd: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        """Start ``cmd`` in a session of its own, output to ``<logs>/<name>.log``; ``env``
-        adds to the launch's environment."""
-        log = (self.logs / f"{name}.log").open("w")
+        """Start ``cmd`` in a session of its own, output to :meth:`log` (``<logs>/<name>.log``);
+        ``env`` adds to the launch's environment."""
+        log = self.log(name).open("w")
         proc = subprocess.Popen(cmd, cwd=REPO, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.started.append(proc)
@@ -225,8 +229,8 @@ def app_folder(app: Path, home: Path, env: dict[str, str]) -> Path:
     raise ConfigError(f"--app {app}: not an app folder (no pyproject.toml there) or a .fab file (`flwr build` makes one)")
 
 
-def start_superlink(procs: Processes, port: int, logs: Path, timeout_s: float = 120.0) -> subprocess.Popen:
-    """An insecure ``flower-superlink`` on 127.0.0.1:``port`` (log ``<logs>/superlink.log``), its empty
+def start_superlink(procs: Processes, port: int, timeout_s: float = 120.0) -> subprocess.Popen:
+    """An insecure ``flower-superlink`` on 127.0.0.1:``port`` (log ``procs.log("superlink")``), its empty
     pulls held until a message comes (``python -m fedtext.server.superlink``, as deploy/superlink.sh),
     returned once it listens; raises ``RuntimeError`` if it exits or does not listen in time."""
     link = procs.start("superlink", [sys.executable, "-m", "fedtext.server.superlink", "--insecure", "--host",
@@ -234,7 +238,7 @@ def start_superlink(procs: Processes, port: int, logs: Path, timeout_s: float = 
     deadline = time.time() + timeout_s
     while not listening(port):
         if link.poll() is not None or time.time() > deadline:
-            raise RuntimeError(f"the SuperLink did not listen on {port}: see {logs / 'superlink.log'}")
+            raise RuntimeError(f"the SuperLink did not listen on {port}: see {procs.log('superlink')}")
         time.sleep(0.5)
     return link
 
@@ -305,7 +309,7 @@ def deploy(overrides: dict[str, Any], num_supernodes: int, output_dir: Path, log
     procs = Processes(env, logs)
     try:
         app_dir = app_folder(app, home, env)
-        start_superlink(procs, port, logs)
+        start_superlink(procs, port)
         threads = supernode_threads(num_supernodes)
         for i in range(num_supernodes):  # OMP_NUM_THREADS: torch's threads in a ClientApp process
             procs.start(f"supernode-{i}", supernode_command(i, num_supernodes, port, node_service, threads, warm,

@@ -133,7 +133,7 @@ def deployment(tmp: Path) -> Iterator[SimpleNamespace]:
             sys.executable, "deploy/fleet_proxy.py", "--listen", f"{PUBLIC}:{fleet_port}",
             "--superlink", f"127.0.0.1:{port}", "--certs", str(certs), "--dir", str(tmp / "proxy"),
             "--methods", *METHODS, "--nginx", NGINX])
-        link_log, proxy_log = tmp / "superlink.log", tmp / "fleet-proxy.log"  # Processes.start's <logs>/<name>.log
+        link_log, proxy_log = procs.log("superlink"), procs.log("fleet-proxy")
         wait_for_port(port, link, link_log)
         wait_for_port(fleet_port, proxy, proxy_log, host=PUBLIC)
         cap = int(proxy_log.read_text().split("body cap ", 1)[1].split(" ", 1)[0].replace(",", ""))
