@@ -163,7 +163,7 @@ class Network:
             for (name, p), a in zip(named, arrays, strict=True):
                 if tuple(a.shape) != tuple(p.shape):
                     raise ValueError(f"{name}: shape {tuple(a.shape)}, expected {tuple(p.shape)}")
-                p.copy_(torch.as_tensor(np.asarray(a), dtype=p.dtype))
+                p.copy_(torch.as_tensor(np.require(a, requirements="W"), dtype=p.dtype))  # W: the server's uploads are read-only views (comm.view), which torch warns on
         self.weights_changed()
 
     def weights_changed(self) -> None:

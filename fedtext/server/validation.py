@@ -255,7 +255,7 @@ class UploadValidator:
                       else f"num_examples={res.num_examples} outside 1..{limit} ({what})")
             if reason is None:
                 try:
-                    arrays = comm.decode(res.parameters)
+                    arrays = comm.view(res.parameters)  # read-only, no copy: the server holds every reply
                     reason = comm.check_arrays(arrays, specs)
                     if reason is None:
                         named = {s.name: a for s, a in zip(specs, arrays, strict=True)}

@@ -38,3 +38,40 @@ def test_check_arrays_reasons():
     fspec = [comm.ArraySpec("z", (2,), "float32")]
     assert "1 non-finite" in comm.check_arrays([np.array([np.nan, 1], np.float32)], fspec)
     assert "2 non-finite" in comm.check_arrays([np.array([np.inf, -np.inf], np.float32)], fspec)
+
+
+def test_view_equals_decode_without_a_copy():
+    """comm.view (the server's upload path) gives decode's arrays, read-only over the payload's bytes."""
+    import io
+
+    from flwr.common import Parameters
+
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros(0, np.float16), np.arange(5, dtype=np.uint16),
+              np.zeros((2, 0, 3)), np.array(3.5)]
+    params = comm.encode(arrays)
+    fortran = io.BytesIO()  # np.save keeps Fortran order in the header: the view must read it back transposed
+    np.save(fortran, np.asfortranarray(np.arange(12.0).reshape(3, 4)))
+    params.tensors.append(fortran.getvalue())
+    for got, want, blob in zip(comm.view(params), comm.decode(params), params.tensors, strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+        assert not got.flags.writeable and not got.flags.owndata
+        start = np.frombuffer(blob, np.uint8).__array_interface__["data"][0]
+        assert got.size == 0 or start <= got.__array_interface__["data"][0] < start + len(blob)  # in the blob itself
+    with pytest.raises(ValueError, match="read-only"):
+        comm.view(params)[0][0, 0] = 1.0
+
+
+def test_view_refuses_what_decode_refuses():
+    import io
+
+    from flwr.common import Parameters
+
+    whole = comm.encode([np.ones(10, np.float32)]).tensors[0]
+    with pytest.raises(ValueError, match="smaller"):
+        comm.view(Parameters([whole[:-4]], "numpy.ndarray"))  # cut short: fewer bytes than the header's shape
+    pickled = io.BytesIO()
+    np.save(pickled, np.array([1, None], dtype=object), allow_pickle=True)
+    with pytest.raises(ValueError, match="object arrays"):
+        comm.view(Parameters([pickled.getvalue()], "numpy.ndarray"))
+    with pytest.raises(ValueError):
+        comm.view(Parameters([b"not an NPY blob"], "numpy.ndarray"))

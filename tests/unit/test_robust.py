@@ -108,6 +108,8 @@ def test_krum_picks_the_upload_closest_to_its_neighbours_and_multi_krum_weights_
     prompts = uploads(shape, [0.9, 1.0, 1.05, 1.3, 40.0])
     got, _ = aggregated(strat, prompts, [1, 1, 1, 1, 100])
     np.testing.assert_array_equal(got, prompts[1])
+    # Krum keeps an upload itself, read in place from its reply (comm.view): the global model is the server's copy
+    assert strat.global_arrays[0].flags.writeable
     keep = strategy(backbone, aggregator="krum", krum_malicious=1, krum_keep=2)
     got, _ = aggregated(keep, prompts, [1, 3, 1, 1, 100])  # the two best: 1.0 (3 examples) and 1.05 (1)
     np.testing.assert_allclose(got, (3 * prompts[1] + prompts[2]) / 4, rtol=1e-6)

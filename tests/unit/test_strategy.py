@@ -267,3 +267,46 @@ def test_round_record_writes_exactly_the_round_fields():
     assert tuple(out) == ROUND_FIELDS
     assert out["model_queries"] == 15 and out["client_peak_rss_mb"] == 250.0
     assert out["dropped"] == [{"client": "7", "reason": "why"}]
+
+
+def test_clients_sent_the_same_arrays_share_one_payload_and_each_counts_its_bytes(backbone, tmp_path):
+    """The global model is encoded once a round (strategy.Encoded), not once per client: the server
+    held a copy per sampled client until the round was aggregated (2.6 GB at 110 M, 6 clients).
+    The bytes each client is sent, on the wire and in the record, stay the whole payload. A
+    download that builds a list per client still gets its own payload (no id reuse of a list
+    already freed)."""
+    cfg = make_config("fedprompt", clients_per_round=3, max_length=64, output_dir=str(tmp_path))
+    strat = FedPrompt(cfg, TASKS["demo"], recorder=RunRecorder(tmp_path, cfg.to_run_config()))
+    strat.global_arrays = strat.initial_arrays()
+    ins = strat.configure_fit(1, None, _manager(4))
+    assert len(ins) == 3 and len({id(i.parameters) for _, i in ins}) == 1
+    one = comm.payload_bytes(ins[0][1].parameters)
+    assert one == comm.expected_bytes(strat.global_arrays) and strat.rounds.down_bytes
+    assert sorted(strat.rounds.down_bytes.values()) == [one] * 3
+
+    class PerClient(FedPrompt):
+        def download(self, server_round, proxy, purpose):
+            return [a + float(proxy.pid) for a in self.global_arrays], {}  # a fresh list each call, freed after
+
+    strat = PerClient(cfg, TASKS["demo"])
+    strat.global_arrays = strat.initial_arrays()
+    ins = strat.configure_fit(1, None, _manager(4))
+    assert len({id(i.parameters) for _, i in ins}) == 3
+    for proxy, i in ins:
+        np.testing.assert_array_equal(comm.decode(i.parameters)[0], strat.global_arrays[0] + float(proxy.inner.pid))
+
+
+def test_uploads_are_read_in_place_not_copied(bbt, monkeypatch):
+    """Validation views each upload over its reply's bytes (comm.view): a decoded copy per client
+    doubled what the server held until aggregation. The aggregate is new arrays, writable."""
+    seen = []
+    inner = bbt.aggregate
+    monkeypatch.setattr(bbt, "aggregate", lambda rnd, uploads: seen.extend(uploads) or inner(rnd, uploads))
+    results = [fit_res([np.full(D, 1.0 + k, np.float32)], 2, k) for k in range(2)]
+    bbt.aggregate_fit(1, results, [])
+    for upload, (_, res) in zip(seen, results, strict=True):
+        (z,) = upload.array_list()
+        start = np.frombuffer(res.parameters.tensors[0], np.uint8).__array_interface__["data"][0]
+        assert not z.flags.writeable and start <= z.__array_interface__["data"][0] < start + len(res.parameters.tensors[0])
+    assert bbt.global_arrays[0].flags.writeable
+    np.testing.assert_allclose(bbt.global_arrays[0], 1.5)
