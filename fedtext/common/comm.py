@@ -59,15 +59,19 @@ def view(parameters: Parameters) -> list[np.ndarray]:
 def _npy_view(blob: bytes) -> np.ndarray:
     stream = io.BytesIO(blob)  # CPython shares an initial bytes buffer until written: no copy
     version = np.lib.format.read_magic(stream)
-    read_header = {(1, 0): np.lib.format.read_array_header_1_0,
-                   (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+    # 3.0 differs from 2.0 only in its header's text encoding (utf-8 field names); np.load reads all three
+    read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0,
+                   (3, 0): np.lib.format.read_array_header_2_0}.get(version)
     if read_header is None:
         raise ValueError(f"NPY format version {version} not supported")
     shape, fortran, dtype = read_header(stream)
     if dtype.hasobject:
         raise ValueError("object arrays are not accepted (no pickle on the wire)")
+    if any(d < 0 for d in shape):  # frombuffer's count=-1 would read every byte left and reshape would fit it
+        raise ValueError(f"negative dimensions are not allowed: {shape}")
     count = int(np.prod(shape, dtype=np.int64))
     flat = np.frombuffer(blob, dtype=dtype, count=count, offset=stream.tell())
+    flat.flags.writeable = False  # read-only whatever buffer Flower hands over (bytes are; a bytearray would not be)
     return flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
 
 

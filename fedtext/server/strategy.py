@@ -217,7 +217,11 @@ class FedTextStrategy(FedAvg):
 
     def download(self, server_round: int, proxy: ClientProxy, purpose: str) -> tuple[list[np.ndarray], dict[str, Scalar]]:
         """What ``proxy`` is sent for ``purpose`` ("fit" or "evaluate"): the arrays and
-        extra config keys. Default: the global arrays, nothing extra."""
+        extra config keys. Default: the global arrays, nothing extra.
+
+        The same list object returned for two clients is encoded once and sent to both
+        (:class:`Encoded`): arrays that differ per client need a list of their own, and a list
+        returned must not be changed in place while the round's instructions are built."""
         return self.global_arrays, {}
 
     def aggregate(self, server_round: int, uploads: list[Upload]) -> tuple[list[np.ndarray] | None, dict[str, Scalar]]:

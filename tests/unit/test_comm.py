@@ -44,8 +44,6 @@ def test_view_equals_decode_without_a_copy():
     """comm.view (the server's upload path) gives decode's arrays, read-only over the payload's bytes."""
     import io
 
-    from flwr.common import Parameters
-
     arrays = [np.arange(6, dtype=np.float32).reshape(2, 3), np.zeros(0, np.float16), np.arange(5, dtype=np.uint16),
               np.zeros((2, 0, 3)), np.array(3.5)]
     params = comm.encode(arrays)
@@ -75,3 +73,30 @@ def test_view_refuses_what_decode_refuses():
         comm.view(Parameters([pickled.getvalue()], "numpy.ndarray"))
     with pytest.raises(ValueError):
         comm.view(Parameters([b"not an NPY blob"], "numpy.ndarray"))
+    # a header with a negative dimension: np.load refuses it; frombuffer(count=-1) would read all that follows
+    bad = whole.replace(b"'shape': (10,)", b"'shape': (-1,)")
+    assert bad != whole
+    with pytest.raises(ValueError):
+        comm.decode(Parameters([bad], "numpy.ndarray"))
+    with pytest.raises(ValueError, match="negative"):
+        comm.view(Parameters([bad], "numpy.ndarray"))
+
+
+def test_view_reads_byte_order_versions_and_trailing_bytes_as_np_load_does():
+    import io
+
+    from flwr.common import Parameters
+
+    blobs = []
+    for a, version in ((np.arange(4, dtype=">f4"), None), (np.arange(6, dtype="<i8").reshape(2, 3), (2, 0))):
+        buf = io.BytesIO()
+        if version is None:
+            np.save(buf, a)
+        else:
+            np.lib.format.write_array(buf, a, version=version)
+        blobs.append(buf.getvalue() + b"\x00" * 8)  # trailing bytes: np.load ignores them
+    params = Parameters(blobs, "numpy.ndarray")
+    for got, want in zip(comm.view(params), comm.decode(params), strict=True):
+        assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
+    assert comm.view(params)[0].dtype == np.dtype(">f4")
+

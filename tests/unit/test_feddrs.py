@@ -556,3 +556,27 @@ def test_pseudo_embeddings_need_a_pooled_head_and_are_refused_before_any_query()
     with pytest.raises(ValueError, match=r"need a pooled head \(similarity, linear\), not head=tied"):
         EmbeddingsNet(bb)
     assert bb.queries == before
+
+
+def test_a_teacher_loads_from_read_only_upload_views_without_a_warning(monkeypatch):
+    """The server validates uploads as read-only views of their replies (comm.view) and loads each
+    teacher straight from them: torch warns on a non-writable array (once a process, into the run's
+    log), so the load hands torch a writable copy of such an array (Network.load_trainable).
+    Checked at torch's door, since the warning itself fires once a process."""
+    import torch
+
+    from fedtext.backbone import backbone_for
+
+    cfg = drs()
+    model = cfg.method_config.model_class()(cfg, backbone_for(cfg, TASKS["demo"]))
+    arrays = model.initial_arrays()
+    views = comm.view(comm.encode(arrays))
+    assert not views[0].flags.writeable
+    handed, as_tensor = [], torch.as_tensor
+    monkeypatch.setattr(torch, "as_tensor", lambda x, *a, **k: handed.append(np.asarray(x).flags.writeable)
+                        or as_tensor(x, *a, **k))
+    net = model.load(views)
+    monkeypatch.undo()
+    assert len(handed) == len(arrays) and all(handed)
+    got = [p.detach().numpy() for _, p in net.named_trainable()]
+    assert all(np.array_equal(g, a) for g, a in zip(got, arrays, strict=True))
