@@ -99,10 +99,9 @@ class Encoded:
         self._payloads: dict[int, tuple[list[np.ndarray], Parameters]] = {}
 
     def __call__(self, arrays: list[np.ndarray]) -> Parameters:
-        kept = self._payloads.get(id(arrays))
-        if kept is None or kept[0] is not arrays:
-            kept = self._payloads[id(arrays)] = (arrays, comm.encode(arrays))
-        return kept[1]
+        if id(arrays) not in self._payloads:  # the list is kept below, so its id names it alone
+            self._payloads[id(arrays)] = (arrays, comm.encode(arrays))
+        return self._payloads[id(arrays)][1]
 
 
 class Evaluator:

@@ -64,7 +64,7 @@ class FedDPGModel(Model):
         """This model's G with ``arrays`` in it (``trainable``: gradients on)."""
         with torch.no_grad():
             for p, a in zip(self.generator.parameters(), arrays, strict=True):
-                p.copy_(torch.as_tensor(np.require(a, np.float32, "W")))  # W: uploads are read-only views (comm.view)
+                p.copy_(torch.as_tensor(np.asarray(a, dtype=np.float32)))
         self.generator.requires_grad_(trainable)
         return self.generator
 

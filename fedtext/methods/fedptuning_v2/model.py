@@ -94,7 +94,7 @@ class DeepPromptModel(Model):
             return self.backbone.forward(placeholder, batch, pool_prompt=False)
 
     def evaluate(self, arrays: Sequence[np.ndarray], batches: Sequence[EncodedBatch]) -> tuple[float, float]:
-        keys, values = (torch.as_tensor(np.require(a, np.float32, "W")) for a in arrays)  # W: uploads are read-only views
+        keys, values = (torch.as_tensor(np.asarray(a, dtype=np.float32)) for a in arrays)
         loss, correct, n = 0.0, 0, 0
         with torch.no_grad():
             for batch in batches:
