@@ -19,12 +19,13 @@ dtypes are preserved end to end, so methods may send ``uint16`` token ids or
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from flwr.common import Parameters, ndarrays_to_parameters, parameters_to_ndarrays
+
+from fedtext.common.npy import npy_header
 
 NPY_HEADER_BYTES = 128
 
@@ -57,20 +58,9 @@ def view(parameters: Parameters) -> list[np.ndarray]:
 
 
 def _npy_view(blob: bytes) -> np.ndarray:
-    stream = io.BytesIO(blob)  # CPython shares an initial bytes buffer until written: no copy
-    version = np.lib.format.read_magic(stream)
-    # 3.0 differs from 2.0 only in its header's text encoding (utf-8 field names); np.load reads all three
-    read_header = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0,
-                   (3, 0): np.lib.format.read_array_header_2_0}.get(version)
-    if read_header is None:
-        raise ValueError(f"NPY format version {version} not supported")
-    shape, fortran, dtype = read_header(stream)
-    if dtype.hasobject:
-        raise ValueError("object arrays are not accepted (no pickle on the wire)")
-    if any(d < 0 for d in shape):  # frombuffer's count=-1 would read every byte left and reshape would fit it
-        raise ValueError(f"negative dimensions are not allowed: {shape}")
+    shape, fortran, dtype, offset = npy_header(blob)
     count = int(np.prod(shape, dtype=np.int64))
-    flat = np.frombuffer(blob, dtype=dtype, count=count, offset=stream.tell())
+    flat = np.frombuffer(blob, dtype=dtype, count=count, offset=offset)
     flat.flags.writeable = False  # read-only whatever buffer Flower hands over (bytes are; a bytearray would not be)
     return flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
 

@@ -69,6 +69,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedtext.common.npy import npy_header
+
 if TYPE_CHECKING:  # numpy only at run time: analysis scripts read checkpoints without Flower
     from fedtext.common.comm import ArraySpec
 
@@ -400,16 +402,13 @@ def _member(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, cap: int) ->
 def _array(path: Path, name: str, data: bytes) -> np.ndarray:
     """The array of an ``.npy`` member's bytes, its header checked against its length (no
     object arrays: nothing here unpickles)."""
-    f = io.BytesIO(data)
     try:
-        version = np.lib.format.read_magic(f)
-        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
-        shape, fortran, dtype = read_header(f, max_header_size=NPY_HEADER_BOUND)
-    except (ValueError, TypeError, SyntaxError, EOFError) as exc:
+        shape, fortran, dtype, offset = npy_header(data, max_header_size=NPY_HEADER_BOUND)
+    except ValueError as exc:
         raise CheckpointError(f"{path}: {name} is not an .npy array ({exc}): refused") from None
     count = math.prod(shape)
-    if dtype.hasobject or len(data) - f.tell() != count * dtype.itemsize:
+    if len(data) - offset != count * dtype.itemsize:
         raise CheckpointError(f"{path}: {name}'s header ({dtype}, {shape}) does not match its "
-                              f"{len(data) - f.tell()} bytes: refused")
-    flat = np.frombuffer(memoryview(data)[f.tell():], dtype=dtype, count=count)
+                              f"{len(data) - offset} bytes: refused")
+    flat = np.frombuffer(memoryview(data)[offset:], dtype=dtype, count=count)
     return flat.reshape(shape, order="F" if fortran else "C").copy()

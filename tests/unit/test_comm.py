@@ -100,3 +100,26 @@ def test_view_reads_byte_order_versions_and_trailing_bytes_as_np_load_does():
         assert got.dtype == want.dtype and got.shape == want.shape and np.array_equal(got, want)
     assert comm.view(params)[0].dtype == np.dtype(">f4")
 
+
+
+def test_npy_header_is_the_one_parser_and_refuses_what_np_load_refuses():
+    """fedtext.common.npy.npy_header: the offset is where the data starts; an unknown version, a
+    header past its cap and a mangled header dict are ValueErrors (the checkpoint reader turns
+    them into its one-line refusal)."""
+    import io
+
+    from fedtext.common.npy import npy_header
+
+    buf = io.BytesIO()
+    np.save(buf, np.arange(6, dtype="<f4").reshape(3, 2))
+    blob = buf.getvalue()
+    shape, fortran, dtype, offset = npy_header(blob)
+    assert (shape, fortran, dtype) == ((3, 2), False, np.dtype("<f4"))
+    assert offset == len(blob) - 24 == 128  # 6 float32 after numpy's 128-byte v1 header
+    with pytest.raises(ValueError, match="version"):
+        npy_header(blob[:6] + b"\x04\x00" + blob[8:])
+    with pytest.raises(ValueError):
+        npy_header(blob, max_header_size=64)  # the header's 118 bytes of dict exceed a 64-byte cap
+    mangled = blob.replace(b"'descr'", b"'dexcr'")
+    with pytest.raises(ValueError):
+        npy_header(mangled)

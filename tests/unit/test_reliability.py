@@ -671,3 +671,30 @@ def test_a_tools_stop_handler_leaves_an_inherited_ignore_alone():
     finally:
         for sig, previous in before.items():
             signal.signal(sig, previous)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda b: b[:6] + b"\x09\x00" + b[8:], "is not an .npy array .*version"),        # unknown NPY version
+    (lambda b: b.replace(b"'descr'", b"'dexcr'"), "is not an .npy array"),            # mangled header dict
+    (lambda b: b + b"\x00" * 4, r"meta's header \(uint8, .*\) does not match its \d+ bytes"),  # a length lie
+])
+def test_a_meta_member_that_is_not_its_npy_header_is_refused_in_one_line(tmp_path, monkeypatch, damage, message):
+    """The meta member is read (through fedtext.common.npy, the one NPY parser) before its
+    signature can be checked: a header that is not NPY, or that does not account for the member's
+    bytes, is a one-line refusal, never a numpy traceback."""
+    import io
+    import zipfile
+
+    monkeypatch.setenv(checkpoint.KEY_ENV, str(tmp_path / "key"))
+    checkpoint.save(tmp_path, 1, [np.zeros(3, np.float32)], {})
+    path = tmp_path / checkpoint.FILE
+    with zipfile.ZipFile(path) as zf:
+        members = {i.filename: zf.read(i) for i in zf.infolist()}
+    members["meta.npy"] = damage(members["meta.npy"])
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+    path.write_bytes(buf.getvalue())
+    with pytest.raises(checkpoint.CheckpointError, match=message):
+        checkpoint.load(tmp_path)
