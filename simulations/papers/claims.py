@@ -80,6 +80,18 @@ class Arm:
 
 
 @dataclass(frozen=True)
+class Change:
+    """A cheap change of the setting that could decide an ordering at 110 M (issue 67, item 3):
+    the experiment file's ``[profile.<profile>]`` (its records under ``<experiment>-<profile>``),
+    what it changes, and the arms it reruns: always every arm of a pair it judges, so no method's
+    budget is tuned alone."""
+
+    profile: str  # e.g. "base-d500": the base profile with one key changed for the arms below
+    what: str  # what it changes, in words (shown in the block)
+    arms: tuple[str, ...]  # the labels it reruns
+
+
+@dataclass(frozen=True)
 class Claim:
     """One paper's headline comparison (see the module docstring)."""
 
@@ -91,6 +103,7 @@ class Claim:
     metrics: tuple[str, ...] = ("final_accuracy",)  # the first is the one the ordering is judged on
     methods_flag: str = ""  # the --methods the base run took, where the file lists more methods
     unlearning: str = ""  # FedDPGu: the unlearning experiment whose summary follows (:func:`unlearning_lines`)
+    changes: tuple[Change, ...] = ()  # cheap changes run at 110 M (:func:`change_lines`)
 
     @property
     def page(self) -> str:
@@ -125,6 +138,8 @@ CLAIMS: tuple[Claim, ...] = (
             Arm("fedprompt", (Reference(90.25, _LARGE, f"{_DPG_T1}, SST-2"),)),
         ),
         pairs=(("fedbpt", "bbt-fed"), ("fedprompt", "fedbpt")),
+        changes=(Change("base-d500", "the paper's d = 500 for both CMA-ES methods (d = 100 above; the same "
+                                     "40,900 queries a run)", ("fedbpt", "bbt-fed")),),
     ),
     Claim(
         key="fes",
@@ -330,11 +345,41 @@ def render(claim: Claim, results: Path = RESULTS) -> str:
             ahead = sum(d > 0 for d in diffs)
             parts.append(f"{name}: {m:+.1f} ± {s:.1f} ({ahead}/{len(diffs)}), {verdict(diffs)}")
         out.append(f"- `{winner}` ahead of `{loser}`: " + "; ".join(parts))
+    for change in claim.changes:
+        out += ["", *change_lines(claim, change, base, results)]
     if claim.unlearning:
         out += ["", *unlearning_lines(claim.unlearning, results)]
     out += ["", f"![{claim.key}: {METRICS[claim.metrics[0]]} at 22 M and 110 M beside the paper's figure]"
                 f"(figures/{claim.figure.name})", "", f"The picture: `{COMMAND}` (from the same records)."]
     return "\n".join(out) + "\n"
+
+
+def change_lines(claim: Claim, change: Change, base: dict[str, Runs], results: Path = RESULTS) -> list[str]:
+    """A cheap change at 110 M: each rerun arm's accuracy beside its base-profile runs, its
+    difference from them paired by seed, and the paper's pairs among the rerun arms judged again."""
+    metric = claim.metrics[0]
+    folder = f"{claim.experiment}-{change.profile}"
+    changed = load(results / folder)
+    command = (f"python -m simulations.compare simulations/experiments/{claim.experiment}.toml "
+               f"--profile {change.profile} --methods {' '.join(change.arms)}")
+    where = f"`simulations/results/{folder}`" if (results / folder).is_dir() else "no run yet"
+    out = [f"A cheap change at 110 M, {change.what}: `{command}` ({where}).", "",
+           f"| method | {METRICS[metric]}, 110 M | {METRICS[metric]}, 110 M changed | change, paired by seed (points) |",
+           "|---|---|---|---|"]
+    for label in change.arms:
+        diffs = paired(changed.get(label), base.get(label), metric)
+        moved = "—" if not diffs else "{:+.1f} ± {:.1f} ({})".format(*mean_std(diffs), len(diffs))
+        out.append(f"| `{label}` | {_acc(base.get(label), metric)} | {_acc(changed.get(label), metric)} | {moved} |")
+    for winner, loser in claim.pairs:
+        if {winner, loser} <= set(change.arms):
+            diffs = paired(changed.get(winner), changed.get(loser), metric)
+            if diffs:
+                m, s = mean_std(diffs)
+                text = f"{m:+.1f} ± {s:.1f} ({sum(d > 0 for d in diffs)}/{len(diffs)}), {verdict(diffs)}"
+            else:
+                text = "not run"
+            out += ["", f"- changed, `{winner}` ahead of `{loser}`: {text}"]
+    return out
 
 
 # FedDPGu's summary columns: (unlearning_rows' key, heading), each a mean over seeds in points

@@ -50,6 +50,24 @@ def test_the_block_has_each_arm_at_both_scales_and_the_pairs_verdict(results):
     assert "`simulations/results/toy-base`" in text and "(figures/toy-base-scale.png)" in text
 
 
+def test_a_cheap_change_is_paired_with_the_base_runs_and_rejudges_the_pairs(results):
+    """Issue 67, item 3: the changed runs (``toy-d9``) against the same arm's base runs, seed by
+    seed, and the paper's pair judged again among the changed runs only."""
+    from dataclasses import replace
+
+    claim = replace(CLAIM, changes=(claims.Change("d9", "d = 9 for both", ("a", "b")),))
+    _runs(results, "-d9", {("a", 0): 0.95, ("a", 1): 0.80, ("b", 0): 0.85})
+    text = claims.render(claim, results)
+    assert "--profile d9 --methods a b` (`simulations/results/toy-d9`)" in text
+    # a: base 0.90 / 0.85 / 0.50, changed 0.95 / 0.80 -> +5 and -5 on seeds 0 and 1 (seed 2 unpaired)
+    assert "| `a` | 0.750 ± 0.218 (3) | 0.875 ± 0.106 (2) | +0.0 ± 7.1 (2) |" in text
+    assert "| `b` | 0.820 ± 0.028 (2) | 0.850 ± 0.000 (1) | +5.0 ± 0.0 (1) |" in text
+    # the pair among the changed runs: seed 0 only, 0.95 - 0.85
+    assert "- changed, `a` ahead of `b`: +10.0 ± 0.0 (1/1), holds" in text
+    empty = claims.render(replace(CLAIM, changes=(claims.Change("d7", "d = 7", ("a", "b")),)), results)
+    assert "(no run yet)" in empty and "- changed, `a` ahead of `b`: not run" in empty
+
+
 def test_a_claim_not_run_at_base_scale_says_so(tmp_path):
     _runs(tmp_path, "", {("a", 0): 0.70, ("b", 0): 0.75})
     text = claims.render(CLAIM, tmp_path)
