@@ -19,13 +19,14 @@ dtypes are preserved end to end, so methods may send ``uint16`` token ids or
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from flwr.common import Parameters, ndarrays_to_parameters, parameters_to_ndarrays
 
-from fedtext.common.npy import npy_header
+from fedtext.common.npy import data_bytes, npy_header
 
 NPY_HEADER_BYTES = 128
 
@@ -51,16 +52,19 @@ def view(parameters: Parameters) -> list[np.ndarray]:
     write into one raises ``ValueError: assignment destination is read-only`` instead of
     changing a client's payload under the round record.
 
-    Refuses what ``np.load(allow_pickle=False)`` (Flower's decode) refuses: object dtypes and a
-    blob shorter than its header says (``ValueError``).
+    Refuses, with ``ValueError``, what ``np.load(allow_pickle=False)`` (Flower's decode) refuses:
+    object dtypes, a malformed header, a blob shorter than its header says; and, stricter than
+    it, zero-size dtypes and non-ASCII 3.0 headers (:func:`fedtext.common.npy.npy_header`).
     """
     return [_npy_view(t) for t in parameters.tensors]
 
 
 def _npy_view(blob: bytes) -> np.ndarray:
     shape, fortran, dtype, offset = npy_header(blob)
-    count = int(np.prod(shape, dtype=np.int64))
-    flat = np.frombuffer(blob, dtype=dtype, count=count, offset=offset)
+    if data_bytes(shape, dtype) > len(blob) - offset:  # np.load's refusal too; checked in Python ints, no overflow
+        raise ValueError(f"the blob holds {len(blob) - offset} bytes of data, its header ({dtype}, {shape}) says "
+                         f"{data_bytes(shape, dtype)}"[:300])
+    flat = np.frombuffer(blob, dtype=dtype, count=math.prod(shape), offset=offset)
     flat.flags.writeable = False  # read-only whatever buffer Flower hands over (bytes are; a bytearray would not be)
     return flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)
 

@@ -69,7 +69,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedtext.common.npy import npy_header
+from fedtext.common.npy import data_bytes, npy_header
 
 if TYPE_CHECKING:  # numpy only at run time: analysis scripts read checkpoints without Flower
     from fedtext.common.comm import ArraySpec
@@ -407,7 +407,7 @@ def _array(path: Path, name: str, data: bytes) -> np.ndarray:
     except ValueError as exc:
         raise CheckpointError(f"{path}: {name} is not an .npy array ({exc}): refused") from None
     count = math.prod(shape)
-    if len(data) - offset != count * dtype.itemsize:
+    if len(data) - offset != data_bytes(shape, dtype):
         raise CheckpointError(f"{path}: {name}'s header ({dtype}, {shape}) does not match its "
                               f"{len(data) - offset} bytes: refused")
     flat = np.frombuffer(memoryview(data)[offset:], dtype=dtype, count=count)

@@ -355,14 +355,16 @@ def render(claim: Claim, results: Path = RESULTS) -> str:
 
 
 def change_lines(claim: Claim, change: Change, base: dict[str, Runs], results: Path = RESULTS) -> list[str]:
-    """A cheap change at 110 M: each rerun arm's accuracy beside its base-profile runs, its
-    difference from them paired by seed, and the paper's pairs among the rerun arms judged again."""
+    """A cheap change at 110 M: each rerun arm's accuracy beside its runs in the base profile
+    (the "110 M" column: ``--profile base``, the block's table), its difference from them paired
+    by seed, and the paper's pairs among the rerun arms judged again on the changed runs alone
+    ("not run" where an arm has no changed run, "no common seed" where both ran on other seeds)."""
     metric = claim.metrics[0]
     folder = f"{claim.experiment}-{change.profile}"
     changed = load(results / folder)
     command = (f"python -m simulations.compare simulations/experiments/{claim.experiment}.toml "
                f"--profile {change.profile} --methods {' '.join(change.arms)}")
-    where = f"`simulations/results/{folder}`" if (results / folder).is_dir() else "no run yet"
+    where = f"`simulations/results/{folder}`" if changed else "no run yet"
     out = [f"A cheap change at 110 M, {change.what}: `{command}` ({where}).", "",
            f"| method | {METRICS[metric]}, 110 M | {METRICS[metric]}, 110 M changed | change, paired by seed (points) |",
            "|---|---|---|---|"]
@@ -377,7 +379,7 @@ def change_lines(claim: Claim, change: Change, base: dict[str, Runs], results: P
                 m, s = mean_std(diffs)
                 text = f"{m:+.1f} ± {s:.1f} ({sum(d > 0 for d in diffs)}/{len(diffs)}), {verdict(diffs)}"
             else:
-                text = "not run"
+                text = "no common seed" if winner in changed and loser in changed else "not run"
             out += ["", f"- changed, `{winner}` ahead of `{loser}`: {text}"]
     return out
 

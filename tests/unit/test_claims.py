@@ -66,6 +66,21 @@ def test_a_cheap_change_is_paired_with_the_base_runs_and_rejudges_the_pairs(resu
     assert "- changed, `a` ahead of `b`: +10.0 ± 0.0 (1/1), holds" in text
     empty = claims.render(replace(CLAIM, changes=(claims.Change("d7", "d = 7", ("a", "b")),)), results)
     assert "(no run yet)" in empty and "- changed, `a` ahead of `b`: not run" in empty
+    (results / "toy-d8").mkdir()  # a folder without runs is no run
+    assert "(no run yet)" in claims.render(replace(CLAIM, changes=(claims.Change("d8", "d = 8", ("a", "b")),)), results)
+
+
+def test_a_cheap_change_pairs_by_seed_not_by_position(results):
+    """The changed runs on seeds a base arm also has, but not its first ones: a on seed 1 only
+    (against base a's 0.85, not seed 0's 0.90), b on seed 0 only: no pair among the changed."""
+    from dataclasses import replace
+
+    claim = replace(CLAIM, changes=(claims.Change("d6", "d = 6", ("a", "b")),))
+    _runs(results, "-d6", {("a", 1): 0.95, ("b", 0): 0.70})
+    text = claims.render(claim, results)
+    assert "| `a` | 0.750 ± 0.218 (3) | 0.950 ± 0.000 (1) | +10.0 ± 0.0 (1) |" in text
+    assert "| `b` | 0.820 ± 0.028 (2) | 0.700 ± 0.000 (1) | -10.0 ± 0.0 (1) |" in text
+    assert "- changed, `a` ahead of `b`: no common seed" in text
 
 
 def test_a_claim_not_run_at_base_scale_says_so(tmp_path):

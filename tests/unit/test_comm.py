@@ -65,7 +65,7 @@ def test_view_refuses_what_decode_refuses():
     from flwr.common import Parameters
 
     whole = comm.encode([np.ones(10, np.float32)]).tensors[0]
-    with pytest.raises(ValueError, match="smaller"):
+    with pytest.raises(ValueError, match="holds 36 bytes of data, its header .* says 40"):
         comm.view(Parameters([whole[:-4]], "numpy.ndarray"))  # cut short: fewer bytes than the header's shape
     pickled = io.BytesIO()
     np.save(pickled, np.array([1, None], dtype=object), allow_pickle=True)
@@ -123,3 +123,50 @@ def test_npy_header_is_the_one_parser_and_refuses_what_np_load_refuses():
     mangled = blob.replace(b"'descr'", b"'dexcr'")
     with pytest.raises(ValueError):
         npy_header(mangled)
+
+
+def _v1(header: str, data: bytes = b"") -> bytes:
+    """An NPY 1.0 blob with ``header`` as its dict text, padded as numpy pads it."""
+    import struct
+
+    text = header.encode("latin1")
+    text += b" " * ((-(10 + len(text) + 1)) % 64) + b"\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(text)) + text + data
+
+
+@pytest.mark.parametrize("blob", [
+    _v1("{'descr': '|u1', 'fortran_order': False, 'shape': (4,", b"\0" * 4),  # cut short: numpy's TokenError
+    _v1("{'descr': '|u1', 'fortran_order': False, 'shape': (True,), }", b"\0"),  # numpy takes a bool for an int
+    _v1("{'descr': '|u1', 'fortran_order': False, 'shape': (" + "-" * 3000 + "1,), }", b"\0"),  # RecursionError
+    _v1("{'descr': '|V0', 'fortran_order': False, 'shape': (5,), }"),  # zero-size dtype: frombuffer's own error
+    _v1("{'descr': '|u1', 'fortran_order': False, 'shape': (1180591620717411303424,), }", b"\0"),  # 2**70 items
+    b"\x93NU",
+], ids=["cut short", "bool shape", "deep unary", "V0", "2**70", "3 bytes"])
+def test_a_malformed_header_is_a_value_error_for_views_and_checkpoint_members(blob):
+    """Whatever numpy's header parser raises for a malformed blob, both readers answer ValueError
+    (the validator's and the checkpoint's one-line refusals), never a TokenError, TypeError,
+    RecursionError or OverflowError that a resume or a round would not catch."""
+    from pathlib import Path
+
+    from flwr.common import Parameters
+
+    from fedtext.server import checkpoint
+
+    with pytest.raises(ValueError):
+        comm.view(Parameters([blob], "numpy.ndarray"))
+    with pytest.raises(checkpoint.CheckpointError):
+        checkpoint._array(Path("checkpoint.npz"), "meta", blob)
+
+
+def test_a_non_ascii_v3_header_is_refused_not_misread():
+    """numpy writes NPY 3.0 for a non-latin-1 field name and decodes it as utf-8; its public
+    reader decodes latin-1 (field 'α' would come back as 'Î±'): such a header is refused."""
+    import io
+
+    from flwr.common import Parameters
+
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(2, dtype=[("α", "<f4")]))
+    assert buf.getvalue()[6:8] == b"\x03\x00"
+    with pytest.raises(ValueError, match="non-ASCII"):
+        comm.view(Parameters([buf.getvalue()], "numpy.ndarray"))
