@@ -10,8 +10,8 @@ simulations and dashboard alike. Holds no model and no data:
   strings resolved;
 * :mod:`~fedtext.common.tasks`: a classification task (labels, verbalizers, templates);
 * :mod:`~fedtext.common.comm`: the named arrays a message carries (:class:`ArraySpec`) and
-  their bytes, read through :mod:`~fedtext.common.npy` (the one NPY header parser, shared with
-  the checkpoint reader); :mod:`~fedtext.common.metrics`: metric specs and bounds;
+  their bytes, and the one NPY header parser (shared with the checkpoint reader);
+  :mod:`~fedtext.common.metrics`: metric specs and bounds;
 * :mod:`~fedtext.common.tracking`, :mod:`~fedtext.common.progress`,
   :mod:`~fedtext.common.quiet`: experiment trackers, logging and progress, and the
   silencing of third-party chatter.

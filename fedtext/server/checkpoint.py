@@ -69,9 +69,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fedtext.common.npy import data_bytes, npy_header
+from fedtext.common.comm import data_bytes, npy_header  # numpy only: analysis scripts read checkpoints without Flower
 
-if TYPE_CHECKING:  # numpy only at run time: analysis scripts read checkpoints without Flower
+if TYPE_CHECKING:
     from fedtext.common.comm import ArraySpec
 
 FILE = "checkpoint.npz"

@@ -103,12 +103,12 @@ def test_view_reads_byte_order_versions_and_trailing_bytes_as_np_load_does():
 
 
 def test_npy_header_is_the_one_parser_and_refuses_what_np_load_refuses():
-    """fedtext.common.npy.npy_header: the offset is where the data starts; an unknown version, a
+    """fedtext.common.comm.npy_header: the offset is where the data starts; an unknown version, a
     header past its cap and a mangled header dict are ValueErrors (the checkpoint reader turns
     them into its one-line refusal)."""
     import io
 
-    from fedtext.common.npy import npy_header
+    from fedtext.common.comm import npy_header
 
     buf = io.BytesIO()
     np.save(buf, np.arange(6, dtype="<f4").reshape(3, 2))

@@ -679,7 +679,7 @@ def test_a_tools_stop_handler_leaves_an_inherited_ignore_alone():
     (lambda b: b + b"\x00" * 4, r"meta's header \(uint8, .*\) does not match its \d+ bytes"),  # a length lie
 ])
 def test_a_meta_member_that_is_not_its_npy_header_is_refused_in_one_line(tmp_path, monkeypatch, damage, message):
-    """The meta member is read (through fedtext.common.npy, the one NPY parser) before its
+    """The meta member is read (through comm.npy_header, the one NPY parser) before its
     signature can be checked: a header that is not NPY, or that does not account for the member's
     bytes, is a one-line refusal, never a numpy traceback."""
     import io
