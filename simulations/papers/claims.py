@@ -139,7 +139,7 @@ CLAIMS: tuple[Claim, ...] = (
         ),
         pairs=(("fedbpt", "bbt-fed"), ("fedprompt", "fedbpt")),
         changes=(Change("base-d500", "the paper's d = 500 for both CMA-ES methods (d = 100 above; the same "
-                                     "40,900 queries a run)", ("fedbpt", "bbt-fed")),),
+                                     "model queries a seed: d does not change the budget)", ("fedbpt", "bbt-fed")),),
     ),
     Claim(
         key="fes",
