@@ -70,11 +70,11 @@ def npy_header(blob: bytes, max_header_size: int = 10_000) -> tuple[tuple[int, .
     """The header of one NPY blob: ``(shape, fortran_order, dtype, data_offset)``.
 
     The one NPY parser of fedtext's readers that do not go through ``np.load`` (uploads read as
-    views in :func:`view`, checkpoint members in :mod:`fedtext.server.checkpoint`). Every refusal is a ``ValueError`` (the callers turn it into
-    their one-line reason): an unknown format version, a header longer than ``max_header_size``
-    (numpy's own default cap), cut short or not a header dict (numpy's parser raises
-    ``TokenError``, ``SyntaxError``, ``RecursionError`` or ``TypeError`` for those: all caught
-    here), object dtypes (no pickle anywhere), zero-size dtypes (``V0``: no data to view), and a
+    views in :func:`view`, checkpoint members in :mod:`fedtext.server.checkpoint`). Every
+    refusal is a ``ValueError`` (the callers turn it into their one-line reason): an unknown
+    format version, a header longer than ``max_header_size`` (numpy's own default cap), cut
+    short or not a header dict (numpy's parser raises ``TokenError``, ``SyntaxError``,
+    ``RecursionError`` or ``TypeError`` for those: all caught here), object dtypes (no pickle anywhere), zero-size dtypes (``V0``: no data to view), and a
     shape that is not a tuple of non-negative ints (numpy lets ``True`` through as an int).
 
     Version 3.0 differs from 2.0 only in its header's text encoding (utf-8, for non-latin-1 field
@@ -111,9 +111,9 @@ def data_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
 
 def _npy_view(blob: bytes) -> np.ndarray:
     shape, fortran, dtype, offset = npy_header(blob)
-    if data_bytes(shape, dtype) > len(blob) - offset:  # np.load's refusal too; checked in Python ints, no overflow
+    if (need := data_bytes(shape, dtype)) > len(blob) - offset:  # np.load's refusal too; Python ints, no overflow
         raise ValueError(f"the blob holds {len(blob) - offset} bytes of data, its header ({dtype}, {shape}) says "
-                         f"{data_bytes(shape, dtype)}"[:300])
+                         f"{need}"[:300])
     flat = np.frombuffer(blob, dtype=dtype, count=math.prod(shape), offset=offset)
     flat.flags.writeable = False  # read-only whatever buffer Flower hands over (bytes are; a bytearray would not be)
     return flat.reshape(shape[::-1]).T if fortran else flat.reshape(shape)

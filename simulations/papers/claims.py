@@ -288,6 +288,13 @@ def verdict(diffs: list[float]) -> str:
 
 
 # ----------------------------------------------------------------------------- rendering
+def pair_text(diffs: list[float]) -> str:
+    """A paired ordering as the blocks write it: mean ± std in points, pairs the winner is
+    ahead in, and the :func:`verdict` (``diffs`` not empty)."""
+    m, s = mean_std(diffs)
+    return f"{m:+.1f} ± {s:.1f} ({sum(d > 0 for d in diffs)}/{len(diffs)}), {verdict(diffs)}"
+
+
 def _acc(runs: Runs | None, metric: str) -> str:
     values = runs.values(metric) if runs is not None else []
     if not values:
@@ -341,9 +348,7 @@ def render(claim: Claim, results: Path = RESULTS) -> str:
             if not diffs:
                 parts.append(f"{name}: not run")
                 continue
-            m, s = mean_std(diffs)
-            ahead = sum(d > 0 for d in diffs)
-            parts.append(f"{name}: {m:+.1f} ± {s:.1f} ({ahead}/{len(diffs)}), {verdict(diffs)}")
+            parts.append(f"{name}: {pair_text(diffs)}")
         out.append(f"- `{winner}` ahead of `{loser}`: " + "; ".join(parts))
     for change in claim.changes:
         out += ["", *change_lines(claim, change, base, results)]
@@ -366,7 +371,8 @@ def change_lines(claim: Claim, change: Change, base: dict[str, Runs], results: P
                f"--profile {change.profile} --methods {' '.join(change.arms)}")
     where = f"`simulations/results/{folder}`" if changed else "no run yet"
     out = [f"A cheap change at 110 M, {change.what}: `{command}` ({where}).", "",
-           f"| method | {METRICS[metric]}, 110 M | {METRICS[metric]}, 110 M changed | change, paired by seed (points) |",
+           f"| method | {METRICS[metric]}, 110 M | {METRICS[metric]}, 110 M changed "
+           "| change, paired by seed (points) |",
            "|---|---|---|---|"]
     for label in change.arms:
         diffs = paired(changed.get(label), base.get(label), metric)
@@ -376,8 +382,7 @@ def change_lines(claim: Claim, change: Change, base: dict[str, Runs], results: P
         if {winner, loser} <= set(change.arms):
             diffs = paired(changed.get(winner), changed.get(loser), metric)
             if diffs:
-                m, s = mean_std(diffs)
-                text = f"{m:+.1f} ± {s:.1f} ({sum(d > 0 for d in diffs)}/{len(diffs)}), {verdict(diffs)}"
+                text = pair_text(diffs)
             else:
                 text = "no common seed" if winner in changed and loser in changed else "not run"
             out += ["", f"- changed, `{winner}` ahead of `{loser}`: {text}"]
