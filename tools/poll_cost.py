@@ -3,6 +3,10 @@ SuperLink, and the CPU the SuperLink and the SuperNodes (with their SuperExecs) 
 
     python tools/poll_cost.py --nodes 10 --poll-s 0.1 --window-s 20             # Flower's flower-superlink
     python tools/poll_cost.py --nodes 10 --poll-s 0.1 --window-s 20 --held       # fedtext.server.superlink
+    python tools/poll_cost.py --nodes 10 --poll-s 0.1 --window-s 20 --unheld     # the same, --hold-s 0
+
+``--unheld`` answers every empty pull at once, as Flower's SuperLink does, so the two count the same
+requests: what differs is fedtext's middleware scoped to its API (fedtext.server.superlink.PathScoped).
 
 Each SuperNode is ``python -m fedtext.node.supernode --idle-poll-s S --active-poll-s S`` (no node service,
 no warm ClientApps: its SuperExec polls it every 0.1 s, fedtext.node.supernode.TASK_POLL_S, which is in
@@ -44,13 +48,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nodes", type=int, default=10)
     ap.add_argument("--poll-s", type=float, default=0.1, help="the SuperNodes' idle and active poll")
     ap.add_argument("--window-s", type=float, default=20.0)
-    ap.add_argument("--held", action="store_true", help="fedtext's SuperLink (empty pulls held), not Flower's")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--held", action="store_true", help="fedtext's SuperLink (empty pulls held), not Flower's")
+    how.add_argument("--unheld", action="store_true",
+                     help="fedtext's SuperLink with --hold-s 0: every empty pull answered at once, as Flower's")
     args = ap.parse_args(argv)
     home = tempfile.mkdtemp(prefix="fedtext-poll-cost-")
     env = {**os.environ, "FLWR_HOME": home}
     port = free_port()
     log = open(Path(home) / "processes.log", "w")
-    link_cmd = [sys.executable, "-m", "fedtext.server.superlink"] if args.held else [cli("flower-superlink")]
+    fedtexts = [sys.executable, "-m", "fedtext.server.superlink"]
+    link_cmd = fedtexts if args.held else [*fedtexts, "--hold-s", "0"] if args.unheld else [cli("flower-superlink")]
     procs = [subprocess.Popen([*link_cmd, "--insecure", "--host", "127.0.0.1", "--port", str(port)],
                               env=env, stdout=log, stderr=log, cwd=REPO)]
     try:
@@ -70,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(args.window_s)
         seconds = time.monotonic() - t0
         link, nodes = cpu_s(procs[0].pid) - link0, sum(cpu_s(p.pid) for p in procs[1:]) - nodes0
-        which = "fedtext.server.superlink (held)" if args.held else "flower-superlink"
+        which = ("fedtext.server.superlink (held)" if args.held else
+                 "fedtext.server.superlink --hold-s 0" if args.unheld else "flower-superlink")
         print(f"{which}, {args.nodes} idle SuperNodes polling every {args.poll_s} s, {seconds:.1f} s: SuperLink "
               f"{link:.2f} CPU-s ({link / seconds:.3f} cores), SuperNodes with their SuperExecs {nodes:.2f} CPU-s "
               f"({nodes / seconds:.3f} cores)")
