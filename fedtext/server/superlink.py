@@ -35,8 +35,9 @@ beyond them is answered at once, as Flower would. A ``flwr-agentapp``'s pull for
 
 Middleware scoped to its API (:func:`scope_middleware`). Flower 1.42 serves all three of the SuperLink's
 APIs (Control, Fleet, Runtime) from one FastAPI app wrapped in eight Starlette ``BaseHTTPMiddleware``
-layers; each layer costs a request ~0.3 ms of CPU even when it only passes it on (measured on this 2-core
-machine, 2026-12-02: a route behind 8 pass-through layers 2.7 ms, behind 2 0.9 ms, behind none 0.13 ms).
+layers; each layer costs a request its own task and streams even when it only passes it on (``python
+tools/middleware_cost.py``, docs/performance.md: a Runtime request through Flower's eight 5.0 ms of CPU,
+through the two left here 1.4 ms, on this 2-core machine beside other work).
 Six of the eight act on one API's paths and, as their ``dispatch`` reads, hand every other request straight
 on: the four Control ones (no-cache headers, account authentication, licence check, event log) act only
 under ``/v1/control/``, the SuperNode authentication and the Fleet event log only under ``/v1/fleet/``.

@@ -388,6 +388,32 @@ def test_the_launcher_says_how_its_nodes_ran_and_a_run_without_it_was_spawned(tm
     assert deployment.header_start({"warm_clientapps": 2, "warm_start": "fork"}) == "fork"
 
 
+def test_a_row_whose_runs_logs_are_gone_keeps_how_its_warm_processes_were_made(tmp_path, monkeypatch) -> None:
+    """A record made again after another method's new sitting re-reads every finished run; a run whose launcher
+    logs are gone (never committed) keeps its row's recorded warm start instead of reading as spawned, and a run
+    whose logs say how (here, spawned) is read from them."""
+    rounds = [_round(n, t) for n, t in enumerate((1.0, 6.0, 3.0, 3.0))]
+    runs = {name: {"dir": str(tmp_path / "runs" / name), "rounds": rounds,
+                   "config": {"config": {"method": "fedprompt"}, "provenance": {"git_commit": None}}}
+            for name in ("r-ray", "r-service")}
+    monkeypatch.setattr(deployment, "finished_runs", lambda path: runs)
+    lines = {"r-ray": {"engine": "flower", "wall_s": 20.0, "commit": "aaaaaaa", "label": "fedprompt-ray", "seed": 0},
+             "r-service": {"engine": "deployment", "wall_s": 25.0, "commit": "aaaaaaa", "label": "fedprompt-service",
+                           "seed": 0}}
+    monkeypatch.setattr(compare, "read_launches", lambda out: lines)
+    new = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
+    assert "warm_start" not in new["service"]  # no logs here: the run itself says nothing
+    old = {"service": {"warm_start": "fork"}}
+    assert deployment.keep_warm_start(deployment.row_of(old, new), old)["service"]["warm_start"] == "fork"
+    new = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
+    assert deployment.keep_warm_start(deployment.row_of({}, new), {})["service"]["warm_start"] == "spawn"
+    logs = tmp_path / f"{compare.log_stem('fedprompt-service', 0, None)}-logs"
+    logs.mkdir()
+    write_nodes(logs, True, 2, "spawn")
+    new = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
+    assert deployment.keep_warm_start(deployment.row_of(old, new), old)["service"]["warm_start"] == "spawn"
+
+
 def test_each_harness_has_its_target_and_a_changed_target_alone_rewrites_only_the_target(tmp_path):
     """The demo within x1.2, T1 within x1.3 (issue 68); a record whose rows are unchanged takes a new target
     without a new header: its machine, date and process costs stay the runs' own."""
