@@ -32,6 +32,21 @@ def _round(n: int, t: float, **kw) -> dict:
             "num_clients": 2, "clients_evaluated": 2, **kw}
 
 
+def _a_ray_and_a_service_run(tmp_path: Path, monkeypatch, service_commit: str) -> dict[str, dict[str, Any]]:
+    """Two finished runs of fedprompt (a Ray part launched at aaaaaaa, a node-service part at ``service_commit``)
+    as the study reads them: ``finished_runs`` and the runner's launch lines, which it returns to be changed."""
+    rounds = [_round(n, t) for n, t in enumerate((1.0, 6.0, 3.0, 3.0))]
+    runs = {name: {"dir": str(tmp_path / "runs" / name), "rounds": rounds,
+                   "config": {"config": {"method": "fedprompt"}, "provenance": {"git_commit": None}}}
+            for name in ("r-ray", "r-service")}
+    monkeypatch.setattr(deployment, "finished_runs", lambda path: runs)
+    lines = {"r-ray": {"engine": "flower", "wall_s": 20.0, "commit": "aaaaaaa", "label": "fedprompt-ray", "seed": 0},
+             "r-service": {"engine": "deployment", "wall_s": 25.0, "commit": service_commit,
+                           "label": "fedprompt-service", "seed": 0}}
+    monkeypatch.setattr(compare, "read_launches", lambda out: lines)
+    return lines
+
+
 def harness(study: Any, profile: str | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
     """(the experiment with ``profile``, its label settings) of a study's file."""
     exp = compare.with_profile(compare.load_experiment(study.EXPERIMENT), profile)
@@ -392,15 +407,7 @@ def test_a_row_whose_runs_logs_are_gone_keeps_how_its_warm_processes_were_made(t
     """A record made again after another method's new sitting re-reads every finished run; a run whose launcher
     logs are gone (never committed) keeps its row's recorded warm start instead of reading as spawned, and a run
     whose logs say how (here, spawned) is read from them."""
-    rounds = [_round(n, t) for n, t in enumerate((1.0, 6.0, 3.0, 3.0))]
-    runs = {name: {"dir": str(tmp_path / "runs" / name), "rounds": rounds,
-                   "config": {"config": {"method": "fedprompt"}, "provenance": {"git_commit": None}}}
-            for name in ("r-ray", "r-service")}
-    monkeypatch.setattr(deployment, "finished_runs", lambda path: runs)
-    lines = {"r-ray": {"engine": "flower", "wall_s": 20.0, "commit": "aaaaaaa", "label": "fedprompt-ray", "seed": 0},
-             "r-service": {"engine": "deployment", "wall_s": 25.0, "commit": "aaaaaaa", "label": "fedprompt-service",
-                           "seed": 0}}
-    monkeypatch.setattr(compare, "read_launches", lambda out: lines)
+    _a_ray_and_a_service_run(tmp_path, monkeypatch, "aaaaaaa")
     new = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
     assert "warm_start" not in new["service"]  # no logs here: the run itself says nothing
     old = {"service": {"warm_start": "fork"}}
@@ -440,15 +447,7 @@ def test_each_harness_has_its_target_and_a_changed_target_alone_rewrites_only_th
 def test_a_deployment_part_is_stamped_with_its_launch_lines_commit_not_the_checkouts_at_finish(tmp_path, monkeypatch):
     """A deployment run's record names no commit (its code is the FAB): the launch line's, written when it started,
     says which code ran; a line from before launch lines named one falls back to the checkout's at finish."""
-    rounds = [_round(n, t) for n, t in enumerate((1.0, 6.0, 3.0, 3.0))]
-    runs = {name: {"dir": str(tmp_path / "runs" / name), "rounds": rounds,
-                   "config": {"config": {"method": "fedprompt"}, "provenance": {"git_commit": None}}}
-            for name in ("r-ray", "r-service")}
-    monkeypatch.setattr(deployment, "finished_runs", lambda path: runs)
-    lines = {"r-ray": {"engine": "flower", "wall_s": 20.0, "commit": "aaaaaaa", "label": "fedprompt-ray", "seed": 0},
-             "r-service": {"engine": "deployment", "wall_s": 25.0, "commit": "bbbbbbb", "label": "fedprompt-service",
-                           "seed": 0}}
-    monkeypatch.setattr(compare, "read_launches", lambda out: lines)
+    lines = _a_ray_and_a_service_run(tmp_path, monkeypatch, "bbbbbbb")
     parts = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
     assert (parts["ray"]["commit"], parts["service"]["commit"]) == ("aaaaaaa", "bbbbbbb")
     del lines["r-service"]["commit"]
