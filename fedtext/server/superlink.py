@@ -45,8 +45,9 @@ Each is wrapped in :class:`PathScoped`, which sends a request outside its prefix
 other request through it, so a Runtime request (the ServerApp's: about half of a round's ~150) crosses two
 layers instead of eight and a Fleet request four; what any layer does to a request it acts on is Flower's
 own. The error translator and the protobuf translation, which every request needs, stay as they are.
-:func:`contract_problems` reads each scoped ``dispatch`` for its guard: if a Flower upgrade moves one, the
-SuperLink runs with Flower's middleware unchanged (and says so in one line).
+:func:`middleware_problems` reads each scoped ``dispatch`` for its guard, probes the Control paths' test and
+pins the source of both (:data:`SCOPED_SOURCES`): if a Flower upgrade changes any of them, the SuperLink runs
+with Flower's middleware unchanged (and says so in one line).
 
 The askers' side (:mod:`fedtext.node.supernode`, :mod:`fedtext.server.grid`): a pull that came back
 empty after at least :data:`fedtext.common.pulls.HELD_S` was held, and is made again at once instead of
@@ -92,6 +93,14 @@ SCOPED: dict[tuple[str, str], tuple[str, str]] = {
     (NODE_AUTH, "NodeAuthMiddleware"): ("/v1/fleet/", 'request.url.path.startswith("/v1/fleet/")'),
     (FLEET_MIDDLEWARE, "FleetEventLogMiddleware"): ("/v1/fleet/", 'not request.url.path.startswith("/v1/fleet/")'),
 }
+# sha256 (first 16 hex digits) of the source of each scoped class's dispatch and of the two Control path tests they
+# call, as read above (Flower 1.42): a guard that stays while a condition is added beside it changes these, and
+# scoping is then left off (middleware_problems). A Flower upgrade re-reads them and writes the new ones here.
+SCOPED_SOURCES = {"ControlSensitiveResponseMiddleware": "ede59df2e20f68d1",
+                  "ControlAuthenticationMiddleware": "ce00d7963397cc43", "ControlLicenseMiddleware": "b49e343f040afae2",
+                  "ControlEventLogMiddleware": "492845464228bd5b", "NodeAuthMiddleware": "4b198edca8bd7d4d",
+                  "FleetEventLogMiddleware": "e7c0ea50f1492902", "_is_control_path": "bfb5469e9013b256",
+                  "_is_control_sensitive_route": "aae3ed426e1ef62c"}
 
 
 class Holder:
@@ -191,10 +200,22 @@ def contract_problems() -> list[str]:
 
 def middleware_problems() -> list[str]:
     """What Flower no longer does that :func:`scope_middleware` relies on (empty: all there): the app's
-    middleware list from ``_get_middleware``, and each scoped class's ``dispatch`` passing on, by its guard,
-    every request outside its prefix."""
+    middleware list from ``_get_middleware``; each scoped class's ``dispatch`` passing on, by its guard, every
+    request outside its prefix, its source as read (:data:`SCOPED_SOURCES`); the Control path test answering
+    for ``/v1/control/`` alone. Anything that cannot be read is a problem too, not an error."""
+    try:
+        return _middleware_problems()
+    except Exception as exc:  # noqa: BLE001 - a module moved, no sources installed: Flower's middleware as it is
+        return [f"Flower's SuperLink middleware could not be read ({type(exc).__name__}: {exc})"]
+
+
+def _middleware_problems() -> list[str]:
+    import hashlib
     import importlib
     import inspect
+
+    def digest(function: Any) -> str:
+        return hashlib.sha256(inspect.getsource(function).encode()).hexdigest()[:16]
 
     app_module = importlib.import_module(SUPERLINK_APP)
     if not callable(getattr(app_module, "_get_middleware", None)):
@@ -206,8 +227,16 @@ def middleware_problems() -> list[str]:
         cls = getattr(importlib.import_module(module), name, None)
         if cls is None or guard not in inspect.getsource(cls.dispatch):
             problems.append(f"{module}.{name} no longer passes on what is outside {prefix} by its guard")
-    control = importlib.import_module(CONTROL_MIDDLEWARE)  # the sensitive routes' no-cache: Control paths only
-    sensitive = getattr(control, "CONTROL_SENSITIVE_ROUTE_KEYS", {("", "")})
+        elif digest(cls.dispatch) != SCOPED_SOURCES[name]:
+            problems.append(f"{module}.{name}'s dispatch is not the one read (SCOPED_SOURCES)")
+    control = importlib.import_module(CONTROL_MIDDLEWARE)
+    for helper in ("_is_control_path", "_is_control_sensitive_route"):
+        if digest(getattr(control, helper)) != SCOPED_SOURCES[helper]:
+            problems.append(f"{CONTROL_MIDDLEWARE}.{helper} is not the one read (SCOPED_SOURCES)")
+    inside, outside = ("/v1/control/x",), ("/v1/fleet/x", "/v1/runtime/x", "/", "/v1/controls/x", "/v2/control/x")
+    if not all(control._is_control_path(p) for p in inside) or any(control._is_control_path(p) for p in outside):
+        problems.append("the Control path test no longer answers for /v1/control/ alone")
+    sensitive = control.CONTROL_SENSITIVE_ROUTE_KEYS  # the no-cache headers' routes: Control ones only
     if not all(path.startswith("/v1/control/") for _, path in sensitive):
         problems.append("a Control 'sensitive route' is no longer under /v1/control/")
     return problems
@@ -244,8 +273,10 @@ def scoped(middleware: list[Any]) -> list[Any]:
     out = []
     for entry in middleware:
         prefix = prefixes.get(entry.cls)
-        out.append(entry if prefix is None or entry.args else
-                   Middleware(PathScoped, middleware_class=entry.cls, prefix=prefix, **entry.kwargs))
+        # an entry given its own dispatch, positional options or PathScoped's names is not the class as read
+        as_read = not entry.args and not {"dispatch", "middleware_class", "prefix"} & set(entry.kwargs)
+        out.append(Middleware(PathScoped, middleware_class=entry.cls, prefix=prefix, **entry.kwargs)
+                   if prefix is not None and as_read else entry)
     return out
 
 

@@ -126,24 +126,26 @@ def launched_parts(out: Path, commit: str) -> dict[str, dict[str, dict[str, Any]
         if line is None or line["engine"] not in PARTS:  # not launched by the runner here: no wall time
             continue
         ran = (run["config"].get("provenance") or {}).get("git_commit") or line.get("commit") or commit
-        nodes = out / f"{compare.log_stem(line['label'], line['seed'], line.get('holdout'))}-logs" / NODES
-        # a part whose launcher's logs are gone (they are not committed: a fresh clone has none) says nothing of
-        # its warm processes here, and finish keeps what its row recorded when they were there
+        logs = out / f"{compare.log_stem(line['label'], line['seed'], line.get('holdout'))}-logs"
+        # a part whose launcher's logs folder is gone (logs are not committed: a fresh clone has none) says nothing
+        # of its warm processes here, and finish keeps what its row recorded of the same run (keep_warm_start)
         parts.setdefault(run["config"]["config"]["method"], {})[PARTS[line["engine"]]] = {
             **summarise(run["rounds"]), "wall_s": round(line["wall_s"], 1), "load_before": line.get("load_before"),
             "load_after": line.get("load_after"), "commit": ran[:7],
-            **({"warm_start": made(nodes)} if line["engine"] in WARM_ENGINES and nodes.exists() else {})}
+            **({"warm_start": made(logs / NODES)} if line["engine"] in WARM_ENGINES and logs.exists() else {})}
     return parts
 
 
-def keep_warm_start(row: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
-    """``row`` with each warm part that says nothing of its warm processes (:func:`launched_parts`: its logs are
-    gone) taking its ``old`` row's word, or ``"spawn"`` (:func:`made`'s reading of a run with no logs)."""
+def keep_warm_start(new: dict[str, dict[str, Any]], old: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``new`` (a method's parts read from its runs) with each warm part that says nothing of its warm processes
+    (:func:`launched_parts`: its logs are gone) taking what its ``old`` row recorded, if that part was the same run
+    (the same launch's wall time and commit), else ``"spawn"`` (:func:`made`'s reading of a run without logs)."""
     for engine in WARM_ENGINES:
-        part = row.get(PARTS[engine])
+        part, before = new.get(PARTS[engine]), old.get(PARTS[engine], {})
         if part is not None and "warm_start" not in part:
-            part["warm_start"] = old.get(PARTS[engine], {}).get("warm_start") or "spawn"
-    return row
+            same = (before.get("wall_s"), before.get("commit")) == (part["wall_s"], part["commit"])
+            part["warm_start"] = (before.get("warm_start") if same else None) or "spawn"
+    return new
 
 
 def made(nodes: Path) -> str:
@@ -197,7 +199,7 @@ def finish(out: Path = OUT) -> None:
             row["service"]["warm_start"] = old  # in the record read: stamping alone is no change to write
     rows = copy.deepcopy(record.get("methods", {}))
     for method, new in launched_parts(out, commit).items():
-        row = keep_warm_start(row_of(rows.get(method, {}), new), rows.get(method, {}))
+        row = row_of(rows.get(method, {}), keep_warm_start(new, rows.get(method, {})))
         if "ratio" not in row:
             print(f"deployment: {method} has no Ray and node-service pair yet ({', '.join(new)}): not a row",
                   flush=True)

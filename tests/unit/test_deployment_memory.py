@@ -410,15 +410,22 @@ def test_a_row_whose_runs_logs_are_gone_keeps_how_its_warm_processes_were_made(t
     _a_ray_and_a_service_run(tmp_path, monkeypatch, "aaaaaaa")
     new = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
     assert "warm_start" not in new["service"]  # no logs here: the run itself says nothing
-    old = {"service": {"warm_start": "fork"}}
-    assert deployment.keep_warm_start(deployment.row_of(old, new), old)["service"]["warm_start"] == "fork"
+    same = {"service": {"wall_s": 25.0, "commit": "aaaaaaa", "warm_start": "fork"}}  # the row's record of this run
+    assert deployment.keep_warm_start(new, same)["service"]["warm_start"] == "fork"
+    for other in ({"service": {**same["service"], "wall_s": 30.0}}, {"service": {**same["service"], "commit": "b"}},
+                  {}):  # another run of the label, or no row: read as made() reads a run without logs
+        new = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
+        assert deployment.keep_warm_start(new, other)["service"]["warm_start"] == "spawn"
+    old_fork = {"fork": {"round_s": 4.0, "commit": "old"}}  # a part not read again: left as the row has it
     new = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
-    assert deployment.keep_warm_start(deployment.row_of({}, new), {})["service"]["warm_start"] == "spawn"
+    assert deployment.row_of(old_fork, deployment.keep_warm_start(new, old_fork))["fork"] == old_fork["fork"]
     logs = tmp_path / f"{compare.log_stem('fedprompt-service', 0, None)}-logs"
-    logs.mkdir()
-    write_nodes(logs, True, 2, "spawn")
+    logs.mkdir()  # the launcher's logs there but no nodes.json (a run from before it): spawned, as made() says
+    assert deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]["service"]["warm_start"] == "spawn"
+    write_nodes(logs, True, 2, "fork")
     new = deployment.launched_parts(tmp_path, "ccccccc")["fedprompt"]
-    assert deployment.keep_warm_start(deployment.row_of(old, new), old)["service"]["warm_start"] == "spawn"
+    assert new["service"]["warm_start"] == "fork"
+    assert deployment.keep_warm_start(new, {"service": {**same["service"], "warm_start": "spawn"}}) == new
 
 
 def test_each_harness_has_its_target_and_a_changed_target_alone_rewrites_only_the_target(tmp_path):
