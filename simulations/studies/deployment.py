@@ -2,6 +2,7 @@
 
     python -m simulations.compare simulations/experiments/deployment.toml               # the demo harness
     python -m simulations.compare simulations/experiments/deployment.toml --profile t1  # FedDPG's Table 1
+    python -m simulations.compare simulations/experiments/deployment.toml --profile steady  # the demo, 8 rounds
     python -m simulations.compare simulations/experiments/deployment.toml --methods fedprompt-ray fedprompt-service
     python -m simulations.compare simulations/experiments/deployment.toml --table-only  # from the record
 
@@ -13,7 +14,8 @@ the runner's engines, one label each (``<method>-ray``: Flower's Ray simulation,
 service, each message's ClientApp process loading everything anew). The harness is the
 experiment's profile (:data:`HARNESSES`): ``demo`` (README's command: the demo task, 2
 SuperNodes, the run-config's defaults) and ``t1`` (``--profile t1``: FedDPG's Table 1 setting,
-AG News, 10 SuperNodes, 3 clients per round, 4 rounds).
+AG News, 10 SuperNodes, 3 clients per round, 4 rounds); a variant (:data:`VARIANTS`) runs a harness again
+with more rounds (``--profile steady``: the demo over 8, so that a ratio is the mean of 7 steady rounds).
 
 Per run (:func:`summarise`): the mean round time over the steady rounds (2 onwards: round 1 holds
 the process and actor start-ups of both engines, reported apart), and the round's parts from its
@@ -51,6 +53,11 @@ OUT = compare.default_out(EXPERIMENT)  # simulations/results/deployment; a profi
 # per harness, the most Ray rounds a deployment round may take: the demo's 2 SuperNodes x1.2 (issue 57), T1's 10,
 # which share this machine's 2 cores with the fits where Ray's one actor has them alone, x1.3 (issue 68)
 TARGETS = {"demo": 1.2, "t1": 1.3}
+# the experiment's profiles that run a harness again with another setting, not a harness of their own -> that harness,
+# whose SuperNodes and target they keep; each writes <default out of the profile>/<profile>.json, rendered after the
+# harnesses' tables. "steady": the demo over 8 rounds, 7 steady rounds a row where the demo's 3 rounds give 2
+# (two steady rounds of one run moved fedlora's ratio by 0.14 between sittings: docs/performance.md)
+VARIANTS = {"steady": "demo"}
 # the runner's engine of a run -> its part of the method's row (the record's names: "before" is the deployment
 # before the node service)
 PARTS = {"flower": "ray", "deployment": "service", "deployment-fork": "fork", "deployment-spawn": "spawn",
@@ -210,7 +217,7 @@ def finish(out: Path = OUT) -> None:
                                              for e in (*ALTERNATIVES, "before") if e in row), flush=True)
     # the record's header (machine, date, process costs) is of the runs its rows hold: a record is written
     # only when a row changed, and never without a row (its table would have nothing to show)
-    target = TARGETS.get(harness, TARGETS["demo"])  # a profile that is no harness (its own name): the demo's
+    target = target_of(harness)
     if rows and rows == record.get("methods") and record.get("target") != target:
         # the harness's target changed, no measurement did: the header (machine, date, process costs) stays the runs'
         record["target"] = target
@@ -228,9 +235,15 @@ def finish(out: Path = OUT) -> None:
     path.write_text(json.dumps(record, indent=1) + "\n")
 
 
+def target_of(harness: str) -> float:
+    """The most Ray rounds a deployment round of ``harness`` may take: a harness's own (:data:`TARGETS`), a
+    variant's harness's (:data:`VARIANTS`), and the demo's for any other profile (its own name)."""
+    return TARGETS.get(harness, TARGETS[VARIANTS.get(harness, "demo")])
+
+
 def command(harness: str) -> str:
-    """The command that runs ``harness``'s labels."""
-    profile = HARNESSES[harness]
+    """The command that runs ``harness``'s labels (a variant or other profile: ``--profile <its name>``)."""
+    profile = HARNESSES.get(harness, harness)
     return (f"python -m simulations.compare {EXPERIMENT.relative_to(REPO)}"
             + (f" --profile {profile}" if profile else ""))
 
@@ -238,6 +251,9 @@ def command(harness: str) -> str:
 def harness_table(rec: dict[str, Any]) -> list[str]:
     """The markdown lines of one harness's record."""
     name = rec["harness"]
+    # a variant reads as what it runs: "demo over 8 rounds"
+    shown = (f"{VARIANTS[name]} over {rec['run_config']['num-server-rounds']} rounds" if name in VARIANTS
+             and "num-server-rounds" in rec.get("run_config", {}) else name)
     steady = ", ".join(str(r) for r in next(iter(rec["methods"].values()))["ray"]["steady_rounds"])
     commits = commits_in(r.get("commit", rec["commit"]) for r in rec["methods"].values())
     others = [p for p in ALTERNATIVES if any(p in r for r in rec["methods"].values())]
@@ -247,7 +263,7 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     starts = sorted({r["service"].get("warm_start", header_start(rec)) or "" for r in rec["methods"].values()})
     how = f" {'/'.join(f'{m}ed' for m in starts)}" if all(starts) else ""
     service = f"node service, {warm}{how} warm ClientApp" if warm else "node service"
-    lines = [f"**{name}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
+    lines = [f"**{shown}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
              f"{', '.join(commits)} (each row's in the record); mean of rounds {steady}; `{command(name)}`)", "",
              f"| method | Ray round | deployment round ({service}) | ratio | slowest fit | start-ups | "
              f"client builds | overhead |{''.join(f' {ALTERNATIVES[p]} |' for p in others)} without the service "
@@ -293,12 +309,14 @@ def records(paths: list[Path]) -> str:
 
 
 def table(out: Path = OUT) -> str:
-    """The tables of the harness records in ``out`` (``<harness>.json``, :data:`HARNESSES`)."""
-    return records([out / f"{harness}.json" for harness in HARNESSES])
+    """The tables of the harness and variant records in ``out`` (``<harness>.json``, :data:`HARNESSES`,
+    :data:`VARIANTS`)."""
+    return records([out / f"{name}.json" for name in (*HARNESSES, *VARIANTS)])
 
 
 def render() -> str:
     """docs/performance.md's ``deployment-rounds`` block: each harness's committed record, from its
     profile's folder (``tools/generated.py``)."""
-    return records([compare.default_out(EXPERIMENT, profile) / f"{harness}.json"
-                    for harness, profile in HARNESSES.items()])
+    return records([*(compare.default_out(EXPERIMENT, profile) / f"{harness}.json"
+                      for harness, profile in HARNESSES.items()),
+                    *(compare.default_out(EXPERIMENT, variant) / f"{variant}.json" for variant in VARIANTS)])

@@ -64,7 +64,36 @@ def test_the_t1_harness_is_feddpg_table_1s_run_config_and_clients(study) -> None
     assert {s["num-supernodes"] for s in settings.values()} == {table1["num-supernodes"]}
     demo, settings = harness(study, None)
     assert compare.flatten(demo.get("run-config", {})) == {} and {s["num-supernodes"] for s in settings.values()} == {2}
-    assert set(study.HARNESSES.values()) - {None} == set(tomllib.loads(study.EXPERIMENT.read_text())["profile"])
+    # every profile is a harness or, in the deployment study, a variant of one (run again with more rounds)
+    variants = getattr(study, "VARIANTS", {})
+    assert set(study.HARNESSES.values()) - {None} | set(variants) == set(
+        tomllib.loads(study.EXPERIMENT.read_text())["profile"])
+    assert set(variants.values()) <= set(study.HARNESSES)
+
+
+def test_the_steady_variant_is_the_demo_over_more_rounds_with_its_target_table_and_command(tmp_path, monkeypatch):
+    """``--profile steady`` changes only the demo's rounds; its record takes the demo's x1.2, its own file and
+    command, and reads as the demo over its rounds, in the runner's table and after the harnesses' in the docs."""
+    demo, settings = harness(deployment, None)
+    steady, steady_settings = harness(deployment, "steady")
+    assert compare.flatten(steady["run-config"]) == {"num-server-rounds": 8} and steady_settings == settings
+    assert deployment.target_of("steady") == 1.2 and deployment.target_of("t1") == 1.3
+    assert deployment.target_of("other") == 1.2  # a profile that is neither: the demo's
+    assert deployment.command("steady").endswith("deployment.toml --profile steady")
+    for line in _a_ray_and_a_service_run(tmp_path, monkeypatch, "bbbbbbb").values():
+        line.update(load_before=1.0, load_after=1.5)
+    (tmp_path / "experiment.json").write_text(json.dumps({"file": str(deployment.EXPERIMENT), "profile": "steady"}))
+    deployment.finish(tmp_path)
+    rec = json.loads((tmp_path / "steady.json").read_text())
+    assert rec["harness"] == "steady" and rec["target"] == 1.2 and rec["run_config"] == {"num-server-rounds": 8}
+    assert not (tmp_path / "demo.json").exists()
+    table = deployment.table(tmp_path)
+    assert table.startswith("**demo over 8 rounds** (2 SuperNodes;") and "--profile steady`)" in table
+    assert "| x1.00 |" in table and "Within x1.2: fedprompt; over: none." in table
+    monkeypatch.setattr(compare, "default_out", lambda exp, profile=None: tmp_path / (profile or "demo"))
+    (tmp_path / "steady").mkdir()
+    (tmp_path / "steady" / "steady.json").write_text(json.dumps(rec))
+    assert deployment.render().startswith("**demo over 8 rounds**")
 
 
 def test_a_harness_passes_shared_keys_and_the_methods_own_only(tmp_path, monkeypatch) -> None:
