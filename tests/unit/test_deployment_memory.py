@@ -89,7 +89,7 @@ def test_the_steady_variant_is_the_demo_over_more_rounds_with_its_target_table_a
     assert not (tmp_path / "demo.json").exists()
     table = deployment.table(tmp_path)
     assert table.startswith("**demo over 8 rounds** (2 SuperNodes;") and "--profile steady`)" in table
-    assert "| x1.00 |" in table and "Within x1.2: fedprompt; over: none." in table
+    assert "| x1.00 ± 0.00 |" in table and "Within x1.2: fedprompt; over: none (±" in table
     monkeypatch.setattr(compare, "default_out", lambda exp, profile=None: tmp_path / (profile or "demo"))
     (tmp_path / "steady").mkdir()
     (tmp_path / "steady" / "steady.json").write_text(json.dumps(rec))
@@ -161,6 +161,33 @@ def test_the_steady_rounds_are_2_onwards_and_round_1_stands_apart() -> None:
     out = deployment.summarise([_round(0, 1.0), _round(1, 30.0), _round(2, 10.0), _round(3, 12.0)])
     assert out["round_s"] == 11.0 and out["round1_s"] == 30.0 and out["steady_rounds"] == [2, 3]
     assert out["messages"] == 4.0 and out["accuracy"] == [0.5] * 4
+    assert out["round_sd_s"] == pytest.approx(2 ** 0.5, abs=1e-3)  # the steady rounds' own: 10 and 12, not round 1's
+    assert deployment.summarise([_round(1, 30.0), _round(2, 10.0)])["round_sd_s"] is None  # one steady round
+
+
+def test_a_ratios_standard_error_and_the_rows_it_leaves_undecided() -> None:
+    """r * sqrt(s_p^2 / n_p / m_p^2 + s_r^2 / n_r / m_r^2), by hand: Ray's rounds 2 and 4 s (m 3, s 1.414, n 2),
+    the service's 3.5 and 4.5 s (m 4, s 0.707, n 2): 4/3 * sqrt(0.03125 / 2 + 0.2222 / 2) = 0.4746. A row whose
+    ratio is within two such errors of the target is named as not decided; a part without a spread shows none."""
+    ray = deployment.summarise([_round(1, 9.0), _round(2, 2.0), _round(3, 4.0)])
+    svc = deployment.summarise([_round(1, 9.0), _round(2, 3.5), _round(3, 4.5)])
+    assert deployment.ratio_error(ray, svc) == pytest.approx(0.4746, abs=2e-4)
+    # the errors' weights: a service three times as spread is the larger share (not the mirror image)
+    wide = deployment.summarise([_round(1, 9.0), _round(2, 2.5), _round(3, 5.5)])
+    assert deployment.ratio_error(ray, wide) == pytest.approx(4 / 3 * (1.5 ** 2 * 2 / 2 / 16 + 2 / 2 / 9) ** 0.5,
+                                                              abs=1e-3)
+    assert deployment.ratio_error({**ray, "round_sd_s": None}, svc) is None
+    tight = {**svc, "round_sd_s": 0.001}
+    head = {"harness": "demo", "commit": "a", "machine": "x86_64, 2 cores", "date": "2026-12-03", "supernodes": 2,
+            "target": 1.2}
+    for row in ({"ray": {**ray, "load_before": 1.0}, "service": {**svc, "load_before": 1.0}},
+                {"ray": {**ray, "load_before": 1.0, "round_sd_s": 0.001}, "service": {**tight, "load_before": 1.0}}):
+        row["ratio"] = round(row["service"]["round_s"] / row["ray"]["round_s"], 2)
+        text = "\n".join(deployment.harness_table({**head, "methods": {"fedprompt": {**row, "commit": "a"}}}))
+        if row["service"]["round_sd_s"] > 0.01:
+            assert "| x1.33 ± 0.47 (over) |" in text and "not decided by these rounds: fedprompt)" in text
+        else:
+            assert "| x1.33 ± 0.00 (over) |" in text and "not decided by these rounds: none)" in text
 
 
 ROUND_S = {"flower": 4.0, "deployment": 5.0, "deployment-cold": 8.0}  # each engine's steady round, by its flags
@@ -224,7 +251,8 @@ def test_the_study_runs_its_labels_and_writes_the_harness_record(tmp_path, monke
     table = (out / "table.md").read_text()
     made = "/".join(f"{m}ed" for m in sorted({"spawn", WARM_START}))  # the kept row's and the new one's
     assert f"deployment round (node service, 2 {made} warm ClientApp" in table
-    assert "| fedprompt | 4.0 s | 5.0 s | x1.25 (over) |" in table and "8.0 s (x2.00; start-ups 0.5 s, overhead" in table
+    assert "| fedprompt | 4.0 s | 5.0 s | x1.25 ± 0.00 (over) |" in table
+    assert "8.0 s (x2.00; start-ups 0.5 s, overhead" in table
     started.clear()
     written = (out / "demo.json").read_text()
 
@@ -477,7 +505,7 @@ def test_each_harness_has_its_target_and_a_changed_target_alone_rewrites_only_th
     assert json.loads((out / "t1.json").read_text()) == {**old, "target": 1.3}
     lines = "\n".join(deployment.harness_table({**json.loads((out / "t1.json").read_text()), "commit": "old",
                                                  "machine": "x86_64, 2 cores", "supernodes": 10}))
-    assert "| x1.25 |" in lines and "Within x1.3: fedprompt; over: none." in lines
+    assert "| x1.25 ± 0.00 |" in lines and "Within x1.3: fedprompt; over: none (±" in lines
 
 
 def test_a_deployment_part_is_stamped_with_its_launch_lines_commit_not_the_checkouts_at_finish(tmp_path, monkeypatch):
