@@ -56,8 +56,9 @@ TARGETS = {"demo": 1.2, "t1": 1.3}
 # the experiment's profiles that run a harness again with another setting, not a harness of their own -> that harness,
 # whose SuperNodes and target they keep; each writes <default out of the profile>/<profile>.json, rendered after the
 # harnesses' tables. "steady": the demo over 8 rounds, 7 steady rounds a row where the demo's 3 rounds give 2
-# (two steady rounds of one run moved fedlora's ratio by 0.14 between sittings: docs/performance.md)
-VARIANTS = {"steady": "demo"}
+# (two steady rounds of one run moved fedlora's ratio by 0.14 between sittings: docs/performance.md);
+# "t1-steady": T1 over 8 rounds (7 steady rounds where T1's 4 give 3)
+VARIANTS = {"steady": "demo", "t1-steady": "t1"}
 # the runner's engine of a run -> its part of the method's row (the record's names: "before" is the deployment
 # before the node service)
 PARTS = {"flower": "ray", "deployment": "service", "deployment-fork": "fork", "deployment-spawn": "spawn",

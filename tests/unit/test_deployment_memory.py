@@ -77,7 +77,11 @@ def test_the_steady_variant_is_the_demo_over_more_rounds_with_its_target_table_a
     demo, settings = harness(deployment, None)
     steady, steady_settings = harness(deployment, "steady")
     assert compare.flatten(steady["run-config"]) == {"num-server-rounds": 8} and steady_settings == settings
+    t1, t1_settings = harness(deployment, "t1")
+    t1_steady, t1_steady_settings = harness(deployment, "t1-steady")
+    assert t1_steady["run-config"] == {**t1["run-config"], "num-server-rounds": 8} and t1_steady_settings == t1_settings
     assert deployment.target_of("steady") == 1.2 and deployment.target_of("t1") == 1.3
+    assert deployment.target_of("t1-steady") == 1.3  # T1's, not the demo's
     assert deployment.target_of("other") == 1.2  # a profile that is neither: the demo's
     assert deployment.command("steady").endswith("deployment.toml --profile steady")
     for line in _a_ray_and_a_service_run(tmp_path, monkeypatch, "bbbbbbb").values():
