@@ -84,8 +84,8 @@ ENGINES = {name: (lambda *args, options=options: compare.run_deployment(*args, o
 
 
 def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean round time of the steady rounds (2 onwards), their sample standard deviation (``round_sd_s``,
-    None under two steady rounds) and the mean of each part over them."""
+    """Mean round time of the steady rounds (2 onwards), each of their times (``round_times_s``, for
+    :func:`ratio_error`) and the mean of each part over them."""
     steady = [r for r in rounds if r["round"] >= 2]
     first = next(r for r in rounds if r["round"] == 1)
 
@@ -93,9 +93,7 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         values = [r[key] for r in steady if r.get(key) is not None]
         return round(statistics.fmean(values), 2) if values else None
 
-    times = [r["round_time_s"] for r in steady]
-    return {"round_s": mean("round_time_s"),
-            "round_sd_s": round(statistics.stdev(times), 3) if len(times) >= 2 else None,
+    return {"round_s": mean("round_time_s"), "round_times_s": [round(r["round_time_s"], 3) for r in steady],
             "round1_s": first["round_time_s"], "fit_max_s": mean("client_fit_s_max"),
             "startup_s": mean("startup_s"), "load_s": mean("client_load_s"), "eval_s": mean("client_eval_s"),
             "server_eval_s": mean("server_eval_s"), "overhead_s": mean("overhead_s"),
@@ -105,15 +103,18 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ratio_error(ray: dict[str, Any], part: dict[str, Any]) -> float | None:
-    """The standard error of ``part``'s ratio to ``ray`` (both from :func:`summarise`), each engine's steady
-    rounds taken as independent draws: r * sqrt((s_p^2 / n_p) / m_p^2 + (s_r^2 / n_r) / m_r^2), the first-order
-    error of a quotient of two means (m: mean round, s: its rounds' standard deviation, n: steady rounds). At the
-    same spread the demo's 2 steady rounds give sqrt(7 / 2) = 1.9 times the error of the steady profile's 7
-    (fedprompt's: ±0.05 at 7 on 2026-12-03); None for a part without ``round_sd_s``."""
-    if ray.get("round_sd_s") is None or part.get("round_sd_s") is None:
+    """The standard error of ``part``'s ratio r = m_p / m_r to ``ray`` (both from :func:`summarise`), round by
+    round: both engines run the same seed, so their round k samples the same clients and evaluates or not alike
+    (T1 evaluates every second round, FeS's round 2 is slow under both), and what varies with the round is taken
+    out by pairing. With d_k = p_k - r * r_k over the n steady rounds, se = sd(d) / sqrt(n) / m_r (the first-order
+    error of a ratio of paired means). None for parts without each round's time (recorded before 2026-12-03) or
+    with different steady rounds, or under two of them."""
+    paired = ray.get("round_times_s"), part.get("round_times_s")
+    if None in paired or ray["steady_rounds"] != part["steady_rounds"] or len(ray["steady_rounds"]) < 2:
         return None
-    rel = sum((p["round_sd_s"] / p["round_s"]) ** 2 / len(p["steady_rounds"]) for p in (ray, part))
-    return part["round_s"] / ray["round_s"] * rel ** 0.5
+    ratio = statistics.fmean(paired[1]) / statistics.fmean(paired[0])
+    gaps = [p - ratio * r for r, p in zip(*paired, strict=True)]
+    return statistics.stdev(gaps) / len(gaps) ** 0.5 / statistics.fmean(paired[0])
 
 
 def process_costs(repeats: int = 3) -> dict[str, float]:
@@ -308,7 +309,8 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     # a ratio within two standard errors of the target is not decided by these rounds (ratio_error)
     close = [m for m, r in rec["methods"].items()
              if (e := ratio_error(r["ray"], r["service"])) is not None and abs(r["ratio"] - rec["target"]) < 2 * e]
-    undecided = (f" (± a ratio's standard error from its steady rounds' spread; within two of x{rec['target']}, "
+    undecided = (f" (± a ratio's standard error over its steady rounds, round k of one engine against round k of "
+                 f"the other; within two of x{rec['target']}, "
                  f"not decided by these rounds: {', '.join(close) or 'none'})"
                  if any(ratio_error(r["ray"], r["service"]) is not None for r in rec["methods"].values()) else "")
     lines += ["", f"Within x{rec['target']}: {', '.join(within) or 'none'}; over: {', '.join(over) or 'none'}"
