@@ -103,17 +103,18 @@ def summarise(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def ratio_error(ray: dict[str, Any], part: dict[str, Any]) -> float | None:
-    """The standard error of ``part``'s ratio r = m_p / m_r to ``ray`` (both from :func:`summarise`), round by
+    """The standard error of ``part``'s ratio R = m_p / m_r to ``ray`` (both from :func:`summarise`), round by
     round: both engines run the same seed, so their round k samples the same clients and evaluates or not alike
     (T1 evaluates every second round, FeS's round 2 is slow under both), and what varies with the round is taken
-    out by pairing. With d_k = p_k - r * r_k over the n steady rounds, se = sd(d) / sqrt(n) / m_r (the first-order
-    error of a ratio of paired means). None for parts without each round's time (recorded before 2026-12-03) or
-    with different steady rounds, or under two of them."""
+    out by pairing. With d_k = p_k - R * r_k over the n steady rounds (p_k, r_k: round k's time deployed and under
+    Ray), se = sd(d) / sqrt(n) / m_r (the first-order error of a ratio of paired means; "within two errors" reads
+    it as normal, where 7 rounds' t quantile would be 2.45). None for parts without each round's time (recorded
+    before 2026-12-03) or with different steady rounds, or under two of them."""
     paired = ray.get("round_times_s"), part.get("round_times_s")
     if None in paired or ray["steady_rounds"] != part["steady_rounds"] or len(ray["steady_rounds"]) < 2:
         return None
     ratio = statistics.fmean(paired[1]) / statistics.fmean(paired[0])
-    gaps = [p - ratio * r for r, p in zip(*paired, strict=True)]
+    gaps = [deployed - ratio * simulated for simulated, deployed in zip(*paired, strict=True)]
     return statistics.stdev(gaps) / len(gaps) ** 0.5 / statistics.fmean(paired[0])
 
 

@@ -186,8 +186,15 @@ def test_a_ratios_standard_error_pairs_the_engines_round_by_round_and_names_the_
     assert deployment.ratio_error(one, one) is None
     head = {"harness": "demo", "commit": "a", "machine": "x86_64, 2 cores", "date": "2026-12-03", "supernodes": 2,
             "target": 1.2}
+    # above the target by under two errors (named), by far more than two (not), below it by three (not), and above
+    # it by 1.5 errors (named: rounds 3.0 and 5.1 s, r = 1.35, d = (0.3, -0.3), se = 0.1)
+    below = deployment.summarise([_round(1, 9.0), _round(2, 2.2), _round(3, 3.8)])  # x1.00 ± 0.067
+    near = deployment.summarise([_round(1, 9.0), _round(2, 3.0), _round(3, 5.1)])
+    assert deployment.ratio_error(ray, near) == pytest.approx(0.1, abs=1e-9)
     for service, cell, named in ((svc, "| x1.33 ± 0.28 (over) |", "fedprompt"),
-                                 (alike, "| x1.33 ± 0.00 (over) |", "none")):
+                                 (alike, "| x1.33 ± 0.00 (over) |", "none"),
+                                 (below, "| x1.00 ± 0.07 |", "none"),
+                                 (near, "| x1.35 ± 0.10 (over) |", "fedprompt")):
         row = {"ray": {**ray, "load_before": 1.0}, "service": {**service, "load_before": 1.0}, "commit": "a"}
         row["ratio"] = round(row["service"]["round_s"] / row["ray"]["round_s"], 2)
         text = "\n".join(deployment.harness_table({**head, "methods": {"fedprompt": row}}))
