@@ -93,9 +93,12 @@ def test_a_zero_hold_is_flowers_answer():
 
 
 def keep_flowers(monkeypatch) -> None:
-    """Flower's pull handlers and LinkState stores restored after the test."""
+    """Flower's pull handlers, LinkState stores and the SuperLink app's middleware list (``main`` scopes it:
+    scope_middleware) restored after the test."""
     import importlib
 
+    app_module = importlib.import_module(superlink.SUPERLINK_APP)
+    monkeypatch.setattr(app_module, "_get_middleware", app_module._get_middleware)
     for name in (superlink.FLEET_HANDLERS, superlink.RUNTIME_HANDLERS):
         handlers = importlib.import_module(name)
         monkeypatch.setattr(handlers, "pull_messages", handlers.pull_messages)
