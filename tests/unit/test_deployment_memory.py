@@ -550,3 +550,27 @@ def test_a_rows_commits_are_each_named_once_however_often_the_row_is_made_again(
                                       "date": "2026-11-30", "supernodes": 2, "target": 1.2,
                                       "methods": {"m": row}})
     assert "commit aaaaaaa, bbbbbbb, ccccccc (each row's in the record)" in lines[0]
+
+
+@pytest.mark.parametrize("folder, name", [("deployment-steady", "steady"),
+                                          ("deployment-steady/repeat-20261203", "steady"),
+                                          ("deployment-t1-steady", "t1-steady")])
+def test_a_committed_steady_record_is_what_finish_makes_of_its_committed_runs(tmp_path, monkeypatch, folder, name):
+    """The steady records' rows (each steady round's time among them) come from their runs as a fresh clone has
+    them (no launcher logs): finish on a copy of the committed folder writes nothing. A change to what a row holds
+    (summarise, row_of) fails here until the records are made again from their runs."""
+    import shutil
+
+    src = REPO / "simulations" / "results" / folder
+    out = tmp_path / "out"
+    out.mkdir()
+    shutil.copytree(src / "runs", out / "runs")
+    for file in ("launches.jsonl", "experiment.json", f"{name}.json"):
+        shutil.copy(src / file, out / file)
+    monkeypatch.setattr(deployment, "process_costs", lambda repeats=3: pytest.fail("a row changed: header re-measured"))
+    before = (out / f"{name}.json").read_text()
+    deployment.finish(out)
+    assert (out / f"{name}.json").read_text() == before
+    rows = json.loads(before)["methods"]
+    assert set(deployment.launched_parts(out, "0000000")) == set(rows)  # each row made again from its runs
+    assert all("round_times_s" in row["ray"] for row in rows.values())
