@@ -282,6 +282,7 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     starts = sorted({r["service"].get("warm_start", header_start(rec)) or "" for r in rec["methods"].values()})
     how = f" {'/'.join(f'{m}ed' for m in starts)}" if all(starts) else ""
     service = f"node service, {warm}{how} warm ClientApp" if warm else "node service"
+    errors = {m: ratio_error(r["ray"], r["service"]) for m, r in rec["methods"].items()}  # None: no per-round times
     lines = [f"**{shown}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
              f"{', '.join(commits)} (each row's in the record); mean of rounds {steady}; `{command(name)}`)", "",
              f"| method | Ray round | deployment round ({service}) | ratio | slowest fit | start-ups | "
@@ -297,7 +298,7 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
                         f"{row[p]['startup_s'] or 0:.1f} s, overhead {row[p]['overhead_s'] or 0:.1f} s) |"
                         if p in row else " - |" for p in others)
         ok = "" if row["ratio"] <= rec["target"] else " (over)"
-        error = ratio_error(ray, svc)
+        error = errors[method]
         ratio = f"x{row['ratio']:.2f}" + (f" ± {error:.2f}" if error is not None else "") + ok
         lines.append(f"| {method} | {ray['round_s']:.1f} s | {svc['round_s']:.1f} s | {ratio} | "
                      f"{svc['fit_max_s'] or 0:.1f} s | {svc['startup_s'] or 0:.1f} s | {svc['load_s'] or 0:.2f} s | "
@@ -309,11 +310,11 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
                              for r in rec["methods"].values())
     # a ratio within two standard errors of the target is not decided by these rounds (ratio_error)
     close = [m for m, r in rec["methods"].items()
-             if (e := ratio_error(r["ray"], r["service"])) is not None and abs(r["ratio"] - rec["target"]) < 2 * e]
+             if (e := errors[m]) is not None and abs(r["ratio"] - rec["target"]) < 2 * e]
     undecided = (f" (± a ratio's standard error over its steady rounds, round k of one engine against round k of "
                  f"the other; within two of x{rec['target']}, "
                  f"not decided by these rounds: {', '.join(close) or 'none'})"
-                 if any(ratio_error(r["ray"], r["service"]) is not None for r in rec["methods"].values()) else "")
+                 if any(e is not None for e in errors.values()) else "")
     lines += ["", f"Within x{rec['target']}: {', '.join(within) or 'none'}; over: {', '.join(over) or 'none'}"
                   f"{undecided}. What a deployment round pays that a Ray round does not, start-ups and overhead "
                   f"together: "
