@@ -138,7 +138,9 @@ EXPERIMENT_KEYS = frozenset({"methods", "seeds", "holdouts", "rotate-holdouts", 
                              "description", "profile", "engine", "study"})
 # What a [profile.<name>] table may set: the experiment keys that say how the runs are
 # configured (not which methods run: a profile changes the setting, not the comparison).
-PROFILE_KEYS = frozenset({"description", "num-supernodes", "seeds", "run-config", "method", "requires"})
+# ``extends`` names another profile of the same file whose setting this one starts from (a variant: the same
+# harness over more rounds) so that a setting is written once.
+PROFILE_KEYS = frozenset({"description", "extends", "num-supernodes", "seeds", "run-config", "method", "requires"})
 # What a profile's ``requires`` may name: checked before anything runs (:func:`preflight`).
 REQUIREMENTS = frozenset({"gpu", "hub"})
 
@@ -163,7 +165,28 @@ def load_experiment(path: Path) -> dict[str, Any]:
         if set(profile.get("requires", [])) - REQUIREMENTS:
             raise ConfigError(f"{path}: [profile.{name}] requires = {profile['requires']}: each one of "
                               f"{', '.join(sorted(REQUIREMENTS))}")
+        profile_chain(exp.get("profile", {}), name, where=f"{path}: ")
     return exp
+
+
+def profile_chain(profiles: dict[str, Any], name: str, where: str = "") -> list[str]:
+    """``name`` and the profiles it extends, the furthest first (``["t1", "t1-steady"]``).
+
+    Raises
+    ------
+    ConfigError
+        ``extends`` names no profile of the file, or the chain comes back to a profile it passed.
+    """
+    chain = [name]
+    while "extends" in profiles[chain[0]]:
+        parent = profiles[chain[0]]["extends"]
+        if not isinstance(parent, str) or parent not in profiles:
+            raise ConfigError(f"{where}[profile.{chain[0]}] extends = {parent!r}: not a profile of this file "
+                              f"(profiles: {', '.join(sorted(profiles))})")
+        if parent in chain:
+            raise ConfigError(f"{where}[profile.{name}] extends in a circle: {' -> '.join([*reversed(chain), parent])}")
+        chain.insert(0, parent)
+    return chain
 
 
 def with_profile(exp: dict[str, Any], name: str | None) -> dict[str, Any]:
@@ -173,7 +196,9 @@ def with_profile(exp: dict[str, Any], name: str | None) -> dict[str, Any]:
     backbone, shots, clients, rounds and budgets as the paper ran them. Its
     ``run-config`` keys override the experiment's ``[run-config]`` key by key, its
     ``[profile.<name>.method.<label>]`` tables override that label's, and its
-    ``num-supernodes`` / ``seeds`` replace the experiment's; ``methods`` stay.
+    ``num-supernodes`` / ``seeds`` replace the experiment's; ``methods`` stay. A profile with
+    ``extends = "<other>"`` is applied after the one it names (which may extend another), key by
+    key the same way; its ``requires`` adds to theirs.
 
     Raises
     ------
@@ -185,17 +210,19 @@ def with_profile(exp: dict[str, Any], name: str | None) -> dict[str, Any]:
     profiles = exp.get("profile", {})
     if name not in profiles:
         raise ConfigError(f"the experiment has no [profile.{name}] (profiles: {', '.join(sorted(profiles)) or 'none'})")
-    profile = profiles[name]
     out = {k: v for k, v in exp.items() if k != "profile"}
-    out["run-config"] = {**flatten(exp.get("run-config", {})), **flatten(profile.get("run-config", {}))}
-    methods = {label: flatten(table) for label, table in exp.get("method", {}).items()}
-    for label, table in profile.get("method", {}).items():
-        methods[label] = {**methods.get(label, {}), **flatten(table)}
-    out["method"] = methods
-    for key in ("num-supernodes", "seeds"):
-        if key in profile:
-            out[key] = profile[key]
-    out["requires"] = list(profile.get("requires", []))
+    out["run-config"] = flatten(exp.get("run-config", {}))
+    out["method"] = {label: flatten(table) for label, table in exp.get("method", {}).items()}
+    out["requires"] = []
+    for step in profile_chain(profiles, name):  # the profile it extends first, so that this one's keys win
+        profile = profiles[step]
+        out["run-config"] = {**out["run-config"], **flatten(profile.get("run-config", {}))}
+        for label, table in profile.get("method", {}).items():
+            out["method"][label] = {**out["method"].get(label, {}), **flatten(table)}
+        for key in ("num-supernodes", "seeds"):
+            if key in profile:
+                out[key] = profile[key]
+        out["requires"] += [r for r in profile.get("requires", []) if r not in out["requires"]]
     return out
 
 

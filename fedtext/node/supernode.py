@@ -11,7 +11,8 @@ SuperNode, unchanged but for its sleeps: the idle one capped at ``--idle-poll-s`
 :data:`IDLE_POLL_S`: a node then asks twice a second while idle), and at ``--active-poll-s``
 (default :data:`ACTIVE_POLL_S`) for :data:`ACTIVE_WINDOW_S` after each reply it pushed (the
 round's next message is seconds away), and its 0.5 s waits on its own state (the ClientApp's
-reply, an object's bytes: ~0.25 s on every message) at :data:`LOCAL_WAIT_S`. ``--idle-poll-s 3
+reply, an object's bytes: ~0.25 s on every message) at :data:`LOCAL_WAIT_S`, each ended as soon as the
+node's state stores a reply or an object (:func:`wake_on_store`). ``--idle-poll-s 3
 --active-poll-s 3`` keeps Flower's idle poll. Against fedtext's SuperLink (:mod:`fedtext.server.superlink`),
 which holds an empty poll up to 2 s until a message comes, a poll that came back empty after
 :data:`HELD_S` or more is asked again at once: the message then reaches the node within milliseconds,
@@ -58,6 +59,7 @@ import argparse
 import os
 import subprocess
 import sys
+import threading
 import time
 from typing import Any
 
@@ -72,6 +74,11 @@ ACTIVE_POLL_S = 0.1
 ACTIVE_WINDOW_S = 30.0
 IDLE_SLEEP_S = 3.0  # Flower's idle sleep, the one IDLE_POLL_S caps (tests/unit/test_edge.py checks it is still 3)
 LOCAL_WAIT_S = 0.05  # the loop's waits on its own state (Flower: 0.5 s), a local read, not a request
+# the node state's methods the Runtime API's handlers store a ClientApp's reply and its objects' bytes with
+# (flwr/supernode/servicer/runtime/runtime_handlers.py: push_messages, push_object): each store ends the loop's
+# local wait at once (CappedSleep.stored), where a wait of LOCAL_WAIT_S left a reply 25 ms on average before the
+# node sent it on, twice a round
+STATE_STORES = ("store_message_and_object_tree", "store_object")
 TASK_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"  # Flower's own switch (flwr/supercore/superexec/run_superexec.py)
 TASK_POLL_S = 0.1  # seconds between the SuperExec's looks for a message to start a ClientApp for (Flower: 1)
 # the same for a warm SuperExec, which its SuperNode wakes for each message it pulled (and has its pool tidied after
@@ -86,7 +93,9 @@ class CappedSleep:
     """The ``time`` module as Flower's SuperNode loop sees it: its idle sleep (3 s, a poll of the
     SuperLink) capped at ``cap`` s, or at ``active`` s within ``window`` s of the node's last reply
     (:meth:`replied`), its other sleeps (0.5 s waits on its own state: a reply from the ClientApp,
-    an object's bytes) at :data:`LOCAL_WAIT_S`; no sleep at all after an empty poll that the SuperLink held
+    an object's bytes) at :data:`LOCAL_WAIT_S`, ended early when the node's state stores something
+    (:attr:`stored`, set by :func:`wake_on_store` on :data:`STATE_STORES`); no sleep at all after an empty poll
+    that the SuperLink held
     (:data:`HELD_S` or more since the last sleep or reply: counted in :attr:`held`)."""
 
     def __init__(self, cap: float, active: float | None = None, window: float = ACTIVE_WINDOW_S) -> None:
@@ -98,6 +107,9 @@ class CappedSleep:
         # the first poll, which follows the node's registration, is never taken for a held one)
         self.woke = float("inf")
         self.held = 0  # empty polls the SuperLink held, each followed by no sleep
+        # set by the Runtime API's threads when the node's state stored a message or an object (cap_idle_poll): the
+        # loop's wait on its own state then ends at once; a set left from an earlier store only costs one more look
+        self.stored = threading.Event()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(time, name)
@@ -110,7 +122,10 @@ class CappedSleep:
 
     def sleep(self, seconds: float) -> None:
         if seconds < IDLE_SLEEP_S:
-            time.sleep(min(seconds, LOCAL_WAIT_S))
+            # a wait on the node's own state: until it stores something or LOCAL_WAIT_S. Cleared after: a store
+            # between the wait's end and the clear is not lost, the loop looks at the state right after this returns
+            self.stored.wait(min(seconds, LOCAL_WAIT_S))
+            self.stored.clear()
         else:
             # Flower's loop sleeps 3 s only right after a pull that found nothing, and pulls right after a sleep
             # returned or a reply was pushed (self.woke): the time since is that pull's alone. HELD_S or more, and a
@@ -139,6 +154,27 @@ def cap_idle_poll(cap: float, active: float | None = ACTIVE_POLL_S) -> None:
     pushed.__wrapped__ = push  # type: ignore[attr-defined]
     loop.time = clock  # the module's own name for `time`; nothing else changes
     loop._push_messages = pushed  # the loop calls it by the module's name after each message it pulled
+    wake_on_store(clock)
+
+
+def wake_on_store(clock: CappedSleep) -> None:
+    """End ``clock``'s local waits when Flower's in-memory node state (the SuperNode's, this process's) stores
+    through one of :data:`STATE_STORES`: the ClientApp's reply and its objects' bytes reach the loop as they are
+    stored. Each method is Flower's own, wrapped once (a second call rewraps Flower's for the new clock)."""
+    from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState
+
+    for name in STATE_STORES:
+        method = getattr(InMemoryNodeState, name)
+        flowers = getattr(method, "__wrapped__", method)
+
+        def storing(self: Any, *args: Any, _flowers: Any = flowers, **kwargs: Any) -> Any:
+            try:
+                return _flowers(self, *args, **kwargs)
+            finally:
+                clock.stored.set()
+
+        storing.__wrapped__ = flowers  # type: ignore[attr-defined]
+        setattr(InMemoryNodeState, name, storing)
 
 
 def warm_superexec_command(command: list[str], warm: int, start: str | None = None) -> list[str]:

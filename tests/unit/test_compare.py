@@ -205,6 +205,47 @@ def test_a_profile_overrides_keys_label_tables_clients_and_seeds_but_not_methods
     assert [o["num-server-rounds"] for o in compare.plan(exp, None)] == [1] * 4
 
 
+EXTENDED = PROFILED + """[profile.paper-long]
+extends = "paper"
+requires = ["gpu", "hub"]
+[profile.paper-long.run-config]
+num-server-rounds = 9
+[profile.paper-long.method.bbt-fed]
+bbt-fed.popsize = 4
+[profile.paper-longer]
+extends = "paper-long"
+seeds = [5]
+"""
+
+
+def test_a_profile_that_extends_another_starts_from_its_setting_and_overrides_key_by_key(tmp_path):
+    """``extends`` applies the named profile first (and the one it extends before it): the extending
+    profile's keys win, the others are the parent's, ``requires`` adds up without repeats."""
+    exp = compare.load_experiment(write_experiment(tmp_path, EXTENDED))
+    longer = compare.with_profile(exp, "paper-longer")
+    assert longer["num-supernodes"] == 7 and longer["seeds"] == [5] and longer["requires"] == ["hub", "gpu"]
+    runs = {o["method"]: o for o in compare.plan(longer, None)}
+    assert runs["fedprompt"] == {"num-server-rounds": 9, "fedprompt.local-steps": 2, "shots-per-class": 8,
+                                 "method": "fedprompt", "seed": 5}
+    assert runs["bbt-fed"] == {"num-server-rounds": 9, "shots-per-class": 8, "bbt-fed.popsize": 4,
+                               "bbt-fed.local-steps": 9, "method": "bbt-fed", "seed": 5}
+    # the parent alone is what it was, and the chain names the furthest first
+    assert compare.with_profile(exp, "paper")["run-config"]["num-server-rounds"] == 5
+    assert compare.profile_chain(exp["profile"], "paper-longer") == ["paper", "paper-long", "paper-longer"]
+
+
+@pytest.mark.parametrize("text, message", [
+    (PROFILED + '[profile.long]\nextends = "papr"\n',
+     r"\[profile.long\] extends = 'papr': not a profile of this file \(profiles: long, paper\)"),
+    (EXPERIMENT + '[profile.a]\nextends = "b"\n[profile.b]\nextends = "a"\n',
+     r"\[profile.a\] extends in a circle: a -> b -> a"),
+    (EXPERIMENT + '[profile.a]\nextends = "a"\n', r"\[profile.a\] extends in a circle: a -> a"),
+])
+def test_a_profile_extending_nothing_or_itself_is_one_line_when_the_file_loads(tmp_path, text, message):
+    with pytest.raises(compare.ConfigError, match=message):
+        compare.load_experiment(write_experiment(tmp_path, text))
+
+
 @pytest.mark.parametrize("text, message", [
     (EXPERIMENT + '[profile.paper]\nmethods = ["fedavg"]\n', r"\[profile.paper\] has unknown keys \['methods'\]"),
     (EXPERIMENT + '[profile.paper]\nrequires = ["tpu"]\n', r"requires = \['tpu'\]: each one of gpu, hub"),

@@ -258,6 +258,29 @@ def test_the_grid_makes_quick_pulls_only_on_flowers_deployment_grid(monkeypatch)
     assert made == [pulls.SERVER_PULLS]
 
 
+class RecordedWaits:
+    """A CappedSleep's ``stored`` event that records each local wait in ``slept`` instead of waiting."""
+
+    def __init__(self, slept: list[float]) -> None:
+        self.slept = slept
+
+    def wait(self, timeout: float) -> bool:
+        self.slept.append(timeout)
+        return False
+
+    def clear(self) -> None:
+        pass
+
+
+def keep_node_state(monkeypatch) -> type:
+    """Flower's in-memory node state class, its store methods restored after the test (cap_idle_poll wraps them)."""
+    from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState
+
+    for name in supernode.STATE_STORES:
+        monkeypatch.setattr(InMemoryNodeState, name, getattr(InMemoryNodeState, name))
+    return InMemoryNodeState
+
+
 def test_flowers_supernode_still_sleeps_3_s_where_fedtext_caps_it():
     """A Flower upgrade that changes the SuperNode's idle wait shows here: the cap rests on it."""
     import flwr.supernode.start_client_internal as loop
@@ -266,6 +289,16 @@ def test_flowers_supernode_still_sleeps_3_s_where_fedtext_caps_it():
     assert re.search(r"^import time$", source, re.MULTILINE) and "time.sleep(3)" in source
     # the active poll's seam: the loop pushes each message's reply through the module's _push_messages
     assert "_push_messages(" in inspect.getsource(loop.start_client_internal)
+    # the local waits a store ends: the loop waits for a reply and its objects' bytes in the node state, which
+    # the Runtime API's handlers fill through the methods wake_on_store wraps, on the class the factory makes
+    from flwr.supernode.nodestate import nodestate_factory
+    from flwr.supernode.servicer.runtime import runtime_handlers
+
+    push = inspect.getsource(loop._push_messages)
+    assert "state.get_messages_legacy(is_reply=True)" in push and "time.sleep(0.5)" in push
+    handlers = inspect.getsource(runtime_handlers)
+    assert all(f"state.{name}(" in handlers for name in supernode.STATE_STORES)
+    assert "InMemoryNodeState(" in inspect.getsource(nodestate_factory)
 
 
 def test_flowers_superexec_still_reads_its_poll_interval_from_the_variable_fedtext_sets():
@@ -311,6 +344,7 @@ def test_the_cap_shortens_only_sleeps_longer_than_it(monkeypatch):
     slept = []
     monkeypatch.setattr(supernode.time, "sleep", slept.append)
     clock = supernode.CappedSleep(0.5)
+    clock.stored = RecordedWaits(slept)
     clock.sleep(3)
     clock.sleep(0.5)  # a wait on the node's own state
     clock.sleep(0.01)
@@ -319,6 +353,7 @@ def test_the_cap_shortens_only_sleeps_longer_than_it(monkeypatch):
 
     monkeypatch.setattr(loop, "time", loop.time)  # restored after the test
     monkeypatch.setattr(loop, "_push_messages", loop._push_messages)
+    keep_node_state(monkeypatch)
     supernode.cap_idle_poll(0.4)
     assert isinstance(loop.time, supernode.CappedSleep) and loop.time.cap == 0.4
 
@@ -330,6 +365,7 @@ def test_a_node_polls_fast_for_a_window_after_each_reply_it_pushed(monkeypatch):
     monkeypatch.setattr(supernode.time, "sleep", lambda s: slept.append(s) or now.__setitem__(0, now[0] + s))
     monkeypatch.setattr(supernode.time, "monotonic", lambda: now[0])
     clock = supernode.CappedSleep(0.5, 0.1, window=30.0)
+    clock.stored = RecordedWaits(slept)
     clock.sleep(3)
     clock.replied()
     for _ in range(298):  # quick empty polls (a few ms each) 0.1 s apart: 29.9 s after the reply
@@ -345,11 +381,46 @@ def test_a_node_polls_fast_for_a_window_after_each_reply_it_pushed(monkeypatch):
     pushes = []
     monkeypatch.setattr(loop, "time", loop.time)
     monkeypatch.setattr(loop, "_push_messages", lambda **kw: pushes.append(kw) or "pushed")
+    keep_node_state(monkeypatch)
     supernode.cap_idle_poll(0.5)
     supernode.cap_idle_poll(0.5)  # a second call wraps Flower's function, not the first wrapper
     assert loop.time.active == supernode.ACTIVE_POLL_S and loop.time.active_until == float("-inf")
     assert loop._push_messages(state="s") == "pushed" and pushes == [{"state": "s"}]
     assert loop.time.active_until == now[0] + supernode.ACTIVE_WINDOW_S
+
+
+def test_a_store_in_the_node_state_ends_the_loops_local_wait_at_once(monkeypatch):
+    """A reply stored by the Runtime API (another thread) ends the loop's wait on its own state within
+    milliseconds, not after LOCAL_WAIT_S (here 5 s); with nothing stored the wait runs its whole length;
+    a second cap_idle_poll wraps Flower's method, not the first wrapper, and each store still runs it."""
+    import threading
+    import time
+
+    import flwr.supernode.start_client_internal as loop
+
+    monkeypatch.setattr(loop, "time", loop.time)
+    monkeypatch.setattr(loop, "_push_messages", loop._push_messages)
+    state = keep_node_state(monkeypatch)
+    stored = []
+    for name in supernode.STATE_STORES:
+        monkeypatch.setattr(state, name, lambda self, *a, _n=name, **kw: stored.append((_n, a)) or "kept")
+    monkeypatch.setattr(supernode, "LOCAL_WAIT_S", 5.0)
+    supernode.cap_idle_poll(0.5)
+    supernode.cap_idle_poll(0.5)
+    clock = loop.time
+    assert getattr(state, "store_object").__wrapped__.__name__ == "<lambda>"  # Flower's (here a stand-in), once
+    start = time.monotonic()
+    clock.sleep(0.3)  # nothing stored: the whole wait (at most LOCAL_WAIT_S)
+    assert time.monotonic() - start >= 0.29
+    for name in supernode.STATE_STORES:
+        timer = threading.Timer(0.05, lambda n=name: getattr(state, n)(None, 1, 2))
+        timer.start()
+        start = time.monotonic()
+        clock.sleep(0.5)
+        timer.join()
+        assert time.monotonic() - start < 0.4, name
+    assert [n for n, _ in stored] == list(supernode.STATE_STORES) and stored[0][1] == (1, 2)
+    assert not clock.stored.is_set()  # cleared after each wait
 
 
 def test_a_boards_requirements_are_pyprojects_less_the_simulation_and_the_dashboard():

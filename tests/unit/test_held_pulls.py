@@ -42,8 +42,8 @@ def test_a_pull_with_a_message_is_answered_at_once_and_an_empty_one_after_the_ho
 def test_a_store_during_the_hold_answers_the_held_pull_within_milliseconds():
     holder = superlink.Holder(hold_s=5.0)
     handler = Answers([], ["m"])
+    t0 = time.monotonic()  # before the timer starts: its 0.2 s are then at most the time since t0
     threading.Timer(0.2, holder.stored).start()
-    t0 = time.monotonic()
     assert holder.pull(handler).messages_list == ["m"] and handler.calls == 2
     assert 0.2 <= time.monotonic() - t0 < 1.0
 
@@ -51,8 +51,8 @@ def test_a_store_during_the_hold_answers_the_held_pull_within_milliseconds():
 def test_a_message_for_another_node_sends_the_pull_back_to_wait_out_its_hold():
     holder = superlink.Holder(hold_s=0.6)
     handler = Answers([])  # every ask finds nothing for this node
-    threading.Timer(0.1, holder.stored).start()
     t0 = time.monotonic()
+    threading.Timer(0.1, holder.stored).start()
     assert holder.pull(handler).messages_list == [] and handler.calls == 2
     assert 0.6 <= time.monotonic() - t0 < 1.2  # the hold counts from the first ask, not from the store
 
@@ -248,6 +248,7 @@ def test_a_node_asks_again_at_once_after_a_held_poll_and_sleeps_after_a_quick_on
     monkeypatch.setattr(supernode.time, "sleep", lambda s: slept.append(s) or now.__setitem__(0, now[0] + s))
     monkeypatch.setattr(supernode.time, "monotonic", lambda: now[0])
     clock = supernode.CappedSleep(0.5, 0.1, window=30.0)
+    clock.stored.wait = lambda timeout: slept.append(timeout) or False  # a local wait, recorded
     now[0] += 0.01  # a quick empty poll
     clock.sleep(3)
     now[0] += supernode.HELD_S  # a held empty poll

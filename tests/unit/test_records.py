@@ -20,6 +20,24 @@ ROUNDS = [
 ]
 
 
+def test_every_re_exported_name_is_its_modules_own_and_nothing_else_is_made_up():
+    """``fedtext.records`` re-exports each submodule's public names, imported on first use: each is the very
+    object its module defines, each submodule is reachable as an attribute, ``from`` imports see them, and a
+    name no module exports is an AttributeError (not a silent None)."""
+    import importlib
+
+    import fedtext.records as records
+
+    assert len(records.__all__) == len(set(records.__all__)) == sum(map(len, records.EXPORTS.values()))
+    for module, names in records.EXPORTS.items():
+        assert getattr(records, module) is importlib.import_module(f"fedtext.records.{module}")
+        for name in names:
+            assert getattr(records, name) is getattr(getattr(records, module), name), name
+    assert set(records.__all__) <= set(dir(records))
+    with pytest.raises(AttributeError, match="has no attribute 'RunRecorders'"):
+        records.RunRecorders  # noqa: B018
+
+
 def test_summarize_hand_computed():
     s = summarize(ROUNDS)
     assert s["initial_accuracy"] == 0.5 and s["final_accuracy"] == 0.6 and s["best_accuracy"] == 0.7

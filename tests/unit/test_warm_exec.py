@@ -418,6 +418,18 @@ def test_a_warm_process_has_imported_everything_the_shim_imports_from_outside_fe
     assert len(loaded[shim]) > 100 and not loaded[shim] - loaded[warm]
 
 
+def test_each_message_imports_only_the_shims_own_fedtext_modules():
+    """A warm process imports the FAB's fedtext afresh for every message (load_app): the shim's chain must stay
+    these few modules, not the run-config, the record writer and reader or the trackers (their import through
+    ``fedtext.records``' package took ~45 ms of each message's start-up until it imported on first use)."""
+    code = "import sys, fedtext.client_app; print(' '.join(sorted(m for m in sys.modules if m.startswith('fedtext'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                            timeout=120).stdout.split()
+    assert loaded == ["fedtext", "fedtext.client_app", "fedtext.common", "fedtext.common.packing",
+                      "fedtext.common.quiet", "fedtext.node", "fedtext.node.service", "fedtext.records",
+                      "fedtext.records.probes"]
+
+
 def test_fedtext_is_forgotten_so_the_task_imports_the_fabs_own():
     modules = {"fedtext": 1, "fedtext.client_app": 2, "fedtextual": 3, "flwr": 4, "flwr.client": 5}
     assert sorted(warm_exec.forget_fedtext(modules)) == ["fedtext", "fedtext.client_app"]
