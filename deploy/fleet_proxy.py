@@ -15,12 +15,15 @@ The body cap, and how it is computed
 Every request a SuperNode sends is small (heartbeats, pulls, message metadata) except
 ``push-object``, which carries one object of a message: a record, an ``Array`` header or
 one ``ArrayChunk`` of an array's bytes. Flower splits every array into chunks of at most
-``FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE`` bytes (5 MiB in Flower 1.42), so::
+``FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE`` bytes (5 MiB in Flower 1.42). fedtext's ClientApp joins a
+reply's arrays under 1 MiB into one ``Array`` and sends a whole reply of at most 1 MiB as one
+record (:mod:`fedtext.common.packing`: ``pack``, ``seal``), so one object can hold every array a
+client uploads, and::
 
-    largest object = min(chunk, largest array a client of the method uploads, in bytes)
+    largest object = min(chunk, all the arrays a client of the method uploads, in bytes)
     cap            = max over the served methods of (largest object) + 64 KiB
 
-where "largest array a client uploads" comes from the method's own
+where "the arrays a client uploads" come from the method's own
 :meth:`fedtext.learning.model.Model.upload_specs` built for this run-config (shape x dtype size; a
 spec without a fixed shape counts as a whole chunk), and 64 KiB covers protobuf framing, the
 object header and a message's metric and config records (measured in
@@ -72,6 +75,14 @@ class Cap:
                 f"{', one Flower chunk' if self.array_bytes >= self.chunk else ''}) + {FRAMING:,} bytes of framing")
 
 
+def upload_bytes(specs: list["ArraySpec"], chunk: int) -> tuple[str, int]:
+    """What the largest object of a reply holding ``specs`` is, and its bytes: all of them together
+    (packed and sealed as one object, :mod:`fedtext.common.packing`), at most one chunk."""
+    total = min(sum(spec_bytes(spec, chunk) for spec in specs), chunk)
+    name = specs[0].name if len(specs) == 1 else f"its {len(specs)} upload arrays together"
+    return name, total
+
+
 def spec_bytes(spec: "ArraySpec", chunk: int) -> int:
     """Bytes one uploaded array of ``spec`` occupies on the wire, at most one chunk.
 
@@ -99,10 +110,9 @@ def body_cap(methods: list[str], run_config: dict[str, object]) -> Cap:
         cfg = RunConfig.from_run_config({**run_config, "method": method}, METHODS)
         task = labelled(cfg).task
         model = cfg.method_config.model_class()(cfg, backbone_for(cfg, task))
-        for spec in model.upload_specs():
-            size = spec_bytes(spec, chunk)
-            if best is None or size + FRAMING > best.bytes:
-                best = Cap(size + FRAMING, method, spec.name, size, chunk)
+        name, size = upload_bytes(list(model.upload_specs()), chunk)
+        if best is None or size + FRAMING > best.bytes:
+            best = Cap(size + FRAMING, method, name, size, chunk)
     assert best is not None, "no method given"
     return best
 

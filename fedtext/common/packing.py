@@ -19,6 +19,16 @@ keys in the same order, each ``Array``'s dtype, shape, stype and bytes. Nothing 
 a record sees changes: fedtext measures its bytes on the unpacked payload
 (:mod:`fedtext.common.comm`) before it is packed and after it is unpacked.
 
+Sealed (:func:`seal`). Packed, a fit message is still ~7 objects (``Message``, ``RecordDict``, the
+``ArrayRecord``, its packed ``Array`` and that one's chunk, the config, the layout), each one request on
+each of six hops (the ServerApp's push, the SuperNode's pull, the ClientApp's pull, and the reply's
+three back): traced on the demo with ``FLWR_LOG_LEVEL=DEBUG`` (2026-12-03, fedprompt, two SuperNodes),
+a fit message took 68 ms for the ServerApp to push, 113 ms for its SuperNode to pull whole and 82 ms
+for the ClientApp to pull, nearly all of it one ~10 ms request after another. Whole content
+serialized under :data:`SEAL_BELOW` bytes travels as one ``ConfigRecord`` of its bytes under
+:data:`ENVELOPE_KEY`: three objects (``Message``, ``RecordDict``, that record), on every hop.
+:func:`unpack` opens an envelope first. Larger content stays an object tree, as Flower chunks it.
+
 Who packs, and only for whom it can unpack: fedtext's ClientApp (:func:`packing_mod`, its
 outermost mod) unpacks a packed message before anything reads it, and marks every reply with
 the layout record (empty when nothing was packed), packing the reply's arrays when the message
@@ -34,11 +44,18 @@ import json
 
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp.typing import ClientAppCallable
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
 PACK_BELOW = 1 << 20  # bytes: arrays under 1 MiB are packed; at most ~1 MiB x their count is copied once
 LAYOUT_KEY = "fedtext.packed"  # the ConfigRecord naming each packed ArrayRecord's layout (JSON a record)
 PACKED_ARRAY = "fedtext.packed"  # the key of the one Array that holds a record's packed arrays
 PACKED_STYPE = "fedtext.packed"  # its stype: bytes of several arrays end to end, not one array
+# content whose serialized RecordDict is at most this many bytes travels sealed: one ConfigRecord of those bytes
+# (1 MiB: within the 5 MiB an object of Flower's own chunking may be, and within every proxy body cap of deploy/)
+SEAL_BELOW = 1 << 20
+ENVELOPE_KEY = "fedtext.sealed"  # the ConfigRecord of a sealed message: its one value is the content's bytes
+SEALED_VALUE = "content"  # that value's key
 
 
 def pack(content: RecordDict, mark: bool = False) -> RecordDict:
@@ -70,8 +87,49 @@ def pack(content: RecordDict, mark: bool = False) -> RecordDict:
 
 
 def _refuse_packed(content: RecordDict) -> None:
-    if LAYOUT_KEY in content:
-        raise ValueError(f"message content already packed (it has '{LAYOUT_KEY}')")
+    if is_packed(content):
+        raise ValueError(f"message content already packed (it has '{LAYOUT_KEY}' or '{ENVELOPE_KEY}')")
+
+
+def is_packed(content: RecordDict) -> bool:
+    """Whether ``content`` left a fedtext sender packed, sealed or marked (:func:`unpack` reads it)."""
+    return LAYOUT_KEY in content or ENVELOPE_KEY in content
+
+
+def seal(content: RecordDict) -> RecordDict:
+    """``content`` as one ``ConfigRecord`` holding its serialized bytes (Flower's own protobuf of a
+    ``RecordDict``), when those are at most :data:`SEAL_BELOW` bytes; otherwise ``content`` itself."""
+    if ENVELOPE_KEY in content:
+        raise ValueError(f"message content already sealed (it has '{ENVELOPE_KEY}')")
+    # the arrays' bytes alone over the bound: not serialized at all (fedavg's 90 MB would be copied for nothing)
+    if sum(len(a.data) for r in content.values() if isinstance(r, ArrayRecord) for a in r.values()) > SEAL_BELOW:
+        return content
+    data = recorddict_to_proto(content).SerializeToString()
+    if len(data) > SEAL_BELOW:
+        return content
+    return RecordDict({ENVELOPE_KEY: ConfigRecord({SEALED_VALUE: data})})
+
+
+def unseal(content: RecordDict) -> RecordDict:
+    """Inverse of :func:`seal`: ``content`` unchanged when it is not sealed.
+
+    Raises
+    ------
+    ValueError
+        A sealed message that holds more than its envelope, or whose envelope is not one value of
+        bytes that parse as a ``RecordDict``.
+    """
+    if ENVELOPE_KEY not in content:
+        return content
+    envelope = content[ENVELOPE_KEY]
+    if len(content) != 1 or not isinstance(envelope, ConfigRecord) or list(envelope) != [SEALED_VALUE] \
+            or not isinstance(envelope[SEALED_VALUE], bytes):
+        raise ValueError(f"a sealed message is one ConfigRecord '{ENVELOPE_KEY}' of one bytes value "
+                         f"'{SEALED_VALUE}', not {sorted(content)}")
+    try:
+        return recorddict_from_proto(ProtoRecordDict.FromString(envelope[SEALED_VALUE]))
+    except Exception as err:  # protobuf's DecodeError, or Flower's own on a record it cannot rebuild
+        raise ValueError(f"a sealed message's bytes are not a RecordDict: {type(err).__name__}: {err}") from None
 
 
 def _pack_record(name: str, record: ArrayRecord) -> tuple[ArrayRecord, str] | None:
@@ -93,7 +151,7 @@ def _pack_record(name: str, record: ArrayRecord) -> tuple[ArrayRecord, str] | No
 
 
 def unpack(content: RecordDict) -> RecordDict:
-    """Inverse of :func:`pack`: ``content`` unchanged when it was not packed.
+    """Inverse of :func:`pack` (and of :func:`seal` first): ``content`` unchanged when it was neither.
 
     Raises
     ------
@@ -102,6 +160,7 @@ def unpack(content: RecordDict) -> RecordDict:
         names no array record, is not JSON, leaves a key of its record out or names one that is
         not there, or does not cover the packed bytes exactly.
     """
+    content = unseal(content)
     if LAYOUT_KEY not in content:
         return content
     layouts = content[LAYOUT_KEY]
@@ -155,14 +214,14 @@ def _unpack_record(name: str, record: ArrayRecord, layout: list[tuple[str, tuple
 
 
 def packing_mod(msg: Message, context: Context, call_next: ClientAppCallable) -> Message:
-    """The ClientApp's outermost mod: a packed message is unpacked before anything reads it;
-    the reply is marked (this node unpacks) and its arrays packed when the message came packed."""
-    came_packed = msg.has_content() and LAYOUT_KEY in msg.content
+    """The ClientApp's outermost mod: a packed (or sealed) message is unpacked before anything reads
+    it; the reply is marked (this node unpacks), and packed and sealed when the message came packed."""
+    came_packed = msg.has_content() and is_packed(msg.content)
     if came_packed:
         msg.content = unpack(msg.content)
     reply = call_next(msg, context)
     if reply.has_content():
-        reply.content = pack(reply.content, mark=True) if came_packed else marked(reply.content)
+        reply.content = seal(pack(reply.content, mark=True)) if came_packed else marked(reply.content)
     return reply
 
 

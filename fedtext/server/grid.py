@@ -32,7 +32,7 @@ from flwr.common.serde import make_message
 from flwr.server import Grid
 
 from fedtext.common import pulls
-from fedtext.common.packing import LAYOUT_KEY, pack, unpack
+from fedtext.common.packing import is_packed, pack, seal, unpack
 
 log = logging.getLogger("fedtext")
 
@@ -70,7 +70,8 @@ class ReplyPollingGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         """Flower's push, the content of each message to a node that unpacks packed first
-        (:func:`fedtext.common.packing.pack`; the caller's message is changed in place, its content
+        (:func:`fedtext.common.packing.pack`, then :func:`~fedtext.common.packing.seal`; the caller's message
+        is changed in place, its content
         replaced; one that arrives packed already is pushed as it is), one call at a time.
 
         Why one at a time. Flower's compat ``Server`` sends each client's message from its own
@@ -95,8 +96,8 @@ class ReplyPollingGrid(Grid):
         tests/unit/test_edge.py replays both orders on Flower's own LinkState."""
         messages = list(messages)
         for m in messages:
-            if m.metadata.dst_node_id in self.unpackers and m.has_content() and LAYOUT_KEY not in m.content:
-                m.content = pack(m.content)
+            if m.metadata.dst_node_id in self.unpackers and m.has_content() and not is_packed(m.content):
+                m.content = seal(pack(m.content))
         with self._push_lock:
             return self.grid.push_messages(messages)
 
@@ -108,7 +109,7 @@ class ReplyPollingGrid(Grid):
         replies = list(self.grid.pull_messages(message_ids))
         out = []
         for r in replies:
-            if r.has_content() and LAYOUT_KEY in r.content:
+            if r.has_content() and is_packed(r.content):
                 self.unpackers.add(r.metadata.src_node_id)
                 try:
                     r.content = unpack(r.content)

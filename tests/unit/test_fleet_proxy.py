@@ -52,6 +52,29 @@ def test_body_cap_is_the_largest_upload_array_plus_framing_over_the_served_metho
     assert fleet_proxy.body_cap(["fedavg"], {}).bytes == CHUNK + 65_536
 
 
+def test_a_reply_of_many_arrays_counts_them_together_as_packing_and_sealing_send_them():
+    """fedlora uploads many small LoRA matrices: fedtext's ClientApp sends them as one object (packed, then
+    sealed), so the cap is their sum, not the largest one's (which nginx would answer 413)."""
+    from fedtext.common.comm import ArraySpec
+
+    specs = [ArraySpec("a", (8, 384), "float32"), ArraySpec("b", (384, 8), "float32"), ArraySpec("c", (2,), "int64")]
+    assert fleet_proxy.upload_bytes(specs, CHUNK) == ("its 3 upload arrays together", 2 * 12_288 + 16)
+    assert fleet_proxy.upload_bytes(specs[:1], CHUNK) == ("a", 12_288)
+    assert fleet_proxy.upload_bytes([ArraySpec("x", None, "float32"), *specs], CHUNK)[1] == CHUNK  # at most a chunk
+    cap = fleet_proxy.body_cap(["fedlora"], {})
+    import numpy as np
+    from fedtext.backbone import backbone_for
+    from fedtext.common.config import RunConfig
+    from fedtext.common.registry import METHODS
+    from fedtext.learning.data import labelled
+
+    cfg = RunConfig.from_run_config({"method": "fedlora"}, METHODS)
+    model = cfg.method_config.model_class()(cfg, backbone_for(cfg, labelled(cfg).task))
+    arrays = list(model.upload_specs())
+    total = sum(int(np.prod(a.shape)) * np.dtype(a.dtype).itemsize for a in arrays)
+    assert len(arrays) > 1 and cap.array_bytes == total and cap.bytes == total + 65_536
+
+
 def test_the_configuration_fills_every_placeholder_and_refuses_a_missing_one(tmp_path):
     template = fleet_proxy.TEMPLATE.read_text()
     names = set(re.findall(r"@([a-z_]+)@", template))

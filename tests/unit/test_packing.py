@@ -127,6 +127,54 @@ def test_a_layout_that_does_not_cover_the_packed_bytes_exactly_is_refused(cut):
         packing.unpack(packed)
 
 
+def test_sealed_content_is_one_record_of_its_bytes_and_comes_back_whole():
+    """Sealed: RecordDict + one ConfigRecord (two objects, with the Message three) where packed content had
+    seven; unsealed: the very tree (Flower's object id of the whole), through Flower's deflate and inflate."""
+    content = packing.pack(fit_content([6, 2, 9]), mark=True)
+    assert len(get_all_nested_objects(content)) == 1 + 1 + 2 + 3  # RecordDict, ArrayRecord, Array + chunk, 3 others
+    sealed = packing.seal(content)
+    assert list(sealed.keys()) == [packing.ENVELOPE_KEY] and len(get_all_nested_objects(sealed)) == 2
+    assert packing.is_packed(sealed) and not packing.is_packed(fit_content([1]))
+    msg = message(sealed)
+    contents = {oid: obj.deflate() for oid, obj in get_all_nested_objects(msg).items()}
+    assert len(contents) == 3
+    rebuilt = inflate_object_from_contents(msg.object_id, contents, keep_object_contents=True)
+    opened = packing.unseal(rebuilt.content)
+    assert opened.object_id == content.object_id
+    same(packing.unpack(rebuilt.content), fit_content([6, 2, 9]))
+    assert packing.unseal(content) is content  # not sealed: as it is
+    with pytest.raises(ValueError, match="already sealed"):
+        packing.seal(sealed)
+    with pytest.raises(ValueError, match="already packed"):
+        packing.pack(sealed)
+
+
+def test_content_over_seal_below_stays_a_tree_and_content_at_it_is_sealed(monkeypatch):
+    content = fit_content([6, 2, 9])
+    size = len(packing.recorddict_to_proto(content).SerializeToString())
+    monkeypatch.setattr(packing, "SEAL_BELOW", size - 1)
+    assert packing.seal(content) is content
+    monkeypatch.setattr(packing, "SEAL_BELOW", size)
+    assert list(packing.seal(content).keys()) == [packing.ENVELOPE_KEY]
+    # arrays alone over the bound: left as they are without serializing the content
+    monkeypatch.setattr(packing, "SEAL_BELOW", 16)
+    monkeypatch.setattr(packing, "recorddict_to_proto", lambda c: pytest.fail("serialized content over the bound"))
+    assert packing.seal(content) is content
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda c: c.__setitem__("other", ConfigRecord({"a": 1})), "not \\['fedtext.sealed', 'other'\\]"),
+    (lambda c: c[packing.ENVELOPE_KEY].__setitem__("more", b"x"), "one bytes value"),
+    (lambda c: c[packing.ENVELOPE_KEY].__setitem__(packing.SEALED_VALUE, "text"), "one bytes value"),
+    (lambda c: c[packing.ENVELOPE_KEY].__setitem__(packing.SEALED_VALUE, b"\xff\xff\xff"), "are not a RecordDict"),
+])
+def test_a_damaged_envelope_is_refused_with_why(damage, why):
+    sealed = packing.seal(fit_content([6, 2, 9]))
+    damage(sealed)
+    with pytest.raises(ValueError, match=why):
+        packing.unpack(sealed)
+
+
 def test_a_packed_message_survives_flowers_own_deflate_and_inflate():
     """What the SuperLink and SuperNode do with it: every object deflated, then the message
     rebuilt from the contents by its id (flwr/supercore/inflatable)."""
@@ -148,8 +196,15 @@ def test_the_clientapps_mod_unpacks_a_packed_message_and_packs_its_reply():
     msg = message(packing.pack(content))
     reply = packing.packing_mod(msg, None, call_next)
     same(seen[0], content)
-    assert list(reply.content["fitins.parameters"].keys()) == [packing.PACKED_ARRAY]  # packed, not only marked
+    assert list(reply.content.keys()) == [packing.ENVELOPE_KEY]  # sealed: one record of the content's bytes
+    opened = packing.unseal(reply.content)
+    assert list(opened["fitins.parameters"].keys()) == [packing.PACKED_ARRAY]  # packed, not only marked
     same(packing.unpack(reply.content), fit_content([1, 2, 3], seed=1))
+    # a sealed message is unpacked as well, and answered sealed
+    seen.clear()
+    reply = packing.packing_mod(message(packing.seal(packing.pack(content))), None, call_next)
+    same(seen[0], content)
+    assert list(reply.content.keys()) == [packing.ENVELOPE_KEY]
 
 
 def test_the_clientapps_mod_answers_an_unpacked_message_unpacked_but_marked():
@@ -175,7 +230,7 @@ class EchoGrid:
 
     def push_messages(self, messages):
         self.pushed = list(messages)
-        self.left_packed += [packing.LAYOUT_KEY in m.content for m in self.pushed]
+        self.left_packed += [packing.ENVELOPE_KEY in m.content for m in self.pushed]  # packed and sealed
         return [m.metadata.message_id for m in self.pushed]
 
     def pull_messages(self, ids):
@@ -201,12 +256,15 @@ def test_a_reply_that_cannot_be_unpacked_becomes_that_clients_error_and_the_othe
         def pull_messages(self, ids):
             replies = super().pull_messages(ids)
             for r in replies:
-                if r.metadata.dst_node_id == 0 and packing.LAYOUT_KEY in r.content and r.content[
-                        packing.LAYOUT_KEY] and r.metadata.reply_to_message_id == self.garble:
-                    r.content["fitins.parameters"].pop(packing.PACKED_ARRAY)
+                if r.metadata.reply_to_message_id == self.garble:  # opened, a packed array dropped, sealed again
+                    assert packing.ENVELOPE_KEY in r.content
+                    content = packing.unseal(r.content)
+                    content["fitins.parameters"].pop(packing.PACKED_ARRAY)
+                    r.content = packing.seal(content)
             return replies
 
     echo = Garbling(mod=True)
+    echo.garble = None
     grid = grid_mod.ReplyPollingGrid(echo)
     grid.send_and_receive([message(fit_content([6, 2, 9]))])  # the node's first reply marks it
     first, second = message(fit_content([6, 2, 9])), message(fit_content([1, 2]))
