@@ -559,8 +559,10 @@ def test_a_rows_commits_are_each_named_once_however_often_the_row_is_made_again(
 
 
 @pytest.mark.parametrize("folder, name", [("deployment-steady", "steady"),
+                                          ("deployment-steady/before-seal-20261203", "steady"),
                                           ("deployment-steady/repeat-20261203", "steady"),
-                                          ("deployment-t1-steady", "t1-steady")])
+                                          ("deployment-t1-steady", "t1-steady"),
+                                          ("deployment-t1-steady/before-seal-20261203", "t1-steady")])
 def test_a_committed_steady_record_is_what_finish_makes_of_its_committed_runs(tmp_path, monkeypatch, folder, name):
     """The steady records' rows (each steady round's time among them) come from their runs as a fresh clone has
     them (no launcher logs): finish on a copy of the committed folder writes nothing. A change to what a row holds
