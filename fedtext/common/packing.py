@@ -52,7 +52,7 @@ LAYOUT_KEY = "fedtext.packed"  # the ConfigRecord naming each packed ArrayRecord
 PACKED_ARRAY = "fedtext.packed"  # the key of the one Array that holds a record's packed arrays
 PACKED_STYPE = "fedtext.packed"  # its stype: bytes of several arrays end to end, not one array
 # content whose serialized RecordDict is at most this many bytes travels sealed: one ConfigRecord of those bytes
-# (1 MiB: within the 5 MiB an object of Flower's own chunking may be, and within every proxy body cap of deploy/)
+# (1 MiB: within the 5 MiB an object of Flower's own chunking may be; a sealed reply fits nginx's cap because deploy/fleet_proxy.py counts a method's arrays together)
 SEAL_BELOW = 1 << 20
 ENVELOPE_KEY = "fedtext.sealed"  # the ConfigRecord of a sealed message: its one value is the content's bytes
 SEALED_VALUE = "content"  # that value's key
