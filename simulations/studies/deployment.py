@@ -269,10 +269,12 @@ def extra_s(ray: dict[str, Any], service: dict[str, Any]) -> float:
     actor is warm) and overhead (its in-memory grid's polls and that same server work). Both from the
     round records (``startup_s``, ``overhead_s``: a missing part counts 0). Issue 68's target is
     :data:`EXTRA_TARGET_S`."""
-    def paid(part: dict[str, Any]) -> float:
-        return (part.get("startup_s") or 0) + (part.get("overhead_s") or 0)
+    return paid_s(service) - paid_s(ray)
 
-    return paid(service) - paid(ray)
+
+def paid_s(part: dict[str, Any]) -> float:
+    """A part's start-ups and overhead a round (``startup_s`` + ``overhead_s``, a missing one 0)."""
+    return (part.get("startup_s") or 0) + (part.get("overhead_s") or 0)
 
 
 def command(harness: str) -> str:
@@ -298,6 +300,7 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     how = f" {'/'.join(f'{m}ed' for m in starts)}" if all(starts) else ""
     service = f"node service, {warm}{how} warm ClientApp" if warm else "node service"
     errors = {m: ratio_error(r["ray"], r["service"]) for m, r in rec["methods"].items()}  # None: no per-round times
+    extras = {m: extra_s(r["ray"], r["service"]) for m, r in rec["methods"].items()}
     lines = [f"**{shown}** ({rec['supernodes']} SuperNodes; {rec['machine']}, {rec['date']}, commit "
              f"{', '.join(commits)} (each row's in the record); mean of rounds {steady}; `{command(name)}`)", "",
              f"| method | Ray round | deployment round ({service}) | ratio | slowest fit | start-ups | "
@@ -317,14 +320,13 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
         ratio = f"x{row['ratio']:.2f}" + (f" ± {error:.2f}" if error is not None else "") + ok
         lines.append(f"| {method} | {ray['round_s']:.1f} s | {svc['round_s']:.1f} s | {ratio} | "
                      f"{svc['fit_max_s'] or 0:.1f} s | {svc['startup_s'] or 0:.1f} s | {svc['load_s'] or 0:.2f} s | "
-                     f"{svc['overhead_s'] or 0:.1f} s | {extra_s(ray, svc):.2f} s |{colds} {before} | "
+                     f"{svc['overhead_s'] or 0:.1f} s | {extras[method]:.2f} s |{colds} {before} | "
                      f"{ray['load_before']:.1f} / "
                      f"{svc['load_before']:.1f} |")
     within = [m for m, r in rec["methods"].items() if r["ratio"] <= rec["target"]]
     over = [m for m, r in rec["methods"].items() if r["ratio"] > rec["target"]]
-    fixed = statistics.fmean((r["service"]["startup_s"] or 0) + (r["service"]["overhead_s"] or 0)
-                             for r in rec["methods"].values())
-    extras = {m: extra_s(r["ray"], r["service"]) for m, r in rec["methods"].items()}
+    fixed = statistics.fmean(paid_s(r["service"]) for r in rec["methods"].values())
+    rays = statistics.fmean(paid_s(r["ray"]) for r in rec["methods"].values())
     extra_over = [m for m, e in extras.items() if e > EXTRA_TARGET_S]
     # a ratio within two standard errors of the target is not decided by these rounds (ratio_error)
     close = [m for m, r in rec["methods"].items()
@@ -336,7 +338,7 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
     lines += ["", f"Within x{rec['target']}: {', '.join(within) or 'none'}; over: {', '.join(over) or 'none'}"
                   f"{undecided}. What a deployment round pays that a Ray round does not (extra: the service's "
                   f"start-ups and overhead, {fixed:.1f} s on average over these methods whatever their compute, less "
-                  f"the Ray round's own, {fixed - statistics.fmean(extras.values()):.1f} s): "
+                  f"the Ray round's own, {rays:.1f} s): "
                   f"{statistics.fmean(extras.values()):.2f} s on average; within {EXTRA_TARGET_S} s: "
                   f"{', '.join(m for m in extras if m not in extra_over) or 'none'}; over: "
                   f"{', '.join(extra_over) or 'none'}."]
