@@ -402,13 +402,21 @@ def test_a_store_in_the_node_state_ends_the_loops_local_wait_at_once(monkeypatch
     monkeypatch.setattr(loop, "_push_messages", loop._push_messages)
     state = keep_node_state(monkeypatch)
     stored = []
+
+    def flowers(name):  # Flower's store, stand-in: the wake must come after it, or the loop looks too early
+        def store(self, *args, **kwargs):
+            assert not loop.time.stored.is_set(), f"{name}: the wait ended before the state stored"
+            stored.append((name, args))
+            return "kept"
+        return store
+
     for name in supernode.STATE_STORES:
-        monkeypatch.setattr(state, name, lambda self, *a, _n=name, **kw: stored.append((_n, a)) or "kept")
+        monkeypatch.setattr(state, name, flowers(name))
     monkeypatch.setattr(supernode, "LOCAL_WAIT_S", 5.0)
     supernode.cap_idle_poll(0.5)
     supernode.cap_idle_poll(0.5)
     clock = loop.time
-    assert getattr(state, "store_object").__wrapped__.__name__ == "<lambda>"  # Flower's (here a stand-in), once
+    assert getattr(state, "store_object").__wrapped__.__name__ == "store"  # Flower's (here a stand-in), once
     start = time.monotonic()
     clock.sleep(0.3)  # nothing stored: the whole wait (at most LOCAL_WAIT_S)
     assert time.monotonic() - start >= 0.29

@@ -36,6 +36,14 @@ def test_every_re_exported_name_is_its_modules_own_and_nothing_else_is_made_up()
     assert set(records.__all__) <= set(dir(records))
     with pytest.raises(AttributeError, match="has no attribute 'RunRecorders'"):
         records.RunRecorders  # noqa: B018
+    # what a type checker sees (the package's `if TYPE_CHECKING:` imports) is EXPORTS, name for name
+    import ast
+    import inspect
+
+    (block,) = [n for n in ast.parse(inspect.getsource(records)).body
+                if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING"]
+    seen = {i.module.rsplit(".", 1)[1]: tuple(a.name for a in i.names) for i in block.body}
+    assert {m: set(n) for m, n in seen.items()} == {m: set(n) for m, n in records.EXPORTS.items()}
 
 
 def test_summarize_hand_computed():
