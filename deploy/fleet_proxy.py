@@ -32,6 +32,18 @@ the largest request of its 2-round run was 13,407 bytes). bbt-fed's and fedbpt's
 smaller; methods that upload encoder weights (fedavg, the FeS family) get a whole chunk +
 64 KiB (5,308,416 bytes).
 
+With ``secagg=true`` in ``--run-config`` a fit reply is not the arrays: Flower's ``secaggplus_mod``
+answers the masked-vector stage with ONE ``ConfigRecord`` of NPY blobs of int64 (``ndarray_to_bytes``
+of the weight factor and of every upload array, quantised and masked), and Flower never chunks a
+``ConfigRecord``. So that object is::
+
+    masked vector = sum over the n upload arrays of (NPY header + 8 x values) + (NPY header + 8)
+
+(header: 128 bytes for these shapes, numpy's own ``write_array_header_1_0``), with no chunk
+bound, twice a float32 upload and more; the cap takes the larger of it and the arrays. fedlora's
+masked vector is 599,448 bytes against its 297,992 bytes of arrays (nginx would answer 413 under
+the plain cap).
+
 usage: python deploy/fleet_proxy.py --listen HOST:PORT --superlink 127.0.0.1:PORT --certs DIR --dir RUNDIR
            [--methods M ...] [--run-config "k=v ..."] [--print-only]
 See docs/deployment.md.
@@ -68,11 +80,13 @@ class Cap:
     array: str
     array_bytes: int
     chunk: int
+    chunked: bool = True  # arrays are cut into chunks by Flower; a SecAgg+ masked vector (a ConfigRecord) is not
 
     @property
     def reason(self) -> str:
+        whole = self.chunked and self.array_bytes >= self.chunk
         return (f"{self.method}'s largest upload object is {self.array} ({self.array_bytes:,} bytes"
-                f"{', one Flower chunk' if self.array_bytes >= self.chunk else ''}) + {FRAMING:,} bytes of framing")
+                f"{', one Flower chunk' if whole else ''}) + {FRAMING:,} bytes of framing")
 
 
 def upload_bytes(specs: list["ArraySpec"], chunk: int) -> tuple[str, int]:
@@ -81,6 +95,29 @@ def upload_bytes(specs: list["ArraySpec"], chunk: int) -> tuple[str, int]:
     total = min(sum(spec_bytes(spec, chunk) for spec in specs), chunk)
     name = specs[0].name if len(specs) == 1 else f"its {len(specs)} upload arrays together"
     return name, total
+
+
+def masked_bytes(specs: list["ArraySpec"]) -> tuple[str, int]:
+    """What SecAgg+'s masked-vector reply for uploads of ``specs`` holds, and its bytes: one NPY blob
+    of int64 a value (``ndarray_to_bytes``) for every upload array and one for the weight factor
+    (Flower's ``factor_combine`` puts ``[q_ratio]`` first), in one ``ConfigRecord``, never chunked.
+
+    A spec without a fixed shape could be any size: it counts as a whole chunk of values (8 bytes
+    each), the most a plain upload of it could be cut to.
+    """
+    import io
+
+    import numpy as np
+    from flwr.common.constant import FLWR_PRIVATE_MAX_ARRAY_CHUNK_SIZE as chunk
+
+    def blob(shape: tuple[int, ...]) -> int:
+        header = io.BytesIO()  # numpy's own header for this shape (128 bytes here), as np.save writes it
+        np.lib.format.write_array_header_1_0(
+            header, {"descr": np.lib.format.dtype_to_descr(np.dtype(np.int64)), "fortran_order": False, "shape": shape})
+        return header.tell() + 8 * int(np.prod(shape, dtype=np.int64))
+
+    total = blob((1,)) + sum(blob(s.shape) if s.shape is not None else blob((chunk,)) for s in specs)
+    return f"its SecAgg+ masked vector ({len(specs) + 1} int64 NPY blobs, one ConfigRecord)", total
 
 
 def spec_bytes(spec: "ArraySpec", chunk: int) -> int:
@@ -110,9 +147,15 @@ def body_cap(methods: list[str], run_config: dict[str, object]) -> Cap:
         cfg = RunConfig.from_run_config({**run_config, "method": method}, METHODS)
         task = labelled(cfg).task
         model = cfg.method_config.model_class()(cfg, backbone_for(cfg, task))
-        name, size = upload_bytes(list(model.upload_specs()), chunk)
+        specs = list(model.upload_specs())
+        name, size = upload_bytes(specs, chunk)
+        chunked = True
+        if cfg.secagg:  # the masked-vector reply replaces the arrays: the larger of the two objects sets the cap
+            masked_name, masked = masked_bytes(specs)
+            if masked > size:
+                name, size, chunked = masked_name, masked, False
         if best is None or size + FRAMING > best.bytes:
-            best = Cap(size + FRAMING, method, name, size, chunk)
+            best = Cap(size + FRAMING, method, name, size, chunk, chunked)
     assert best is not None, "no method given"
     return best
 
@@ -158,7 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dir", required=True, help="where nginx's configuration, logs, pid and buffers go")
     ap.add_argument("--methods", nargs="+", default=None,
                     help="the methods this federation runs (the body cap fits the largest; default: every method)")
-    ap.add_argument("--run-config", default="", help="run-config overrides the runs use (prompt length, d, model)")
+    ap.add_argument("--run-config", default="", help="run-config overrides the runs use (prompt length, d, model, secagg=true)")
     ap.add_argument("--rate", type=int, default=100, help="requests per second per client address (limit_req)")
     ap.add_argument("--burst", type=int, default=2000,
                     help="requests above the rate served at once (a fedavg upload is ~300 push-object calls)")

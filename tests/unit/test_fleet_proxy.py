@@ -75,6 +75,48 @@ def test_a_reply_of_many_arrays_counts_them_together_as_packing_and_sealing_send
     assert len(arrays) > 1 and cap.array_bytes == total and cap.bytes == total + 65_536
 
 
+def test_with_secagg_the_cap_holds_the_masked_vector_flower_sends_as_one_config_record():
+    """Under SecAgg+ a fit reply is Flower's masked vector: NPY blobs of int64 (8 bytes a value, twice
+    fedlora's float32) in one ConfigRecord that Flower never chunks. Built here the way
+    ``secaggplus_mod`` builds it (quantize, factor_combine, a mask, mod), then deflated as Flower
+    pushes it and sealed as fedtext's ClientApp may: the cap must hold every form."""
+    import numpy as np
+    from flwr.app import ConfigRecord, RecordDict
+    from flwr.common import ndarray_to_bytes
+    from flwr.common.secure_aggregation.ndarrays_arithmetic import factor_combine, parameters_addition, parameters_mod
+    from flwr.common.secure_aggregation.quantization import quantize
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key
+    from flwr.common.secure_aggregation.secaggplus_utils import pseudo_rand_gen
+
+    from fedtext.backbone import backbone_for
+    from fedtext.common.config import RunConfig
+    from fedtext.common.packing import seal
+    from fedtext.common.registry import METHODS
+    from fedtext.learning.data import labelled
+
+    plain = fleet_proxy.body_cap(["fedlora"], {})
+    cap = fleet_proxy.body_cap(["fedlora"], {"secagg": True})
+    cfg = RunConfig.from_run_config({"method": "fedlora", "secagg": True}, METHODS)
+    model = cfg.method_config.model_class()(cfg, backbone_for(cfg, labelled(cfg).task))
+    upload = [np.full(s.shape, 0.01, dtype=s.dtype) for s in model.upload_specs()]
+    quantized = factor_combine(7, quantize(upload, 8.0, 1 << 22))
+    mask = pseudo_rand_gen(b"seed", 1 << 30, [a.shape for a in quantized])
+    masked = parameters_mod(parameters_addition(quantized, mask), 1 << 30)
+    blobs = [ndarray_to_bytes(a) for a in masked]
+    record = ConfigRecord({Key.MASKED_PARAMETERS: blobs})
+    assert all(a.dtype == np.int64 for a in masked)
+    assert cap.array_bytes == sum(len(b) for b in blobs) == 599_448  # exact: a 4-byte value or a dropped header fails
+    assert not cap.chunked and "masked vector" in cap.reason and "chunk" not in cap.reason
+    assert cap.bytes == 599_448 + 65_536 > plain.bytes == 363_528  # the plain cap would answer 413
+    sealed = seal(RecordDict({RECORD_KEY_CONFIGS: record}))  # 599 KB: under SEAL_BELOW, so one envelope
+    assert len(sealed) == 1 and RECORD_KEY_CONFIGS not in sealed
+    for wire in (record.deflate(), *(r.deflate() for r in sealed.values())):
+        assert len(wire) <= cap.bytes
+    # the largest over the served methods, and a method whose arrays outweigh nothing keeps its plain cap
+    assert fleet_proxy.body_cap(["fedprompt", "fedlora"], {"secagg": True}) == cap
+    assert fleet_proxy.body_cap(["fedlora"], {"secagg": False}) == plain
+
+
 def test_the_configuration_fills_every_placeholder_and_refuses_a_missing_one(tmp_path):
     template = fleet_proxy.TEMPLATE.read_text()
     names = set(re.findall(r"@([a-z_]+)@", template))
