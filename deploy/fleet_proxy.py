@@ -201,7 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dir", required=True, help="where nginx's configuration, logs, pid and buffers go")
     ap.add_argument("--methods", nargs="+", default=None,
                     help="the methods this federation runs (the body cap fits the largest; default: every method)")
-    ap.add_argument("--run-config", default="", help="run-config overrides the runs use (prompt length, d, model, secagg=true)")
+    ap.add_argument("--run-config", default="",
+                    help="run-config overrides the runs use (prompt length, d, model, secagg=true)")
     ap.add_argument("--rate", type=int, default=100, help="requests per second per client address (limit_req)")
     ap.add_argument("--burst", type=int, default=2000,
                     help="requests above the rate served at once (a fedavg upload is ~300 push-object calls)")
