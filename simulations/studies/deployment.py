@@ -337,8 +337,8 @@ def harness_table(rec: dict[str, Any]) -> list[str]:
                  if any(e is not None for e in errors.values()) else "")
     lines += ["", f"Within x{rec['target']}: {', '.join(within) or 'none'}; over: {', '.join(over) or 'none'}"
                   f"{undecided}. What a deployment round pays that a Ray round does not (extra: the service's "
-                  f"start-ups and overhead, {fixed:.1f} s on average over these methods whatever their compute, less "
-                  f"the Ray round's own, {rays:.1f} s): "
+                  f"start-ups and overhead, {fixed:.2f} s on average over these methods whatever their compute, less "
+                  f"the Ray round's own, {rays:.2f} s): "
                   f"{statistics.fmean(extras.values()):.2f} s on average; within {EXTRA_TARGET_S} s: "
                   f"{', '.join(m for m in extras if m not in extra_over) or 'none'}; over: "
                   f"{', '.join(extra_over) or 'none'}."]

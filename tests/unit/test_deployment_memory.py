@@ -314,8 +314,8 @@ def test_the_table_shows_the_warm_processes_and_the_cold_column_when_measured(tm
             "start-ups 3.5 s, overhead 0.4 s) |") in table
     assert "| bbt-fed | 3.2 s | 4.0 s | x1.10 | 1.0 s | 0.5 s | 0.00 s | 0.4 s | 0.30 s | - | - |" in table
     assert "Within x1.2: bbt-fed; over: fedprompt." in table
-    assert ("(extra: the service's start-ups and overhead, 0.9 s on average over these methods whatever their "
-            "compute, less the Ray round's own, 0.4 s): 0.50 s on average; within 0.5 s: bbt-fed; over: fedprompt.") \
+    assert ("(extra: the service's start-ups and overhead, 0.90 s on average over these methods whatever their "
+            "compute, less the Ray round's own, 0.40 s): 0.50 s on average; within 0.5 s: bbt-fed; over: fedprompt.") \
         in table
     # a part that says how its processes were made wins over the header; mixed parts say so
     mixed = json.loads(json.dumps(rec))
