@@ -445,6 +445,52 @@ def test_a_warm_task_starts_when_its_token_arrived(monkeypatch):
     assert abs(probes.task_start_time() - probes.process_start_time()) < 1e-6
 
 
+def test_flowers_telemetry_in_a_warm_process_loads_the_ca_roots_once_not_per_event(monkeypatch):
+    """Flower's telemetry opens every event's request with ``urllib`` and no context, so each event built
+    a new default context and loaded the CA roots (38 ms of CPU, twice a message). A warm process builds
+    it once: the events then build none, and their connections use that verifying context."""
+    import http.client
+    import socket
+    import ssl
+
+    from flwr.supercore import telemetry
+
+    built: list[int] = []
+    default = ssl._create_default_https_context
+    monkeypatch.setattr(ssl, "_create_default_https_context", lambda: built.append(1) or default())
+    with socket.socket() as s:  # a port nothing listens on: the request is refused at once, offline or not
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setattr(telemetry, "TELEMETRY_EVENTS_URL", f"https://127.0.0.1:{port}/")
+    monkeypatch.setattr(telemetry, "FLWR_TELEMETRY_ENABLED", "1")
+    for _ in range(2):
+        telemetry.create_event(telemetry.EventType.FLWR_CLIENTAPP_RUN_ENTER, None)
+    assert len(built) == 2  # Flower 1.42: one context an event (what the shared context saves)
+    context = warm_exec.share_default_https_context()
+    for _ in range(2):
+        telemetry.create_event(telemetry.EventType.FLWR_CLIENTAPP_RUN_ENTER, None)
+    assert len(built) == 2 and http.client.HTTPSConnection("example.invalid")._context is context
+    assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname  # what the stdlib's default verifies
+
+
+def test_the_worker_shares_the_context_before_it_waits_for_its_token(monkeypatch):
+    import io
+
+    steps: list[str] = []
+
+    class Stdin(io.BufferedReader):
+        def peek(self, size: int = 0) -> bytes:
+            steps.append("wait for the token")
+            return b""  # closed with no token: the pool stopped this idle process
+
+    monkeypatch.setattr(warm_exec, "share_default_https_context", lambda: steps.append("share"))
+    monkeypatch.setattr(warm_exec, "forget_fedtext", lambda: [])  # this test process keeps its fedtext
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(Stdin(io.BytesIO(b""))))
+    assert warm_exec.worker_main(["--runtime-api-address", "127.0.0.1:1", "--insecure", "--token-stdin"]) == 0
+    assert steps == ["share", "wait for the token"]
+
+
 def _worker(*flags: str, stdin: bytes) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "fedtext.node.warm_exec", "worker", "--runtime-api-address",
                            "127.0.0.1:1", *flags], input=stdin, capture_output=True, timeout=120)
