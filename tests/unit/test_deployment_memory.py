@@ -561,6 +561,7 @@ def test_a_rows_commits_are_each_named_once_however_often_the_row_is_made_again(
 @pytest.mark.parametrize("folder, name", [("deployment-steady", "steady"),
                                           ("deployment-steady/before-seal-20261203", "steady"),
                                           ("deployment-steady/repeat-20261203", "steady"),
+                                          ("deployment-steady/shared-tls-20261203", "steady"),
                                           ("deployment-t1-steady", "t1-steady"),
                                           ("deployment-t1-steady/before-seal-20261203", "t1-steady")])
 def test_a_committed_steady_record_is_what_finish_makes_of_its_committed_runs(tmp_path, monkeypatch, folder, name):
