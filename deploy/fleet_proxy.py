@@ -40,9 +40,15 @@ of the weight factor and of every upload array, quantised and masked), and Flowe
     masked vector = sum over the n upload arrays of (NPY header + 8 x values) + (NPY header + 8)
 
 (header: 128 bytes for these shapes, numpy's own ``write_array_header_1_0``), with no chunk
-bound, twice a float32 upload and more; the cap takes the larger of it and the arrays. fedlora's
-masked vector is 599,448 bytes against its 297,992 bytes of arrays (nginx would answer 413 under
-the plain cap).
+bound, twice a float32 upload and more. The protocol's other replies grow with a client's
+neighbours (``secagg-shares``, or every client of the round when it is 1): the share-keys reply
+carries an encrypted pair of key shares for each, 625 bytes a neighbour (measured with Flower 1.42's
+own stage functions: 1,301 bytes at 3 neighbours, 93,184 at 150; setup 476, unmask at most ~200 a
+neighbour), bounded here by ``640 x (neighbours - 1) + 2 KiB``. The cap takes the largest of the
+arrays, the masked vector and that bound. fedlora's masked vector is 599,448 bytes against its
+297,992 bytes of arrays (nginx would answer 413 under the plain cap); fedprompt's cap would refuse
+a share-keys reply past ~140 neighbours without the bound. ``secagg-shares=1`` with
+``clients-per-round=0`` (every connected client) leaves the neighbours unbounded: refused.
 
 usage: python deploy/fleet_proxy.py --listen HOST:PORT --superlink 127.0.0.1:PORT --certs DIR --dir RUNDIR
            [--methods M ...] [--run-config "k=v ..."] [--print-only]
@@ -67,6 +73,8 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 TEMPLATE = HERE / "nginx" / "fleet.conf.template"
 FRAMING = 64 * 1024  # protobuf framing, object header, metric/config records (see the module docstring)
+SECAGG_SHARE_BYTES = 640  # a SecAgg+ share-keys reply's bytes a neighbour (625 measured: encrypted key shares + ids)
+SECAGG_STAGE_BYTES = 2 * 1024  # the rest of a setup, share-keys or unmask reply (476-1,301 bytes measured)
 PLACEHOLDER = re.compile(r"@([a-z_]+)@")
 NGINX_TMP = ("body", "proxy", "fastcgi", "uwsgi", "scgi")
 
@@ -120,6 +128,13 @@ def masked_bytes(specs: list["ArraySpec"]) -> tuple[str, int]:
     return f"its SecAgg+ masked vector ({len(specs) + 1} int64 NPY blobs, one ConfigRecord)", total
 
 
+def secagg_stage_bytes(neighbours: int) -> int:
+    """The largest SecAgg+ reply but the masked vector, for a client with ``neighbours`` (itself
+    included): its share-keys reply, one encrypted pair of key shares a neighbour but itself
+    (module docstring; checked against Flower's own stage functions by a test)."""
+    return SECAGG_SHARE_BYTES * (neighbours - 1) + SECAGG_STAGE_BYTES
+
+
 def spec_bytes(spec: "ArraySpec", chunk: int) -> int:
     """Bytes one uploaded array of ``spec`` occupies on the wire, at most one chunk.
 
@@ -139,6 +154,7 @@ def body_cap(methods: list[str], run_config: dict[str, object]) -> Cap:
 
     from fedtext.backbone import backbone_for
     from fedtext.common.config import RunConfig
+    from fedtext.common.errors import ConfigError
     from fedtext.learning.data import labelled
     from fedtext.common.registry import METHODS
 
@@ -150,10 +166,17 @@ def body_cap(methods: list[str], run_config: dict[str, object]) -> Cap:
         specs = list(model.upload_specs())
         name, size = upload_bytes(specs, chunk)
         chunked = True
-        if cfg.secagg:  # the masked-vector reply replaces the arrays: the larger of the two objects sets the cap
+        if cfg.secagg:  # the masked-vector reply replaces the arrays; the share-keys reply grows with the neighbours
+            neighbours = cfg.secagg_shares if cfg.secagg_shares != 1 else cfg.clients_per_round
+            if neighbours <= 0:
+                raise ConfigError("secagg-shares=1 with clients-per-round=0 gives each client every connected client "
+                                  "as a neighbour, so no body cap fits its share-keys reply: set clients-per-round "
+                                  "or secagg-shares")
             masked_name, masked = masked_bytes(specs)
-            if masked > size:
-                name, size, chunked = masked_name, masked, False
+            stages = secagg_stage_bytes(neighbours)
+            if max(masked, stages) > size:
+                name, size, chunked = ((masked_name, masked, False) if masked >= stages else
+                                       (f"its SecAgg+ share-keys reply ({neighbours} neighbours)", stages, False))
         if best is None or size + FRAMING > best.bytes:
             best = Cap(size + FRAMING, method, name, size, chunk, chunked)
     assert best is not None, "no method given"
@@ -202,7 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--methods", nargs="+", default=None,
                     help="the methods this federation runs (the body cap fits the largest; default: every method)")
     ap.add_argument("--run-config", default="",
-                    help="run-config overrides the runs use (prompt length, d, model, secagg=true)")
+                    help="run-config overrides the runs use (prompt length, d, model; secagg=true with --methods "
+                         "naming methods that take it)")
     ap.add_argument("--rate", type=int, default=100, help="requests per second per client address (limit_req)")
     ap.add_argument("--burst", type=int, default=2000,
                     help="requests above the rate served at once (a fedavg upload is ~300 push-object calls)")

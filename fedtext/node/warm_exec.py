@@ -765,20 +765,28 @@ def install_once(install_from_fab: Callable[..., Path]) -> Callable[..., Path]:
     return install
 
 
-def share_default_https_context() -> ssl.SSLContext:
-    """Build the default HTTPS context once, now, and have every ``http.client`` connection opened
-    without a context of its own use it: Flower's telemetry (``flwr.supercore.telemetry.create_event``,
-    ``urllib.request.urlopen`` with no context), which a ClientApp process sends twice a message (run
-    enter, and exit in ``flwr_exit``). Each send otherwise builds a new context and loads the system's
-    CA roots into it: 38 ms of CPU an event of a warm process here, 1.5 ms with the shared context
-    (measured 2026-12-03; OpenSSL's ``set_default_verify_paths``), so ~75 ms of CPU a message taken from
-    the node's fits. The context is the one the stdlib would build (``ssl.create_default_context``:
-    certificates and host names verified), made once while the process waits for its token; what
-    telemetry sends, and whether (``FLWR_TELEMETRY_ENABLED``), is unchanged. Python's documented hook
-    for this default (PEP 476) is ``ssl._create_default_https_context``.
+def share_telemetry_context() -> ssl.SSLContext | None:
+    """Build once, now, the HTTPS context ``urllib.request.urlopen`` uses when called without one:
+    Flower's telemetry (``flwr.supercore.telemetry.create_event``), which a ClientApp process sends
+    twice a message (run enter, and exit in ``flwr_exit``). Without this each send on Python 3.11
+    built a new default context and loaded the system's CA roots into it (3.12 and later build one
+    a process, for the first send): 38 ms of CPU an event of a warm process here, 1.5 ms with the
+    context built ahead (measured 2026-12-03; OpenSSL's ``set_default_verify_paths``), ~75 ms of CPU a
+    message taken from the node's fits. It is the context the stdlib would build
+    (``ssl.create_default_context``: certificates and host names verified), installed as urllib's
+    opener (``install_opener``, urllib's own seam); a context passed explicitly is never changed by
+    urllib or http.client, and ``http.client`` connections opened without one still get their own.
+    What telemetry sends is unchanged; with Flower's telemetry off (``FLWR_TELEMETRY_ENABLED=0``)
+    nothing is built (None).
     """
+    import urllib.request
+
+    from flwr.supercore import telemetry
+
+    if telemetry.FLWR_TELEMETRY_ENABLED != "1":  # Flower's own test: it sends only when "1"
+        return None
     context = ssl.create_default_context()
-    ssl._create_default_https_context = lambda: context  # http.client calls it with no arguments
+    urllib.request.install_opener(urllib.request.build_opener(urllib.request.HTTPSHandler(context=context)))
     return context
 
 
@@ -808,7 +816,7 @@ def worker_main(argv: list[str]) -> int:
     runtime.RuntimeHttpClient.from_server_address(
         server_address=args.runtime_api_address, insecure=args.insecure, root_certificates=certificates,
         interceptors=[], retry_invoker=runtime.make_simple_http_retry_invoker()).close()
-    share_default_https_context()  # Flower's telemetry: CA roots loaded once, not twice a message
+    share_telemetry_context()  # Flower's telemetry: CA roots loaded once, not twice a message
     if sys.path and sys.path[0] == os.getcwd():
         sys.path.pop(0)  # `python -m` put the working folder first; flwr-clientapp has no such entry
     forget_fedtext()

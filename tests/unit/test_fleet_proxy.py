@@ -117,6 +117,53 @@ def test_with_secagg_the_cap_holds_the_masked_vector_flower_sends_as_one_config_
     assert fleet_proxy.body_cap(["fedlora"], {"secagg": False}) == plain
 
 
+def test_a_masked_vector_is_never_cut_to_a_chunk():
+    from fedtext.common.comm import ArraySpec
+
+    # 10^6 values: 8,000,000 bytes + a 128-byte header, and the weight factor's blob (128 + 8), past a 5 MiB chunk
+    assert fleet_proxy.masked_bytes([ArraySpec("w", (10**6,), "float32")])[1] == 8_000_128 + 136 > CHUNK
+
+
+def test_with_secagg_the_cap_holds_every_stages_reply_as_flowers_own_code_builds_it():
+    """SecAgg+'s setup, share-keys and unmask replies, built by Flower 1.42's own stage functions for a client
+    with n neighbours, each fit ``secagg_stage_bytes(n)``; the share-keys reply grows ~625 bytes a neighbour, so
+    with every client of a 200-client round as a neighbour it sets fedprompt's cap, and with every connected
+    client (no bound) the proxy refuses in one line."""
+    import importlib
+    import random
+
+    from flwr.app import ConfigRecord
+    from flwr.common.secure_aggregation.secaggplus_constants import Key
+
+    from fedtext.common.errors import ConfigError
+
+    mod = importlib.import_module("flwr.client.mod.secure_aggregation.secaggplus_mod")  # the package shadows it
+    for n in (3, 40):
+        rng = random.Random(n)
+        ids = [rng.getrandbits(63) | 1 << 62 for _ in range(n)]  # 64-bit node ids, as Flower draws them
+        settings = ConfigRecord({Key.SAMPLE_NUMBER: n, Key.SHARE_NUMBER: n, Key.THRESHOLD: n // 2 + 1,
+                                 Key.CLIPPING_RANGE: 8.0, Key.TARGET_RANGE: 1 << 22, Key.MOD_RANGE: 1 << 30,
+                                 Key.MAX_WEIGHT: 100.0})
+        states = {nid: mod.SecAggPlusState(nid=nid) for nid in ids}
+        setup = [ConfigRecord(mod._setup(state, settings)) for state in states.values()][0]
+        keys = ConfigRecord({str(nid): [st.pk1, st.pk2] for nid, st in states.items()})
+        first = states[ids[0]]
+        share = ConfigRecord(mod._share_keys(first, keys))
+        for nid in ids[1:]:  # the shares it would hold of every other client: the unmask reply at its largest
+            first.rd_seed_share_dict[nid], first.sk1_share_dict[nid] = first.rd_seed_share_dict[ids[0]], \
+                first.sk1_share_dict[ids[0]]
+        alive = n // 2 + 1
+        unmask = ConfigRecord(mod._unmask(first, ConfigRecord({Key.ACTIVE_NODE_ID_LIST: ids[:alive],
+                                                               Key.DEAD_NODE_ID_LIST: ids[alive:]})))
+        sizes = [len(r.deflate()) for r in (setup, share, unmask)]
+        assert max(sizes) == sizes[1] <= fleet_proxy.secagg_stage_bytes(n) < sizes[1] + 2_048 + 15 * (n - 1)
+    cap = fleet_proxy.body_cap(["fedprompt"], {"secagg": True, "secagg-shares": 1, "clients-per-round": 200})
+    assert cap.array_bytes == fleet_proxy.secagg_stage_bytes(200) == 640 * 199 + 2_048 and not cap.chunked
+    assert "share-keys reply (200 neighbours)" in cap.reason
+    with pytest.raises(ConfigError, match="secagg-shares=1 with clients-per-round=0"):
+        fleet_proxy.body_cap(["fedprompt"], {"secagg": True, "secagg-shares": 1})
+
+
 def test_the_configuration_fills_every_placeholder_and_refuses_a_missing_one(tmp_path):
     template = fleet_proxy.TEMPLATE.read_text()
     names = set(re.findall(r"@([a-z_]+)@", template))

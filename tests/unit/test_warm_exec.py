@@ -446,18 +446,22 @@ def test_a_warm_task_starts_when_its_token_arrived(monkeypatch):
 
 
 def test_flowers_telemetry_in_a_warm_process_loads_the_ca_roots_once_not_per_event(monkeypatch):
-    """Flower's telemetry opens every event's request with ``urllib`` and no context, so each event built
-    a new default context and loaded the CA roots (38 ms of CPU, twice a message). A warm process builds
-    it once: the events then build none, and their connections use that verifying context."""
-    import http.client
+    """Flower's telemetry opens every event's request with ``urllib.request.urlopen`` and no context: on
+    Python 3.11 each event built a new default context and loaded the CA roots (38 ms of CPU, twice a
+    message), from 3.12 the first event of each process did. A warm process builds it before its token
+    arrives: the events then build none, and urllib's opener holds that verifying context."""
     import socket
     import ssl
+    import urllib.request
 
     from flwr.supercore import telemetry
 
     built: list[int] = []
     default = ssl._create_default_https_context
     monkeypatch.setattr(ssl, "_create_default_https_context", lambda: built.append(1) or default())
+    monkeypatch.setattr(urllib.request, "_opener", None)  # as a fresh process has it; restored after
+    for key, value in (("source", "test"), ("cluster", "test"), ("partner", None)):
+        monkeypatch.setitem(telemetry.state, key, value)  # no ~/.flwr/source written
     with socket.socket() as s:  # a port nothing listens on: the request is refused at once, offline or not
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -465,12 +469,19 @@ def test_flowers_telemetry_in_a_warm_process_loads_the_ca_roots_once_not_per_eve
     monkeypatch.setattr(telemetry, "FLWR_TELEMETRY_ENABLED", "1")
     for _ in range(2):
         telemetry.create_event(telemetry.EventType.FLWR_CLIENTAPP_RUN_ENTER, None)
-    assert len(built) == 2  # Flower 1.42: one context an event (what the shared context saves)
-    context = warm_exec.share_default_https_context()
+    assert len(built) == (2 if sys.version_info < (3, 12) else 1)  # what building it ahead saves a process
+    context = warm_exec.share_telemetry_context()
+    del built[:]
     for _ in range(2):
         telemetry.create_event(telemetry.EventType.FLWR_CLIENTAPP_RUN_ENTER, None)
-    assert len(built) == 2 and http.client.HTTPSConnection("example.invalid")._context is context
+    assert built == [] and context is not None
+    handlers = [h for h in urllib.request._opener.handlers if isinstance(h, urllib.request.HTTPSHandler)]
+    assert [h._context for h in handlers] == [context]
     assert context.verify_mode == ssl.CERT_REQUIRED and context.check_hostname  # what the stdlib's default verifies
+    # with Flower's telemetry off nothing is built and urllib is left as it was
+    monkeypatch.setattr(urllib.request, "_opener", None)
+    monkeypatch.setattr(telemetry, "FLWR_TELEMETRY_ENABLED", "0")
+    assert warm_exec.share_telemetry_context() is None and urllib.request._opener is None and built == []
 
 
 def test_the_worker_shares_the_context_before_it_waits_for_its_token(monkeypatch):
@@ -483,7 +494,7 @@ def test_the_worker_shares_the_context_before_it_waits_for_its_token(monkeypatch
             steps.append("wait for the token")
             return b""  # closed with no token: the pool stopped this idle process
 
-    monkeypatch.setattr(warm_exec, "share_default_https_context", lambda: steps.append("share"))
+    monkeypatch.setattr(warm_exec, "share_telemetry_context", lambda: steps.append("share"))
     monkeypatch.setattr(warm_exec, "forget_fedtext", lambda: [])  # this test process keeps its fedtext
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(Stdin(io.BytesIO(b""))))
