@@ -164,19 +164,16 @@ def body_cap(methods: list[str], run_config: dict[str, object]) -> Cap:
         task = labelled(cfg).task
         model = cfg.method_config.model_class()(cfg, backbone_for(cfg, task))
         specs = list(model.upload_specs())
-        name, size = upload_bytes(specs, chunk)
-        chunked = True
+        objects = [(*upload_bytes(specs, chunk), True)]  # (what, bytes, cut into chunks by Flower)
         if cfg.secagg:  # the masked-vector reply replaces the arrays; the share-keys reply grows with the neighbours
             neighbours = cfg.secagg_shares if cfg.secagg_shares != 1 else cfg.clients_per_round
             if neighbours <= 0:
                 raise ConfigError("secagg-shares=1 with clients-per-round=0 gives each client every connected client "
                                   "as a neighbour, so no body cap fits its share-keys reply: set clients-per-round "
                                   "or secagg-shares")
-            masked_name, masked = masked_bytes(specs)
-            stages = secagg_stage_bytes(neighbours)
-            if max(masked, stages) > size:
-                name, size, chunked = ((masked_name, masked, False) if masked >= stages else
-                                       (f"its SecAgg+ share-keys reply ({neighbours} neighbours)", stages, False))
+            share_keys = f"its SecAgg+ share-keys reply ({neighbours} neighbours)"
+            objects += [(*masked_bytes(specs), False), (share_keys, secagg_stage_bytes(neighbours), False)]
+        name, size, chunked = max(objects, key=lambda o: o[1])  # the first of the largest: arrays, then masked vector
         if best is None or size + FRAMING > best.bytes:
             best = Cap(size + FRAMING, method, name, size, chunk, chunked)
     assert best is not None, "no method given"
